@@ -1,0 +1,279 @@
+//! The JSON documents of Berth's contract (DESIGN.md, "Contract"), defined once.
+//!
+//! The CLI, the server and the browser all read and write these types, so a field
+//! cannot drift between surfaces. Documents that carry a local path exist only with
+//! the `local-binding` feature, and every request type denies unknown fields: a cloud
+//! build handed a `dir` or a `binding` refuses it instead of ignoring it.
+
+#[cfg(feature = "local-binding")]
+use crate::binding::{BindMode, BindingState, MachineId};
+use crate::code::{ErrorCode, Refusal};
+use crate::resolve::Origin;
+use serde::{Deserialize, Serialize};
+
+/// A session as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    pub id: String,
+    pub title: String,
+    pub agent: String,
+    pub origin: Origin,
+    pub project: Option<String>,
+    /// Where the last run actually worked (recorded after each run).
+    pub work_dir: Option<String>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    /// The explicit binding, kept apart from `work_dir`.
+    #[cfg(feature = "local-binding")]
+    pub binding: Option<SessionBinding>,
+}
+
+/// A session's binding as the API returns it.
+#[cfg(feature = "local-binding")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionBinding {
+    /// The canonical path, as validated natively.
+    pub dir: String,
+    /// The privacy-stripped form (`~/code/app`).
+    pub display: String,
+    pub daemon: MachineId,
+    pub daemon_name: String,
+    pub mode: BindMode,
+    pub state: BindingState,
+}
+
+/// `POST sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub project: Option<String>,
+    /// The directory to bind, validated natively before anything is stored.
+    #[cfg(feature = "local-binding")]
+    #[serde(default)]
+    pub dir: Option<String>,
+    #[cfg(feature = "local-binding")]
+    #[serde(default)]
+    pub mode: Option<BindMode>,
+}
+
+/// `PUT sessions/{id}/binding`.
+#[cfg(feature = "local-binding")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkRequest {
+    pub dir: String,
+    #[serde(default)]
+    pub mode: Option<BindMode>,
+}
+
+/// A task's lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Queued,
+    WaitingLock,
+    WaitingDaemon,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Interrupted,
+    Refused,
+}
+
+impl TaskStatus {
+    /// Whether the task has ended and will not change again.
+    pub const fn is_final(self) -> bool {
+        match self {
+            TaskStatus::Succeeded
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::Interrupted
+            | TaskStatus::Refused => true,
+            TaskStatus::Queued
+            | TaskStatus::WaitingLock
+            | TaskStatus::WaitingDaemon
+            | TaskStatus::Running => false,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::WaitingLock => "waiting_lock",
+            TaskStatus::WaitingDaemon => "waiting_daemon",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+            TaskStatus::Interrupted => "interrupted",
+            TaskStatus::Refused => "refused",
+        }
+    }
+}
+
+/// A task as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub session_id: String,
+    pub status: TaskStatus,
+    pub wait_reason: Option<String>,
+    pub work_dir: Option<String>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+}
+
+/// `berth check --json` and `POST check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub ok: bool,
+    pub code: Option<ErrorCode>,
+    pub message: String,
+    /// The path as resolved (canonical when checked natively, normalized otherwise).
+    pub canonical: Option<String>,
+    pub display: Option<String>,
+    /// What to do instead, when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl CheckReport {
+    /// An accepted path.
+    pub fn accepted(canonical: String, display: String) -> CheckReport {
+        CheckReport {
+            ok: true,
+            code: None,
+            message: format!("{display} can be bound"),
+            canonical: Some(canonical),
+            display: Some(display),
+            hint: None,
+        }
+    }
+
+    /// A refused path; `canonical`/`display` are known when the refusal came after
+    /// parsing.
+    pub fn refused(r: &Refusal, canonical: Option<String>, display: Option<String>) -> CheckReport {
+        CheckReport {
+            ok: false,
+            code: Some(r.code),
+            message: r.message.clone(),
+            canonical,
+            display,
+            hint: Some(r.hint.clone()),
+        }
+    }
+}
+
+/// The body of every HTTP error: `{"error": {"code", "message", "hint"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// One error. `code` is a stable code: one of [`ErrorCode`]'s, or a protocol code of
+/// the HTTP layer (`bad_request`, `not_found_route`, `payload_too_large`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    pub hint: String,
+}
+
+impl From<&Refusal> for ErrorBody {
+    fn from(r: &Refusal) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: r.code.as_str().to_owned(),
+                message: r.message.clone(),
+                hint: r.hint.clone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WITH_BINDING: &str = r#"{"id":"s1","title":"t","agent":"a","origin":"desktop",
+        "project":null,"work_dir":null,"created_at":"2026-11-30T00:00:00Z",
+        "binding":{"dir":"/home/u/app","display":"~/app","daemon":"m1","daemon_name":"laptop",
+                   "mode":"in-place","state":"ok"}}"#;
+
+    #[cfg(feature = "local-binding")]
+    #[test]
+    fn a_session_with_a_binding_round_trips() {
+        let s: Session = serde_json::from_str(WITH_BINDING).unwrap();
+        let b = s.binding.clone().unwrap();
+        assert_eq!(
+            b,
+            SessionBinding {
+                dir: "/home/u/app".into(),
+                display: "~/app".into(),
+                daemon: MachineId::new("m1"),
+                daemon_name: "laptop".into(),
+                mode: BindMode::InPlace,
+                state: BindingState::Ok,
+            }
+        );
+        let again: Session = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+    }
+
+    /// Without `local-binding` the binding does not exist: a document carrying one is
+    /// rejected as an unknown field, and so is a create request naming a directory.
+    #[cfg(not(feature = "local-binding"))]
+    #[test]
+    fn without_local_binding_a_binding_is_an_unknown_field() {
+        let err = serde_json::from_str::<Session>(WITH_BINDING).unwrap_err();
+        assert!(err.to_string().contains("unknown field `binding`"), "{err}");
+        let err = serde_json::from_str::<NewSession>(r#"{"dir":"/home/u/app"}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `dir`"), "{err}");
+        let unbound = WITH_BINDING.split(",\n        \"binding\"").next().unwrap().to_owned() + "}";
+        let s: Session = serde_json::from_str(&unbound).unwrap();
+        assert_eq!(s.id, "s1");
+    }
+
+    #[test]
+    fn task_status_spellings_match_the_contract() {
+        let all = [
+            (TaskStatus::Queued, "queued"),
+            (TaskStatus::WaitingLock, "waiting_lock"),
+            (TaskStatus::WaitingDaemon, "waiting_daemon"),
+            (TaskStatus::Running, "running"),
+            (TaskStatus::Succeeded, "succeeded"),
+            (TaskStatus::Failed, "failed"),
+            (TaskStatus::Cancelled, "cancelled"),
+            (TaskStatus::Interrupted, "interrupted"),
+            (TaskStatus::Refused, "refused"),
+        ];
+        for (s, name) in all {
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(name));
+            assert_eq!(s.as_str(), name);
+        }
+    }
+
+    #[test]
+    fn error_codes_match_the_contract() {
+        let names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names.join(" "),
+            "path_empty path_not_absolute path_invalid system_root home_directory \
+             credential_directory berth_state not_found not_a_directory not_owner not_writable \
+             path_changed not_a_git_repo origin_cannot_bind daemon_offline daemon_mismatch \
+             unknown_session unknown_agent"
+        );
+        for c in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), serde_json::json!(c.as_str()));
+            assert_eq!(ErrorCode::from_name(c.as_str()), Some(c));
+        }
+    }
+}

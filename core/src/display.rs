@@ -1,0 +1,173 @@
+//! Privacy-stripped display of paths.
+//!
+//! Wherever a session appears — the CLI header, the web UI, a screenshot someone
+//! shares — its directory is shown in this form: the user's home becomes `~`, another
+//! user's home shows `…` instead of a name, and the account name never appears.
+
+use crate::context::Context;
+use crate::path::{LocalPath, Root};
+
+/// The placeholder that stands wherever a user name would have been.
+///
+/// Not a character a user name can hold, so redaction can never spell a name anew.
+pub const USER_PLACEHOLDER: &str = "…";
+
+/// Directories under a homes container that belong to no single user.
+const SHARED_HOMES: [&str; 5] = ["Shared", "Public", "Default", "Default User", "All Users"];
+
+/// The privacy-stripped form of `path`.
+///
+/// Guarantees: the result never contains the context's user name (compared without
+/// regard to case), and never the text of the home directory.
+pub fn display(ctx: &Context, path: &LocalPath) -> String {
+    let platform = path.platform();
+    let sep = platform.separator();
+    let mut parts: Vec<String> = path.parts().to_vec();
+    let mut head = match path.root() {
+        Root::Slash => String::from("/"),
+        Root::Drive(letter) => format!("{letter}:\\"),
+        Root::Unc { server, share } => format!("\\\\{server}\\{share}\\"),
+        Root::Device { marker } => format!("\\\\{marker}\\"),
+    };
+    if let Some(home) = ctx.home.as_ref().filter(|h| path.starts_with(h)) {
+        head = String::from("~");
+        parts.drain(..home.parts().len());
+        if !parts.is_empty() {
+            head.push(sep);
+        }
+    } else if is_homes_container(path) && parts.len() >= 2 {
+        parts[1] = USER_PLACEHOLDER.to_owned();
+    }
+    let name = ctx.user_name();
+    let mut out = redact(&head, name);
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(sep);
+        }
+        out.push_str(&redact(part, name));
+    }
+    out
+}
+
+/// Whether the path lies under `/home/<x>`, `/Users/<x>` or `<drive>:\Users\<x>` with
+/// `<x>` an individual user's directory.
+fn is_homes_container(path: &LocalPath) -> bool {
+    let parts = path.parts();
+    let container = match (path.root(), parts.first()) {
+        (Root::Slash, Some(first)) => first == "home" || first == "Users",
+        (Root::Drive(_), Some(first)) => first.eq_ignore_ascii_case("Users"),
+        (Root::Slash | Root::Drive(_) | Root::Unc { .. } | Root::Device { .. }, _) => false,
+    };
+    container
+        && parts
+            .get(1)
+            .is_some_and(|who| !SHARED_HOMES.iter().any(|s| s.eq_ignore_ascii_case(who)))
+}
+
+/// Replaces every case-insensitive occurrence of `name` in `text` by the placeholder.
+fn redact(text: &str, name: Option<&str>) -> String {
+    let Some(name) = name else {
+        return text.to_owned();
+    };
+    let fold = |c: char| c.to_lowercase().next().unwrap_or(c);
+    let hay: Vec<char> = text.chars().collect();
+    let needle: Vec<char> = name.chars().map(fold).collect();
+    if needle.is_empty() || needle.len() > hay.len() {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < hay.len() {
+        let end = i + needle.len();
+        if end <= hay.len() && hay[i..end].iter().map(|c| fold(*c)).eq(needle.iter().copied()) {
+            out.push_str(USER_PLACEHOLDER);
+            i = end;
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::Platform;
+    use proptest::prelude::*;
+
+    fn ctx(p: Platform, home: &str) -> Context {
+        Context::new(p).with_home(LocalPath::parse(p, home).unwrap())
+    }
+    fn show(c: &Context, s: &str) -> String {
+        display(c, &LocalPath::parse(c.platform, s).unwrap())
+    }
+
+    #[test]
+    fn table() {
+        let linux = ctx(Platform::Linux, "/home/alice");
+        let mac = ctx(Platform::Macos, "/Users/Alice");
+        let win = ctx(Platform::Windows, "C:\\Users\\alice");
+        let cases = [
+            (&linux, "/home/alice", "~"),
+            (&linux, "/home/alice/code/app", "~/code/app"),
+            (&linux, "/home/bob/code", "/home/…/code"),
+            (&linux, "/srv/alice-data/x", "/srv/…-data/x"),
+            (&linux, "/opt/tools", "/opt/tools"),
+            (&linux, "/home/alicex", "/home/…"),
+            (&mac, "/users/alice/Code", "~/Code"),
+            (&mac, "/Users/Shared/x", "/Users/Shared/x"),
+            (&win, "c:\\users\\ALICE\\code", "~\\code"),
+            (&win, "D:\\Users\\bob\\x", "D:\\Users\\…\\x"),
+            (&win, "D:\\work", "D:\\work"),
+        ];
+        for (c, input, want) in cases {
+            assert_eq!(show(c, input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn without_a_home_nothing_is_stripped_but_other_homes() {
+        let c = Context::new(Platform::Linux);
+        assert_eq!(show(&c, "/home/bob/x"), "/home/…/x");
+        assert_eq!(show(&c, "/srv/x"), "/srv/x");
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        "[a-zA-Z_][a-zA-Z0-9_.-]{1,12}"
+    }
+    fn component() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9 ._-]{1,10}"
+    }
+
+    proptest! {
+        /// No display form ever contains the user's name, wherever the name appears.
+        #[test]
+        fn display_never_contains_the_user_name(
+            user in name(),
+            platform in prop_oneof![Just(Platform::Linux), Just(Platform::Macos), Just(Platform::Windows)],
+            under_home in any::<bool>(),
+            before in proptest::collection::vec(component(), 0..4),
+            after in proptest::collection::vec(component(), 0..4),
+            splice in any::<bool>(),
+        ) {
+            let (home_text, sep) = match platform {
+                Platform::Linux => (format!("/home/{user}"), "/"),
+                Platform::Macos => (format!("/Users/{user}"), "/"),
+                Platform::Windows => (format!("C:\\Users\\{user}"), "\\"),
+            };
+            let home = LocalPath::parse(platform, &home_text);
+            prop_assume!(home.is_ok());
+            let c = Context::new(platform).with_home(home.unwrap());
+            let mut text = if under_home { home_text.clone() } else if platform.is_windows() { String::from("D:") } else { String::new() };
+            for p in &before { text.push_str(sep); text.push_str(p); }
+            if splice { text.push_str(sep); text.push_str(&format!("x{}y", user.to_uppercase())); }
+            for p in &after { text.push_str(sep); text.push_str(p); }
+            if text.is_empty() || text.ends_with(':') { text.push_str(sep); }
+            if let Ok(path) = LocalPath::parse(platform, &text) {
+                let shown = display(&c, &path);
+                prop_assert!(!shown.to_lowercase().contains(&user.to_lowercase()), "{text} -> {shown}");
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Berth's own event types: what an agent did, whichever CLI it was.
+//!
+//! Adapters parse `claude`'s and `codex`'s JSON streams (and a `command` agent's
+//! stdout) into [`AgentEvent`]; the server appends them to the session's transcript,
+//! and the CLI and the browser render them. Agent text is untrusted: surfaces render it
+//! as text, never as markup.
+
+use serde::{Deserialize, Serialize};
+
+/// One thing an agent did or said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// The agent started; `resume_id` is its session/thread id when it reports one.
+    Started {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+    /// Text for the user (assistant message, or a `command` agent's stdout line).
+    Text { text: String },
+    /// The agent's visible reasoning.
+    Thinking { text: String },
+    /// A tool call.
+    ToolUse {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        name: String,
+        #[serde(default)]
+        input: serde_json::Value,
+    },
+    /// A tool's result.
+    ToolResult {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        output: String,
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// A line the agent wrote to stderr.
+    Stderr { line: String },
+    /// The agent's final result for the turn.
+    Result {
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<serde_json::Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+}

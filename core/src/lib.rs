@@ -1,0 +1,31 @@
+//! Berth's shared core: the rules every surface applies the same way.
+//!
+//! Nothing here does I/O, spawns, or needs an async runtime, so the same code runs in
+//! the server, in the native executor and in the browser (built to
+//! `wasm32-unknown-unknown`). The refusal table, the privacy-stripped display and the
+//! resolution order live here once; every other crate reads them from here.
+//!
+//! The `local-binding` feature (default on) adds the types that carry a real local
+//! path bound to a session. Browser and cloud builds turn it off, so they cannot even
+//! express a binding write.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod binding;
+pub mod context;
+pub mod code;
+pub mod display;
+pub mod event;
+pub mod path;
+pub mod platform;
+pub mod resolve;
+pub mod rules;
+pub mod settings;
+
+pub use code::{ErrorCode, Refusal};
+pub use context::Context;
+pub use path::LocalPath;
+pub use platform::Platform;
+
+/// Whether this build carries local-path bindings (`local-binding`).
+pub const LOCAL_BINDING: bool = cfg!(feature = "local-binding");

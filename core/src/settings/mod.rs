@@ -1,0 +1,265 @@
+//! Berth's settings: the JSONC layers, what each key means, and how layers combine.
+//!
+//! Two layers exist: the user layer (`settings.jsonc` in the config directory) and the
+//! project layer (the nearest `.berth/settings.jsonc` at or above the bound directory,
+//! stopping below the user's home). The executor reads the files; this module does no
+//! I/O. It turns text into a typed [`Layer`] ([`parse`]), combines layers in order into
+//! [`Settings`] ([`merge`]), names the files to look for ([`project_layer_candidates`],
+//! [`user_layer_file`]) and checks a text for the browser ([`check_text`]).
+//!
+//! Every problem carries the file, a 1-based line and column, and a message: a syntax
+//! error, a value of the wrong type or a plugin path that cannot name a file is an
+//! error; an unknown or repeated key is a warning, never fatal and never silently
+//! dropped.
+
+mod layers;
+mod merge;
+mod parse;
+mod plugin;
+
+pub use layers::{PROJECT_DIR, SETTINGS_FILE, project_layer_candidates, user_layer_file};
+pub use merge::merge;
+pub use parse::parse;
+
+use crate::path::LocalPath;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// How serious a [`Diagnostic`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The file cannot be used as written.
+    Error,
+    /// The file is used, but part of it has no effect (an unknown or repeated key).
+    Warning,
+}
+
+/// One problem found in a settings file, at a place the user can jump to.
+///
+/// `line` and `column` are 1-based; the column counts characters (not bytes) from the
+/// start of the line, the way editors show it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// What went wrong when a settings file could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettingsErrorKind {
+    /// The text is not JSONC.
+    Syntax,
+    /// The text is JSONC, but its top level is not an object.
+    NotAnObject,
+    /// A known key holds a value of the wrong type, e.g. `"agent": 3`.
+    WrongType,
+    /// A value has the right type but cannot be used, e.g. an empty plugin id or an
+    /// environment variable name containing `=`.
+    InvalidValue,
+    /// A plugin path that is not lexically a path on the file's platform.
+    InvalidPluginPath,
+}
+
+/// A settings file that cannot be used, with the place to fix it.
+///
+/// Displays as `file:line:column: message`, the form editors and terminals turn into a
+/// link.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct SettingsError {
+    pub kind: SettingsErrorKind,
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl SettingsError {
+    /// The same problem as an error-severity [`Diagnostic`].
+    pub fn to_diagnostic(&self) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Error,
+            file: self.file.clone(),
+            line: self.line,
+            column: self.column,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// The `prompt` object: how Berth adds to the brief it gives the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Prompt {
+    /// Text appended to the agent's brief.
+    pub append: Option<String>,
+}
+
+/// What a plugin path points at, judged from its name alone (core does no I/O).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginKind {
+    /// A markdown prompt fragment (`*.md`).
+    Prompt,
+    /// A skill folder holding `SKILL.md`.
+    Skill,
+}
+
+/// A plugin as declared by one layer.
+///
+/// `path` is absolute and normalized: a relative path in the file was resolved against
+/// the directory holding that file when the file was parsed, so the value means the same
+/// thing wherever it travels. `id` is never a path: it is non-empty, not `.` or `..`, and
+/// holds no separator, `:` or control character, so it is safe as one folder name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Plugin {
+    pub id: String,
+    pub kind: PluginKind,
+    pub path: LocalPath,
+    /// The display name of the file that declared it.
+    pub declared_in: String,
+}
+
+/// One item of a layer's `plugins` array, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum PluginEntry {
+    /// Adds the plugin, or replaces an earlier one with the same id.
+    Add(Plugin),
+    /// `{ "plugin": "<id>", "enabled": false }`: removes an earlier plugin with this id.
+    Remove { id: String },
+}
+
+/// One parsed settings file: only the known keys, typed, plus its warnings.
+///
+/// A `Layer` exists only for a file with no errors; absent keys are `None` or empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Layer {
+    /// The display name of the file, used in every message.
+    pub file: String,
+    /// The directory holding the file; relative plugin paths were resolved against it.
+    pub dir: LocalPath,
+    pub agent: Option<String>,
+    pub prompt: Prompt,
+    pub env: BTreeMap<String, String>,
+    pub plugins: Vec<PluginEntry>,
+    pub channels: BTreeMap<String, String>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl Layer {
+    /// A layer that sets nothing, as if the file held `{}`.
+    pub fn empty(file: &str, dir: &LocalPath) -> Layer {
+        Layer {
+            file: file.to_owned(),
+            dir: dir.clone(),
+            agent: None,
+            prompt: Prompt::default(),
+            env: BTreeMap::new(),
+            plugins: Vec::new(),
+            channels: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// The settings in force for one exchange: every layer merged, user first.
+///
+/// `plugins` holds each id once, in the order first declared; `warnings` holds every
+/// layer's warnings in layer order, so nothing a user wrote is silently ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    pub agent: Option<String>,
+    pub prompt: Prompt,
+    pub env: BTreeMap<String, String>,
+    pub plugins: Vec<Plugin>,
+    pub channels: BTreeMap<String, String>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Every error and warning in a settings text, ordered by position.
+///
+/// Unlike [`parse`], which stops at the first error, this reports all of them, so the
+/// browser can mark each one at once. `dir` is the directory that would hold the file;
+/// relative plugin paths are checked against it.
+pub fn check_text(file: &str, dir: &LocalPath, text: &str) -> Vec<Diagnostic> {
+    let read = parse::read(file, dir, text);
+    let mut out: Vec<Diagnostic> = read
+        .errors
+        .iter()
+        .map(SettingsError::to_diagnostic)
+        .chain(read.layer.warnings)
+        .collect();
+    out.sort_by_key(|d| (d.line, d.column));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::Platform;
+
+    fn dir() -> LocalPath {
+        LocalPath::parse(Platform::Linux, "/p/app/.berth").unwrap()
+    }
+
+    #[test]
+    fn check_text_reports_every_problem_in_order() {
+        let text = "{\n  \"agnt\": \"x\",\n  \"env\": { \"A\": 1, \"B\": true },\n}";
+        let file = "s.jsonc";
+        let diag = |severity, line, column, message: &str| Diagnostic {
+            severity,
+            file: file.to_owned(),
+            line,
+            column,
+            message: message.to_owned(),
+        };
+        assert_eq!(
+            check_text(file, &dir(), text),
+            vec![
+                diag(
+                    Severity::Warning,
+                    2,
+                    3,
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, prompt, env, plugins, channels",
+                ),
+                diag(
+                    Severity::Error,
+                    3,
+                    17,
+                    "\"env.A\" must be a string, found a number",
+                ),
+                diag(
+                    Severity::Error,
+                    3,
+                    25,
+                    "\"env.B\" must be a string, found a boolean",
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn check_text_of_a_clean_file_is_empty() {
+        assert_eq!(check_text("s", &dir(), "{ \"agent\": \"codex\" }"), vec![]);
+    }
+
+    #[test]
+    fn error_displays_as_file_line_column() {
+        let err = SettingsError {
+            kind: SettingsErrorKind::Syntax,
+            file: "~/.config/berth/settings.jsonc".to_owned(),
+            line: 3,
+            column: 7,
+            message: "unexpected token".to_owned(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "~/.config/berth/settings.jsonc:3:7: unexpected token"
+        );
+    }
+}

@@ -1,0 +1,541 @@
+//! From JSONC text to a typed [`Layer`], with a position on every problem.
+//!
+//! The text is parsed to jsonc-parser's AST, which keeps the byte range of every value,
+//! so a type error points at the offending value rather than at the file.
+
+use super::plugin::{self, Located};
+use super::{Diagnostic, Layer, Plugin, PluginEntry, SettingsError, SettingsErrorKind, Severity};
+use crate::path::LocalPath;
+use jsonc_parser::ast::{Object, ObjectProp, Value};
+use jsonc_parser::common::Ranged;
+use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
+use std::collections::BTreeMap;
+
+/// The keys a settings file may hold at its top level.
+const TOP_KEYS: [&str; 5] = ["agent", "prompt", "env", "plugins", "channels"];
+/// The keys of the `prompt` object.
+const PROMPT_KEYS: [&str; 1] = ["append"];
+/// The keys of an object in the `plugins` array.
+const PLUGIN_KEYS: [&str; 3] = ["plugin", "path", "enabled"];
+
+/// Parses one settings file into a [`Layer`], stopping at the first error.
+///
+/// `file` is the name shown in messages (it may be a privacy-stripped display form);
+/// `dir` is the directory holding the file, against which relative plugin paths are
+/// resolved on `dir.platform()`. Comments and trailing commas are allowed; other JSON5
+/// extensions are not, so a file means the same to Berth as to a JSONC editor. An empty
+/// text (or one holding only comments) is an empty layer. Never panics, whatever the
+/// input.
+pub fn parse(file: &str, dir: &LocalPath, text: &str) -> Result<Layer, SettingsError> {
+    let read = read(file, dir, text);
+    match read.errors.into_iter().next() {
+        Some(err) => Err(err),
+        None => Ok(read.layer),
+    }
+}
+
+/// Everything found in one text: the layer as far as it could be read, and all errors.
+#[derive(Debug)]
+pub(super) struct Read {
+    pub layer: Layer,
+    pub errors: Vec<SettingsError>,
+}
+
+/// Reads the whole text, collecting every error instead of stopping at the first.
+pub(super) fn read(file: &str, dir: &LocalPath, text: &str) -> Read {
+    // Editors on Windows may save a byte-order mark; it is not part of the JSON.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut reader = Reader {
+        lines: Lines::new(text),
+        layer: Layer::empty(file, dir),
+        errors: Vec::new(),
+    };
+    let options = ParseOptions {
+        allow_comments: true,
+        allow_trailing_commas: true,
+        allow_loose_object_property_names: false,
+        allow_missing_commas: false,
+        allow_single_quoted_strings: false,
+        allow_hexadecimal_numbers: false,
+        allow_unary_plus_numbers: false,
+        allow_bare_decimal_point_numbers: false,
+        allow_non_finite_numbers: false,
+        allow_extended_string_escapes: false,
+    };
+    match parse_to_ast(text, &CollectOptions::default(), &options) {
+        Err(err) => {
+            let message = lower_first(&err.kind().to_string());
+            reader.error(SettingsErrorKind::Syntax, err.range().start, message);
+        }
+        Ok(result) => match result.value {
+            None => {}
+            Some(Value::Object(object)) => reader.top(&object),
+            Some(other) => reader.error(
+                SettingsErrorKind::NotAnObject,
+                other.range().start,
+                format!(
+                    "the settings must be an object like {{ \"agent\": \"...\" }}, found {}",
+                    describe(&other)
+                ),
+            ),
+        },
+    }
+    // Text order, so the first error reported is the first one in the file.
+    let mut read = Read {
+        layer: reader.layer,
+        errors: reader.errors,
+    };
+    read.errors.sort_by_key(|e| (e.line, e.column));
+    read.layer.warnings.sort_by_key(|w| (w.line, w.column));
+    read
+}
+
+struct Reader<'t> {
+    lines: Lines<'t>,
+    layer: Layer,
+    errors: Vec<SettingsError>,
+}
+
+impl Reader<'_> {
+    fn error(&mut self, kind: SettingsErrorKind, offset: usize, message: String) {
+        let (line, column) = self.lines.position(offset);
+        self.errors.push(SettingsError {
+            kind,
+            file: self.layer.file.clone(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    fn warn(&mut self, offset: usize, message: String) {
+        let (line, column) = self.lines.position(offset);
+        self.layer.warnings.push(Diagnostic {
+            severity: Severity::Warning,
+            file: self.layer.file.clone(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    fn wrong_type(&mut self, key: &str, want: &str, value: &Value<'_>) {
+        let message = format!("{key:?} must be {want}, found {}", describe(value));
+        self.error(SettingsErrorKind::WrongType, value.range().start, message);
+    }
+
+    /// The object's properties with repeated keys removed: the last one wins, as in
+    /// JavaScript, and each earlier one gets a warning.
+    fn props<'o, 'a>(&mut self, object: &'o Object<'a>, scope: &str) -> Vec<&'o ObjectProp<'a>> {
+        let mut kept: Vec<&ObjectProp<'_>> = Vec::with_capacity(object.properties.len());
+        for prop in &object.properties {
+            if let Some(i) = kept
+                .iter()
+                .position(|p| p.name.as_str() == prop.name.as_str())
+            {
+                let earlier = kept.remove(i);
+                let (line, _) = self.lines.position(prop.range.start);
+                let key = scoped(scope, earlier.name.as_str());
+                self.warn(
+                    earlier.range.start,
+                    format!("{key:?} is set again on line {line}; this value is ignored"),
+                );
+            }
+            kept.push(prop);
+        }
+        kept
+    }
+
+    fn unknown(&mut self, prop: &ObjectProp<'_>, scope: &str, known: &[&str]) {
+        let name = prop.name.as_str();
+        let key = scoped(scope, name);
+        let hint = match suggest(name, known) {
+            Some(near) => format!(" (did you mean {near:?}?)"),
+            None => String::new(),
+        };
+        let within = if scope.is_empty() {
+            String::new()
+        } else {
+            format!(" in {scope:?}")
+        };
+        self.warn(
+            prop.range.start,
+            format!(
+                "unknown key {key:?}{hint}; known keys{within}: {}",
+                known.join(", ")
+            ),
+        );
+    }
+
+    fn string(&mut self, key: &str, value: &Value<'_>) -> Option<String> {
+        match value {
+            Value::StringLit(lit) => Some(lit.value.to_string()),
+            Value::NumberLit(_)
+            | Value::BooleanLit(_)
+            | Value::Object(_)
+            | Value::Array(_)
+            | Value::NullKeyword(_) => {
+                self.wrong_type(key, "a string", value);
+                None
+            }
+        }
+    }
+
+    fn object<'v, 'a>(&mut self, key: &str, value: &'v Value<'a>) -> Option<&'v Object<'a>> {
+        match value {
+            Value::Object(object) => Some(object),
+            Value::StringLit(_)
+            | Value::NumberLit(_)
+            | Value::BooleanLit(_)
+            | Value::Array(_)
+            | Value::NullKeyword(_) => {
+                self.wrong_type(key, "an object", value);
+                None
+            }
+        }
+    }
+
+    fn top(&mut self, object: &Object<'_>) {
+        for prop in self.props(object, "") {
+            let value = &prop.value;
+            match prop.name.as_str() {
+                "agent" => {
+                    if let Some(agent) = self.string("agent", value) {
+                        if agent.is_empty() {
+                            self.error(
+                                SettingsErrorKind::InvalidValue,
+                                value.range().start,
+                                "\"agent\" is empty; name an agent, e.g. \"claude\", or remove the key"
+                                    .into(),
+                            );
+                        } else {
+                            self.layer.agent = Some(agent);
+                        }
+                    }
+                }
+                "prompt" => {
+                    if let Some(prompt) = self.object("prompt", value) {
+                        self.prompt(prompt);
+                    }
+                }
+                "env" => {
+                    if let Some(env) = self.object("env", value) {
+                        self.layer.env = self.env(env);
+                    }
+                }
+                "channels" => {
+                    if let Some(channels) = self.object("channels", value) {
+                        self.layer.channels = self.channels(channels);
+                    }
+                }
+                "plugins" => self.plugins(value),
+                _ => self.unknown(prop, "", &TOP_KEYS),
+            }
+        }
+    }
+
+    fn prompt(&mut self, object: &Object<'_>) {
+        for prop in self.props(object, "prompt") {
+            match prop.name.as_str() {
+                "append" => self.layer.prompt.append = self.string("prompt.append", &prop.value),
+                _ => self.unknown(prop, "prompt", &PROMPT_KEYS),
+            }
+        }
+    }
+
+    /// Environment variables, refusing names and values no process could be given.
+    fn env(&mut self, object: &Object<'_>) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for prop in self.props(object, "env") {
+            let name = prop.name.as_str();
+            let bad_name = if name.is_empty() {
+                Some("an environment variable name is empty".to_owned())
+            } else if name.contains('=') || name.contains('\0') {
+                Some(format!(
+                    "the environment variable name {name:?} contains '=' or NUL, which no process environment allows"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = bad_name {
+                self.error(SettingsErrorKind::InvalidValue, prop.range.start, message);
+                continue;
+            }
+            let key = scoped("env", name);
+            let Some(value) = self.string(&key, &prop.value) else {
+                continue;
+            };
+            if value.contains('\0') {
+                self.error(
+                    SettingsErrorKind::InvalidValue,
+                    prop.value.range().start,
+                    format!(
+                        "{key:?} contains a NUL character, which no process environment allows"
+                    ),
+                );
+                continue;
+            }
+            env.insert(name.to_owned(), value);
+        }
+        env
+    }
+
+    /// Channel settings: any key, string values (secrets, tokens, URLs).
+    fn channels(&mut self, object: &Object<'_>) -> BTreeMap<String, String> {
+        let mut channels = BTreeMap::new();
+        for prop in self.props(object, "channels") {
+            let name = prop.name.as_str();
+            if let Some(value) = self.string(&scoped("channels", name), &prop.value) {
+                channels.insert(name.to_owned(), value);
+            }
+        }
+        channels
+    }
+
+    fn plugins(&mut self, value: &Value<'_>) {
+        let Value::Array(array) = value else {
+            self.wrong_type("plugins", "an array", value);
+            return;
+        };
+        let mut entries = Vec::with_capacity(array.elements.len());
+        for (index, item) in array.elements.iter().enumerate() {
+            if let Some(entry) = self.plugin(index, item) {
+                entries.push(entry);
+            }
+        }
+        self.layer.plugins = entries;
+    }
+
+    fn plugin(&mut self, index: usize, item: &Value<'_>) -> Option<PluginEntry> {
+        let key = format!("plugins[{index}]");
+        match item {
+            Value::StringLit(lit) => {
+                let located = self.locate(lit.range.start, &lit.value)?;
+                let Some(id) = located.name.clone() else {
+                    self.error(
+                        SettingsErrorKind::InvalidPluginPath,
+                        lit.range.start,
+                        format!(
+                            "the plugin path {:?} resolves to {}, which names no file or folder",
+                            lit.value, located.path
+                        ),
+                    );
+                    return None;
+                };
+                if let Err(why) = plugin::check_id(&id) {
+                    self.error(
+                        SettingsErrorKind::InvalidPluginPath,
+                        lit.range.start,
+                        format!(
+                            "{why} (taken from {}); give an id with {{ \"plugin\": \"<id>\", \"path\": ... }}",
+                            located.path
+                        ),
+                    );
+                    return None;
+                }
+                Some(self.add(id, located))
+            }
+            Value::Object(object) => self.plugin_object(&key, object),
+            Value::NumberLit(_)
+            | Value::BooleanLit(_)
+            | Value::Array(_)
+            | Value::NullKeyword(_) => {
+                self.wrong_type(
+                    &key,
+                    "a path or an object like { \"plugin\": \"<id>\", \"enabled\": false }",
+                    item,
+                );
+                None
+            }
+        }
+    }
+
+    fn plugin_object(&mut self, key: &str, object: &Object<'_>) -> Option<PluginEntry> {
+        let mut id = None;
+        let mut path = None;
+        let mut enabled = true;
+        let mut ok = true;
+        for prop in self.props(object, key) {
+            let value = &prop.value;
+            match prop.name.as_str() {
+                "plugin" => match self.string(&scoped(key, "plugin"), value) {
+                    Some(text) => id = Some((text, value.range().start)),
+                    None => ok = false,
+                },
+                "path" => match self.string(&scoped(key, "path"), value) {
+                    Some(text) => path = Some((text, value.range().start)),
+                    None => ok = false,
+                },
+                "enabled" => match value {
+                    Value::BooleanLit(lit) => enabled = lit.value,
+                    Value::StringLit(_)
+                    | Value::NumberLit(_)
+                    | Value::Object(_)
+                    | Value::Array(_)
+                    | Value::NullKeyword(_) => {
+                        self.wrong_type(&scoped(key, "enabled"), "true or false", value);
+                        ok = false;
+                    }
+                },
+                _ => self.unknown(prop, key, &PLUGIN_KEYS),
+            }
+        }
+        // A key of the wrong type was reported already; nothing more is certain.
+        if !ok {
+            return None;
+        }
+        let Some((id, id_at)) = id else {
+            self.error(
+                SettingsErrorKind::InvalidValue,
+                object.range.start,
+                format!("{key:?} has no \"plugin\" id; write {{ \"plugin\": \"<id>\", ... }}"),
+            );
+            return None;
+        };
+        if let Err(why) = plugin::check_id(&id) {
+            self.error(SettingsErrorKind::InvalidValue, id_at, why);
+            return None;
+        }
+        if !enabled {
+            if let Some((_, path_at)) = path {
+                self.warn(
+                    path_at,
+                    format!(
+                        "{:?} is ignored because the plugin is disabled",
+                        scoped(key, "path")
+                    ),
+                );
+            }
+            return Some(PluginEntry::Remove { id });
+        }
+        let Some((raw, path_at)) = path else {
+            self.error(
+                SettingsErrorKind::InvalidValue,
+                object.range.start,
+                format!(
+                    "plugin {id:?} has no \"path\"; give one, or set \"enabled\": false to remove it"
+                ),
+            );
+            return None;
+        };
+        let located = self.locate(path_at, &raw)?;
+        Some(self.add(id, located))
+    }
+
+    fn locate(&mut self, offset: usize, raw: &str) -> Option<Located> {
+        match plugin::locate(&self.layer.dir, raw) {
+            Ok(located) => Some(located),
+            Err(message) => {
+                self.error(SettingsErrorKind::InvalidPluginPath, offset, message);
+                None
+            }
+        }
+    }
+
+    fn add(&self, id: String, located: Located) -> PluginEntry {
+        PluginEntry::Add(Plugin {
+            id,
+            kind: located.kind,
+            path: located.path,
+            declared_in: self.layer.file.clone(),
+        })
+    }
+}
+
+/// `scope.name`, or `name` at the top level.
+fn scoped(scope: &str, name: &str) -> String {
+    if scope.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{scope}.{name}")
+    }
+}
+
+/// "a string", "an object", …: the kind of a JSON value, for messages.
+fn describe(value: &Value<'_>) -> &'static str {
+    match value {
+        Value::StringLit(_) => "a string",
+        Value::NumberLit(_) => "a number",
+        Value::BooleanLit(_) => "a boolean",
+        Value::Object(_) => "an object",
+        Value::Array(_) => "an array",
+        Value::NullKeyword(_) => "null",
+    }
+}
+
+fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// The known key closest to a misspelt one, if it is within two edits.
+fn suggest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+    if name.chars().count() > 32 {
+        return None;
+    }
+    known
+        .iter()
+        .map(|k| (edit_distance(name, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Byte offset → 1-based line and character column, counting `\n`, `\r\n` and a lone
+/// `\r` as one line break each (as jsonc-parser does).
+#[derive(Debug)]
+struct Lines<'t> {
+    text: &'t str,
+    starts: Vec<usize>,
+}
+
+impl<'t> Lines<'t> {
+    fn new(text: &'t str) -> Lines<'t> {
+        let bytes = text.as_bytes();
+        let mut starts = vec![0];
+        for (i, b) in bytes.iter().enumerate() {
+            let ends_line = *b == b'\n' || (*b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            if ends_line {
+                starts.push(i + 1);
+            }
+        }
+        Lines { text, starts }
+    }
+
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let line = self.starts.partition_point(|s| *s <= offset).max(1);
+        let start = self.starts[line - 1];
+        let column = match self.text.get(start..offset) {
+            Some(prefix) => prefix.chars().count(),
+            None => offset - start,
+        };
+        (line, column + 1)
+    }
+}
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;

@@ -1,0 +1,42 @@
+# Shared set-up steps for Berth's scripts. Each step checks before it installs, so the
+# scripts are fast on a prepared machine and complete on a fresh one.
+
+# The wasm-bindgen version pinned in Cargo.toml (`wasm-bindgen = "=X"`): the CLI must
+# match the crate exactly.
+WASM_BINDGEN_VERSION=$(sed -n 's/^wasm-bindgen = "=\(.*\)"/\1/p' Cargo.toml)
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+ensure_wasm_toolchain() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    say "installing the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+  fi
+  local have=""
+  if command -v wasm-bindgen >/dev/null; then
+    have=$(wasm-bindgen --version | awk '{print $2}')
+  fi
+  if [[ "$have" != "$WASM_BINDGEN_VERSION" ]]; then
+    say "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (found: ${have:-none})"
+    # --locked first, as upstream intends; its lock file has named a crate version the
+    # registry no longer serves, so fall back to a fresh resolution of the same release.
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked \
+      || cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  fi
+}
+
+ensure_node() {
+  if ! command -v node >/dev/null; then
+    say "installing Node.js from Debian's packages"
+    apt_install nodejs npm
+  fi
+}
+
+apt_updated=""
+apt_install() {
+  if [[ -z "$apt_updated" ]]; then
+    apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every test Berth has, installing what they need on a fresh machine first.
+# This is the README's test command and what CI runs (.ci/run).
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    skip the slow end-to-end suites (browser, fault runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+quick=""
+[[ "${1:-}" == "--quick" ]] && quick=1
+
+ensure_wasm_toolchain
+ensure_node
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+
+say "formatting"
+cargo fmt --all -- --check
+
+say "clippy, default features"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+say "clippy, without local-binding (browser and cloud builds)"
+cargo clippy -p berth-core -p berth-web -p berth-wasm --all-targets --no-default-features --locked -- -D warnings
+
+say "tests, default features"
+cargo test --workspace --locked
+say "tests, without local-binding (the cloud build)"
+cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features --locked
+
+say "the browser bundle"
+scripts/build-wasm.sh
+say "wasm tests under Node"
+cargo test -p berth-wasm --target wasm32-unknown-unknown --locked
+
+if [[ -z "$quick" && -x scripts/test-browser.sh ]]; then
+  say "the web UI in headless Chromium"
+  scripts/test-browser.sh
+fi
+say "all tests passed"

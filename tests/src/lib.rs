@@ -1,0 +1,1 @@
+//! Shared helpers for Berth end-to-end tests.

@@ -1,0 +1,145 @@
+//! The seam between the server and whatever runs tasks.
+//!
+//! The server decides *what* runs and records everything; an [`Executor`] runs it.
+//! `berth-local-agent` hands in its native executor at startup; the cloud build runs
+//! with none, so it has no way to reach a local path. Placements that name a local
+//! directory exist only with `local-binding`.
+
+use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
+use berth_core::event::AgentEvent;
+use berth_core::{ErrorCode, Refusal};
+use std::future::Future;
+use std::pin::Pin;
+use tokio::sync::{mpsc, watch};
+
+/// How an agent is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    Claude,
+    Codex,
+    Command,
+}
+
+/// A registered agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AgentSpec {
+    pub name: String,
+    pub kind: AgentKind,
+    /// The program and its arguments. For `claude`/`codex`, the program to run
+    /// (default `claude`/`codex`) plus extra arguments; for `command`, the command.
+    pub command: Vec<String>,
+}
+
+/// Where a task runs, as resolved by the server (core's resolution, on the claiming
+/// machine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In the bound (or project) directory itself.
+    #[cfg(feature = "local-binding")]
+    InPlace { dir: berth_core::LocalPath },
+    /// In the session's git worktree of the directory.
+    #[cfg(feature = "local-binding")]
+    Worktree { dir: berth_core::LocalPath },
+    /// In the session's scratch directory.
+    Scratch,
+}
+
+/// Facts about the session, for the agent's brief.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFacts {
+    pub id: String,
+    pub title: String,
+    /// The privacy-stripped bound directory, if any.
+    pub display: Option<String>,
+}
+
+/// One task handed to an executor.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    pub task_id: String,
+    pub session: SessionFacts,
+    pub agent: AgentSpec,
+    pub prompt: String,
+    pub placement: Placement,
+    /// The agent's session/thread id from the previous turn in the same place.
+    pub resume_id: Option<String>,
+}
+
+/// What an executor reports while a task runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecEvent {
+    /// A status change, e.g. `waiting_lock` with who holds the directory, or `running`.
+    Status {
+        status: TaskStatus,
+        wait_reason: Option<String>,
+    },
+    /// Something the agent did.
+    Agent(AgentEvent),
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// `succeeded`, `failed`, `cancelled`, `refused` or `interrupted`.
+    pub status: TaskStatus,
+    pub exit_code: Option<i32>,
+    /// Why it failed or was refused (a refusal's code is in `code`).
+    pub error: Option<String>,
+    pub code: Option<ErrorCode>,
+    /// Where the agent actually worked.
+    pub work_dir: Option<String>,
+    /// The agent's resume id to pass on the next turn (`None` clears it).
+    pub resume_id: Option<String>,
+    /// For worktree runs, the branch the changes were committed on.
+    pub branch: Option<String>,
+}
+
+impl TaskOutcome {
+    /// A task refused before anything ran.
+    pub fn refused(r: &Refusal) -> TaskOutcome {
+        TaskOutcome {
+            status: TaskStatus::Refused,
+            exit_code: None,
+            error: Some(r.message.clone()),
+            code: Some(r.code),
+            work_dir: None,
+            resume_id: None,
+            branch: None,
+        }
+    }
+}
+
+/// A boxed future, so executors can be trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A directory validated natively for a binding.
+#[cfg(feature = "local-binding")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedDir {
+    pub canonical: berth_core::LocalPath,
+    pub display: String,
+}
+
+/// Runs tasks on one machine.
+pub trait Executor: Send + Sync + 'static {
+    /// This machine's id and human name.
+    fn machine(&self) -> (MachineId, String);
+
+    /// Runs one task to its end, reporting progress on `events`. When `cancel` turns
+    /// `true` the executor stops the agent (its whole process group), restores the
+    /// directory and returns `cancelled`. The executor never returns before the
+    /// directory is restored.
+    fn run(
+        &self,
+        task: TaskSpec,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, TaskOutcome>;
+
+    /// Validates a directory natively, as a binding would use it (no server state
+    /// involved). Runs blocking I/O; callers use `spawn_blocking`.
+    #[cfg(feature = "local-binding")]
+    fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal>;
+}
