@@ -25,6 +25,13 @@ ensure_wasm_toolchain() {
   fi
 }
 
+ensure_wasm_opt() {
+  if ! command -v wasm-opt >/dev/null; then
+    say "installing binaryen (wasm-opt) from Debian's packages"
+    apt_install binaryen
+  fi
+}
+
 ensure_node() {
   if ! command -v node >/dev/null; then
     say "installing Node.js from Debian's packages"

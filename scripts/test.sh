@@ -23,6 +23,8 @@ say "clippy, default features"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 say "clippy, without local-binding (browser and cloud builds)"
 cargo clippy -p berth-core -p berth-web -p berth-wasm --all-targets --no-default-features --locked -- -D warnings
+say "clippy, the browser bundle for wasm32"
+cargo clippy -p berth-wasm --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
 say "tests, default features"
 cargo test --workspace --locked

@@ -11,7 +11,9 @@ use std::hint::black_box;
 fn lexical(c: &mut Criterion) {
     let ctx = Context::new(Platform::Linux)
         .with_home(LocalPath::parse(Platform::Linux, "/home/alice").unwrap())
-        .with_berth_state(LocalPath::parse(Platform::Linux, "/home/alice/.local/share/berth").unwrap());
+        .with_berth_state(
+            LocalPath::parse(Platform::Linux, "/home/alice/.local/share/berth").unwrap(),
+        );
     c.bench_function("lexical check, accepted (~/code/app/./src/../)", |b| {
         b.iter(|| check_str(black_box(&ctx), black_box("/home/alice/code/app/./src/../")))
     });
@@ -35,7 +37,11 @@ fn resolution(c: &mut Criterion) {
         mode: BindMode::InPlace,
         state: BindingState::Ok,
     };
-    let dirs = vec![ProjectDir { machine: b.clone(), dir: "~/p".to_owned(), mode: BindMode::Worktree }];
+    let dirs = vec![ProjectDir {
+        machine: b.clone(),
+        dir: "~/p".to_owned(),
+        mode: BindMode::Worktree,
+    }];
     let online = vec![a.clone(), b.clone()];
     c.bench_function("resolution, bound session", |bch| {
         bch.iter(|| {

@@ -237,7 +237,12 @@ mod tests {
         assert!(err.to_string().contains("unknown field `binding`"), "{err}");
         let err = serde_json::from_str::<NewSession>(r#"{"dir":"/home/u/app"}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `dir`"), "{err}");
-        let unbound = WITH_BINDING.split(",\n        \"binding\"").next().unwrap().to_owned() + "}";
+        let unbound = WITH_BINDING
+            .split(",\n        \"binding\"")
+            .next()
+            .unwrap()
+            .to_owned()
+            + "}";
         let s: Session = serde_json::from_str(&unbound).unwrap();
         assert_eq!(s.id, "s1");
     }
@@ -272,7 +277,10 @@ mod tests {
              unknown_session unknown_agent"
         );
         for c in ErrorCode::ALL {
-            assert_eq!(serde_json::to_value(c).unwrap(), serde_json::json!(c.as_str()));
+            assert_eq!(
+                serde_json::to_value(c).unwrap(),
+                serde_json::json!(c.as_str())
+            );
             assert_eq!(ErrorCode::from_name(c.as_str()), Some(c));
         }
     }

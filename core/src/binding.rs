@@ -82,6 +82,20 @@ pub enum BindingState {
 }
 
 impl BindingState {
+    /// Every state.
+    pub const ALL: [BindingState; 5] = [
+        BindingState::Ok,
+        BindingState::Missing,
+        BindingState::Changed,
+        BindingState::WaitingLock,
+        BindingState::MachineOffline,
+    ];
+
+    /// Parses the contract spelling.
+    pub fn from_name(name: &str) -> Option<BindingState> {
+        BindingState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             BindingState::Ok => "ok",

@@ -79,7 +79,12 @@ fn redact(text: &str, name: Option<&str>) -> String {
     let mut i = 0;
     while i < hay.len() {
         let end = i + needle.len();
-        if end <= hay.len() && hay[i..end].iter().map(|c| fold(*c)).eq(needle.iter().copied()) {
+        if end <= hay.len()
+            && hay[i..end]
+                .iter()
+                .map(|c| fold(*c))
+                .eq(needle.iter().copied())
+        {
             out.push_str(USER_PLACEHOLDER);
             i = end;
         } else {

@@ -12,12 +12,13 @@
 
 pub mod api;
 pub mod binding;
-pub mod context;
 pub mod code;
+pub mod context;
 pub mod display;
 pub mod event;
 pub mod path;
 pub mod platform;
+pub mod quote;
 pub mod resolve;
 pub mod rules;
 pub mod settings;

@@ -7,6 +7,7 @@
 
 use crate::code::{ErrorCode, Refusal};
 use crate::platform::Platform;
+use crate::quote::{QuotedChar, q};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -62,7 +63,7 @@ impl LocalPath {
         if input.contains('\0') {
             return Err(Refusal::new(
                 ErrorCode::PathInvalid,
-                format!("the path {:?} contains a NUL byte", input.replace('\0', "\\0")),
+                format!("the path {} contains a NUL byte", q(input)),
                 "remove the NUL byte; no file name can contain one",
             ));
         }
@@ -129,7 +130,11 @@ impl LocalPath {
             return None;
         }
         let parts = self.parts[..self.parts.len() - 1].to_vec();
-        Some(LocalPath::from_parts(self.platform, self.root.clone(), parts))
+        Some(LocalPath::from_parts(
+            self.platform,
+            self.root.clone(),
+            parts,
+        ))
     }
 
     /// This path followed by one more normal component. Returns an error if `name` is
@@ -144,7 +149,7 @@ impl LocalPath {
         if joined.parts.len() != self.parts.len() + 1 || joined.root != self.root {
             return Err(Refusal::new(
                 ErrorCode::PathInvalid,
-                format!("{name:?} is not a single file name"),
+                format!("{} is not a single file name", q(name)),
                 "give one name without separators, `.` or `..`",
             ));
         }
@@ -249,7 +254,7 @@ impl<'de> Deserialize<'de> for LocalPath {
 fn not_absolute(input: &str, hint: &str) -> Refusal {
     Refusal::new(
         ErrorCode::PathNotAbsolute,
-        format!("{input:?} is not an absolute path"),
+        format!("{} is not an absolute path", q(input)),
         hint,
     )
 }
@@ -293,7 +298,11 @@ fn check_windows_name(input: &str, name: &str) -> Result<(), Refusal> {
     {
         return Err(Refusal::new(
             ErrorCode::PathInvalid,
-            format!("{input:?} contains {bad:?}, which Windows does not allow in a name"),
+            format!(
+                "{} contains {}, which Windows does not allow in a name",
+                q(input),
+                QuotedChar(bad)
+            ),
             "remove the character from the path",
         ));
     }
@@ -304,7 +313,11 @@ fn check_windows_name(input: &str, name: &str) -> Result<(), Refusal> {
     {
         return Err(Refusal::new(
             ErrorCode::PathInvalid,
-            format!("{input:?} uses {name:?}, a reserved device name on Windows"),
+            format!(
+                "{} uses {}, a reserved device name on Windows",
+                q(input),
+                q(name)
+            ),
             "rename that component",
         ));
     }
@@ -314,8 +327,7 @@ fn check_windows_name(input: &str, name: &str) -> Result<(), Refusal> {
 fn parse_windows(platform: Platform, input: &str) -> Result<LocalPath, Refusal> {
     let is_sep = |c: char| c == '\\' || c == '/';
     let chars: Vec<char> = input.chars().take(4).collect();
-    let (root, rest): (Root, &str) = if chars.len() >= 2 && is_sep(chars[0]) && is_sep(chars[1])
-    {
+    let (root, rest): (Root, &str) = if chars.len() >= 2 && is_sep(chars[0]) && is_sep(chars[1]) {
         // `\\?\…`, `\\.\…` (device) or `\\server\share\…` (UNC).
         let after = &input[2..];
         let marker = after.chars().next();
@@ -329,7 +341,7 @@ fn parse_windows(platform: Platform, input: &str) -> Result<LocalPath, Refusal> 
                 if server.is_empty() || share.is_empty() {
                     return Err(Refusal::new(
                         ErrorCode::PathInvalid,
-                        format!("{input:?} is a UNC path without a server and share"),
+                        format!("{} is a UNC path without a server and share", q(input)),
                         "write a UNC path as \\\\server\\share\\folder",
                     ));
                 }
@@ -382,7 +394,9 @@ mod tests {
     use super::*;
 
     fn ok(p: Platform, s: &str) -> String {
-        LocalPath::parse(p, s).map(|l| l.as_str().to_owned()).unwrap()
+        LocalPath::parse(p, s)
+            .map(|l| l.as_str().to_owned())
+            .unwrap()
     }
     fn code(p: Platform, s: &str) -> ErrorCode {
         LocalPath::parse(p, s).unwrap_err().code
@@ -434,7 +448,11 @@ mod tests {
             (Platform::Windows, "\\foo", ErrorCode::PathNotAbsolute),
             (Platform::Windows, "foo", ErrorCode::PathNotAbsolute),
             (Platform::Windows, "C:\\a|b", ErrorCode::PathInvalid),
-            (Platform::Windows, "C:\\code\\con.txt", ErrorCode::PathInvalid),
+            (
+                Platform::Windows,
+                "C:\\code\\con.txt",
+                ErrorCode::PathInvalid,
+            ),
             (Platform::Windows, "\\\\server", ErrorCode::PathInvalid),
         ];
         for (p, input, want) in cases {

@@ -33,6 +33,13 @@ impl Origin {
         }
     }
 
+    /// Parses the contract spelling.
+    pub fn from_name(name: &str) -> Option<Origin> {
+        [Origin::Desktop, Origin::Web, Origin::Channel, Origin::Api]
+            .into_iter()
+            .find(|o| o.as_str() == name)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Origin::Desktop => "desktop",
@@ -51,6 +58,22 @@ pub enum Runtime {
     Local,
     /// The cloud build (`berth-server`): never a local path.
     Cloud,
+}
+
+impl Runtime {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Local => "local",
+            Runtime::Cloud => "cloud",
+        }
+    }
+
+    /// Parses the contract spelling.
+    pub fn from_name(name: &str) -> Option<Runtime> {
+        [Runtime::Local, Runtime::Cloud]
+            .into_iter()
+            .find(|r| r.as_str() == name)
+    }
 }
 
 /// A project's local-directory resource on one machine.
@@ -100,6 +123,23 @@ pub enum Reason {
     NoDirectory,
 }
 
+impl Reason {
+    /// The stable name of the reason, as serialized in its `reason` tag.
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Reason::OriginNeverLocal { .. } => "origin_never_local",
+            Reason::CloudRuntime => "cloud_runtime",
+            Reason::BoundOriginCannotBind { .. } => "bound_origin_cannot_bind",
+            Reason::BoundInCloud => "bound_in_cloud",
+            Reason::SessionBinding => "session_binding",
+            Reason::BoundMachineOffline { .. } => "bound_machine_offline",
+            Reason::BoundElsewhere { .. } => "bound_elsewhere",
+            Reason::ProjectDirectory => "project_directory",
+            Reason::NoDirectory => "no_directory",
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -140,18 +180,41 @@ impl fmt::Display for Reason {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Resolution<D> {
     /// In the directory itself, on `machine`.
-    InPlace { dir: D, machine: MachineId, why: Reason },
+    InPlace {
+        dir: D,
+        machine: MachineId,
+        why: Reason,
+    },
     /// In a per-session git worktree of `dir`, on `machine`.
-    Worktree { dir: D, machine: MachineId, why: Reason },
+    Worktree {
+        dir: D,
+        machine: MachineId,
+        why: Reason,
+    },
     /// In the session's scratch directory, on whichever machine claims it.
     Scratch { why: Reason },
     /// Not yet: the bound machine is offline.
-    Wait { machine: MachineId, code: ErrorCode, why: Reason },
+    Wait {
+        machine: MachineId,
+        code: ErrorCode,
+        why: Reason,
+    },
     /// Never from here.
     Refuse { code: ErrorCode, why: Reason },
 }
 
 impl<D> Resolution<D> {
+    /// The stable name of the outcome, as serialized in its `kind` tag.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Resolution::InPlace { .. } => "in_place",
+            Resolution::Worktree { .. } => "worktree",
+            Resolution::Scratch { .. } => "scratch",
+            Resolution::Wait { .. } => "wait",
+            Resolution::Refuse { .. } => "refuse",
+        }
+    }
+
     /// The reason, whatever the outcome.
     pub fn why(&self) -> &Reason {
         match self {
@@ -204,7 +267,12 @@ pub fn resolve<B: BindingFacts>(req: &Request<'_, B>) -> Resolution<B::Dir> {
     if let Some(binding) = req.binding {
         let machine = binding.machine();
         if machine == req.claimer {
-            return placed(binding.dir(), machine.clone(), binding.mode(), Reason::SessionBinding);
+            return placed(
+                binding.dir(),
+                machine.clone(),
+                binding.mode(),
+                Reason::SessionBinding,
+            );
         }
         return if req.online.contains(machine) {
             Resolution::Refuse {
@@ -223,7 +291,11 @@ pub fn resolve<B: BindingFacts>(req: &Request<'_, B>) -> Resolution<B::Dir> {
             }
         };
     }
-    if let Some(pd) = req.project_dirs.iter().find(|pd| &pd.machine == req.claimer) {
+    if let Some(pd) = req
+        .project_dirs
+        .iter()
+        .find(|pd| &pd.machine == req.claimer)
+    {
         return placed(
             pd.dir.clone(),
             pd.machine.clone(),

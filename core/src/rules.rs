@@ -140,9 +140,11 @@ pub const RULES: &[Rule] = &[
 
 fn pattern_eq(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
-        Some(prefix) => name.len() >= prefix.len()
-            && name.is_char_boundary(prefix.len())
-            && names_eq(&name[..prefix.len()], prefix, true),
+        Some(prefix) => {
+            name.len() >= prefix.len()
+                && name.is_char_boundary(prefix.len())
+                && names_eq(&name[..prefix.len()], prefix, true)
+        }
         None => names_eq(pattern, name, true),
     }
 }
@@ -223,7 +225,13 @@ fn hint_for(code: ErrorCode) -> &'static str {
     }
 }
 
-fn refuse(ctx: &Context, path: &LocalPath, top: &LocalPath, code: ErrorCode, what: &str) -> Refusal {
+fn refuse(
+    ctx: &Context,
+    path: &LocalPath,
+    top: &LocalPath,
+    code: ErrorCode,
+    what: &str,
+) -> Refusal {
     let shown = display(ctx, path);
     let message = if top == path {
         format!("{shown} is {what}")
@@ -263,14 +271,31 @@ pub fn check(ctx: &Context, path: &LocalPath) -> Result<(), Refusal> {
     if let Some((r, _)) = first(Extent::Exact) {
         return Err(refuse(ctx, path, path, r.code, r.what));
     }
-    let same = |a: &LocalPath, b: &LocalPath| a.starts_with_case(b, true) && b.starts_with_case(a, true);
+    let same =
+        |a: &LocalPath, b: &LocalPath| a.starts_with_case(b, true) && b.starts_with_case(a, true);
     if let Some(home) = &ctx.home
         && same(path, home)
     {
-        return Err(refuse(ctx, path, path, HomeDirectory, "your home directory"));
+        return Err(refuse(
+            ctx,
+            path,
+            path,
+            HomeDirectory,
+            "your home directory",
+        ));
     }
-    if let Some(state) = ctx.berth_state.iter().find(|s| path.starts_with_case(s, true)) {
-        return Err(refuse(ctx, path, state, ErrorCode::BerthState, "Berth's own state"));
+    if let Some(state) = ctx
+        .berth_state
+        .iter()
+        .find(|s| path.starts_with_case(s, true))
+    {
+        return Err(refuse(
+            ctx,
+            path,
+            state,
+            ErrorCode::BerthState,
+            "Berth's own state",
+        ));
     }
     if let Some((r, depth)) = first(Extent::Subtree) {
         return Err(refuse(ctx, path, &prefix_of(path, depth), r.code, r.what));
@@ -286,7 +311,11 @@ pub fn check(ctx: &Context, path: &LocalPath) -> Result<(), Refusal> {
             "an ancestor of your home directory",
         ));
     }
-    if ctx.berth_state.iter().any(|s| s.starts_with_case(path, true)) {
+    if ctx
+        .berth_state
+        .iter()
+        .any(|s| s.starts_with_case(path, true))
+    {
         return Err(refuse(
             ctx,
             path,

@@ -4,32 +4,30 @@
 //! bundle small and the JavaScript side trivial. Nothing here can express a binding
 //! write; the preview works on the privacy-stripped read view.
 
-use berth_core::api::CheckReport;
-use berth_core::binding::{BindingView, MachineId};
+mod input;
+mod json;
+
 use berth_core::display::display;
-use berth_core::resolve::{Origin, ProjectDir, Request, Resolution, Runtime, resolve};
+use berth_core::resolve::{Reason, Request, Resolution, resolve};
 use berth_core::rules::check_str;
+use berth_core::settings::{Diagnostic, Severity};
 use berth_core::{Context, LocalPath, Platform};
-use serde::{Deserialize, Serialize};
+use json::{Obj, bad_request};
 use wasm_bindgen::prelude::*;
 
-fn context(platform: &str, home: &str) -> Result<Context, String> {
-    let platform = Platform::from_name(platform)
-        .ok_or_else(|| format!("unknown platform {platform:?}; use linux, macos or windows"))?;
+fn platform(name: &str) -> Result<Platform, String> {
+    Platform::from_name(name)
+        .ok_or_else(|| format!("unknown platform {name:?}; use linux, macos or windows"))
+}
+
+fn context(platform_name: &str, home: &str) -> Result<Context, String> {
+    let platform = platform(platform_name)?;
     let mut ctx = Context::new(platform);
     if !home.is_empty() {
         let home = LocalPath::parse(platform, home).map_err(|r| r.message)?;
         ctx = ctx.with_home(home);
     }
     Ok(ctx)
-}
-
-fn json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()))
-}
-
-fn bad_input(message: String) -> String {
-    json(&serde_json::json!({ "error": { "code": "bad_request", "message": message } }))
 }
 
 /// Checks a path lexically for `platform` (`linux`, `macos`, `windows`), with the
@@ -39,20 +37,34 @@ fn bad_input(message: String) -> String {
 pub fn check_path(platform: &str, input: &str, home: &str) -> String {
     let ctx = match context(platform, home) {
         Ok(ctx) => ctx,
-        Err(message) => return bad_input(message),
+        Err(message) => return bad_request(&message),
     };
-    let report = match check_str(&ctx, input) {
-        Ok(path) => CheckReport::accepted(path.as_str().to_owned(), display(&ctx, &path)),
+    match check_str(&ctx, input) {
+        Ok(path) => {
+            let shown = display(&ctx, &path);
+            Obj::new()
+                .bool("ok", true)
+                .raw("code", "null")
+                .str("message", &format!("{shown} can be bound"))
+                .str("canonical", path.as_str())
+                .str("display", &shown)
+                .end()
+        }
         Err(refusal) => {
             let parsed = LocalPath::parse_with_home(ctx.platform, input, ctx.home.as_ref()).ok();
-            CheckReport::refused(
-                &refusal,
-                parsed.as_ref().map(|p| p.as_str().to_owned()),
-                parsed.as_ref().map(|p| display(&ctx, p)),
-            )
+            Obj::new()
+                .bool("ok", false)
+                .str("code", refusal.code.as_str())
+                .str("message", &refusal.message)
+                .opt_str("canonical", parsed.as_ref().map(LocalPath::as_str))
+                .opt_str(
+                    "display",
+                    parsed.as_ref().map(|p| display(&ctx, p)).as_deref(),
+                )
+                .str("hint", &refusal.hint)
+                .end()
         }
-    };
-    json(&report)
+    }
 }
 
 /// The privacy-stripped form of a path, or the input unchanged if it is not a valid
@@ -68,40 +80,51 @@ pub fn display_path(platform: &str, input: &str, home: &str) -> String {
     }
 }
 
-/// The preview's input: the session's read view and what is known of the machines.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PreviewInput {
-    origin: Origin,
-    #[serde(default = "local")]
-    runtime: Runtime,
-    #[serde(default)]
-    binding: Option<BindingView>,
-    #[serde(default)]
-    project_dirs: Vec<ProjectDir<String>>,
-    claimer: MachineId,
-    #[serde(default)]
-    online: Vec<MachineId>,
+fn reason_json(why: &Reason) -> String {
+    let o = Obj::new().str("reason", why.code());
+    match why {
+        Reason::OriginNeverLocal { origin } | Reason::BoundOriginCannotBind { origin } => {
+            o.str("origin", origin.as_str())
+        }
+        Reason::BoundMachineOffline { machine } | Reason::BoundElsewhere { machine } => {
+            o.str("machine", machine.as_str())
+        }
+        Reason::CloudRuntime
+        | Reason::BoundInCloud
+        | Reason::SessionBinding
+        | Reason::ProjectDirectory
+        | Reason::NoDirectory => o,
+    }
+    .end()
 }
 
-fn local() -> Runtime {
-    Runtime::Local
-}
-
-#[derive(Debug, Serialize)]
-struct PreviewOutput {
-    resolution: Resolution<String>,
-    /// The reason, in words.
-    message: String,
+fn resolution_json(r: &Resolution<String>) -> String {
+    let o = Obj::new().str("kind", r.kind());
+    let o = match r {
+        Resolution::InPlace { dir, machine, .. } | Resolution::Worktree { dir, machine, .. } => {
+            o.str("dir", dir).str("machine", machine.as_str())
+        }
+        Resolution::Wait { machine, code, .. } => o
+            .str("machine", machine.as_str())
+            .str("code", code.as_str()),
+        Resolution::Refuse { code, .. } => o.str("code", code.as_str()),
+        Resolution::Scratch { .. } => o,
+    };
+    o.raw("why", &reason_json(r.why())).end()
 }
 
 /// Where the next task of a session would run, and why: resolution on the read view.
-/// Input and output are JSON; malformed input yields `{"error": {...}}`.
+///
+/// Input: `{origin, runtime?, binding?: {display, daemon, daemon_name, mode, state},
+/// project_dirs?: [{machine, dir, mode}], claimer, online?: [id]}`. Output:
+/// `{resolution: {kind, dir?, machine?, code?, why: {reason, ...}}, message}`, or
+/// `{"error": {...}}` for malformed input.
 #[wasm_bindgen]
 pub fn preview(input: &str) -> String {
-    let input: PreviewInput = match serde_json::from_str(input) {
+    let parsed = json::parse(input).and_then(input::preview_input);
+    let input = match parsed {
         Ok(v) => v,
-        Err(e) => return bad_input(format!("the preview input is not valid: {e}")),
+        Err(e) => return bad_request(&format!("the preview input is not valid: {e}")),
     };
     let resolution = resolve(&Request {
         origin: input.origin,
@@ -111,25 +134,42 @@ pub fn preview(input: &str) -> String {
         claimer: &input.claimer,
         online: &input.online,
     });
-    let message = resolution.why().to_string();
-    json(&PreviewOutput {
-        resolution,
-        message,
-    })
+    Obj::new()
+        .raw("resolution", &resolution_json(&resolution))
+        .str("message", &resolution.why().to_string())
+        .end()
+}
+
+fn diagnostic_json(d: &Diagnostic) -> String {
+    let severity = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    Obj::new()
+        .str("severity", severity)
+        .str("file", &d.file)
+        .num("line", d.line)
+        .num("column", d.column)
+        .str("message", &d.message)
+        .end()
 }
 
 /// Checks a settings text as the file `file` in directory `dir` of a `platform`
 /// machine (the directory resolves relative plugin paths). Returns the JSON list of
 /// diagnostics (`severity`, `file`, `line`, `column`, `message`), empty when clean.
 #[wasm_bindgen]
-pub fn check_settings(platform: &str, dir: &str, file: &str, text: &str) -> String {
-    let Some(platform) = Platform::from_name(platform) else {
-        return bad_input(format!("unknown platform {platform:?}; use linux, macos or windows"));
+pub fn check_settings(platform_name: &str, dir: &str, file: &str, text: &str) -> String {
+    let dir = match platform(platform_name)
+        .and_then(|p| LocalPath::parse(p, dir).map_err(|r| r.message))
+    {
+        Ok(dir) => dir,
+        Err(e) => return bad_request(&format!("the settings directory is not valid: {e}")),
     };
-    match LocalPath::parse(platform, dir) {
-        Ok(dir) => json(&berth_core::settings::check_text(file, &dir, text)),
-        Err(r) => bad_input(format!("the settings directory is not valid: {}", r.message)),
-    }
+    json::array(
+        berth_core::settings::check_text(file, &dir, text)
+            .iter()
+            .map(diagnostic_json),
+    )
 }
 
 /// Whether this build carries local bindings (always `false` for the browser bundle).

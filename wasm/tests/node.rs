@@ -40,8 +40,14 @@ fn check_refuses_home_and_accepts_a_project() {
 
 #[wasm_bindgen_test]
 fn display_strips_the_user_name() {
-    assert_eq!(display_path("macos", "/Users/alice/code", "/Users/alice"), "~/code");
-    assert_eq!(display_path("linux", "/home/bob/x", "/home/alice"), "/home/…/x");
+    assert_eq!(
+        display_path("macos", "/Users/alice/code", "/Users/alice"),
+        "~/code"
+    );
+    assert_eq!(
+        display_path("linux", "/home/bob/x", "/home/alice"),
+        "/home/…/x"
+    );
     assert_eq!(display_path("linux", "not a path", ""), "not a path");
 }
 
@@ -53,17 +59,26 @@ fn preview_follows_resolution() {
         "claimer": "m1", "online": ["m1"]
     });
     let out = parse(preview(&bound.to_string()));
-    assert_eq!(out["resolution"], json!({"kind": "in_place", "dir": "~/code/app", "machine": "m1", "why": {"reason": "session_binding"}}));
+    assert_eq!(
+        out["resolution"],
+        json!({"kind": "in_place", "dir": "~/code/app", "machine": "m1", "why": {"reason": "session_binding"}})
+    );
     assert_eq!(out["message"], "the session is bound to this directory");
 
     let mut web = bound.clone();
     web["origin"] = json!("web");
-    assert_eq!(parse(preview(&web.to_string()))["resolution"]["code"], "origin_cannot_bind");
+    assert_eq!(
+        parse(preview(&web.to_string()))["resolution"]["code"],
+        "origin_cannot_bind"
+    );
 
     let mut offline = bound.clone();
     offline["claimer"] = json!("m2");
     offline["online"] = json!(["m2"]);
-    assert_eq!(parse(preview(&offline.to_string()))["resolution"]["kind"], "wait");
+    assert_eq!(
+        parse(preview(&offline.to_string()))["resolution"]["kind"],
+        "wait"
+    );
 
     let bad = parse(preview("{\"origin\": \"desktop\", \"dir\": \"/etc\"}"));
     assert_eq!(bad["error"]["code"], "bad_request");
@@ -71,9 +86,22 @@ fn preview_follows_resolution() {
 
 #[wasm_bindgen_test]
 fn settings_diagnostics_have_positions() {
-    let out = parse(check_settings("linux", "/p/app/.berth", "settings.jsonc", "{\n  \"agent\": 3,\n}"));
+    let out = parse(check_settings(
+        "linux",
+        "/p/app/.berth",
+        "settings.jsonc",
+        "{\n  \"agent\": 3,\n}",
+    ));
     let first = &out.as_array().unwrap()[0];
-    assert_eq!((first["line"].clone(), first["severity"].clone()), (json!(2), json!("error")));
-    let clean = parse(check_settings("linux", "/p/app/.berth", "settings.jsonc", "// ok\n{\"agent\": \"claude\",}"));
+    assert_eq!(
+        (first["line"].clone(), first["severity"].clone()),
+        (json!(2), json!("error"))
+    );
+    let clean = parse(check_settings(
+        "linux",
+        "/p/app/.berth",
+        "settings.jsonc",
+        "// ok\n{\"agent\": \"claude\",}",
+    ));
     assert_eq!(clean, json!([]));
 }

@@ -15,7 +15,9 @@ enum Bound {
     /// Bound on the claiming machine.
     Here,
     /// Bound on another machine, online or not.
-    Elsewhere { online: bool },
+    Elsewhere {
+        online: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +49,14 @@ const fn row(
     project_here: Option<Option<BindMode>>,
     want: Want,
 ) -> Row {
-    Row { local_origin, runtime, bound, bound_mode, project_here, want }
+    Row {
+        local_origin,
+        runtime,
+        bound,
+        bound_mode,
+        project_here,
+        want,
+    }
 }
 
 use BindMode::{InPlace as IP, Worktree as WT};
@@ -83,7 +92,16 @@ fn view(machine: &str, mode: BindMode) -> BindingView {
 }
 
 fn reason_code(r: &Reason) -> String {
-    serde_json::to_value(r).unwrap()["reason"].as_str().unwrap().to_owned()
+    let tagged = serde_json::to_value(r).unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        tagged,
+        r.code(),
+        "Reason::code agrees with the serialized tag"
+    );
+    tagged
 }
 
 #[test]
@@ -91,7 +109,12 @@ fn every_combination_follows_the_table() {
     let a = MachineId::new("a");
     let b = MachineId::new("b");
     let origins = [Origin::Desktop, Origin::Api, Origin::Web, Origin::Channel];
-    let onlines: [Vec<MachineId>; 4] = [vec![], vec![a.clone()], vec![b.clone()], vec![a.clone(), b.clone()]];
+    let onlines: [Vec<MachineId>; 4] = [
+        vec![],
+        vec![a.clone()],
+        vec![b.clone()],
+        vec![a.clone(), b.clone()],
+    ];
     let bindings: Vec<Option<BindingView>> = vec![
         None,
         Some(view("a", IP)),
@@ -101,12 +124,32 @@ fn every_combination_follows_the_table() {
     ];
     let projects: Vec<Vec<ProjectDir<String>>> = vec![
         vec![],
-        vec![ProjectDir { machine: a.clone(), dir: "~/proj-a".into(), mode: IP }],
-        vec![ProjectDir { machine: a.clone(), dir: "~/proj-a".into(), mode: WT }],
-        vec![ProjectDir { machine: b.clone(), dir: "~/proj-b".into(), mode: IP }],
+        vec![ProjectDir {
+            machine: a.clone(),
+            dir: "~/proj-a".into(),
+            mode: IP,
+        }],
+        vec![ProjectDir {
+            machine: a.clone(),
+            dir: "~/proj-a".into(),
+            mode: WT,
+        }],
+        vec![ProjectDir {
+            machine: b.clone(),
+            dir: "~/proj-b".into(),
+            mode: IP,
+        }],
         vec![
-            ProjectDir { machine: b.clone(), dir: "~/proj-b".into(), mode: WT },
-            ProjectDir { machine: a.clone(), dir: "~/proj-a".into(), mode: IP },
+            ProjectDir {
+                machine: b.clone(),
+                dir: "~/proj-b".into(),
+                mode: WT,
+            },
+            ProjectDir {
+                machine: a.clone(),
+                dir: "~/proj-a".into(),
+                mode: IP,
+            },
         ],
     ];
     let mut used = vec![0usize; TABLE.len()];
@@ -118,46 +161,95 @@ fn every_combination_follows_the_table() {
                     for online in &onlines {
                         for project_dirs in &projects {
                             combos += 1;
-                            let req = Request { origin, runtime, binding: binding.as_ref(), project_dirs, claimer, online };
+                            let req = Request {
+                                origin,
+                                runtime,
+                                binding: binding.as_ref(),
+                                project_dirs,
+                                claimer,
+                                online,
+                            };
                             let got = resolve(&req);
                             let bound = match binding {
                                 None => Bound::No,
                                 Some(bv) if &bv.daemon == claimer => Bound::Here,
-                                Some(bv) => Bound::Elsewhere { online: online.contains(&bv.daemon) },
+                                Some(bv) => Bound::Elsewhere {
+                                    online: online.contains(&bv.daemon),
+                                },
                             };
                             let project_here = project_dirs.iter().find(|p| &p.machine == claimer);
                             let (i, r) = TABLE
                                 .iter()
                                 .enumerate()
                                 .find(|(_, r)| {
-                                    r.local_origin.is_none_or(|l| l == origin.may_reach_local_paths())
+                                    r.local_origin
+                                        .is_none_or(|l| l == origin.may_reach_local_paths())
                                         && r.runtime.is_none_or(|rt| rt == runtime)
                                         && r.bound.is_none_or(|bd| bd == bound)
-                                        && r.bound_mode.is_none_or(|m| binding.as_ref().is_some_and(|bv| bv.mode == m))
-                                        && r.project_here.is_none_or(|p| p == project_here.map(|pd| pd.mode))
+                                        && r.bound_mode.is_none_or(|m| {
+                                            binding.as_ref().is_some_and(|bv| bv.mode == m)
+                                        })
+                                        && r.project_here
+                                            .is_none_or(|p| p == project_here.map(|pd| pd.mode))
                                 })
                                 .unwrap_or_else(|| panic!("no row for {req:?}"));
                             used[i] += 1;
                             let want: Resolution<String> = match r.want {
-                                Want::InPlaceBinding => Resolution::InPlace { dir: binding.as_ref().unwrap().display.clone(), machine: claimer.clone(), why: Reason::SessionBinding },
-                                Want::WorktreeBinding => Resolution::Worktree { dir: binding.as_ref().unwrap().display.clone(), machine: claimer.clone(), why: Reason::SessionBinding },
-                                Want::ProjectInPlace => Resolution::InPlace { dir: project_here.unwrap().dir.clone(), machine: claimer.clone(), why: Reason::ProjectDirectory },
-                                Want::ProjectWorktree => Resolution::Worktree { dir: project_here.unwrap().dir.clone(), machine: claimer.clone(), why: Reason::ProjectDirectory },
+                                Want::InPlaceBinding => Resolution::InPlace {
+                                    dir: binding.as_ref().unwrap().display.clone(),
+                                    machine: claimer.clone(),
+                                    why: Reason::SessionBinding,
+                                },
+                                Want::WorktreeBinding => Resolution::Worktree {
+                                    dir: binding.as_ref().unwrap().display.clone(),
+                                    machine: claimer.clone(),
+                                    why: Reason::SessionBinding,
+                                },
+                                Want::ProjectInPlace => Resolution::InPlace {
+                                    dir: project_here.unwrap().dir.clone(),
+                                    machine: claimer.clone(),
+                                    why: Reason::ProjectDirectory,
+                                },
+                                Want::ProjectWorktree => Resolution::Worktree {
+                                    dir: project_here.unwrap().dir.clone(),
+                                    machine: claimer.clone(),
+                                    why: Reason::ProjectDirectory,
+                                },
                                 Want::Scratch(code) => {
-                                    assert!(matches!(got, Resolution::Scratch { .. }), "{req:?} -> {got:?}");
+                                    assert!(
+                                        matches!(got, Resolution::Scratch { .. }),
+                                        "{req:?} -> {got:?}"
+                                    );
                                     assert_eq!(reason_code(got.why()), code, "{req:?}");
                                     continue;
                                 }
                                 Want::Wait => {
                                     let m = binding.as_ref().unwrap().daemon.clone();
-                                    Resolution::Wait { machine: m.clone(), code: ErrorCode::DaemonOffline, why: Reason::BoundMachineOffline { machine: m } }
+                                    Resolution::Wait {
+                                        machine: m.clone(),
+                                        code: ErrorCode::DaemonOffline,
+                                        why: Reason::BoundMachineOffline { machine: m },
+                                    }
                                 }
                                 Want::Refuse(code) => {
-                                    assert_eq!(got, Resolution::Refuse { code, why: got.why().clone() }, "{req:?}");
+                                    assert_eq!(
+                                        got,
+                                        Resolution::Refuse {
+                                            code,
+                                            why: got.why().clone()
+                                        },
+                                        "{req:?}"
+                                    );
                                     continue;
                                 }
                             };
                             assert_eq!(got, want, "{req:?}");
+                            let kind = serde_json::to_value(&got).unwrap()["kind"]
+                                .as_str()
+                                .unwrap()
+                                .to_owned();
+                            assert_eq!(kind, got.kind());
+                            reason_code(got.why());
                         }
                     }
                 }
@@ -174,13 +266,33 @@ fn every_combination_follows_the_table() {
 fn never_a_local_path_from_web_channel_or_cloud() {
     let a = MachineId::new("a");
     let bv = view("a", IP);
-    for (origin, runtime) in [(Origin::Web, Local), (Origin::Channel, Local), (Origin::Desktop, Cloud)] {
-        let got = resolve(&Request { origin, runtime, binding: Some(&bv), project_dirs: &[], claimer: &a, online: &[] });
-        assert_eq!(got.why().clone(), match origin {
-            Origin::Desktop | Origin::Api => Reason::BoundInCloud,
-            o @ (Origin::Web | Origin::Channel) => Reason::BoundOriginCannotBind { origin: o },
+    for (origin, runtime) in [
+        (Origin::Web, Local),
+        (Origin::Channel, Local),
+        (Origin::Desktop, Cloud),
+    ] {
+        let got = resolve(&Request {
+            origin,
+            runtime,
+            binding: Some(&bv),
+            project_dirs: &[],
+            claimer: &a,
+            online: &[],
         });
-        assert!(matches!(got, Resolution::Refuse { code: ErrorCode::OriginCannotBind, .. }));
+        assert_eq!(
+            got.why().clone(),
+            match origin {
+                Origin::Desktop | Origin::Api => Reason::BoundInCloud,
+                o @ (Origin::Web | Origin::Channel) => Reason::BoundOriginCannotBind { origin: o },
+            }
+        );
+        assert!(matches!(
+            got,
+            Resolution::Refuse {
+                code: ErrorCode::OriginCannotBind,
+                ..
+            }
+        ));
     }
 }
 
@@ -188,7 +300,14 @@ fn never_a_local_path_from_web_channel_or_cloud() {
 fn serialized_form_is_tagged() {
     let a = MachineId::new("a");
     let bv = view("a", WT);
-    let got = resolve(&Request { origin: Origin::Desktop, runtime: Local, binding: Some(&bv), project_dirs: &[], claimer: &a, online: &[] });
+    let got = resolve(&Request {
+        origin: Origin::Desktop,
+        runtime: Local,
+        binding: Some(&bv),
+        project_dirs: &[],
+        claimer: &a,
+        online: &[],
+    });
     assert_eq!(
         serde_json::to_value(&got).unwrap(),
         serde_json::json!({"kind": "worktree", "dir": "~/code/a", "machine": "a", "why": {"reason": "session_binding"}})

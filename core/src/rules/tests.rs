@@ -5,10 +5,13 @@ use proptest::prelude::*;
 fn linux() -> Context {
     Context::new(Platform::Linux)
         .with_home(LocalPath::parse(Platform::Linux, "/home/alice").unwrap())
-        .with_berth_state(LocalPath::parse(Platform::Linux, "/home/alice/.local/share/berth").unwrap())
+        .with_berth_state(
+            LocalPath::parse(Platform::Linux, "/home/alice/.local/share/berth").unwrap(),
+        )
 }
 fn macos() -> Context {
-    Context::new(Platform::Macos).with_home(LocalPath::parse(Platform::Macos, "/Users/alice").unwrap())
+    Context::new(Platform::Macos)
+        .with_home(LocalPath::parse(Platform::Macos, "/Users/alice").unwrap())
 }
 fn windows() -> Context {
     Context::new(Platform::Windows)
@@ -16,7 +19,9 @@ fn windows() -> Context {
 }
 
 fn verdict(ctx: &Context, input: &str) -> Result<String, ErrorCode> {
-    check_str(ctx, input).map(|p| p.as_str().to_owned()).map_err(|r| r.code)
+    check_str(ctx, input)
+        .map(|p| p.as_str().to_owned())
+        .map_err(|r| r.code)
 }
 
 #[test]
@@ -33,7 +38,10 @@ fn linux_table() {
         ("/home/alice/.ssh", Err(CredentialDirectory)),
         ("~/.ssh/keys", Err(CredentialDirectory)),
         ("/home/alice/.SSH", Err(CredentialDirectory)),
-        ("/home/alice/.local/share/keyrings/x", Err(CredentialDirectory)),
+        (
+            "/home/alice/.local/share/keyrings/x",
+            Err(CredentialDirectory),
+        ),
         ("/home/alice/.config/berth", Err(CredentialDirectory)),
         ("/home/alice/.local/share/berth/scratch/s1", Err(BerthState)),
         ("/home/alice/.local/share", Err(BerthState)),
@@ -82,7 +90,11 @@ fn macos_and_windows_tables() {
         ("/Users/alice/Code/app", Ok("/Users/alice/Code/app")),
     ];
     for (input, want) in cases {
-        assert_eq!(verdict(&m, input), want.map(str::to_owned), "macos {input:?}");
+        assert_eq!(
+            verdict(&m, input),
+            want.map(str::to_owned),
+            "macos {input:?}"
+        );
     }
     let w = windows();
     let cases: &[(&str, Result<&str, ErrorCode>)] = &[
@@ -90,7 +102,10 @@ fn macos_and_windows_tables() {
         ("d:/", Err(SystemRoot)),
         ("C:\\Users", Err(HomeDirectory)),
         ("c:\\users\\alice", Err(HomeDirectory)),
-        ("C:\\Users\\alice\\AppData\\Roaming", Err(CredentialDirectory)),
+        (
+            "C:\\Users\\alice\\AppData\\Roaming",
+            Err(CredentialDirectory),
+        ),
         ("C:\\Windows\\System32", Err(SystemRoot)),
         ("C:\\Program Files (x86)\\App", Err(SystemRoot)),
         ("C:\\ProgramData\\x", Err(SystemRoot)),
@@ -98,11 +113,18 @@ fn macos_and_windows_tables() {
         ("\\\\?\\C:\\code", Err(SystemRoot)),
         ("\\\\.\\PhysicalDrive0", Err(SystemRoot)),
         ("C:relative", Err(PathNotAbsolute)),
-        ("C:\\Users\\alice\\code\\app", Ok("C:\\Users\\alice\\code\\app")),
+        (
+            "C:\\Users\\alice\\code\\app",
+            Ok("C:\\Users\\alice\\code\\app"),
+        ),
         ("D:\\work\\app", Ok("D:\\work\\app")),
     ];
     for (input, want) in cases {
-        assert_eq!(verdict(&w, input), want.map(str::to_owned), "windows {input:?}");
+        assert_eq!(
+            verdict(&w, input),
+            want.map(str::to_owned),
+            "windows {input:?}"
+        );
     }
 }
 
@@ -133,14 +155,36 @@ fn without_a_home_only_static_rules_fire() {
 }
 
 const SUBTREES: [&str; 18] = [
-    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/dev", "/proc", "/sys", "/run",
-    "/srv", "/snap", "/nix", "/System", "/Library", "/private/etc", "/home/alice/.ssh",
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/boot",
+    "/dev",
+    "/proc",
+    "/sys",
+    "/run",
+    "/srv",
+    "/snap",
+    "/nix",
+    "/System",
+    "/Library",
+    "/private/etc",
+    "/home/alice/.ssh",
 ];
 
 fn case_mix(s: &str, mask: u64) -> String {
     s.chars()
         .enumerate()
-        .map(|(i, c)| if mask >> (i % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() })
+        .map(|(i, c)| {
+            if mask >> (i % 64) & 1 == 1 {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
         .collect()
 }
 

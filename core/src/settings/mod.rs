@@ -194,8 +194,22 @@ pub fn check_text(file: &str, dir: &LocalPath, text: &str) -> Vec<Diagnostic> {
         .map(SettingsError::to_diagnostic)
         .chain(read.layer.warnings)
         .collect();
-    out.sort_by_key(|d| (d.line, d.column));
+    sort_by_position(&mut out, |d| (d.line, d.column));
     out
+}
+
+/// Orders items by their position in the text, keeping equal positions in order.
+///
+/// An insertion sort: the lists are a handful of diagnostics, and a general-purpose
+/// sort instantiated per type costs the browser bundle kilobytes for nothing.
+pub(crate) fn sort_by_position<T>(items: &mut [T], at: impl Fn(&T) -> (usize, usize)) {
+    for i in 1..items.len() {
+        let mut j = i;
+        while j > 0 && at(&items[j - 1]) > at(&items[j]) {
+            items.swap(j - 1, j);
+            j -= 1;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -263,3 +277,4 @@ mod tests {
         );
     }
 }
+

@@ -6,6 +6,7 @@
 use super::plugin::{self, Located};
 use super::{Diagnostic, Layer, Plugin, PluginEntry, SettingsError, SettingsErrorKind, Severity};
 use crate::path::LocalPath;
+use crate::quote::q;
 use jsonc_parser::ast::{Object, ObjectProp, Value};
 use jsonc_parser::common::Ranged;
 use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
@@ -85,8 +86,8 @@ pub(super) fn read(file: &str, dir: &LocalPath, text: &str) -> Read {
         layer: reader.layer,
         errors: reader.errors,
     };
-    read.errors.sort_by_key(|e| (e.line, e.column));
-    read.layer.warnings.sort_by_key(|w| (w.line, w.column));
+    super::sort_by_position(&mut read.errors, |e| (e.line, e.column));
+    super::sort_by_position(&mut read.layer.warnings, |w| (w.line, w.column));
     read
 }
 
@@ -120,7 +121,7 @@ impl Reader<'_> {
     }
 
     fn wrong_type(&mut self, key: &str, want: &str, value: &Value<'_>) {
-        let message = format!("{key:?} must be {want}, found {}", describe(value));
+        let message = format!("{} must be {want}, found {}", q(key), describe(value));
         self.error(SettingsErrorKind::WrongType, value.range().start, message);
     }
 
@@ -138,7 +139,10 @@ impl Reader<'_> {
                 let key = scoped(scope, earlier.name.as_str());
                 self.warn(
                     earlier.range.start,
-                    format!("{key:?} is set again on line {line}; this value is ignored"),
+                    format!(
+                        "{} is set again on line {line}; this value is ignored",
+                        q(&key)
+                    ),
                 );
             }
             kept.push(prop);
@@ -150,18 +154,19 @@ impl Reader<'_> {
         let name = prop.name.as_str();
         let key = scoped(scope, name);
         let hint = match suggest(name, known) {
-            Some(near) => format!(" (did you mean {near:?}?)"),
+            Some(near) => format!(" (did you mean {}?)", q(near)),
             None => String::new(),
         };
         let within = if scope.is_empty() {
             String::new()
         } else {
-            format!(" in {scope:?}")
+            format!(" in {}", q(scope))
         };
         self.warn(
             prop.range.start,
             format!(
-                "unknown key {key:?}{hint}; known keys{within}: {}",
+                "unknown key {}{hint}; known keys{within}: {}",
+                q(&key),
                 known.join(", ")
             ),
         );
@@ -252,7 +257,8 @@ impl Reader<'_> {
                 Some("an environment variable name is empty".to_owned())
             } else if name.contains('=') || name.contains('\0') {
                 Some(format!(
-                    "the environment variable name {name:?} contains '=' or NUL, which no process environment allows"
+                    "the environment variable name {} contains '=' or NUL, which no process environment allows",
+                    q(name)
                 ))
             } else {
                 None
@@ -270,7 +276,8 @@ impl Reader<'_> {
                     SettingsErrorKind::InvalidValue,
                     prop.value.range().start,
                     format!(
-                        "{key:?} contains a NUL character, which no process environment allows"
+                        "{} contains a NUL character, which no process environment allows",
+                        q(&key)
                     ),
                 );
                 continue;
@@ -316,8 +323,9 @@ impl Reader<'_> {
                         SettingsErrorKind::InvalidPluginPath,
                         lit.range.start,
                         format!(
-                            "the plugin path {:?} resolves to {}, which names no file or folder",
-                            lit.value, located.path
+                            "the plugin path {} resolves to {}, which names no file or folder",
+                            q(&lit.value),
+                            located.path
                         ),
                     );
                     return None;
@@ -388,7 +396,10 @@ impl Reader<'_> {
             self.error(
                 SettingsErrorKind::InvalidValue,
                 object.range.start,
-                format!("{key:?} has no \"plugin\" id; write {{ \"plugin\": \"<id>\", ... }}"),
+                format!(
+                    "{} has no \"plugin\" id; write {{ \"plugin\": \"<id>\", ... }}",
+                    q(key)
+                ),
             );
             return None;
         };
@@ -401,8 +412,8 @@ impl Reader<'_> {
                 self.warn(
                     path_at,
                     format!(
-                        "{:?} is ignored because the plugin is disabled",
-                        scoped(key, "path")
+                        "{} is ignored because the plugin is disabled",
+                        q(&scoped(key, "path"))
                     ),
                 );
             }
@@ -413,7 +424,8 @@ impl Reader<'_> {
                 SettingsErrorKind::InvalidValue,
                 object.range.start,
                 format!(
-                    "plugin {id:?} has no \"path\"; give one, or set \"enabled\": false to remove it"
+                    "plugin {} has no \"path\"; give one, or set \"enabled\": false to remove it",
+                    q(&id)
                 ),
             );
             return None;

@@ -343,7 +343,7 @@ fn plugin_mistakes_are_errors_at_the_item() {
                 InvalidPluginPath,
                 1,
                 15,
-                "the plugin id \"a\\\\b:c\" contains '\\\\'; use letters, digits, '-', '_' or '.' (taken from /p/app/.berth/a\\b:c); give an id with { \"plugin\": \"<id>\", \"path\": ... }",
+                "the plugin id \"a\\b:c\" contains '\\'; use letters, digits, '-', '_' or '.' (taken from /p/app/.berth/a\\b:c); give an id with { \"plugin\": \"<id>\", \"path\": ... }",
             ),
         ),
     ];

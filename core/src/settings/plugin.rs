@@ -8,6 +8,7 @@
 use super::PluginKind;
 use crate::code::ErrorCode;
 use crate::path::LocalPath;
+use crate::quote::{QuotedChar, q};
 
 /// The longest plugin id accepted, in characters.
 const MAX_ID_CHARS: usize = 128;
@@ -32,8 +33,9 @@ pub(super) fn locate(dir: &LocalPath, raw: &str) -> Result<Located, String> {
     let platform = dir.platform();
     if raw == "~" || raw.starts_with("~/") || (platform.is_windows() && raw.starts_with("~\\")) {
         return Err(format!(
-            "the plugin path {raw:?} starts with \"~\", which settings do not expand; \
-             write it in full or relative to {dir}"
+            "the plugin path {} starts with \"~\", which settings do not expand; \
+             write it in full or relative to {dir}",
+            q(raw)
         ));
     }
     let path = match LocalPath::parse(platform, raw) {
@@ -44,11 +46,12 @@ pub(super) fn locate(dir: &LocalPath, raw: &str) -> Result<Located, String> {
             }
             let sep = platform.separator();
             LocalPath::parse(platform, &format!("{dir}{sep}{raw}"))
-                .map_err(|r| format!("the plugin path {raw:?} is not usable: {}", r.message))?
+                .map_err(|r| format!("the plugin path {} is not usable: {}", q(raw), r.message))?
         }
         Err(refusal) => {
             return Err(format!(
-                "the plugin path {raw:?} is not usable: {}",
+                "the plugin path {} is not usable: {}",
+                q(raw),
                 refusal.message
             ));
         }
@@ -110,14 +113,16 @@ pub(super) fn check_id(id: &str) -> Result<(), String> {
         return Err("the plugin id is empty".into());
     }
     if id == "." || id == ".." {
-        return Err(format!("the plugin id {id:?} is not a name"));
+        return Err(format!("the plugin id {} is not a name", q(id)));
     }
     if let Some(bad) = id
         .chars()
-        .find(|c| matches!(c, '/' | '\\' | ':') || c.is_control())
+        .find(|c| matches!(c, '/' | '\\' | ':') || (*c as u32) < 0x20 || *c == '\u{7f}')
     {
         return Err(format!(
-            "the plugin id {id:?} contains {bad:?}; use letters, digits, '-', '_' or '.'"
+            "the plugin id {} contains {}; use letters, digits, '-', '_' or '.'",
+            q(id),
+            QuotedChar(bad)
         ));
     }
     if id.chars().count() > MAX_ID_CHARS {
@@ -251,12 +256,12 @@ mod tests {
             (
                 &linux,
                 "a\0b",
-                "the plugin path \"a\\0b\" is not usable: the path \"a\\\\0b\" contains a NUL byte",
+                "the plugin path \"a\\u{0}b\" is not usable: the path \"a\\u{0}b\" contains a NUL byte",
             ),
             (
                 &win,
                 "\\x.md",
-                "\"\\\\x.md\" is not an absolute path; a path starting with \\ is relative to \
+                "\"\\x.md\" is not an absolute path; a path starting with \\ is relative to \
                  the current drive; add the drive letter, e.g. C:\\folder",
             ),
             (
@@ -268,7 +273,7 @@ mod tests {
             (
                 &win,
                 "a|b.md",
-                "the plugin path \"a|b.md\" is not usable: \"C:\\\\p\\\\.berth\\\\a|b.md\" \
+                "the plugin path \"a|b.md\" is not usable: \"C:\\p\\.berth\\a|b.md\" \
                  contains '|', which Windows does not allow in a name",
             ),
         ];
