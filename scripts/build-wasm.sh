@@ -11,15 +11,18 @@ ensure_wasm_opt
 
 cargo build -p berth-wasm --target wasm32-unknown-unknown --profile wasm --locked
 out=web/ui/pkg
-rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-wasm-bindgen --target web --no-typescript --out-dir "$out.tmp" \
-  target/wasm32-unknown-unknown/wasm/berth_wasm.wasm
-# Size pass (binaryen): strips names and shrinks code; the features listed are the
-# ones rustc enables by default for wasm32-unknown-unknown.
+rm -rf "$out.tmp" && mkdir -p "$out.tmp/opt"
+# Size pass (binaryen) on rustc's output, BEFORE wasm-bindgen: it strips names and
+# shrinks code; the features listed are the ones rustc enables by default for
+# wasm32-unknown-unknown. Run after wasm-bindgen, binaryen 108 (Debian 12) rewrites the
+# `__wbindgen_externrefs` export to point at the funcref table, and the bundle fails
+# to initialise in the browser ("WebAssembly.Table.set(): Argument 1 is invalid").
 wasm-opt -Oz --strip-debug --strip-producers \
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
-  -o "$out.tmp/berth_wasm_bg.wasm" "$out.tmp/berth_wasm_bg.wasm"
+  -o "$out.tmp/opt/berth_wasm.wasm" target/wasm32-unknown-unknown/wasm/berth_wasm.wasm
+wasm-bindgen --target web --no-typescript --out-dir "$out.tmp" "$out.tmp/opt/berth_wasm.wasm"
+rm -rf "$out.tmp/opt"
 rm -rf "$out" && mv "$out.tmp" "$out"
 
 wasm="$out/berth_wasm_bg.wasm"

@@ -19,6 +19,10 @@ rustup component list --installed | grep -q '^clippy' || rustup component add cl
 say "formatting"
 cargo fmt --all -- --check
 
+# The browser bundle first: berth-web embeds it, so the server's tests see the real UI.
+say "the browser bundle"
+scripts/build-wasm.sh
+
 say "clippy, default features"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 say "clippy, without local-binding (browser and cloud builds)"
@@ -31,8 +35,6 @@ cargo test --workspace --locked
 say "tests, without local-binding (the cloud build)"
 cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features --locked
 
-say "the browser bundle"
-scripts/build-wasm.sh
 say "wasm tests under Node"
 cargo test -p berth-wasm --target wasm32-unknown-unknown --locked
 

@@ -1,1 +1,230 @@
-//! Shared helpers for Berth end-to-end tests.
+//! Helpers for Berth's end-to-end tests: real binaries, real homes in temporary
+//! directories, real sockets.
+//!
+//! Every [`Berth`] gets its own `BERTH_HOME`, config dir, lock dir and `HOME` (named
+//! after a fake user, so a test can assert that name never shows), and is killed when
+//! dropped.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The `berth` binary of this build (target/<profile>/berth), built on demand.
+pub fn berth_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("BERTH_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/berth
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("berth");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "berth-local-agent", "--bin", "berth"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building berth failed");
+    }
+    bin
+}
+
+/// A fresh directory under the system temp dir (never `/tmp` itself, which Berth
+/// refuses to bind), removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "berth-e2e-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One Berth installation: homes and directories for a fake user.
+#[derive(Debug)]
+pub struct Berth {
+    pub root: TempDir,
+    pub home: PathBuf,
+    pub user_home: PathBuf,
+    pub config: PathBuf,
+    pub locks: PathBuf,
+    server: Option<Child>,
+}
+
+/// The fake account name: tests assert it never appears in a display.
+pub const FAKE_USER: &str = "alice-7f3a";
+
+impl Berth {
+    pub fn new(tag: &str) -> Berth {
+        Berth::with_locks(tag, None)
+    }
+
+    /// Like [`Berth::new`], sharing `locks` with another installation (two Berth
+    /// processes of one user share the per-user lock directory).
+    pub fn with_locks(tag: &str, locks: Option<&Path>) -> Berth {
+        let root = TempDir::new(tag);
+        let user_home = root.path().join("home").join(FAKE_USER);
+        let home = user_home.join(".local/share/berth");
+        let config = user_home.join(".config/berth");
+        let locks = locks
+            .map(Path::to_owned)
+            .unwrap_or_else(|| root.path().join("locks"));
+        for d in [&user_home, &config] {
+            std::fs::create_dir_all(d).expect("create dirs");
+        }
+        Berth {
+            root,
+            home,
+            user_home,
+            config,
+            locks,
+            server: None,
+        }
+    }
+
+    /// A `berth` command with this installation's environment.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(berth_bin());
+        c.env("BERTH_HOME", &self.home)
+            .env("BERTH_CONFIG_DIR", &self.config)
+            .env("BERTH_LOCK_DIR", &self.locks)
+            .env("HOME", &self.user_home)
+            .env("USER", FAKE_USER)
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `berth ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("run berth")
+    }
+
+    /// Runs `berth ARGS`, asserts success, and returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "berth {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `berth ARGS --json`-style commands and parses stdout as one JSON document.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("berth {args:?}: not JSON ({e}): {out}"))
+    }
+
+    /// Starts `berth serve` on a free loopback port and waits until it answers.
+    pub fn serve(&mut self) {
+        let port = free_port();
+        let log = std::fs::File::create(self.root.path().join("serve.log")).expect("log file");
+        let child = self
+            .cmd()
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn berth serve");
+        self.server = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.home.join("serve.json").exists()
+                && self.run(&["agent", "list", "--json"]).status.success()
+            {
+                return;
+            }
+            if let Some(c) = self.server.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!("berth serve exited early ({status}):\n{}", self.serve_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("berth serve did not become ready:\n{}", self.serve_log());
+    }
+
+    pub fn serve_log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Stops the server with a signal and waits for it to exit.
+    pub fn stop(&mut self, signal: &str) -> Option<std::process::ExitStatus> {
+        let mut child = self.server.take()?;
+        let _ = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// The pid of the running server.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for Berth {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A TCP port free on loopback right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `f` until it returns `Some`, for at most `secs` seconds.
+pub fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

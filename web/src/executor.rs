@@ -138,6 +138,15 @@ pub trait Executor: Send + Sync + 'static {
         cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'static, TaskOutcome>;
 
+    /// Restores whatever interrupted runs left behind (crash recovery: sidecar files
+    /// journaled but never cleaned up). The server calls it once at startup, holding
+    /// its single-instance lock and before it schedules anything, so no task runs in
+    /// a directory still being restored. Blocking. Returns one line per action, for
+    /// the operator.
+    fn recover(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Validates a directory natively, as a binding would use it (no server state
     /// involved). Runs blocking I/O; callers use `spawn_blocking`.
     #[cfg(feature = "local-binding")]

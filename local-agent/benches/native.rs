@@ -1,0 +1,159 @@
+//! Native executor benchmarks: full validation (goal ≤ 200 µs); prepare + cleanup of
+//! an in-place run (validate, pin, lock, journaled sidecar write, cleanup; goal ≤ 1 ms
+//! and independent of the directory's size) on a small directory and on a generated
+//! 20,000-file git repository, against `git worktree add` + `git worktree remove` of
+//! that repository.
+//!
+//! Generated trees live under `$TMPDIR/berth-bench-native/` and are reused across runs.
+
+use berth_core::LocalPath;
+use berth_local_agent::ExecutorConfig;
+use berth_local_agent::journal::Journal;
+use berth_local_agent::lock::DirLocks;
+use berth_local_agent::sidecar::Sidecars;
+use berth_local_agent::validate::validate;
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tokio::sync::watch;
+
+const FILES: usize = 20_000;
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "git {args:?} failed in {}", dir.display());
+}
+
+fn base() -> PathBuf {
+    let base = std::env::temp_dir().join("berth-bench-native");
+    std::fs::create_dir_all(base.join("home")).unwrap();
+    std::fs::canonicalize(base).unwrap()
+}
+
+fn small_dir(base: &Path) -> PathBuf {
+    let dir = base.join("small");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("README.md"), "# small\n").unwrap();
+    std::fs::write(dir.join("src/main.rs"), "fn main() {}\n").unwrap();
+    dir
+}
+
+fn big_repo(base: &Path) -> PathBuf {
+    let repo = base.join("repo20k");
+    if repo.join(".generated").exists() {
+        return repo;
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+    for i in 0..FILES {
+        let d = repo.join(format!("pkg{:03}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&d).unwrap();
+        }
+        std::fs::write(d.join(format!("f{i:05}.txt")), format!("file {i}\n")).unwrap();
+    }
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "generated"]);
+    std::fs::write(repo.join(".git/info/exclude"), ".generated\n").unwrap();
+    std::fs::write(repo.join(".generated"), "").unwrap();
+    repo
+}
+
+fn lp(p: &Path) -> LocalPath {
+    LocalPath::parse(berth_core::Platform::native(), p.to_str().unwrap()).unwrap()
+}
+
+fn native(c: &mut Criterion) {
+    let base = base();
+    let cfg = ExecutorConfig::isolated(&base.join("state"), Some(base.join("home")));
+    let ctx = cfg.context();
+    let small = small_dir(&base);
+    let repo = big_repo(&base);
+    let locks = DirLocks::new(cfg.lock_dir.clone()).unwrap();
+    let journal = Journal::new(cfg.journal_dir());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_tx, cancel) = watch::channel(false);
+    let brief = "# Berth session\n\nYou are working in a Berth session.\n".repeat(8);
+
+    c.bench_function("full native validation (small dir)", |b| {
+        b.iter(|| validate(black_box(&ctx), black_box(small.to_str().unwrap())).unwrap())
+    });
+
+    for (name, dir) in [("small dir", &small), ("20k-file repo", &repo)] {
+        let input = dir.to_str().unwrap().to_owned();
+        let key = lp(dir);
+        c.bench_function(
+            &format!("prepare+cleanup in place, no sidecar ({name})"),
+            |b| {
+                b.iter(|| {
+                    let pinned = validate(&ctx, &input).unwrap();
+                    let mut cancel = cancel.clone();
+                    let lock = rt
+                        .block_on(locks.acquire(&key, "bench-task", |_| {}, &mut cancel))
+                        .unwrap();
+                    pinned.recheck().unwrap();
+                    pinned.recheck().unwrap();
+                    drop(lock);
+                })
+            },
+        );
+    }
+    let mut prepare = |name: &str, dir: &Path| {
+        let input = dir.to_str().unwrap().to_owned();
+        let key = lp(dir);
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let pinned = validate(&ctx, &input).unwrap();
+                pinned.recheck().unwrap();
+                let mut cancel = cancel.clone();
+                let lock = rt
+                    .block_on(locks.acquire(&key, "bench-task", |_| {}, &mut cancel))
+                    .unwrap();
+                let mut sidecars = Sidecars::new(&journal, "bench-task");
+                sidecars.append_block(&pinned, "CLAUDE.md", &brief).unwrap();
+                pinned.recheck().unwrap();
+                sidecars.cleanup(&pinned).unwrap();
+                drop(lock);
+            })
+        });
+        assert!(!dir.join("CLAUDE.md").exists());
+    };
+    prepare("prepare+cleanup in place (small dir)", &small);
+    prepare("prepare+cleanup in place (20k-file repo)", &repo);
+
+    let mut group = c.benchmark_group("git worktree");
+    group.sample_size(10);
+    let wt = base.join("state/wt-bench");
+    let _ = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["worktree", "prune"])
+        .status();
+    group.bench_function("worktree add+remove (20k-file repo)", |b| {
+        b.iter(|| {
+            git(
+                &repo,
+                &["worktree", "add", "-q", "--detach", wt.to_str().unwrap()],
+            );
+            git(
+                &repo,
+                &["worktree", "remove", "--force", wt.to_str().unwrap()],
+            );
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, native);
+criterion_main!(benches);

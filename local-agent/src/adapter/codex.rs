@@ -1,0 +1,183 @@
+//! Codex in exec mode: `codex exec --json`.
+//!
+//! Codex has no flag that adds to the system prompt, and the alternatives that would
+//! write `AGENTS.md` would show up in the user's own `git status` (and possibly their
+//! commits) while they edit the same directory. So the brief travels in the prompt
+//! itself, as a labelled block before the user's message. The prompt is a positional
+//! argument with stdin at `/dev/null` (codex waits for EOF on an open pipe); a prompt
+//! too long for one argument, or one starting with `-`, goes through stdin (`-`), which
+//! is closed once written. `-C` and `--sandbox` go before `resume`. See
+//! `agent-protocols.md` §2.
+
+use super::{Invocation, Turn, TurnState, program};
+use berth_core::event::AgentEvent;
+use berth_web::executor::AgentSpec;
+use serde_json::Value;
+
+/// The longest prompt passed as an argument (Linux caps one argument at 128 KiB).
+const MAX_ARG: usize = 96 * 1024;
+
+pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
+    let (program, extra) = program(spec, "codex");
+    let mut args: Vec<String> = vec!["exec".into(), "--json".into()];
+    args.push("-C".into());
+    args.push(turn.work_dir.display().to_string());
+    let chooses_sandbox = extra.iter().any(|a| {
+        matches!(
+            a.as_str(),
+            "-s" | "--sandbox" | "--dangerously-bypass-approvals-and-sandbox" | "--yolo"
+        ) || a.starts_with("--sandbox=")
+    });
+    if !chooses_sandbox {
+        args.extend(["--sandbox".to_owned(), "workspace-write".to_owned()]);
+    }
+    args.push("--skip-git-repo-check".into());
+    args.extend(extra);
+    if let Some(id) = turn.resume_id {
+        args.push("resume".into());
+        args.push(id.to_owned());
+    }
+    let prompt = match turn.brief {
+        Some(brief) => format!(
+            "<berth-brief>\n{}\n</berth-brief>\n\n{}",
+            brief.trim_end(),
+            turn.prompt
+        ),
+        None => turn.prompt.to_owned(),
+    };
+    let stdin = if prompt.len() > MAX_ARG || prompt.starts_with('-') {
+        args.push("-".into());
+        Some(prompt.into_bytes())
+    } else {
+        args.push(prompt);
+        None
+    };
+    Invocation {
+        program,
+        args,
+        stdin,
+        pass_prefixes: &["OPENAI_", "CODEX_", "AZURE_OPENAI_"],
+    }
+}
+
+pub(super) fn is_stale(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("no saved session found") || lower.contains("no rollout found")
+}
+
+pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<AgentEvent> {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        if resumed && is_stale(line) {
+            st.stale_resume = true;
+        }
+        return Vec::new();
+    };
+    let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let item = v.get("item").cloned().unwrap_or(Value::Null);
+    let item_type = item.get("type").and_then(Value::as_str).unwrap_or("");
+    let mut out = Vec::new();
+    match v.get("type").and_then(Value::as_str) {
+        Some("thread.started") => {
+            let id = str_of(&v, "thread_id");
+            if id.is_some() {
+                st.resume_id.clone_from(&id);
+            }
+            out.push(AgentEvent::Started {
+                resume_id: id,
+                model: None,
+            });
+        }
+        Some("item.started") => match item_type {
+            "command_execution" => out.push(AgentEvent::ToolUse {
+                id: str_of(&item, "id"),
+                name: "command".to_owned(),
+                input: serde_json::json!({ "command": item.get("command") }),
+            }),
+            "mcp_tool_call" => out.push(AgentEvent::ToolUse {
+                id: str_of(&item, "id"),
+                name: format!(
+                    "{}.{}",
+                    str_of(&item, "server").unwrap_or_default(),
+                    str_of(&item, "tool").unwrap_or_default()
+                ),
+                input: item.get("arguments").cloned().unwrap_or(Value::Null),
+            }),
+            "web_search" => out.push(AgentEvent::ToolUse {
+                id: str_of(&item, "id"),
+                name: "web_search".to_owned(),
+                input: serde_json::json!({ "query": item.get("query") }),
+            }),
+            _ => {}
+        },
+        Some("item.completed") => {
+            let status = str_of(&item, "status");
+            let failed = matches!(status.as_deref(), Some("failed" | "declined"));
+            match item_type {
+                "agent_message" => out.push(AgentEvent::Text {
+                    text: str_of(&item, "text").unwrap_or_default(),
+                }),
+                "reasoning" => out.push(AgentEvent::Thinking {
+                    text: str_of(&item, "text").unwrap_or_default(),
+                }),
+                "command_execution" => out.push(AgentEvent::ToolResult {
+                    id: str_of(&item, "id"),
+                    output: str_of(&item, "aggregated_output").unwrap_or_default(),
+                    is_error: failed
+                        || item
+                            .get("exit_code")
+                            .and_then(Value::as_i64)
+                            .is_some_and(|c| c != 0),
+                }),
+                "file_change" => out.push(AgentEvent::ToolUse {
+                    id: str_of(&item, "id"),
+                    name: "file_change".to_owned(),
+                    input: item.get("changes").cloned().unwrap_or(Value::Null),
+                }),
+                "mcp_tool_call" => out.push(AgentEvent::ToolResult {
+                    id: str_of(&item, "id"),
+                    output: item.get("result").map(Value::to_string).unwrap_or_default(),
+                    is_error: failed,
+                }),
+                _ => {}
+            }
+        }
+        Some("turn.completed") => {
+            st.ok = Some(true);
+            out.push(AgentEvent::Result {
+                ok: true,
+                text: None,
+                usage: v.get("usage").cloned(),
+                cost_usd: None,
+            });
+        }
+        Some("turn.failed") => {
+            let msg = v
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if resumed && msg.as_deref().is_some_and(is_stale) {
+                st.stale_resume = true;
+                return out;
+            }
+            st.ok = Some(false);
+            st.error.clone_from(&msg);
+            out.push(AgentEvent::Result {
+                ok: false,
+                text: msg,
+                usage: None,
+                cost_usd: None,
+            });
+        }
+        Some("error") => {
+            let msg = str_of(&v, "message").unwrap_or_default();
+            if resumed && is_stale(&msg) {
+                st.stale_resume = true;
+                return out;
+            }
+            st.error = Some(msg.clone());
+            out.push(AgentEvent::Stderr { line: msg });
+        }
+        Some(_) | None => {}
+    }
+    out
+}

@@ -1,0 +1,284 @@
+//! The CLI's way in: HTTP/1.1 over the control socket `$BERTH_HOME/berth.sock`.
+//!
+//! Trust on that socket equals the user's own shell (it is 0600), so no token is
+//! sent. Every error the server returns keeps its stable code, message and hint.
+
+use super::error::CliError;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tokio::net::UnixStream;
+
+/// A connection factory for one Berth home's control socket.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+    home: PathBuf,
+}
+
+impl Client {
+    pub fn new(home: &Path) -> Client {
+        Client {
+            socket: home.join("berth.sock"),
+            home: home.to_owned(),
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, CliError> {
+        let stream = UnixStream::connect(&self.socket).await.map_err(|e| {
+            use std::io::ErrorKind;
+            let kind = e.kind();
+            if matches!(kind, ErrorKind::NotFound | ErrorKind::ConnectionRefused) {
+                CliError::not_running(&self.home)
+            } else {
+                CliError::new(
+                    format!("cannot reach berth at {}: {e}", self.socket.display()),
+                    "check that `berth serve` runs with the same --home / BERTH_HOME",
+                )
+            }
+        })?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|e| {
+            CliError::new(
+                format!("the control socket did not answer: {e}"),
+                "restart `berth serve`",
+            )
+        })?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, String)],
+    ) -> Result<hyper::Response<Incoming>, CliError> {
+        let mut sender = self.connect().await?;
+        let bytes = match body {
+            Some(v) => Bytes::from(v.to_string()),
+            None => Bytes::new(),
+        };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "berth.sock")
+            .header("accept", "application/json");
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let req = req.body(Full::new(bytes)).map_err(|e| {
+            CliError::new(
+                format!("cannot build the request: {e}"),
+                "report this as a bug",
+            )
+        })?;
+        sender.send_request(req).await.map_err(|e| {
+            CliError::new(
+                format!("the request to berth failed: {e}"),
+                "check `berth serve`'s output",
+            )
+        })
+    }
+
+    /// Sends a request and returns the JSON body of a 2xx answer; anything else
+    /// becomes a [`CliError`] carrying the server's code, message and hint.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CliError> {
+        let resp = self.send(method, path, body, &[]).await?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| CliError::new(format!("reading berth's answer failed: {e}"), "try again"))?
+            .to_bytes();
+        let value: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                CliError::new(
+                    format!("berth answered {status} with a body that is not JSON: {e}"),
+                    "check that the socket belongs to a Berth server of the same version",
+                )
+            })?
+        };
+        if status.is_success() {
+            Ok(value)
+        } else {
+            Err(CliError::from_body(status, &value))
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// Opens a session's event stream (SSE), resuming after `after` when given.
+    pub async fn events(&self, session: &str, after: Option<i64>) -> Result<EventStream, CliError> {
+        let headers: Vec<(&str, String)> = match after {
+            Some(n) => vec![
+                ("last-event-id", n.to_string()),
+                ("accept", "text/event-stream".into()),
+            ],
+            None => vec![("accept", "text/event-stream".into())],
+        };
+        let path = format!("/api/v1/sessions/{}/events", encode(session));
+        let resp = self.send(Method::GET, &path, None, &headers).await?;
+        if resp.status() != StatusCode::OK {
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(CliError::from_body(status, &value));
+        }
+        Ok(EventStream {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        })
+    }
+}
+
+/// Percent-encodes one path segment (ids are plain, but a prefix is user input).
+pub fn encode(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub event: String,
+    pub data: String,
+}
+
+/// A live SSE body, parsed event by event.
+#[derive(Debug)]
+pub struct EventStream {
+    body: Incoming,
+    buf: Vec<u8>,
+}
+
+impl EventStream {
+    /// The next event, or `None` when the server closed the stream.
+    pub async fn next(&mut self) -> Result<Option<SseEvent>, CliError> {
+        loop {
+            if let Some(end) = find_blank_line(&self.buf) {
+                let block: Vec<u8> = self.buf.drain(..end.0).collect();
+                self.buf.drain(..end.1 - end.0);
+                if let Some(ev) = parse_block(&String::from_utf8_lossy(&block)) {
+                    return Ok(Some(ev));
+                }
+                continue;
+            }
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    return Err(CliError::new(
+                        format!("the event stream broke: {e}"),
+                        "the task goes on; follow it with `berth task list`",
+                    ));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The span of the first event terminator (`\n\n` or `\r\n\r\n`): (start, end).
+fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|i| (i, i + 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn parse_block(block: &str) -> Option<SseEvent> {
+    let mut ev = SseEvent {
+        id: None,
+        event: String::from("message"),
+        data: String::new(),
+    };
+    let mut has_data = false;
+    for line in block.lines() {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "id" => ev.id = Some(value.to_owned()),
+            "event" => ev.event = value.to_owned(),
+            "data" => {
+                if has_data {
+                    ev.data.push('\n');
+                }
+                ev.data.push_str(value);
+                has_data = true;
+            }
+            _ => {}
+        }
+    }
+    has_data.then_some(ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_blocks_parse() {
+        assert_eq!(
+            parse_block("id: 7\nevent: agent\ndata: {\"a\":1}"),
+            Some(SseEvent {
+                id: Some("7".into()),
+                event: "agent".into(),
+                data: "{\"a\":1}".into()
+            })
+        );
+        assert_eq!(parse_block(": keep-alive"), None);
+        assert_eq!(find_blank_line(b"a\n\nb"), Some((1, 3)));
+        assert_eq!(encode("ab/c d"), "ab%2Fc%20d");
+    }
+}

@@ -1,0 +1,413 @@
+//! The client commands: each one request (or a few) over the control socket.
+
+use super::client::{Client, encode};
+use super::error::CliError;
+use super::render;
+use super::{AgentCmd, Command, Kind, Mode, ProjectCmd, SessionCmd, TaskCmd};
+use berth_local_agent::ExecutorConfig;
+use hyper::Method;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// `berth check PATH [--json]`: native validation, no server.
+pub fn check(home: Option<PathBuf>, path: &Path, json: bool) -> Result<u8, CliError> {
+    let config = ExecutorConfig::from_env(home)
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    let cwd = std::env::current_dir().map_err(|e| {
+        CliError::new(
+            format!("cannot read the current directory: {e}"),
+            "cd into an existing directory",
+        )
+    })?;
+    let input = path.to_str().ok_or_else(|| {
+        CliError::usage(
+            format!("{} is not valid UTF-8", path.display()),
+            "Berth handles UTF-8 paths only; rename the directory",
+        )
+    })?;
+    let report = berth_local_agent::check_with(&config, input, &cwd);
+    if json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        render::check_report(&report);
+    }
+    Ok(if report.ok { 0 } else { 1 })
+}
+
+/// This home's directory, as `--home`, `BERTH_HOME` or the platform default says.
+pub fn berth_home(home: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    ExecutorConfig::from_env(home)
+        .map(|c| c.berth_home)
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))
+}
+
+/// A path from the command line, made absolute against the current directory (the
+/// server cannot know the client's directory). `~` is the shell's business.
+fn absolute(path: &Path) -> Result<String, CliError> {
+    let abs = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| {
+                CliError::new(
+                    format!("cannot read the current directory: {e}"),
+                    "give an absolute path",
+                )
+            })?
+            .join(path)
+    };
+    abs.into_os_string().into_string().map_err(|p| {
+        CliError::usage(
+            format!("{} is not valid UTF-8", PathBuf::from(p).display()),
+            "Berth handles UTF-8 paths only; rename the directory",
+        )
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot start the async runtime: {e}"),
+                "check the system's limits (ulimit -n)",
+            )
+        })
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliError> {
+    let home = berth_home(home)?;
+    let client = Client::new(&home);
+    runtime()?.block_on(dispatch(&client, cmd))
+}
+
+async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
+    match cmd {
+        Command::Serve(_) | Command::Check { .. } => Err(CliError::usage(
+            "this command does not talk to a server",
+            "run it directly",
+        )),
+        Command::Agent(AgentCmd::Add {
+            name,
+            kind,
+            command,
+            json,
+        }) => {
+            let kind = match kind {
+                Kind::Claude => "claude",
+                Kind::Codex => "codex",
+                Kind::Command => "command",
+            };
+            if kind == "command" && command.is_empty() {
+                return Err(CliError::usage(
+                    "a command agent needs --command CMD [ARG...]",
+                    "e.g. berth agent add echo --kind command --command sh -c 'cat'",
+                ));
+            }
+            let agent = c
+                .post(
+                    "/api/v1/agents",
+                    &json!({"name": name, "kind": kind, "command": command}),
+                )
+                .await?;
+            if json {
+                print_json(&agent);
+            } else {
+                println!(
+                    "added agent {} ({kind})",
+                    agent["name"].as_str().unwrap_or(&name)
+                );
+            }
+            Ok(0)
+        }
+        Command::Agent(AgentCmd::List { json }) => {
+            let agents = c.get("/api/v1/agents").await?;
+            if json {
+                print_json(&agents);
+            } else {
+                render::agents(&agents);
+            }
+            Ok(0)
+        }
+        Command::Session(cmd) => session(c, cmd).await,
+        Command::Send {
+            id,
+            message,
+            detach,
+            json,
+        } => send(c, &id, message, detach, json).await,
+        Command::Task(TaskCmd::List { session, json }) => {
+            let path = match session {
+                Some(s) => format!("/api/v1/tasks?session={}", encode(&s)),
+                None => String::from("/api/v1/tasks"),
+            };
+            let tasks = c.get(&path).await?;
+            if json {
+                print_json(&tasks);
+            } else {
+                render::tasks(&tasks);
+            }
+            Ok(0)
+        }
+        Command::Task(TaskCmd::Cancel { id, json }) => {
+            let reply = c
+                .post(&format!("/api/v1/tasks/{}/cancel", encode(&id)), &json!({}))
+                .await?;
+            if json {
+                print_json(&reply["task"]);
+            } else {
+                println!(
+                    "task {} is {}",
+                    short(&reply["task"]["id"]),
+                    reply["task"]["status"].as_str().unwrap_or("?")
+                );
+            }
+            Ok(0)
+        }
+        Command::Project(ProjectCmd::Add { name, json }) => {
+            let p = c.post("/api/v1/projects", &json!({"name": name})).await?;
+            if json {
+                print_json(&p);
+            } else {
+                println!("added project {name}");
+            }
+            Ok(0)
+        }
+        Command::Project(ProjectCmd::Dir {
+            name,
+            path,
+            mode,
+            json,
+        }) => {
+            let body = json!({"dir": absolute(&path)?, "mode": mode.map(Mode::as_str)});
+            let p = c
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/projects/{}/dir", encode(&name)),
+                    Some(&body),
+                )
+                .await?;
+            if json {
+                print_json(&p);
+            } else {
+                println!("project {name} now has a directory on this machine");
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
+    match cmd {
+        SessionCmd::New {
+            agent,
+            title,
+            dir,
+            mode,
+            project,
+            json,
+        } => {
+            if mode.is_some() && dir.is_none() {
+                return Err(CliError::usage(
+                    "--mode needs --dir",
+                    "add --dir PATH, or drop --mode",
+                ));
+            }
+            let dir = dir.as_deref().map(absolute).transpose()?;
+            let body = json!({
+                "agent": agent, "title": title, "project": project,
+                "dir": dir, "mode": mode.map(Mode::as_str),
+            });
+            let s = c.post("/api/v1/sessions", &body).await?;
+            if json {
+                print_json(&s);
+                return Ok(0);
+            }
+            println!(
+                "created session {} ({})",
+                short(&s["id"]),
+                s["title"].as_str().unwrap_or("")
+            );
+            if s["binding"].is_null() {
+                let suggestion = last_used_dir(c, &s).await;
+                render::unbound_notice(&s, suggestion.as_deref());
+            } else {
+                render::header(&s);
+            }
+            Ok(0)
+        }
+        SessionCmd::List { json } => {
+            let sessions = c.get("/api/v1/sessions").await?;
+            if json {
+                print_json(&sessions);
+            } else {
+                let tasks = c.get("/api/v1/tasks").await.unwrap_or(Value::Null);
+                render::sessions(&sessions, &tasks);
+            }
+            Ok(0)
+        }
+        SessionCmd::Show { id, json } => {
+            let s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
+            if json {
+                print_json(&s);
+                return Ok(0);
+            }
+            render::header(&s);
+            let tasks = c
+                .get(&format!(
+                    "/api/v1/tasks?session={}",
+                    encode(s["id"].as_str().unwrap_or(&id))
+                ))
+                .await?;
+            render::session_body(&s, &tasks);
+            Ok(0)
+        }
+        SessionCmd::Link {
+            id,
+            path: _,
+            mode: _,
+            unlink: true,
+            json,
+        }
+        | SessionCmd::Unlink { id, json } => {
+            let s = c
+                .call(
+                    Method::DELETE,
+                    &format!("/api/v1/sessions/{}/binding", encode(&id)),
+                    None,
+                )
+                .await?;
+            if json {
+                print_json(&s);
+            } else {
+                println!(
+                    "session {} is unbound; the next message runs with your user settings alone, in its scratch directory",
+                    short(&s["id"])
+                );
+            }
+            Ok(0)
+        }
+        SessionCmd::Link {
+            id,
+            path,
+            mode,
+            unlink: false,
+            json,
+        } => {
+            let dir = absolute(&path.unwrap_or_else(|| PathBuf::from(".")))?;
+            let body = json!({"dir": dir, "mode": mode.map(Mode::as_str)});
+            let s = c
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/sessions/{}/binding", encode(&id)),
+                    Some(&body),
+                )
+                .await?;
+            if json {
+                print_json(&s);
+            } else {
+                println!(
+                    "session {} is bound; it applies at the next message",
+                    short(&s["id"])
+                );
+                render::header(&s);
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The directory the session's agent last worked in, to suggest (never to apply).
+async fn last_used_dir(c: &Client, new: &Value) -> Option<String> {
+    let sessions = c.get("/api/v1/sessions").await.ok()?;
+    let agent = new["agent"].as_str()?;
+    let mut best: Option<(&str, String)> = None;
+    for s in sessions.as_array()? {
+        if s["id"] == new["id"] || s["agent"].as_str() != Some(agent) {
+            continue;
+        }
+        let dir = s["binding"]["dir"]
+            .as_str()
+            .or_else(|| s["work_dir"].as_str());
+        let Some(dir) = dir else { continue };
+        if dir.contains("/scratch/") || dir.contains("/worktrees/") {
+            continue;
+        }
+        let at = s["updated_at"]
+            .as_str()
+            .or_else(|| s["created_at"].as_str())
+            .unwrap_or("");
+        if best.as_ref().is_none_or(|(b, _)| at > *b) {
+            best = Some((at, dir.to_owned()));
+        }
+    }
+    best.map(|(_, d)| d)
+}
+
+/// The first 8 characters of an id.
+pub fn short(id: &Value) -> String {
+    id.as_str().unwrap_or("?").chars().take(8).collect()
+}
+
+async fn send(
+    c: &Client,
+    id: &str,
+    text: String,
+    detach: bool,
+    json: bool,
+) -> Result<u8, CliError> {
+    let reply = c
+        .post(
+            &format!("/api/v1/sessions/{}/messages", encode(id)),
+            &json!({"text": text}),
+        )
+        .await?;
+    let task = reply["task"].clone();
+    let task_id = task["id"].as_str().unwrap_or_default().to_owned();
+    let session_id = task["session_id"].as_str().unwrap_or(id).to_owned();
+    if detach {
+        if json {
+            println!("{}", json!({"task": task}));
+        } else {
+            println!(
+                "task {} queued in session {}",
+                short(&task["id"]),
+                short(&task["session_id"])
+            );
+        }
+        return Ok(0);
+    }
+    let after = reply["message_seq"].as_i64().map(|n| n - 1);
+    let mut stream = c.events(&session_id, after).await?;
+    let mut view = render::Stream::new(json);
+    let final_task = loop {
+        let Some(ev) = stream.next().await? else {
+            // The server closed the stream (it is shutting down): report what is known.
+            let t = c
+                .get(&format!("/api/v1/tasks/{}", encode(&task_id)))
+                .await?;
+            break t;
+        };
+        let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
+            continue;
+        };
+        if data["task_id"].as_str() != Some(task_id.as_str()) {
+            continue;
+        }
+        if ev.event == "task" {
+            break data["payload"]["task"].clone();
+        }
+        view.event(&ev.event, &data);
+    };
+    view.finish(&final_task);
+    Ok(if final_task["status"] == "succeeded" {
+        0
+    } else {
+        1
+    })
+}

@@ -1,0 +1,79 @@
+//! The CLI's errors: what went wrong and what to do, plus the exit code.
+
+use hyper::StatusCode;
+use serde_json::Value;
+use std::fmt;
+use std::path::Path;
+
+/// An error shown as `error: <message>` and `hint: <hint>` on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub message: String,
+    pub hint: String,
+    /// The stable code, when the error came from a rule or the server.
+    pub code: Option<String>,
+    /// 1 for a refused or failed operation, 2 for bad usage.
+    pub exit: u8,
+}
+
+impl CliError {
+    pub fn new(message: impl Into<String>, hint: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            hint: hint.into(),
+            code: None,
+            exit: 1,
+        }
+    }
+
+    /// Bad usage (exit 2).
+    pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> CliError {
+        CliError {
+            exit: 2,
+            ..CliError::new(message, hint)
+        }
+    }
+
+    /// No server answers on this home's control socket.
+    pub fn not_running(home: &Path) -> CliError {
+        CliError {
+            code: Some("not_running".into()),
+            ..CliError::new(
+                "berth is not running",
+                format!(
+                    "start it with `berth serve` (it serves {}; pass the same --home or BERTH_HOME)",
+                    home.display()
+                ),
+            )
+        }
+    }
+
+    /// From the server's `{"error": {code, message, hint}}` body.
+    pub fn from_body(status: StatusCode, body: &Value) -> CliError {
+        let err = &body["error"];
+        let text = |k: &str| err[k].as_str().map(str::to_owned);
+        CliError {
+            message: text("message").unwrap_or_else(|| format!("berth answered {status}")),
+            hint: text("hint").unwrap_or_else(|| String::from("see `berth serve`'s output")),
+            code: text("code"),
+            exit: if status == StatusCode::BAD_REQUEST
+                && text("code").as_deref() == Some("bad_request")
+            {
+                2
+            } else {
+                1
+            },
+        }
+    }
+
+    /// The error as one JSON document, for `--json`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"error": {"code": self.code, "message": self.message, "hint": self.hint}})
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}

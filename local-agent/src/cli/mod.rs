@@ -1,0 +1,239 @@
+//! The `berth` command line: DESIGN.md's contract, human output by default and one JSON
+//! document with `--json`.
+
+mod client;
+mod commands;
+mod error;
+mod render;
+mod serve;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Runs AI coding agents in chat sessions, berthed in your own directories.
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Berth's state directory (default: $BERTH_HOME, else ~/.local/share/berth).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server: API, control socket, web UI and the embedded executor.
+    Serve(ServeArgs),
+    /// Validate a directory as a binding would (no server needed).
+    Check {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register and list agents.
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Create, inspect, link and unlink sessions.
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Send a message to a session; streams until its task ends.
+    Send {
+        id: String,
+        message: String,
+        /// Return as soon as the task is accepted.
+        #[arg(long)]
+        detach: bool,
+        /// One JSON event per line; the last is `{"task": {...}}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List and cancel tasks.
+    #[command(subcommand)]
+    Task(TaskCmd),
+    /// Projects and their directories.
+    #[command(subcommand)]
+    Project(ProjectCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The web listener's address (loopback only by default).
+    #[arg(long, default_value = "127.0.0.1:4733", value_name = "ADDR")]
+    pub listen: String,
+    /// Accept remote daemons on the listener.
+    #[arg(long)]
+    pub allow_daemons: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    Claude,
+    Codex,
+    Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    InPlace,
+    Worktree,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::InPlace => "in-place",
+            Mode::Worktree => "worktree",
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCmd {
+    /// Register an agent.
+    Add {
+        name: String,
+        #[arg(long, value_enum)]
+        kind: Kind,
+        /// The program and its arguments (everything after --command).
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "CMD")]
+        command: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List agents.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Create a session; with --dir it is bound to that directory.
+    New {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List sessions.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session, led by its binding header.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bind a session to a directory (default: the current directory).
+    Link {
+        id: String,
+        path: Option<PathBuf>,
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        /// Remove the binding instead.
+        #[arg(long, conflicts_with_all = ["path", "mode"])]
+        unlink: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a session's binding; the next message runs with the user settings alone.
+    Unlink {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCmd {
+    /// List tasks.
+    List {
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task (a running agent is stopped with its process group).
+    Cancel {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCmd {
+    /// Create a project.
+    Add {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a project a directory on this machine.
+    Dir {
+        name: String,
+        path: PathBuf,
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub fn run(cli: Cli) -> u8 {
+    let json = cli.command.wants_json();
+    let result = match cli.command {
+        Command::Check { path, json } => commands::check(cli.home, &path, json),
+        Command::Serve(args) => serve::serve(cli.home, args),
+        other @ (Command::Agent(_)
+        | Command::Session(_)
+        | Command::Send { .. }
+        | Command::Task(_)
+        | Command::Project(_)) => commands::client_command(cli.home, other),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if json {
+                println!("{}", e.to_json());
+            }
+            eprintln!("error: {}", e.message);
+            eprintln!("hint: {}", e.hint);
+            e.exit
+        }
+    }
+}
+
+impl Command {
+    fn wants_json(&self) -> bool {
+        match self {
+            Command::Serve(_) => false,
+            Command::Check { json, .. } | Command::Send { json, .. } => *json,
+            Command::Agent(AgentCmd::Add { json, .. } | AgentCmd::List { json })
+            | Command::Session(
+                SessionCmd::New { json, .. }
+                | SessionCmd::List { json }
+                | SessionCmd::Show { json, .. }
+                | SessionCmd::Link { json, .. }
+                | SessionCmd::Unlink { json, .. },
+            )
+            | Command::Task(TaskCmd::List { json, .. } | TaskCmd::Cancel { json, .. })
+            | Command::Project(ProjectCmd::Add { json, .. } | ProjectCmd::Dir { json, .. }) => {
+                *json
+            }
+        }
+    }
+}

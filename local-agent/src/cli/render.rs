@@ -1,0 +1,308 @@
+//! Human output: the binding header a user must never miss, tables, and the live
+//! stream of a task.
+
+use super::commands::short;
+use berth_core::api::CheckReport;
+use serde_json::Value;
+use std::io::{IsTerminal, Write};
+
+/// Removes terminal control sequences from untrusted text (agent output, titles):
+/// keeps newlines and tabs, drops every other control character.
+pub fn inert(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c == '\n' || *c == '\t' || !c.is_control())
+        .collect()
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+pub fn check_report(r: &CheckReport) {
+    if r.ok {
+        println!("ok: {}", r.message);
+    } else {
+        let code = r.code.map(|c| c.as_str()).unwrap_or("refused");
+        println!("refused [{code}]: {}", r.message);
+        if let Some(hint) = &r.hint {
+            println!("hint: {hint}");
+        }
+    }
+    if let Some(c) = &r.canonical {
+        println!("  canonical: {c}");
+    }
+    if let Some(d) = &r.display {
+        println!("  display:   {d}");
+    }
+}
+
+/// The binding's state as the server recorded it, corrected by a look at the
+/// directory now when it is on this machine (a directory deleted since shows
+/// `missing`, one replaced shows `changed`).
+fn live_state(binding: &Value) -> String {
+    let recorded = s(&binding["state"]).to_owned();
+    let Some(dir) = binding["dir"].as_str() else {
+        return recorded;
+    };
+    let report = berth_local_agent::check(dir, std::path::Path::new("/"));
+    match (report.ok, report.code.map(|c| c.as_str())) {
+        (false, Some("not_found" | "not_a_directory")) => "missing".into(),
+        (true, _) if report.canonical.as_deref() != Some(dir) => "changed".into(),
+        (false, Some(_)) if recorded == "ok" => "changed".into(),
+        _ => recorded,
+    }
+}
+
+/// The header of a session: directory (privacy-stripped), mode, machine, state.
+pub fn header(session: &Value) {
+    let b = &session["binding"];
+    println!(
+        "session   {}  {}",
+        short(&session["id"]),
+        inert(s(&session["title"]))
+    );
+    if b.is_null() {
+        println!("directory (not bound: runs in its scratch directory)");
+    } else {
+        let state = live_state(b);
+        let advice = match state.as_str() {
+            "ok" => String::new(),
+            "missing" => format!(
+                "  <- the directory is gone: `berth session link {} PATH` or `berth session unlink {}`",
+                short(&session["id"]),
+                short(&session["id"])
+            ),
+            "changed" => String::from(
+                "  <- the path now names another directory; the next run is refused until you link again",
+            ),
+            "machine_offline" => String::from("  <- tasks wait until that machine is back"),
+            _ => String::new(),
+        };
+        println!("directory {}", s(&b["display"]));
+        println!("mode      {}", s(&b["mode"]));
+        println!("machine   {}", s(&b["daemon_name"]));
+        println!("state     {state}{advice}");
+    }
+    println!("agent     {}", s(&session["agent"]));
+}
+
+/// `session new` without `--dir`: say that nothing is bound, and suggest (only
+/// suggest) the directory this agent last used.
+pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
+    println!("not bound to any directory: the agent works in this session's scratch directory");
+    if let Some(dir) = last_used {
+        let display = berth_local_agent::check(dir, std::path::Path::new("/"))
+            .display
+            .unwrap_or_else(|| dir.to_owned());
+        println!(
+            "the agent last worked in {display}; to bind it: berth session link {} {dir}   (or --dir when creating)",
+            short(&session["id"])
+        );
+    }
+}
+
+fn table(rows: Vec<Vec<String>>) {
+    let Some(first) = rows.first() else { return };
+    let mut widths = vec![0; first.len()];
+    for r in &rows {
+        for (i, cell) in r.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for r in rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+pub fn agents(agents: &Value) {
+    let mut rows = vec![vec!["NAME".into(), "KIND".into(), "COMMAND".into()]];
+    for a in agents.as_array().into_iter().flatten() {
+        let cmd: Vec<&str> = a["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        rows.push(vec![
+            s(&a["name"]).into(),
+            s(&a["kind"]).into(),
+            cmd.join(" "),
+        ]);
+    }
+    table(rows);
+}
+
+fn latest_status<'a>(tasks: &'a Value, session: &str) -> &'a str {
+    tasks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rfind(|t| t["session_id"].as_str() == Some(session))
+        .map(|t| s(&t["status"]))
+        .unwrap_or("-")
+}
+
+pub fn sessions(sessions: &Value, tasks: &Value) {
+    let mut rows = vec![vec![
+        "ID".into(),
+        "TITLE".into(),
+        "AGENT".into(),
+        "DIRECTORY".into(),
+        "MODE".into(),
+        "LAST TASK".into(),
+    ]];
+    for x in sessions.as_array().into_iter().flatten() {
+        let b = &x["binding"];
+        let (dir, mode) = if b.is_null() {
+            ("(scratch)".to_owned(), "-".to_owned())
+        } else {
+            (s(&b["display"]).to_owned(), s(&b["mode"]).to_owned())
+        };
+        rows.push(vec![
+            short(&x["id"]),
+            inert(s(&x["title"])),
+            s(&x["agent"]).into(),
+            dir,
+            mode,
+            latest_status(tasks, s(&x["id"])).into(),
+        ]);
+    }
+    table(rows);
+}
+
+pub fn tasks(tasks: &Value) {
+    let mut rows = vec![vec![
+        "ID".into(),
+        "SESSION".into(),
+        "STATUS".into(),
+        "DETAIL".into(),
+    ]];
+    for t in tasks.as_array().into_iter().flatten() {
+        let detail = t["wait_reason"]
+            .as_str()
+            .or_else(|| t["error"].as_str())
+            .map(str::to_owned)
+            .or_else(|| t["exit_code"].as_i64().map(|c| format!("exit {c}")))
+            .unwrap_or_default();
+        rows.push(vec![
+            short(&t["id"]),
+            short(&t["session_id"]),
+            s(&t["status"]).into(),
+            inert(&detail),
+        ]);
+    }
+    table(rows);
+}
+
+pub fn session_body(session: &Value, tasks: &Value) {
+    if let Some(w) = session["work_dir"].as_str() {
+        println!("last ran  {w}");
+    }
+    println!();
+    self::tasks(tasks);
+}
+
+/// The live view of one task for `berth send`.
+#[derive(Debug)]
+pub struct Stream {
+    json: bool,
+    waiting: bool,
+    color: bool,
+}
+
+impl Stream {
+    pub fn new(json: bool) -> Stream {
+        Stream {
+            json,
+            waiting: false,
+            color: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn note(&self, text: &str) {
+        if self.color {
+            eprintln!("\x1b[2m{text}\x1b[0m");
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
+    /// One transcript event of this task (`data` is `{seq, task_id, kind, at, payload}`).
+    pub fn event(&mut self, kind: &str, data: &Value) {
+        if self.json {
+            println!("{data}");
+            return;
+        }
+        let p = &data["payload"];
+        match kind {
+            "status" => {
+                let status = s(&p["status"]);
+                match status {
+                    "waiting_lock" | "waiting_daemon" => {
+                        self.waiting = true;
+                        self.note(&format!(
+                            "waiting: {}",
+                            inert(p["wait_reason"].as_str().unwrap_or(status))
+                        ));
+                    }
+                    "running" if self.waiting => {
+                        self.note("done waiting; running");
+                        self.waiting = false;
+                    }
+                    _ => {}
+                }
+            }
+            "agent" => match s(&p["type"]) {
+                "text" => println!("{}", inert(s(&p["text"]))),
+                "thinking" => self.note(&format!("(thinking) {}", inert(s(&p["text"])))),
+                "tool_use" => {
+                    let input = p["input"].to_string();
+                    let input: String = input.chars().take(120).collect();
+                    self.note(&format!("→ {} {}", inert(s(&p["name"])), inert(&input)));
+                }
+                "tool_result" => {
+                    let out: String = s(&p["output"]).chars().take(200).collect();
+                    let mark = if p["is_error"].as_bool() == Some(true) {
+                        "✗"
+                    } else {
+                        "←"
+                    };
+                    self.note(&format!("{mark} {}", inert(&out)));
+                }
+                "stderr" => self.note(&inert(s(&p["line"]))),
+                _ => {}
+            },
+            _ => {}
+        }
+        let _ = std::io::stdout().flush();
+    }
+
+    pub fn finish(&self, task: &Value) {
+        if self.json {
+            println!("{}", serde_json::json!({"task": task}));
+            return;
+        }
+        let status = s(&task["status"]);
+        let mut line = format!("task {} {status}", short(&task["id"]));
+        if let Some(c) = task["exit_code"].as_i64() {
+            line.push_str(&format!(" (exit {c})"));
+        }
+        if let Some(e) = task["error"].as_str() {
+            line.push_str(&format!(": {}", inert(e)));
+        }
+        if status == "succeeded" {
+            self.note(&line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! `berth serve`: the server with the embedded native executor.
+//!
+//! Order matters: leftover journals are replayed (directories restored after a crash)
+//! before the server takes work; the single-instance lock is taken before anything
+//! listens; `serve.json` is written only once every listener is bound.
+
+use super::ServeArgs;
+use super::error::CliError;
+use berth_local_agent::{ExecutorConfig, NativeExecutor};
+use berth_web::api::loopback_hosts;
+use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
+    let config = ExecutorConfig::from_env(home)
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    if args.allow_daemons {
+        return Err(CliError::new(
+            "remote daemons are not supported by this build yet",
+            "run `berth serve` without --allow-daemons",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot start the async runtime: {e}"),
+                "check the system's limits",
+            )
+        })?;
+    rt.block_on(run(config, args))
+}
+
+async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
+    let home = config.berth_home.clone();
+    let executor = NativeExecutor::new(config).map_err(|e| {
+        CliError::new(
+            format!("cannot start the executor: {e}"),
+            "check BERTH_HOME and BERTH_LOCK_DIR",
+        )
+    })?;
+    // The server calls the executor's recovery (replaying leftover journals) once it
+    // holds the instance lock and before it schedules anything: a second `berth serve`
+    // never touches a running one's directories, and no task runs in a directory still
+    // being restored.
+    let server = Server::open(
+        &home,
+        ServerOptions {
+            executor: Some(Arc::new(executor)),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .map_err(server_error)?;
+    for note in server.executor_notes() {
+        println!("{note}");
+    }
+    let recovery = server.recovery();
+    if !recovery.interrupted.is_empty() {
+        println!(
+            "{} task(s) that were running when berth stopped are marked interrupted",
+            recovery.interrupted.len()
+        );
+    }
+
+    let socket_path = server.socket_path();
+    let control = server
+        .bind_control(&socket_path)
+        .await
+        .map_err(server_error)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot listen on {}: {e}", args.listen),
+                "choose another address with --listen 127.0.0.1:PORT",
+            )
+        })?;
+    let addr = listener.local_addr().map_err(|e| {
+        CliError::new(
+            format!("cannot read the listener's address: {e}"),
+            "try again",
+        )
+    })?;
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "warning: the web listener is on {addr}, not loopback: anyone who can reach it and holds the token can read your sessions"
+        );
+    }
+    let token = new_token()
+        .map_err(|e| CliError::new(format!("cannot make a token: {e}"), "check /dev/urandom"))?;
+    let url = format!("http://{addr}");
+    let info = ServeInfo {
+        url: Some(url.clone()),
+        token: token.clone(),
+        pid: std::process::id(),
+        socket: Some(socket_path.display().to_string()),
+    };
+    let json_path = server.write_serve_json(&info).map_err(server_error)?;
+    println!("berth serve (pid {})", std::process::id());
+    println!("  home            {}", home.display());
+    println!("  control socket  {}", socket_path.display());
+    println!("  web UI          {url}/?token={token}");
+    println!("  token           in {}", json_path.display());
+
+    let stop = server.shutdown_handle();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!(
+            "berth serve: stopping (running agents are stopped and their directories restored)"
+        );
+        stop.shutdown().await;
+    });
+    let hosts = loopback_hosts(addr);
+    let (a, b) = tokio::join!(
+        server.serve_control(control),
+        server.serve_web(listener, token, hosts)
+    );
+    let _ = std::fs::remove_file(home.join("serve.json"));
+    a.and(b).map_err(|e| {
+        CliError::new(
+            format!("the server stopped with an error: {e}"),
+            "see the messages above",
+        )
+    })?;
+    println!("berth serve: stopped");
+    Ok(0)
+}
+
+fn server_error(e: berth_web::server::ServerError) -> CliError {
+    let hint = match &e {
+        berth_web::server::ServerError::AlreadyRunning { .. } => {
+            "stop the other `berth serve`, or use another --home"
+        }
+        berth_web::server::ServerError::SocketInUse { .. } => {
+            "another server answers on this home's socket; stop it first"
+        }
+        berth_web::server::ServerError::Io { .. } | berth_web::server::ServerError::Store(_) => {
+            "check the home directory's permissions and free space"
+        }
+    };
+    CliError::new(e.to_string(), hint)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Where the native executor keeps its state and whom it protects.
+//!
+//! Everything the executor would otherwise read from the environment deep inside is
+//! gathered here once, so tests (and the benchmarks) can run many executors side by
+//! side in temporary directories, each with its own home, config, lock directory and
+//! even its own idea of the user's home directory.
+
+use berth_core::binding::MachineId;
+use berth_core::{Context, LocalPath, Platform};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The grace period between SIGTERM and SIGKILL when a task is cancelled.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+
+/// Briefs longer than this (bytes) cannot travel as one argument (Linux caps one
+/// argument at 128 KiB) and go into a `CLAUDE.md` block instead.
+pub const DEFAULT_BRIEF_ARG_LIMIT: usize = 96 * 1024;
+
+/// Why the configuration could not be built from the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "cannot find the platform data directory for BERTH_HOME: {0}; set BERTH_HOME or pass --home"
+    )]
+    NoDataDir(String),
+    #[error("{var} is set to {value:?}, which is not an absolute path")]
+    NotAbsolute { var: &'static str, value: PathBuf },
+}
+
+/// The executor's explicit configuration.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// `BERTH_HOME`: journals, worktrees, scratch directories.
+    pub berth_home: PathBuf,
+    /// The user settings directory (`BERTH_CONFIG_DIR`, default `~/.config/berth`).
+    pub config_dir: PathBuf,
+    /// The per-user lock directory, independent of `berth_home` (`BERTH_LOCK_DIR`).
+    pub lock_dir: PathBuf,
+    /// The user's home directory, as the refusal table and the display see it; also the
+    /// agent's `HOME`.
+    pub user_home: Option<PathBuf>,
+    /// The account name kept out of every display.
+    pub user_name: Option<String>,
+    /// SIGTERM-to-SIGKILL grace period on cancel.
+    pub grace: Duration,
+    /// Briefs longer than this go into a marker block of `CLAUDE.md` for `claude`
+    /// instead of `--append-system-prompt`. Tests set 0 to exercise the file path.
+    pub brief_arg_limit: usize,
+    pub machine_id: MachineId,
+    pub machine_name: String,
+}
+
+impl ExecutorConfig {
+    /// Reads the real environment: `home` (from `--home`) or `BERTH_HOME`, else the
+    /// platform data dir; `BERTH_CONFIG_DIR`; `BERTH_LOCK_DIR`, else
+    /// `$XDG_RUNTIME_DIR/berth-locks`, else `/tmp/berth-locks-<uid>`; `HOME`; the
+    /// passwd name of the running uid (else `USER`).
+    pub fn from_env(home: Option<PathBuf>) -> Result<ExecutorConfig, ConfigError> {
+        let var = |name: &'static str| -> Result<Option<PathBuf>, ConfigError> {
+            match std::env::var_os(name).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => {
+                    let p = PathBuf::from(v);
+                    if p.is_absolute() {
+                        Ok(Some(p))
+                    } else {
+                        Err(ConfigError::NotAbsolute {
+                            var: name,
+                            value: p,
+                        })
+                    }
+                }
+            }
+        };
+        let user_home = var("HOME")?;
+        let berth_home = match home.or(var("BERTH_HOME")?) {
+            Some(h) => h,
+            None => etcetera::choose_base_strategy()
+                .map(|s| etcetera::BaseStrategy::data_dir(&s).join("berth"))
+                .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+        };
+        let config_dir = match var("BERTH_CONFIG_DIR")? {
+            Some(d) => d,
+            None => etcetera::choose_base_strategy()
+                .map(|s| etcetera::BaseStrategy::config_dir(&s).join("berth"))
+                .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+        };
+        let uid = rustix::process::getuid().as_raw();
+        let lock_dir = match var("BERTH_LOCK_DIR")? {
+            Some(d) => d,
+            None => match var("XDG_RUNTIME_DIR")? {
+                Some(run) => run.join("berth-locks"),
+                None => PathBuf::from(format!("/tmp/berth-locks-{uid}")),
+            },
+        };
+        let user_name = passwd_name(uid).or_else(|| std::env::var("USER").ok());
+        Ok(ExecutorConfig {
+            berth_home,
+            config_dir,
+            lock_dir,
+            user_home,
+            user_name,
+            grace: DEFAULT_GRACE,
+            brief_arg_limit: DEFAULT_BRIEF_ARG_LIMIT,
+            machine_id: MachineId::new("local"),
+            machine_name: hostname().unwrap_or_else(|| "this machine".to_owned()),
+        })
+    }
+
+    /// A configuration rooted in `base`, for tests and benchmarks: Berth's home,
+    /// config and lock directories under it, and `user_home` as the user's home.
+    pub fn isolated(base: &Path, user_home: Option<PathBuf>) -> ExecutorConfig {
+        ExecutorConfig {
+            berth_home: base.join("berth-home"),
+            config_dir: base.join("berth-config"),
+            lock_dir: base.join("berth-locks"),
+            user_home,
+            user_name: None,
+            grace: DEFAULT_GRACE,
+            brief_arg_limit: DEFAULT_BRIEF_ARG_LIMIT,
+            machine_id: MachineId::new("local"),
+            machine_name: "test machine".to_owned(),
+        }
+    }
+
+    /// The rules' view of this user: native platform, home, name, and Berth's own
+    /// directories (home, config, locks), which are never bindable.
+    pub fn context(&self) -> Context {
+        let platform = Platform::native();
+        let mut ctx = Context::new(platform);
+        if let Some(home) = self.user_home.as_deref().and_then(local) {
+            ctx = ctx.with_home(home);
+        }
+        if let Some(name) = &self.user_name {
+            ctx = ctx.with_user(name.clone());
+        }
+        for dir in [&self.berth_home, &self.config_dir, &self.lock_dir] {
+            if let Some(p) = local(dir) {
+                ctx = ctx.with_berth_state(p);
+            }
+        }
+        ctx
+    }
+
+    /// `$BERTH_HOME/journal`.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.berth_home.join("journal")
+    }
+}
+
+/// A native path as a [`LocalPath`], if it is valid UTF-8 and absolute.
+pub fn local(p: &Path) -> Option<LocalPath> {
+    LocalPath::parse(Platform::native(), p.to_str()?).ok()
+}
+
+/// The account name of `uid` from `/etc/passwd`.
+fn passwd_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let _pw = f.next()?;
+        (f.next()?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+    })
+}
+
+fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_owned())
+}

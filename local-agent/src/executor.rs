@@ -1,0 +1,572 @@
+//! The native executor: runs a task in place, in a worktree or in scratch.
+//!
+//! `validate → pin → lock → settings → brief and sidecars (journaled) → re-check →
+//! spawn → stream → clean up (through the pinned descriptor) → unlock → outcome`. The
+//! future returned by [`Executor::run`] never resolves before the directory is restored
+//! and the lock released.
+
+use crate::adapter::{Adapter, Turn};
+use crate::brief::{self, WorkMode};
+use crate::config::ExecutorConfig;
+use crate::journal::{self, Journal, ReplayReport};
+use crate::lock::{DirLocks, LockError};
+use crate::pin::{PinnedDir, pin_owned};
+use crate::process;
+use crate::sidecar::Sidecars;
+use crate::turn::{MAX_ENV_BRIEF, Ran, cut, stream};
+use crate::worktree::{self, Worktree};
+use crate::{scratch, settings, validate};
+use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
+use berth_core::event::AgentEvent;
+use berth_core::{Context, ErrorCode, LocalPath, Refusal};
+use berth_web::executor::{
+    BoxFuture, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
+};
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("cannot create Berth's home {dir}: {source}")]
+    Home {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// The executor of this machine. Cheap to clone; clones share the lock table and the
+/// journal.
+///
+/// Agents are spawned from the thread polling [`NativeExecutor::run_task`], and Linux
+/// delivers the parent-death signal when that *thread* exits: poll it on a runtime
+/// whose threads live as long as the agents (a multi-thread runtime's workers, or the
+/// thread of a current-thread runtime), never inside `spawn_blocking`.
+#[derive(Debug, Clone)]
+pub struct NativeExecutor {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cfg: ExecutorConfig,
+    ctx: Context,
+    locks: DirLocks,
+    journal: Arc<Journal>,
+}
+
+/// Where a task runs, pinned.
+#[derive(Debug)]
+struct Place {
+    pinned: PinnedDir,
+    mode: WorkMode,
+    /// The bound directory, for the project settings layer.
+    bound: Option<LocalPath>,
+    worktree: Option<Worktree>,
+}
+
+/// What was prepared in the directory before the agent starts.
+#[derive(Debug)]
+struct Prepared {
+    sidecars: Sidecars,
+    /// The brief, when it travels with the invocation.
+    brief_arg: Option<String>,
+    brief_text: String,
+    env: std::collections::BTreeMap<String, String>,
+    warnings: Vec<String>,
+}
+
+enum Stop {
+    Refused(Refusal),
+    Failed(String),
+}
+
+impl From<Refusal> for Stop {
+    fn from(r: Refusal) -> Stop {
+        Stop::Refused(r)
+    }
+}
+
+impl NativeExecutor {
+    /// Creates Berth's home (0700) and takes the lock directory into use. Does not
+    /// replay journals: call [`NativeExecutor::replay_leftovers`] once at startup,
+    /// before the first task.
+    pub fn new(cfg: ExecutorConfig) -> Result<NativeExecutor, ExecutorError> {
+        for dir in [cfg.berth_home.clone(), cfg.journal_dir()] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|source| ExecutorError::Home { dir, source })?;
+        }
+        let locks = DirLocks::new(cfg.lock_dir.clone())?;
+        let ctx = cfg.context();
+        let journal = Journal::new(cfg.journal_dir());
+        Ok(NativeExecutor {
+            inner: Arc::new(Inner {
+                cfg,
+                ctx,
+                locks,
+                journal,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.cfg
+    }
+
+    /// The rules' view of this user.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Full native validation of `input` (absolute, or starting with `~`), pinned.
+    pub fn validate_dir(&self, input: &str) -> Result<PinnedDir, Refusal> {
+        validate::validate(&self.inner.ctx, input)
+    }
+
+    /// Restores every directory left with Berth's files by a run that never finished.
+    pub fn replay_leftovers(&self) -> ReplayReport {
+        journal::replay_leftovers(&self.inner.cfg.journal_dir())
+    }
+
+    /// Runs one task to its end (see [`Executor::run`]).
+    pub async fn run_task(
+        &self,
+        task: TaskSpec,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        cancel: watch::Receiver<bool>,
+    ) -> TaskOutcome {
+        run(self.inner.clone(), task, events, cancel).await
+    }
+}
+
+impl Executor for NativeExecutor {
+    fn machine(&self) -> (MachineId, String) {
+        (
+            self.inner.cfg.machine_id.clone(),
+            self.inner.cfg.machine_name.clone(),
+        )
+    }
+
+    fn run(
+        &self,
+        task: TaskSpec,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, TaskOutcome> {
+        Box::pin(run(self.inner.clone(), task, events, cancel))
+    }
+
+    fn recover(&self) -> Vec<String> {
+        let report = self.replay_leftovers();
+        let restored = report
+            .restored
+            .iter()
+            .map(|dir| format!("restored {dir}, left mid-run by an interrupted task"));
+        let skipped = report.skipped.iter().map(|(journal, why)| {
+            format!(
+                "could not apply the journal {} (moved to unapplied/): {why}",
+                journal.display()
+            )
+        });
+        let in_use = report.in_use.iter().map(|journal| {
+            format!(
+                "left the journal {} alone: another Berth process holds it",
+                journal.display()
+            )
+        });
+        restored.chain(skipped).chain(in_use).collect()
+    }
+
+    fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
+        self.validate_dir(dir).map(|p| p.to_validated())
+    }
+}
+
+fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
+    TaskOutcome {
+        status,
+        exit_code: None,
+        error,
+        code: None,
+        work_dir: None,
+        resume_id: None,
+        branch: None,
+    }
+}
+
+fn stopped(stop: Stop) -> TaskOutcome {
+    match stop {
+        Stop::Refused(r) => TaskOutcome::refused(&r),
+        Stop::Failed(msg) => outcome(TaskStatus::Failed, Some(msg)),
+    }
+}
+
+/// A session id used as a directory name must be one plain component.
+fn session_component(id: &str) -> Result<&str, Refusal> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    if ok {
+        Ok(id)
+    } else {
+        Err(Refusal::new(
+            ErrorCode::PathInvalid,
+            format!("the session id {id:?} cannot name a directory"),
+            "session ids are letters, digits, '-' and '_'",
+        ))
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Stop> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Stop::Failed(format!("internal error: {e}")))
+}
+
+fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
+    let ctx = &inner.ctx;
+    match &task.placement {
+        Placement::InPlace { dir } => {
+            let pinned = validate::validate(ctx, dir.as_str())?;
+            Ok(Place {
+                bound: Some(pinned.canonical().clone()),
+                pinned,
+                mode: WorkMode::InPlace,
+                worktree: None,
+            })
+        }
+        Placement::Worktree { dir } => {
+            let session = session_component(&task.session.id)?;
+            let bound = validate::validate(ctx, dir.as_str())?;
+            let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
+                |e| match e.refusal(bound.display()) {
+                    Some(r) => Stop::Refused(r),
+                    None => Stop::Failed(e.to_string()),
+                },
+            )?;
+            Ok(Place {
+                pinned: pin_owned(ctx, &wt.work_dir)?,
+                bound: Some(bound.canonical().clone()),
+                mode: WorkMode::Worktree,
+                worktree: Some(wt),
+            })
+        }
+        Placement::Scratch => {
+            let session = session_component(&task.session.id)?;
+            let dir = scratch::ensure(&inner.cfg.berth_home, session)
+                .map_err(|e| Stop::Failed(format!("cannot create the scratch directory: {e}")))?;
+            Ok(Place {
+                pinned: pin_owned(ctx, &dir)?,
+                bound: None,
+                mode: WorkMode::Scratch,
+                worktree: None,
+            })
+        }
+    }
+}
+
+fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, Stop> {
+    let settings = settings::load(&inner.ctx, &inner.cfg.config_dir, place.bound.as_ref())
+        .map_err(|e| Stop::Failed(e.to_string()))?;
+    let mut warnings: Vec<String> = settings
+        .warnings
+        .iter()
+        .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+        .collect();
+    let adapter = Adapter::for_kind(task.agent.kind);
+    let mut sidecars = Sidecars::new(&inner.journal, &task.task_id);
+    let result = (|| {
+        let mut skills = Vec::new();
+        for plugin in &settings.plugins {
+            if plugin.kind != berth_core::settings::PluginKind::Skill {
+                continue;
+            }
+            let Some(base) = adapter.skills_dir() else {
+                warnings.push(format!(
+                    "skill {} is not installed: a command agent reads no skill folders",
+                    plugin.id
+                ));
+                continue;
+            };
+            let source = std::path::Path::new(plugin.path.as_str());
+            if !source.join("SKILL.md").is_file() {
+                warnings.push(format!(
+                    "skill {} declared in {} has no SKILL.md at {}",
+                    plugin.id, plugin.declared_in, plugin.path
+                ));
+                continue;
+            }
+            skills.push(sidecars.install_skill(&place.pinned, base, &plugin.id, source)?);
+        }
+        let brief = brief::compose(
+            &task.session,
+            place.mode,
+            place.pinned.display(),
+            place.worktree.as_ref().map(|w| w.branch.as_str()),
+            &settings,
+            &skills,
+        );
+        warnings.extend(brief.warnings);
+        let brief_arg = match adapter.brief_file() {
+            Some(file) if brief.text.len() > inner.cfg.brief_arg_limit => {
+                sidecars.append_block(&place.pinned, file, &brief.text)?;
+                None
+            }
+            Some(_) | None => Some(brief.text.clone()),
+        };
+        Ok::<_, crate::sidecar::SidecarError>((brief_arg, brief.text))
+    })();
+    match result {
+        Ok((brief_arg, brief_text)) => Ok(Prepared {
+            sidecars,
+            brief_arg,
+            brief_text,
+            env: settings.env,
+            warnings,
+        }),
+        Err(e) => {
+            let undone = sidecars.cleanup(&place.pinned);
+            let mut msg = e.to_string();
+            if let Err(u) = undone {
+                msg.push_str(&format!("; {u}"));
+            }
+            Err(Stop::Failed(msg))
+        }
+    }
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    task: TaskSpec,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    mut cancel: watch::Receiver<bool>,
+) -> TaskOutcome {
+    let task = Arc::new(task);
+    let warn = |line: String| {
+        let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
+            line: format!("berth: {line}"),
+        }));
+    };
+    let placed = {
+        let (inner, task) = (inner.clone(), task.clone());
+        blocking(move || place(&inner, &task)).await
+    };
+    let place = match placed.and_then(|r| r) {
+        Ok(p) => p,
+        Err(stop) => return stopped(stop),
+    };
+    let lock = inner
+        .locks
+        .acquire(
+            place.pinned.canonical(),
+            &task.task_id,
+            |reason| {
+                let _ = events.send(ExecEvent::Status {
+                    status: TaskStatus::WaitingLock,
+                    wait_reason: Some(reason),
+                });
+            },
+            &mut cancel,
+        )
+        .await;
+    let _lock = match lock {
+        Ok(l) => l,
+        Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
+        Err(e) => return outcome(TaskStatus::Failed, Some(e.to_string())),
+    };
+    if let Err(r) = place.pinned.recheck() {
+        return TaskOutcome::refused(&r);
+    }
+    let prepared = {
+        let (inner, task) = (inner.clone(), task.clone());
+        blocking(move || {
+            let p = prepare(&inner, &task, &place);
+            (place, p)
+        })
+        .await
+    };
+    let (place, prepared) = match prepared {
+        Ok((place, Ok(p))) => (place, p),
+        Ok((_, Err(stop))) | Err(stop) => return stopped(stop),
+    };
+    for w in &prepared.warnings {
+        warn(format!("warning: {w}"));
+    }
+    let adapter = Adapter::for_kind(task.agent.kind);
+    let work_dir = place.pinned.canonical().as_str().to_owned();
+    let mut resume = task.resume_id.clone();
+    if let Err(r) = place.pinned.recheck() {
+        // Swapped while the sidecars were written: undo them through the descriptor.
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return TaskOutcome::refused(&r);
+    }
+    if *cancel.borrow() {
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return outcome(TaskStatus::Cancelled, None);
+    }
+    let mut result: Result<Ran, String> = Err("the agent did not start".to_owned());
+    for _attempt in 0..2 {
+        let turn = Turn {
+            prompt: &task.prompt,
+            brief: prepared.brief_arg.as_deref(),
+            resume_id: resume.as_deref(),
+            work_dir: place.pinned.path(),
+        };
+        let inv = match adapter.invocation(&task.agent, &turn) {
+            Ok(i) => i,
+            Err(e) => {
+                result = Err(e.to_string());
+                break;
+            }
+        };
+        let berth_env = [
+            ("BERTH_SESSION_ID", task.session.id.clone()),
+            ("BERTH_TASK_ID", task.task_id.clone()),
+            ("BERTH_WORK_DIR", work_dir.clone()),
+            (
+                "BERTH_BRIEF",
+                cut(&prepared.brief_text, MAX_ENV_BRIEF).to_owned(),
+            ),
+        ];
+        let env = process::agent_env(
+            &inv,
+            inner.cfg.user_home.as_deref(),
+            &prepared.env,
+            &berth_env,
+        );
+        let _ = events.send(ExecEvent::Status {
+            status: TaskStatus::Running,
+            wait_reason: None,
+        });
+        let proc = match process::spawn(&inv, place.pinned.fd(), env).await {
+            Ok(p) => p,
+            Err(e) => {
+                result = Err(e.to_string());
+                break;
+            }
+        };
+        let ran = stream(
+            adapter,
+            proc,
+            resume.is_some(),
+            &events,
+            &mut cancel,
+            inner.cfg.grace,
+        )
+        .await;
+        if ran.state.stale_resume && !ran.cancelled && resume.is_some() {
+            warn(format!(
+                "the agent no longer knows session {}; starting a fresh conversation",
+                resume.as_deref().unwrap_or_default()
+            ));
+            resume = None;
+            continue;
+        }
+        result = Ok(ran);
+        break;
+    }
+    let finished = finish(place, prepared.sidecars, &task.task_id).await;
+    let (branch, cleanup_error) = match finished {
+        Ok((branch, problems)) => {
+            for p in &problems {
+                tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
+                warn(p.clone());
+            }
+            (branch, problems.into_iter().next())
+        }
+        Err(stop) => (
+            None,
+            Some(match stop {
+                Stop::Refused(r) => r.message,
+                Stop::Failed(m) => m,
+            }),
+        ),
+    };
+    let mut out = match result {
+        Err(msg) => outcome(TaskStatus::Failed, Some(msg)),
+        Ok(ran) => {
+            let ok = adapter.succeeded(&ran.state, ran.exit_code);
+            let status = if ran.cancelled {
+                TaskStatus::Cancelled
+            } else if ok {
+                TaskStatus::Succeeded
+            } else {
+                TaskStatus::Failed
+            };
+            let error = match status {
+                TaskStatus::Failed => {
+                    Some(
+                        ran.state
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| match ran.exit_code {
+                                Some(c) => format!("the agent exited with code {c}"),
+                                None => "the agent was killed by a signal".to_owned(),
+                            }),
+                    )
+                }
+                TaskStatus::Queued
+                | TaskStatus::WaitingLock
+                | TaskStatus::WaitingDaemon
+                | TaskStatus::Running
+                | TaskStatus::Succeeded
+                | TaskStatus::Cancelled
+                | TaskStatus::Interrupted
+                | TaskStatus::Refused => None,
+            };
+            TaskOutcome {
+                status,
+                exit_code: ran.exit_code,
+                error,
+                code: None,
+                work_dir: None,
+                resume_id: ran.state.resume_id.or(resume),
+                branch: None,
+            }
+        }
+    };
+    out.work_dir = Some(work_dir);
+    out.branch = branch;
+    if let (Some(e), None) = (cleanup_error, &out.error) {
+        out.error = Some(e);
+    }
+    out
+}
+
+/// Cleans up after the agent: re-checks the pin (a swap is reported, and cleanup goes
+/// through the descriptor, so it touches only the directory Berth wrote in), undoes
+/// the sidecars, commits a worktree turn. Returns the branch and any problems.
+async fn finish(
+    place: Place,
+    sidecars: Sidecars,
+    task_id: &str,
+) -> Result<(Option<String>, Vec<String>), Stop> {
+    let task_id = task_id.to_owned();
+    blocking(move || {
+        let mut problems = Vec::new();
+        if let Err(r) = place.pinned.recheck() {
+            problems.push(r.message);
+        }
+        if let Err(e) = sidecars.cleanup(&place.pinned) {
+            problems.push(e.to_string());
+        }
+        let branch = place.worktree.as_ref().map(|wt| {
+            if let Err(e) = worktree::commit_turn(wt, &task_id) {
+                problems.push(format!("cannot commit the turn on {}: {e}", wt.branch));
+            }
+            wt.branch.clone()
+        });
+        (branch, problems)
+    })
+    .await
+}

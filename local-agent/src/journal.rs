@@ -1,0 +1,347 @@
+//! The write-ahead journal of everything Berth writes into a user's directory.
+//!
+//! One append-only file per Berth process under `$BERTH_HOME/journal/`, one JSON
+//! record per line, tagged with the run it belongs to. A record is written and synced
+//! *before* its action is done, so after a crash the journal names everything that may
+//! have been written, and [`replay_leftovers`] can undo it at the next start. Undoing
+//! is idempotent: undoing an action that never happened finds nothing to remove. A
+//! finished run appends an end mark; the file is emptied whenever no run is in flight.
+
+use crate::pin::PinnedDir;
+use crate::sidecar;
+use rustix::fs::{AtFlags, CWD, FileType, FlockOperation, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Why the journal could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("cannot write the journal {file}: {source}")]
+    Write {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One journaled action, in the user's directory, relative to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Record {
+    /// The directory the following records are relative to.
+    Begin {
+        task_id: String,
+        dir: String,
+        dev: u64,
+        ino: u64,
+    },
+    /// `block` appended to `file` (created with exactly `block` when `created`).
+    AppendBlock {
+        file: String,
+        block: String,
+        created: bool,
+    },
+    /// A directory Berth created, removed again if empty.
+    CreateDir { path: String },
+    /// A tree Berth created under a name that did not exist: removed whole.
+    CopyTree { path: String },
+}
+
+/// One line of a journal file: a record of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Line {
+    run: String,
+    #[serde(flatten)]
+    entry: Entry,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Entry {
+    Record(Record),
+    End { end: bool },
+}
+
+/// The journal of this process: one append-only file under `$BERTH_HOME/journal/`,
+/// created (and its name made durable) once, at the first action of the first run
+/// that writes anything, then held under an exclusive `flock` for the life of the
+/// process so a replay elsewhere leaves it alone. Each action then costs one sync.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    state: Mutex<LogState>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    file: Option<(File, PathBuf)>,
+    /// Runs begun and not yet finished.
+    active: usize,
+}
+
+impl Journal {
+    /// A journal writing into `dir` (no I/O until the first record).
+    pub fn new(dir: PathBuf) -> Arc<Journal> {
+        Arc::new(Journal {
+            dir,
+            state: Mutex::new(LogState::default()),
+        })
+    }
+
+    /// The journal of one run of `task_id`.
+    pub fn run(self: &Arc<Self>, task_id: &str) -> RunJournal {
+        RunJournal {
+            journal: self.clone(),
+            run: format!("{task_id}/{}", uuid::Uuid::now_v7().simple()),
+            begun: false,
+        }
+    }
+
+    /// The file in use, if one was created.
+    pub fn path(&self) -> Option<PathBuf> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.file.as_ref().map(|(_, p)| p.clone())
+    }
+
+    fn append(
+        &self,
+        lines: &[Line],
+        sync: bool,
+        begins: bool,
+        ends: bool,
+    ) -> Result<(), JournalError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.file.is_none() {
+            state.file = Some(self.create()?);
+        }
+        let Some((file, path)) = state.file.as_mut() else {
+            return Ok(());
+        };
+        let err = |source: std::io::Error| JournalError::Write {
+            file: path.clone(),
+            source,
+        };
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(&serde_json::to_string(line).map_err(|e| err(e.into()))?);
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes()).map_err(err)?;
+        if sync {
+            file.sync_data().map_err(err)?;
+        }
+        if begins {
+            state.active += 1;
+        }
+        if ends {
+            state.active = state.active.saturating_sub(1);
+            if state.active == 0
+                && let Some((file, _)) = state.file.as_mut()
+            {
+                // Nothing is in flight: every line is history.
+                let _ = file.set_len(0);
+            }
+        }
+        Ok(())
+    }
+
+    fn create(&self) -> Result<(File, PathBuf), JournalError> {
+        let path = self.dir.join(format!(
+            "{}-{}.jsonl",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ));
+        let err = |source: std::io::Error| JournalError::Write {
+            file: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(err)?;
+        let file = rustix::fs::open(
+            &path,
+            OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC,
+            Mode::RUSR | Mode::WUSR,
+        )
+        .map(File::from)
+        .map_err(|e| err(e.into()))?;
+        rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| err(e.into()))?;
+        // The new name must survive a crash too.
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)?;
+        Ok((file, path))
+    }
+}
+
+/// The journal of one run in one directory.
+#[derive(Debug)]
+pub struct RunJournal {
+    journal: Arc<Journal>,
+    run: String,
+    begun: bool,
+}
+
+impl RunJournal {
+    /// Makes `record` durable; only then may its action be done. The first record
+    /// of a run goes with the run's `Begin` (the directory and its identity).
+    pub fn record(&mut self, dir: &PinnedDir, record: &Record) -> Result<(), JournalError> {
+        let line = |r: Record| Line {
+            run: self.run.clone(),
+            entry: Entry::Record(r),
+        };
+        let mut lines = Vec::with_capacity(2);
+        let begins = !self.begun;
+        if begins {
+            let (dev, ino) = dir.identity();
+            lines.push(line(Record::Begin {
+                task_id: self.run.clone(),
+                dir: dir.canonical().as_str().to_owned(),
+                dev,
+                ino,
+            }));
+        }
+        lines.push(line(record.clone()));
+        self.journal.append(&lines, true, begins, false)?;
+        self.begun = true;
+        Ok(())
+    }
+
+    /// Marks the run finished: every action has been undone.
+    pub fn finish(self) -> Result<(), JournalError> {
+        if !self.begun {
+            return Ok(());
+        }
+        let end = Line {
+            run: self.run.clone(),
+            entry: Entry::End { end: true },
+        };
+        // Not synced: should the mark be lost, replay undoes again, finding nothing.
+        self.journal.append(&[end], false, false, true)
+    }
+}
+
+/// What [`replay_leftovers`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Directories restored (canonical paths).
+    pub restored: Vec<String>,
+    /// Journals that could not be applied, with why; they are moved to
+    /// `journal/unapplied/` for a human to look at.
+    pub skipped: Vec<(PathBuf, String)>,
+    /// Journals left alone because a live Berth process holds them.
+    pub in_use: Vec<PathBuf>,
+}
+
+/// Undoes every run left unfinished by a Berth that stopped mid-task (a crash, a
+/// SIGKILL). Run at startup, before any task. A journal still held by a live process
+/// is left alone; a directory that is no longer the one journaled (another inode at
+/// the path) is not touched.
+pub fn replay_leftovers(journal_dir: &Path) -> ReplayReport {
+    let mut report = ReplayReport::default();
+    let Ok(entries) = std::fs::read_dir(journal_dir) else {
+        return report;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for file in files {
+        let Ok(handle) = File::open(&file) else {
+            continue;
+        };
+        if rustix::fs::flock(&handle, FlockOperation::NonBlockingLockExclusive).is_err() {
+            report.in_use.push(file);
+            continue;
+        }
+        let mut problems = Vec::new();
+        for (dir, records) in unfinished_runs(&file) {
+            match replay_run(&dir, &records) {
+                Ok(()) => report.restored.push(dir),
+                Err(why) => problems.push(why),
+            }
+        }
+        if problems.is_empty() {
+            let _ = std::fs::remove_file(&file);
+        } else {
+            let aside = journal_dir.join("unapplied");
+            let _ = std::fs::create_dir_all(&aside);
+            if let Some(name) = file.file_name() {
+                let _ = std::fs::rename(&file, aside.join(name));
+            }
+            let why = problems.join("; ");
+            tracing::warn!(journal = %file.display(), %why, "journal could not be applied; moved to unapplied/");
+            report.skipped.push((file, why));
+        }
+    }
+    report
+}
+
+/// The runs of a journal file without an end mark: (directory, records from Begin).
+fn unfinished_runs(file: &Path) -> Vec<(String, Vec<Record>)> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut runs: Vec<(String, Vec<Record>, bool)> = Vec::new();
+    // A torn last line (crash while writing it) means its action never started.
+    for line in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Line>(l).ok())
+    {
+        let slot = match runs.iter().position(|(run, _, _)| *run == line.run) {
+            Some(i) => i,
+            None => {
+                runs.push((line.run.clone(), Vec::new(), false));
+                runs.len() - 1
+            }
+        };
+        match line.entry {
+            Entry::Record(r) => runs[slot].1.push(r),
+            Entry::End { .. } => runs[slot].2 = true,
+        }
+    }
+    runs.into_iter()
+        .filter(|(_, _, ended)| !ended)
+        .filter_map(|(_, records, _)| match records.first() {
+            Some(Record::Begin { dir, .. }) => Some((dir.clone(), records)),
+            Some(
+                Record::AppendBlock { .. } | Record::CreateDir { .. } | Record::CopyTree { .. },
+            )
+            | None => None,
+        })
+        .collect()
+}
+
+fn replay_run(dir: &str, records: &[Record]) -> Result<(), String> {
+    let Some(Record::Begin { dev, ino, .. }) = records.first() else {
+        return Err(format!("the journal of {dir} has no begin record"));
+    };
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{dir} cannot be opened: {e}"))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
+    let again = rustix::fs::statat(CWD, dir, AtFlags::SYMLINK_NOFOLLOW);
+    let same = again.is_ok_and(|a| a.st_dev == st.st_dev && a.st_ino == st.st_ino)
+        && FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    if !same || st.st_dev != *dev || st.st_ino != *ino {
+        return Err(format!(
+            "{dir} is no longer the directory the journal was written for"
+        ));
+    }
+    let problems = sidecar::undo(&fd, &records[1..]);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}

@@ -1,0 +1,29 @@
+//! Berth's local agent: the native executor that runs agents in a user's real
+//! directory, safely, and the pieces it is made of.
+//!
+//! The server (`berth-web`) calls [`NativeExecutor`] through its `Executor` trait; the
+//! CLI uses [`check::check`] for `berth check` and [`NativeExecutor::replay_leftovers`]
+//! at startup. Everything here that touches a user's directory goes through a
+//! [`pin::PinnedDir`], which only [`validate::validate`] hands out for user paths.
+
+pub mod adapter;
+pub mod brief;
+pub mod check;
+pub mod config;
+pub mod executor;
+pub mod journal;
+pub mod lock;
+pub mod pin;
+pub mod process;
+pub mod scratch;
+pub mod settings;
+pub mod sidecar;
+mod turn;
+pub mod validate;
+pub mod worktree;
+
+pub use check::{check, check_with};
+pub use config::ExecutorConfig;
+pub use executor::{ExecutorError, NativeExecutor};
+pub use journal::{Journal, ReplayReport, replay_leftovers};
+pub use pin::PinnedDir;

@@ -1,0 +1,98 @@
+//! One agent process, from spawn to exit: its output lines parsed into events as they
+//! come, cancellation (the whole group, terminate then kill), and the turn's result.
+
+use crate::adapter::{Adapter, TurnState};
+use crate::lock::cancelled;
+use crate::process::AgentProcess;
+use berth_core::event::AgentEvent;
+use berth_web::executor::ExecEvent;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, watch};
+
+/// What one agent process did.
+pub(crate) struct Ran {
+    pub state: TurnState,
+    pub exit_code: Option<i32>,
+    pub cancelled: bool,
+}
+
+fn lossy(segment: std::io::Result<Option<Vec<u8>>>) -> Option<String> {
+    let bytes = segment.ok().flatten()?;
+    let text = String::from_utf8_lossy(&bytes);
+    Some(text.strip_suffix('\r').unwrap_or(&text).to_owned())
+}
+
+/// The longest `BERTH_BRIEF` value: Linux caps one environment string at 128 KiB.
+pub(crate) const MAX_ENV_BRIEF: usize = 96 * 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+pub(crate) async fn stream(
+    adapter: Adapter,
+    mut proc: AgentProcess,
+    resumed: bool,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+    grace: std::time::Duration,
+) -> Ran {
+    let mut st = TurnState::default();
+    // Split on bytes, not UTF-8 lines: one bad byte must not stop the reading (the
+    // agent would then block on a full pipe).
+    let mut out = proc.stdout.take().map(|s| BufReader::new(s).split(b'\n'));
+    let mut err = proc.stderr.take().map(|s| BufReader::new(s).split(b'\n'));
+    let mut exit: Option<Option<i32>> = None;
+    let mut was_cancelled = false;
+    loop {
+        if out.is_none() && err.is_none() && exit.is_some() {
+            break;
+        }
+        tokio::select! {
+            line = async { lossy(out.as_mut()?.next_segment().await) }, if out.is_some() => {
+                match line {
+                    Some(line) => {
+                        for ev in adapter.stdout_line(&line, resumed, &mut st) {
+                            let _ = events.send(ExecEvent::Agent(ev));
+                        }
+                    }
+                    None => out = None,
+                }
+            }
+            line = async { lossy(err.as_mut()?.next_segment().await) }, if err.is_some() => {
+                match line {
+                    Some(line) => {
+                        adapter.stderr_line(&line, resumed, &mut st);
+                        let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr { line }));
+                    }
+                    None => err = None,
+                }
+            }
+            status = proc.wait(), if exit.is_none() => {
+                exit = Some(status.ok().flatten());
+                // Whatever the agent left running in its group goes with it; output
+                // already in the pipes is still read.
+                if let Some(pgid) = proc.pgid().and_then(rustix::process::Pid::from_raw) {
+                    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+                }
+            }
+            () = cancelled(cancel), if !was_cancelled && exit.is_none() => {
+                was_cancelled = true;
+                exit = Some(proc.terminate(grace).await.ok().flatten());
+            }
+        }
+    }
+    Ran {
+        state: st,
+        exit_code: exit.flatten(),
+        cancelled: was_cancelled,
+    }
+}

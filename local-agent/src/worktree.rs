@@ -1,0 +1,177 @@
+//! Per-session git worktrees of a bound repository, through the `git` CLI.
+//!
+//! `$BERTH_HOME/worktrees/<session>` on branch `berth/<session-short>`, created on the
+//! first turn and reused after; the changes of each turn are committed on that branch,
+//! so the user's checkout is never touched and the work is one `git merge` away.
+
+use berth_core::{ErrorCode, Refusal};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Why a worktree could not be made or committed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error("{dir} is not inside a git repository")]
+    NotARepo { dir: String },
+    #[error("git {args} failed: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error("cannot run git: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+impl WorktreeError {
+    /// The refusal for a directory that cannot have a worktree, if that is what this is.
+    pub fn refusal(&self, display: &str) -> Option<Refusal> {
+        match self {
+            WorktreeError::NotARepo { .. } => Some(Refusal::new(
+                ErrorCode::NotAGitRepo,
+                format!("{display} is not inside a git repository, so it cannot have a worktree"),
+                "link it in place (--mode in-place), or run `git init` there first",
+            )),
+            WorktreeError::Git { .. } | WorktreeError::Spawn(_) => None,
+        }
+    }
+}
+
+/// A session's worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    /// The worktree's top directory.
+    pub root: PathBuf,
+    /// Where the agent works: the bound directory's counterpart inside the worktree.
+    pub work_dir: PathBuf,
+    pub branch: String,
+}
+
+fn git<I, S>(dir: &Path, args: I) -> Result<String, WorktreeError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(&args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .output()?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .trim_end_matches('\n')
+            .to_owned())
+    } else {
+        Err(WorktreeError::Git {
+            args: args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// The branch of `session`: `berth/` and the session id's first 8 characters.
+pub fn branch_name(session: &str) -> String {
+    let short: String = session.chars().take(8).collect();
+    format!("berth/{short}")
+}
+
+/// Creates or reuses the worktree of `session` for the repository holding `bound`.
+pub fn ensure(bound: &Path, berth_home: &Path, session: &str) -> Result<Worktree, WorktreeError> {
+    let not_repo = || WorktreeError::NotARepo {
+        dir: bound.display().to_string(),
+    };
+    let top = git(bound, ["rev-parse", "--show-toplevel"]).map_err(|_| not_repo())?;
+    let prefix = git(bound, ["rev-parse", "--show-prefix"]).map_err(|_| not_repo())?;
+    let root = berth_home.join("worktrees").join(session);
+    let branch = branch_name(session);
+    let usable = root.join(".git").exists()
+        && git(&root, ["rev-parse", "--show-toplevel"]).is_ok_and(|t| Path::new(&t) == root);
+    if !usable {
+        if let Some(parent) = root.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        // A stale registration (the folder was deleted) would block `worktree add`.
+        let _ = git(Path::new(&top), ["worktree", "prune"]);
+        let exists = git(
+            Path::new(&top),
+            [
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ],
+        )
+        .is_ok();
+        let root_os = root.as_os_str();
+        if exists {
+            git(
+                Path::new(&top),
+                [
+                    OsStr::new("worktree"),
+                    OsStr::new("add"),
+                    root_os,
+                    OsStr::new(&branch),
+                ],
+            )?;
+        } else {
+            git(
+                Path::new(&top),
+                [
+                    OsStr::new("worktree"),
+                    OsStr::new("add"),
+                    OsStr::new("-b"),
+                    OsStr::new(&branch),
+                    root_os,
+                ],
+            )?;
+        }
+    }
+    let work_dir = if prefix.is_empty() {
+        root.clone()
+    } else {
+        root.join(prefix.trim_end_matches('/'))
+    };
+    std::fs::create_dir_all(&work_dir)?;
+    Ok(Worktree {
+        root,
+        work_dir,
+        branch,
+    })
+}
+
+/// Commits everything changed in the worktree on its branch; `false` when there was
+/// nothing to commit.
+pub fn commit_turn(wt: &Worktree, task_id: &str) -> Result<bool, WorktreeError> {
+    git(&wt.root, ["add", "-A"])?;
+    if git(&wt.root, ["status", "--porcelain"])?.is_empty() {
+        return Ok(false);
+    }
+    let mut args: Vec<String> = Vec::new();
+    if git(&wt.root, ["config", "user.email"]).is_err() {
+        args.extend(
+            ["-c", "user.name=Berth", "-c", "user.email=berth@localhost"].map(String::from),
+        );
+    }
+    args.extend(["commit", "-q", "--no-verify", "-m"].map(String::from));
+    args.push(format!("berth: task {task_id}"));
+    git(&wt.root, &args)?;
+    Ok(true)
+}
+
+/// Removes the worktree (and keeps its branch).
+pub fn remove(repo: &Path, wt: &Worktree) -> Result<(), WorktreeError> {
+    git(
+        repo,
+        [
+            OsStr::new("worktree"),
+            OsStr::new("remove"),
+            OsStr::new("--force"),
+            wt.root.as_os_str(),
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Shared helpers: sandboxes under a fresh temp dir, fake agents, runs, tree hashes.
+#![allow(dead_code)]
+
+use berth_core::LocalPath;
+use berth_local_agent::{ExecutorConfig, NativeExecutor};
+use berth_web::executor::{
+    AgentKind, AgentSpec, ExecEvent, Placement, SessionFacts, TaskOutcome, TaskSpec,
+};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// A fresh directory under the system temp dir (never the temp dir itself, which the
+/// rules refuse), removed at drop.
+pub struct Sandbox {
+    pub root: PathBuf,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let root = std::env::temp_dir().join(format!("berth-la-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(root.join("usr7q")).unwrap();
+        Sandbox {
+            root: std::fs::canonicalize(root).unwrap(),
+        }
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.join("usr7q")
+    }
+
+    pub fn cfg(&self) -> ExecutorConfig {
+        let mut cfg = ExecutorConfig::isolated(&self.root, Some(self.home()));
+        cfg.grace = Duration::from_millis(500);
+        cfg
+    }
+
+    pub fn executor(&self) -> NativeExecutor {
+        NativeExecutor::new(self.cfg()).unwrap()
+    }
+
+    /// Creates `root/<rel>` as a directory.
+    pub fn dir(&self, rel: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// Writes an executable script at `root/bin/<name>`.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.dir("bin").join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+pub fn lp(p: &Path) -> LocalPath {
+    LocalPath::parse(berth_core::Platform::native(), p.to_str().unwrap()).unwrap()
+}
+
+pub fn agent(kind: AgentKind, command: &[&Path]) -> AgentSpec {
+    AgentSpec {
+        name: "test".into(),
+        kind,
+        command: command.iter().map(|p| p.display().to_string()).collect(),
+    }
+}
+
+pub fn task(
+    id: &str,
+    session: &str,
+    agent: AgentSpec,
+    prompt: &str,
+    placement: Placement,
+) -> TaskSpec {
+    TaskSpec {
+        task_id: id.into(),
+        session: SessionFacts {
+            id: session.into(),
+            title: "a test".into(),
+            display: None,
+        },
+        agent,
+        prompt: prompt.into(),
+        placement,
+        resume_id: None,
+    }
+}
+
+pub fn in_place(dir: &Path) -> Placement {
+    Placement::InPlace { dir: lp(dir) }
+}
+
+/// Runs `task` to its end, collecting every event.
+pub async fn run(exec: &NativeExecutor, task: TaskSpec) -> (TaskOutcome, Vec<ExecEvent>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_cancel_tx, cancel) = watch::channel(false);
+    let outcome = exec.run_task(task, tx, cancel).await;
+    let mut events = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        events.push(e);
+    }
+    (outcome, events)
+}
+
+/// Every file and directory under `dir` (relative path → content, or `<dir>`).
+pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(rel, b"<dir>".to_vec());
+                walk(base, &p, out);
+            } else if ft.is_symlink() {
+                out.insert(
+                    rel,
+                    format!("<link {}>", std::fs::read_link(&p).unwrap().display()).into_bytes(),
+                );
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// A `command` agent script that appends `start`/`end` nanosecond stamps to `log`
+/// (outside the directory) around a short sleep, and writes a marker in its cwd.
+pub fn stamping_agent(sb: &Sandbox, log: &Path) -> PathBuf {
+    sb.script(
+        "stamp.sh",
+        &format!(
+            "#!/bin/sh\necho \"start $(date +%s%N) $BERTH_TASK_ID\" >> {log}\nsleep 0.02\necho ran > ran-$BERTH_TASK_ID\necho \"end $(date +%s%N) $BERTH_TASK_ID\" >> {log}\n",
+            log = log.display()
+        ),
+    )
+}
+
+/// Parses a stamp log into (start, end) intervals per task, and checks none overlap.
+pub fn assert_no_overlap(log: &Path, expected: usize) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut starts: BTreeMap<String, u128> = BTreeMap::new();
+    let mut spans: Vec<(u128, u128, String)> = Vec::new();
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        let (kind, ts, id) = (
+            w.next().unwrap(),
+            w.next().unwrap().parse::<u128>().unwrap(),
+            w.next().unwrap().to_owned(),
+        );
+        match kind {
+            "start" => {
+                starts.insert(id, ts);
+            }
+            _ => {
+                let s = starts.remove(&id).unwrap();
+                spans.push((s, ts, id));
+            }
+        }
+    }
+    assert_eq!(spans.len(), expected, "every task ran once: {text}");
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0,
+            "tasks {} and {} overlapped: {:?} {:?}",
+            w[0].2,
+            w[1].2,
+            w[0],
+            w[1]
+        );
+    }
+}
+pub mod fakes;

@@ -1,0 +1,172 @@
+//! Proofs across OS processes: two Berth processes never overlap in one directory,
+//! and a Berth killed mid-task leaves a journal that restores the directory.
+//!
+//! The test binary re-executes itself (`child_runner`) to be the other processes.
+
+mod common;
+
+use berth_core::api::TaskStatus;
+use berth_local_agent::{ExecutorConfig, NativeExecutor};
+use berth_web::executor::AgentKind;
+use common::{Sandbox, agent, assert_no_overlap, in_place, run, stamping_agent, task, tree};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "BERTH_TEST_CHILD";
+
+fn child_cfg(root: &Path, which: &str) -> ExecutorConfig {
+    let mut cfg = ExecutorConfig::isolated(&root.join(which), Some(root.join("usr7q")));
+    // One lock directory for both processes, whatever their BERTH_HOME.
+    cfg.lock_dir = root.join("shared-locks");
+    cfg
+}
+
+fn spawn_child(
+    mode: &str,
+    root: &Path,
+    which: &str,
+    dir: &Path,
+    extra: &[(&str, String)],
+) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_runner", "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .env("BERTH_TEST_ROOT", root)
+        .env("BERTH_TEST_WHICH", which)
+        .env("BERTH_TEST_DIR", dir)
+        .envs(extra.iter().map(|(k, v)| (*k, v.clone())))
+        .spawn()
+        .unwrap()
+}
+
+/// Not a test on its own: the body of the child processes.
+#[test]
+fn child_runner() {
+    let Ok(mode) = std::env::var(CHILD) else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap();
+    let root = PathBuf::from(var("BERTH_TEST_ROOT"));
+    let which = var("BERTH_TEST_WHICH");
+    let dir = PathBuf::from(var("BERTH_TEST_DIR"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        match mode.as_str() {
+            "contend" => {
+                let mut cfg = child_cfg(&root, &which);
+                cfg.brief_arg_limit = usize::MAX;
+                let exec = NativeExecutor::new(cfg).unwrap();
+                let script = PathBuf::from(var("BERTH_TEST_SCRIPT"));
+                let mut joins = Vec::new();
+                for lane in 0..3 {
+                    let (exec, script, dir, which) =
+                        (exec.clone(), script.clone(), dir.clone(), which.clone());
+                    joins.push(tokio::spawn(async move {
+                        for n in 0..5 {
+                            let id = format!("{which}-{lane}-{n}");
+                            let spec = agent(AgentKind::Command, &[&script]);
+                            let (out, _) =
+                                run(&exec, task(&id, "s1", spec, "x", in_place(&dir))).await;
+                            assert_eq!(out.status, TaskStatus::Succeeded, "{out:?}");
+                        }
+                    }));
+                }
+                for j in joins {
+                    j.await.unwrap();
+                }
+            }
+            "crash" => {
+                let mut cfg = child_cfg(&root, &which);
+                cfg.brief_arg_limit = 0;
+                cfg.config_dir = root.join("config");
+                let exec = NativeExecutor::new(cfg).unwrap();
+                let claude = PathBuf::from(var("BERTH_TEST_SCRIPT"));
+                let spec = agent(AgentKind::Claude, &[&claude]);
+                let _ = run(&exec, task("crashing", "s1", spec, "sleep", in_place(&dir))).await;
+                panic!("the parent should have killed this process");
+            }
+            other => panic!("unknown child mode {other}"),
+        }
+    });
+}
+
+#[test]
+fn two_processes_never_overlap_in_one_directory() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    let log = sb.root.join("stamps.log");
+    let script = stamping_agent(&sb, &log);
+    let extra = [("BERTH_TEST_SCRIPT", script.display().to_string())];
+    let mut a = spawn_child("contend", &sb.root, "a", &dir, &extra);
+    let mut b = spawn_child("contend", &sb.root, "b", &dir, &extra);
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    assert_no_overlap(&log, 30);
+    // The agents' markers, and nothing of Berth's.
+    let names: Vec<String> = tree(&dir).into_keys().collect();
+    assert_eq!(names.len(), 30);
+    assert!(names.iter().all(|n| n.starts_with("ran-")), "{names:?}");
+}
+
+#[test]
+fn a_berth_killed_mid_task_is_restored_by_replay() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    std::fs::write(dir.join("CLAUDE.md"), "# Mine\n").unwrap();
+    std::fs::create_dir_all(dir.join(".claude/skills/review")).unwrap();
+    std::fs::write(dir.join(".claude/skills/review/SKILL.md"), "mine").unwrap();
+    let skill = sb.dir("plugins/review");
+    std::fs::write(skill.join("SKILL.md"), "Review.\n").unwrap();
+    let config = sb.dir("config");
+    std::fs::write(
+        config.join("settings.jsonc"),
+        format!("{{ \"plugins\": [{:?}] }}", skill.display().to_string()),
+    )
+    .unwrap();
+    let before = tree(&dir);
+    let (claude, log) = common::fakes::claude(&sb);
+    let extra = [("BERTH_TEST_SCRIPT", claude.display().to_string())];
+    let mut child = spawn_child("crash", &sb.root, "crashy", &dir, &extra);
+    // Wait until the agent runs, with Berth's files in place.
+    let start = Instant::now();
+    while !log.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let during = tree(&dir);
+    assert!(during.contains_key(".claude/skills/review-berth/SKILL.md"));
+    assert!(String::from_utf8_lossy(&during["CLAUDE.md"]).contains("berth:begin crashing"));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // Berth starts again: replay restores the directory.
+    let cfg = child_cfg(&sb.root, "crashy");
+    let exec = NativeExecutor::new(cfg.clone()).unwrap();
+    let report = exec.replay_leftovers();
+    assert_eq!(report.restored, vec![dir.display().to_string()]);
+    assert_eq!(report.skipped, vec![]);
+    assert_eq!(tree(&dir), before);
+    assert!(tree(&cfg.journal_dir()).is_empty());
+    // And the agent did not outlive its Berth (parent-death signal).
+    let agent_alive = Command::new("pgrep")
+        .args(["-f", &claude.display().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    let start = Instant::now();
+    let mut alive = agent_alive;
+    while alive && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        alive = Command::new("pgrep")
+            .args(["-f", &claude.display().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+    }
+    assert!(!alive, "the agent outlived the killed Berth");
+}

@@ -1,0 +1,422 @@
+//! The README's walk-through against the real binary: serve, add an agent, a bound
+//! session, send, watch, link elsewhere, unlink, restart — and the scheduling
+//! guarantees between sessions.
+
+use berth_tests::{Berth, FAKE_USER, eventually};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// An agent that reports where it ran and what it was told, then echoes the prompt.
+const REPORTER: &str = r#"printf 'cwd=%s\n' "$PWD"; printf 'work_dir=%s\n' "$BERTH_WORK_DIR"; case "$BERTH_BRIEF" in *"$BERTH_SESSION_ID"*) echo brief=has-session ;; *) echo brief=missing ;; esac; echo "prompt=$(cat)""#;
+
+fn texts(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "agent" && e["payload"]["type"] == "text")
+        .map(|e| e["payload"]["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `berth send --json`: every event line, and the final task.
+fn send(b: &Berth, session: &str, msg: &str) -> (Vec<Value>, Value) {
+    let out = b.run(&["send", session, msg, "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lines.pop().expect("a final line");
+    let task = last["task"].clone();
+    assert_eq!(
+        out.status.success(),
+        task["status"] == "succeeded",
+        "exit status follows the task: {task}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (lines, task)
+}
+
+/// Reads a session's stored transcript over SSE from the web listener, resuming from
+/// `last_id` when given: everything the server sends before the stream goes quiet.
+fn sse(b: &Berth, session: &str, last_id: Option<u64>) -> Vec<(u64, Value)> {
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(b.home.join("serve.json")).unwrap()).unwrap();
+    let url = info["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_owned();
+    let token = info["token"].as_str().unwrap();
+    let mut s = TcpStream::connect(&url).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let resume = last_id
+        .map(|n| format!("Last-Event-ID: {n}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET /api/v1/sessions/{session}/events?token={token} HTTP/1.1\r\nHost: {url}\r\nAccept: text/event-stream\r\n{resume}\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.contains("200"), "SSE status: {status}");
+    let mut events = Vec::new();
+    let mut id = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // The backlog arrives at once; a quiet second means it is all here.
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let l = line.trim_end();
+        if let Some(v) = l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")) {
+            id = v.trim().parse().ok();
+        } else if let Some(d) = l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")) {
+            // Chunked encoding puts size lines between; only data lines matter.
+            if let (Some(i), Ok(v)) = (id.take(), serde_json::from_str::<Value>(d.trim())) {
+                events.push((i, v));
+            }
+        }
+    }
+    events
+}
+
+fn write_settings(dir: &Path, text: &str) {
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    std::fs::write(dir.join(".berth/settings.jsonc"), text).unwrap();
+}
+
+#[test]
+fn walk_through() {
+    let mut b = Berth::new("walk");
+    let app = b.user_home.join("code/app");
+    let other = b.user_home.join("code/other");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    write_settings(
+        &app,
+        "// project settings\n{ \"prompt\": { \"append\": \"APP-RULES\" }, }\n",
+    );
+
+    // Before the server runs, clients say so with a hint.
+    let out = b.run(&["session", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: berth is not running\nhint: "),
+        "{err}"
+    );
+    assert!(err.contains("berth serve"), "{err}");
+
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "reporter",
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        REPORTER,
+    ]);
+    let agents = b.json(&["agent", "list", "--json"]);
+    assert_eq!(agents[0]["name"], "reporter");
+
+    let s = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "reporter",
+        "--title",
+        "walk",
+        "--dir",
+        app.to_str().unwrap(),
+        "--json",
+    ]);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let canonical = std::fs::canonicalize(&app).unwrap();
+    assert_eq!(s["binding"]["dir"], canonical.to_str().unwrap());
+    assert_eq!(s["binding"]["display"], "~/code/app");
+    assert_eq!(s["binding"]["mode"], "in-place");
+    assert_eq!(s["binding"]["state"], "ok");
+
+    // The human header leads with the privacy-stripped directory.
+    let show = b.ok(&["session", "show", &id[..8]]);
+    assert!(show.contains("directory ~/code/app"), "{show}");
+    assert!(!show.contains(FAKE_USER), "{show}");
+
+    // Send: the agent ran in the directory, with the brief, and the prompt on stdin.
+    let (events, task) = send(&b, &id[..8], "hello there");
+    assert_eq!(task["status"], "succeeded", "{task}");
+    assert_eq!(task["work_dir"], canonical.to_str().unwrap());
+    let t = texts(&events);
+    assert!(t.contains(&format!("cwd={}", canonical.display())), "{t:?}");
+    assert!(t.contains(&"brief=has-session".to_owned()), "{t:?}");
+    assert!(t.contains(&"prompt=hello there".to_owned()), "{t:?}");
+
+    // The transcript over SSE on the web listener: complete and in order, and a
+    // reconnect with Last-Event-ID resumes without gaps or duplicates.
+    let all = sse(&b, &id, None);
+    let seqs: Vec<u64> = all.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "contiguous"
+    );
+    assert!(
+        all.iter().any(|(_, e)| e["kind"] == "task"),
+        "final task event present"
+    );
+    let resumed = sse(&b, &id, Some(2));
+    assert_eq!(resumed.first().map(|(i, _)| *i), Some(3));
+    assert_eq!(
+        resumed.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        seqs[2..].to_vec()
+    );
+
+    // Link elsewhere: applies at the next message, which runs there.
+    let linked = b.json(&[
+        "session",
+        "link",
+        &id[..8],
+        other.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(linked["binding"]["display"], "~/code/other");
+    let (events, task) = send(&b, &id[..8], "second");
+    let other_canon = std::fs::canonicalize(&other).unwrap();
+    assert_eq!(task["work_dir"], other_canon.to_str().unwrap());
+    assert!(texts(&events).contains(&format!("cwd={}", other_canon.display())));
+
+    // Unlink: the next message runs in the session's scratch directory.
+    let unlinked = b.json(&["session", "unlink", &id[..8], "--json"]);
+    assert!(unlinked["binding"].is_null());
+    let (_, task) = send(&b, &id[..8], "third");
+    let scratch = task["work_dir"].as_str().unwrap().to_owned();
+    assert!(
+        scratch.starts_with(b.home.to_str().unwrap()) && scratch.contains("scratch"),
+        "{scratch}"
+    );
+
+    // The transcript records each binding change.
+    let all = sse(&b, &id, None);
+    let changes = all
+        .iter()
+        .filter(|(_, e)| e["kind"] == "binding_changed")
+        .count();
+    assert!(changes >= 2, "binding_changed events: {changes}");
+
+    // Restart: everything is still there.
+    let before_sessions = b.json(&["session", "list", "--json"]);
+    let before_tasks = b.json(&["task", "list", "--json"]);
+    b.stop("-TERM");
+    b.serve();
+    assert_eq!(b.json(&["session", "list", "--json"]), before_sessions);
+    assert_eq!(b.json(&["task", "list", "--json"]), before_tasks);
+}
+
+#[test]
+fn bad_input_is_refused_with_codes_and_loses_nothing() {
+    let mut b = Berth::new("bad");
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "echo",
+        "--kind",
+        "command",
+        "--command",
+        "cat",
+    ]);
+    let refused = |args: &[&str], code: &str| {
+        let out = b.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert_eq!(
+            v["error"]["code"],
+            code,
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    let home = b.user_home.to_str().unwrap().to_owned();
+    refused(
+        &[
+            "session", "new", "--agent", "echo", "--dir", &home, "--json",
+        ],
+        "home_directory",
+    );
+    refused(
+        &[
+            "session", "new", "--agent", "echo", "--dir", "/etc", "--json",
+        ],
+        "system_root",
+    );
+    refused(
+        &[
+            "session",
+            "new",
+            "--agent",
+            "echo",
+            "--dir",
+            &format!("{home}/.ssh"),
+            "--json",
+        ],
+        "credential_directory",
+    );
+    refused(
+        &[
+            "session",
+            "new",
+            "--agent",
+            "echo",
+            "--dir",
+            &format!("{home}/missing"),
+            "--json",
+        ],
+        "not_found",
+    );
+    refused(&["session", "show", "zzzz", "--json"], "unknown_session");
+    refused(
+        &["session", "new", "--agent", "nobody", "--json"],
+        "unknown_agent",
+    );
+    assert_eq!(
+        b.json(&["session", "list", "--json"]),
+        serde_json::json!([]),
+        "nothing stored"
+    );
+
+    // A session whose agent binary is missing: the task fails naming the binary.
+    b.ok(&[
+        "agent",
+        "add",
+        "ghost",
+        "--kind",
+        "command",
+        "--command",
+        "/nonexistent/agent-bin",
+    ]);
+    let s = b.json(&["session", "new", "--agent", "ghost", "--json"]);
+    let (_, task) = send(&b, s["id"].as_str().unwrap(), "hi");
+    assert_eq!(task["status"], "failed");
+    assert!(
+        task["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/nonexistent/agent-bin"),
+        "{task}"
+    );
+}
+
+/// Start and end timestamps (ns) an agent wrote for each run, from one log file.
+fn intervals(log: &Path) -> Vec<(String, u128, u128)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut starts = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let parts: Vec<&str> = l.split_whitespace().collect();
+        if let [what, who, at] = parts[..] {
+            let at: u128 = at.parse().unwrap();
+            match what {
+                "start" => {
+                    starts.insert(who.to_owned(), at);
+                }
+                "end" => out.push((who.to_owned(), starts[who], at)),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn one_directory_serializes_two_directories_run_in_parallel() {
+    let mut b = Berth::new("sched");
+    let log = b.root.path().join("runs.log");
+    let agent = format!(
+        r#"echo "start $BERTH_TASK_ID $(date +%s%N)" >> {log}; sleep 0.6; echo "end $BERTH_TASK_ID $(date +%s%N)" >> {log}"#,
+        log = log.display()
+    );
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "slow",
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        &agent,
+    ]);
+    let dirs: Vec<_> = ["one", "two"]
+        .iter()
+        .map(|d| b.user_home.join("code").join(d))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let new = |dir: &Path| {
+        b.json(&[
+            "session",
+            "new",
+            "--agent",
+            "slow",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--json",
+        ])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // Two sessions in one directory: never overlap.
+    let (a, c) = (new(&dirs[0]), new(&dirs[0]));
+    for s in [&a, &c] {
+        b.ok(&["send", s, "go", "--detach"]);
+    }
+    let runs = eventually(30, || {
+        let r = intervals(&log);
+        (r.len() == 2).then_some(r)
+    })
+    .expect("both tasks ran");
+    let (first, second) = if runs[0].1 <= runs[1].1 {
+        (&runs[0], &runs[1])
+    } else {
+        (&runs[1], &runs[0])
+    };
+    assert!(
+        first.2 <= second.1,
+        "runs in one directory overlapped: {runs:?}"
+    );
+
+    // Two sessions in different directories: they run at the same time.
+    std::fs::remove_file(&log).unwrap();
+    let (x, y) = (new(&dirs[0]), new(&dirs[1]));
+    for s in [&x, &y] {
+        b.ok(&["send", s, "go", "--detach"]);
+    }
+    let runs = eventually(30, || {
+        let r = intervals(&log);
+        (r.len() == 2).then_some(r)
+    })
+    .expect("both tasks ran");
+    let overlap = runs[0].1 < runs[1].2 && runs[1].1 < runs[0].2;
+    assert!(
+        overlap,
+        "runs in different directories did not overlap: {runs:?}"
+    );
+}

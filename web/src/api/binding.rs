@@ -1,0 +1,158 @@
+//! The binding routes (`local-binding` only): every directory is validated natively
+//! by the executor before anything is stored, and its refusal code surfaces unchanged.
+
+use super::Ctx;
+use super::body::JsonBody;
+use super::error::{ApiError, refusal_status};
+use super::views::{SessionDoc, session_doc};
+use crate::executor::ValidatedDir;
+use crate::store::{ProjectDirRow, ProjectRow, StoredBinding};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use berth_core::Refusal;
+use berth_core::api::{CheckReport, ErrorDetail, LinkRequest};
+use berth_core::binding::{BindMode, BindingState};
+use serde::{Deserialize, Serialize};
+
+/// `POST check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    pub dir: String,
+}
+
+/// `PUT projects/{name}/dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectDirRequest {
+    pub dir: String,
+    #[serde(default)]
+    pub mode: Option<BindMode>,
+}
+
+/// The answer to `POST check`: the check report, plus the contract's `error` object
+/// when refused (so clients reading either shape understand it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReply {
+    #[serde(flatten)]
+    pub report: CheckReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+/// Runs the executor's native validation off the async threads.
+async fn validate(ctx: &Ctx, dir: String) -> Result<Result<ValidatedDir, Refusal>, ApiError> {
+    let exec = ctx
+        .app
+        .scheduler
+        .executor()
+        .cloned()
+        .ok_or(ApiError::NoExecutor)?;
+    tokio::task::spawn_blocking(move || exec.validate(&dir))
+        .await
+        .map_err(|e| ApiError::Internal(format!("validation failed: {e}")))
+}
+
+/// A validated binding on the executor's machine, ready to store.
+pub(crate) async fn validated(
+    ctx: &Ctx,
+    dir: String,
+    mode: BindMode,
+) -> Result<StoredBinding, ApiError> {
+    let v = validate(ctx, dir).await??;
+    let (machine, machine_name) = ctx
+        .app
+        .scheduler
+        .executor()
+        .map(|e| e.machine())
+        .ok_or(ApiError::NoExecutor)?;
+    Ok(StoredBinding {
+        dir: v.canonical.as_str().to_owned(),
+        display: v.display,
+        machine,
+        machine_name,
+        mode,
+        state: BindingState::Ok,
+    })
+}
+
+pub(crate) async fn check(
+    State(ctx): State<Ctx>,
+    JsonBody(req): JsonBody<CheckRequest>,
+) -> Result<Response, ApiError> {
+    Ok(match validate(&ctx, req.dir).await? {
+        Ok(v) => Json(CheckReply {
+            report: CheckReport::accepted(v.canonical.as_str().to_owned(), v.display),
+            error: None,
+        })
+        .into_response(),
+        Err(r) => (
+            refusal_status(r.code),
+            Json(CheckReply {
+                report: CheckReport::refused(&r, None, None),
+                error: Some(berth_core::api::ErrorBody::from(&r).error),
+            }),
+        )
+            .into_response(),
+    })
+}
+
+pub(crate) async fn link(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<LinkRequest>,
+) -> Result<Json<SessionDoc>, ApiError> {
+    let session = ctx.app.store.session(&id).await?;
+    let binding = validated(&ctx, req.dir, req.mode.unwrap_or_default()).await?;
+    let unchanged = session.binding.as_ref().is_some_and(|b| {
+        b.dir == binding.dir && b.mode == binding.mode && b.machine == binding.machine
+    });
+    let row = if unchanged
+        && session
+            .binding
+            .as_ref()
+            .is_some_and(|b| b.state == BindingState::Ok)
+    {
+        session
+    } else {
+        ctx.app.store.set_binding(session.id, Some(binding)).await?
+    };
+    Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
+}
+
+pub(crate) async fn unlink(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionDoc>, ApiError> {
+    let session = ctx.app.store.session(&id).await?;
+    let row = if session.binding.is_none() {
+        session
+    } else {
+        ctx.app.store.set_binding(session.id, None).await?
+    };
+    Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
+}
+
+pub(crate) async fn set_project_dir(
+    State(ctx): State<Ctx>,
+    Path(name): Path<String>,
+    JsonBody(req): JsonBody<ProjectDirRequest>,
+) -> Result<(StatusCode, Json<ProjectRow>), ApiError> {
+    let b = validated(&ctx, req.dir, req.mode.unwrap_or_default()).await?;
+    let row = ctx
+        .app
+        .store
+        .set_project_dir(
+            name,
+            ProjectDirRow {
+                machine: b.machine,
+                dir: b.dir,
+                display: b.display,
+                mode: b.mode,
+            },
+        )
+        .await?;
+    Ok((StatusCode::OK, Json(row)))
+}

@@ -1,0 +1,38 @@
+//! Request bodies: JSON parsed strictly, errors in the contract's shape.
+
+use super::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+/// The largest request body accepted; larger ones answer 413.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// A JSON request body. Unlike `axum::Json` it does not insist on a content type (the
+/// CLI sends bodies over a socket only the user can open), and every failure is an
+/// [`ApiError`]: 413 past [`BODY_LIMIT`], 400 `bad_request` naming the problem (an
+/// unknown field is named, since request types deny them).
+#[derive(Debug, Clone)]
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit: BODY_LIMIT }
+            } else {
+                ApiError::BadRequest {
+                    message: format!("could not read the request body: {}", rej.body_text()),
+                }
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::BadRequest {
+                message: format!("invalid request body: {e}"),
+            })
+    }
+}

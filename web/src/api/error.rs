@@ -1,0 +1,194 @@
+//! One error type for the whole API: it knows its HTTP status and renders the
+//! contract's shape, `{"error": {"code", "message", "hint"}}`.
+
+use crate::store::StoreError;
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use berth_core::api::{ErrorBody, ErrorDetail};
+use berth_core::{ErrorCode, Refusal};
+
+/// Everything an API call can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A refusal with a stable contract code (path rules, validator, resolution).
+    #[error("{0}")]
+    Refused(Refusal),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{message}")]
+    BadRequest { message: String },
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{method} is not allowed on this listener")]
+    MethodNotAllowed { method: String },
+    #[error("no route for {path}")]
+    NoRoute { path: String },
+    #[error("the Host header {host:?} is not one of this server's addresses")]
+    ForbiddenHost { host: String },
+    #[error("a valid token is required")]
+    Unauthorized,
+    #[error("this server has no executor, so it cannot reach local directories")]
+    NoExecutor,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        ApiError::Refused(r)
+    }
+}
+
+/// The HTTP status of a contract refusal code.
+pub fn refusal_status(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::PathEmpty | ErrorCode::PathNotAbsolute | ErrorCode::PathInvalid => {
+            StatusCode::BAD_REQUEST
+        }
+        ErrorCode::SystemRoot
+        | ErrorCode::HomeDirectory
+        | ErrorCode::CredentialDirectory
+        | ErrorCode::BerthState
+        | ErrorCode::NotFound
+        | ErrorCode::NotADirectory
+        | ErrorCode::NotOwner
+        | ErrorCode::NotWritable
+        | ErrorCode::PathChanged
+        | ErrorCode::NotAGitRepo => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::OriginCannotBind => StatusCode::FORBIDDEN,
+        ErrorCode::DaemonOffline => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::DaemonMismatch => StatusCode::CONFLICT,
+        ErrorCode::UnknownSession | ErrorCode::UnknownAgent => StatusCode::NOT_FOUND,
+    }
+}
+
+impl ApiError {
+    /// Status, stable code and hint.
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            ApiError::Refused(r) => (refusal_status(r.code), r.code.as_str(), r.hint.clone()),
+            ApiError::Store(e) => store_parts(e),
+            ApiError::BadRequest { .. } => (
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "fix the request body; it must be a JSON object with the documented fields".into(),
+            ),
+            ApiError::PayloadTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "send a smaller body".into(),
+            ),
+            ApiError::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "the web listener is read-only; use the berth CLI (control socket) to change things"
+                    .into(),
+            ),
+            ApiError::NoRoute { .. } => (
+                StatusCode::NOT_FOUND,
+                "not_found_route",
+                "see DESIGN.md for the routes under /api/v1".into(),
+            ),
+            ApiError::ForbiddenHost { .. } => (
+                StatusCode::FORBIDDEN,
+                "forbidden_host",
+                "open the UI at the address `berth serve` printed".into(),
+            ),
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "open the URL with ?token= from serve.json, or send Authorization: Bearer <token>"
+                    .into(),
+            ),
+            ApiError::NoExecutor => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_executor",
+                "bind directories through `berth serve` on the machine that has them".into(),
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "see the server's log".into(),
+            ),
+        }
+    }
+
+    /// The contract's error document.
+    pub fn body(&self) -> ErrorBody {
+        let (_, code, hint) = self.parts();
+        ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: self.to_string(),
+                hint,
+            },
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+}
+
+fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
+    match e {
+        StoreError::UnknownSession { .. } => (
+            StatusCode::NOT_FOUND,
+            ErrorCode::UnknownSession.as_str(),
+            "`berth session list` shows the sessions".into(),
+        ),
+        StoreError::UnknownTask { .. } => (
+            StatusCode::NOT_FOUND,
+            "unknown_task",
+            "`berth task list` shows the tasks".into(),
+        ),
+        StoreError::Ambiguous { .. } => (
+            StatusCode::BAD_REQUEST,
+            "ambiguous_id",
+            "give more characters of the id".into(),
+        ),
+        StoreError::UnknownAgent { known, .. } => (
+            StatusCode::NOT_FOUND,
+            ErrorCode::UnknownAgent.as_str(),
+            if known.is_empty() {
+                "add one with `berth agent add NAME --kind claude|codex|command`".into()
+            } else {
+                format!("name one of: {}", known.join(", "))
+            },
+        ),
+        StoreError::AgentExists { .. } => (
+            StatusCode::CONFLICT,
+            "agent_exists",
+            "choose another name".into(),
+        ),
+        StoreError::UnknownProject { .. } => (
+            StatusCode::NOT_FOUND,
+            "unknown_project",
+            "create it with `berth project add NAME`".into(),
+        ),
+        StoreError::ProjectExists { .. } => (
+            StatusCode::CONFLICT,
+            "project_exists",
+            "choose another name".into(),
+        ),
+        StoreError::Sqlite(_)
+        | StoreError::Migration { .. }
+        | StoreError::Corrupt(_)
+        | StoreError::Worker(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "see the server's log".into(),
+        ),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        (status, Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,272 @@
+//! The route handlers. Each resolves ids by unique prefix through the store and
+//! answers the documents of [`super::views`].
+
+use super::body::JsonBody;
+use super::error::ApiError;
+use super::views::{SessionDoc, session_doc, task_doc};
+use super::{Ctx, Surface};
+use crate::executor::{AgentKind, AgentSpec};
+use crate::store::{NewSessionRow, ProjectRow};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, Uri};
+use berth_core::api::{NewSession, Task};
+use serde::{Deserialize, Serialize};
+
+/// `GET health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ok: bool,
+    pub version: String,
+    pub pid: u32,
+}
+
+/// `GET capabilities`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Whether this surface can bind sessions to local directories.
+    pub local_binding: bool,
+    /// `control`, `web` or `cloud`.
+    pub surface: String,
+}
+
+/// `POST sessions/{id}/messages`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessage {
+    pub text: String,
+}
+
+/// The answer to `POST sessions/{id}/messages` and `POST tasks/{id}/cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskReply {
+    pub task: Task,
+    /// For a new message: the transcript `seq` of the message event; stream the
+    /// session's events after `message_seq - 1` to see the whole turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_seq: Option<i64>,
+}
+
+/// `POST agents`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAgent {
+    pub name: String,
+    pub kind: AgentKind,
+    #[serde(default)]
+    pub command: Vec<String>,
+}
+
+/// `POST projects`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    pub name: String,
+}
+
+/// `GET tasks?session=ID`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TaskQuery {
+    pub session: Option<String>,
+}
+
+pub(crate) async fn no_route(uri: Uri) -> ApiError {
+    ApiError::NoRoute {
+        path: uri.path().to_owned(),
+    }
+}
+
+pub(crate) async fn health() -> Json<Health> {
+    Json(Health {
+        ok: true,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+    })
+}
+
+pub(crate) async fn capabilities(State(ctx): State<Ctx>) -> Json<Capabilities> {
+    Json(Capabilities {
+        local_binding: berth_core::LOCAL_BINDING && ctx.surface == Surface::Control,
+        surface: ctx.surface.as_str().to_owned(),
+    })
+}
+
+pub(crate) async fn list_sessions(
+    State(ctx): State<Ctx>,
+) -> Result<Json<Vec<SessionDoc>>, ApiError> {
+    let rows = ctx.app.store.list_sessions().await?;
+    Ok(Json(
+        rows.iter()
+            .map(|r| session_doc(ctx.surface, &ctx.app.display, r))
+            .collect(),
+    ))
+}
+
+pub(crate) async fn get_session(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionDoc>, ApiError> {
+    let row = ctx.app.store.session(&id).await?;
+    Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
+}
+
+pub(crate) async fn create_session(
+    State(ctx): State<Ctx>,
+    JsonBody(req): JsonBody<NewSession>,
+) -> Result<(StatusCode, Json<SessionDoc>), ApiError> {
+    #[cfg(feature = "local-binding")]
+    let binding = match req.dir {
+        Some(dir) => {
+            Some(super::binding::validated(&ctx, dir, req.mode.unwrap_or_default()).await?)
+        }
+        None if req.mode.is_some() => {
+            return Err(ApiError::BadRequest {
+                message: "`mode` was given without `dir`".into(),
+            });
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "local-binding"))]
+    let binding = None;
+    let row = ctx
+        .app
+        .store
+        .create_session(NewSessionRow {
+            title: req.title,
+            agent: req.agent,
+            origin: ctx.surface.origin(),
+            project: req.project,
+            binding,
+        })
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(session_doc(ctx.surface, &ctx.app.display, &row)),
+    ))
+}
+
+pub(crate) async fn post_message(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<NewMessage>,
+) -> Result<(StatusCode, Json<TaskReply>), ApiError> {
+    if req.text.trim().is_empty() {
+        return Err(ApiError::BadRequest {
+            message: "the message text is empty".into(),
+        });
+    }
+    let (task, seq) = ctx
+        .app
+        .store
+        .add_message(id, ctx.surface.origin(), req.text)
+        .await?;
+    ctx.app.scheduler.notify(&task.session_id);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(TaskReply {
+            task: task_doc(ctx.surface, &ctx.app.display, &task),
+            message_seq: Some(seq),
+        }),
+    ))
+}
+
+pub(crate) async fn list_tasks(
+    State(ctx): State<Ctx>,
+    Query(q): Query<TaskQuery>,
+) -> Result<Json<Vec<Task>>, ApiError> {
+    let rows = ctx.app.store.list_tasks(q.session).await?;
+    Ok(Json(
+        rows.iter()
+            .map(|t| task_doc(ctx.surface, &ctx.app.display, t))
+            .collect(),
+    ))
+}
+
+pub(crate) async fn get_task(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+) -> Result<Json<Task>, ApiError> {
+    let row = ctx.app.store.task(&id).await?;
+    Ok(Json(task_doc(ctx.surface, &ctx.app.display, &row)))
+}
+
+pub(crate) async fn cancel_task(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+) -> Result<Json<TaskReply>, ApiError> {
+    let row = ctx.app.scheduler.cancel(&id).await?;
+    Ok(Json(TaskReply {
+        task: task_doc(ctx.surface, &ctx.app.display, &row),
+        message_seq: None,
+    }))
+}
+
+pub(crate) async fn list_agents(State(ctx): State<Ctx>) -> Result<Json<Vec<AgentSpec>>, ApiError> {
+    Ok(Json(ctx.app.store.list_agents().await?))
+}
+
+fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest {
+            message: format!(
+                "{what} name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+            ),
+        })
+    }
+}
+
+pub(crate) async fn add_agent(
+    State(ctx): State<Ctx>,
+    JsonBody(req): JsonBody<NewAgent>,
+) -> Result<(StatusCode, Json<AgentSpec>), ApiError> {
+    valid_name("the agent", &req.name)?;
+    let needs_command = match req.kind {
+        AgentKind::Command => true,
+        AgentKind::Claude | AgentKind::Codex => false,
+    };
+    if needs_command && req.command.first().is_none_or(|c| c.is_empty()) {
+        return Err(ApiError::BadRequest {
+            message: "a `command` agent needs `command`: the program and its arguments".into(),
+        });
+    }
+    let spec = AgentSpec {
+        name: req.name,
+        kind: req.kind,
+        command: req.command,
+    };
+    Ok((
+        StatusCode::CREATED,
+        Json(ctx.app.store.add_agent(spec).await?),
+    ))
+}
+
+pub(crate) async fn list_projects(
+    State(ctx): State<Ctx>,
+) -> Result<Json<Vec<ProjectRow>>, ApiError> {
+    let mut projects = ctx.app.store.list_projects().await?;
+    if ctx.surface == Surface::Web {
+        for p in &mut projects {
+            for d in &mut p.dirs {
+                d.dir.clear();
+            }
+        }
+    }
+    Ok(Json(projects))
+}
+
+pub(crate) async fn add_project(
+    State(ctx): State<Ctx>,
+    JsonBody(req): JsonBody<NewProject>,
+) -> Result<(StatusCode, Json<ProjectRow>), ApiError> {
+    valid_name("the project", &req.name)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ctx.app.store.add_project(req.name).await?),
+    ))
+}

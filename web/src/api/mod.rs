@@ -1,0 +1,164 @@
+//! The HTTP API under `/api/v1`, as routers for each surface.
+//!
+//! - [`control_router`]: every route, for the Unix control socket (trust = the user's
+//!   shell). Tasks it creates have origin `desktop`.
+//! - [`web_router`]: the read routes only, behind a `Host` allowlist and a token, for
+//!   the loopback web listener. Anything but `GET`/`HEAD` answers 405 before routing,
+//!   so no write handler is reachable. **Contract extension:** session and task JSON on
+//!   this surface never carry a real path: `binding` is the read view
+//!   (`{display, daemon, daemon_name, mode, state}`, no `dir`) and `work_dir` is the
+//!   privacy-stripped display form.
+//! - [`cloud_router`]: every route, on `berth-server`'s TCP listener; writes need
+//!   `Authorization: Bearer <token>`, reads the token as bearer or cookie. Origin `api`.
+
+mod auth;
+#[cfg(feature = "local-binding")]
+mod binding;
+mod body;
+mod error;
+mod handlers;
+mod sse;
+mod views;
+
+pub use auth::{TOKEN_COOKIE, loopback_hosts};
+#[cfg(feature = "local-binding")]
+pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
+pub use body::{BODY_LIMIT, JsonBody};
+pub use error::{ApiError, refusal_status};
+pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
+pub use views::{SessionDoc, WebSession, strip_path};
+
+use crate::scheduler::Scheduler;
+use crate::store::Store;
+use auth::Guard;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use berth_core::Context;
+use berth_core::resolve::Origin;
+use std::sync::Arc;
+
+/// Which listener a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// The Unix control socket: the whole API, binding included.
+    Control,
+    /// The loopback web listener: read-only, no real paths.
+    Web,
+    /// `berth-server`'s listener: the whole API of a build without executor.
+    Cloud,
+}
+
+impl Surface {
+    /// The `surface` value of `GET capabilities`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Surface::Control => "control",
+            Surface::Web => "web",
+            Surface::Cloud => "cloud",
+        }
+    }
+
+    /// The origin of the messages this surface accepts.
+    pub const fn origin(self) -> Origin {
+        match self {
+            Surface::Control => Origin::Desktop,
+            Surface::Web => Origin::Web,
+            Surface::Cloud => Origin::Api,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub scheduler: Scheduler,
+    /// Whose home the display forms strip (the server user's).
+    pub display: Arc<Context>,
+    /// Turns `true` when the server shuts down: live event streams end.
+    pub closing: tokio::sync::watch::Receiver<bool>,
+}
+
+/// A router's state: the shared state and the surface it serves.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub app: AppState,
+    pub surface: Surface,
+}
+
+fn read_routes() -> Router<Ctx> {
+    Router::new()
+        .route("/api/v1/health", get(handlers::health))
+        .route("/api/v1/capabilities", get(handlers::capabilities))
+        .route("/api/v1/sessions", get(handlers::list_sessions))
+        .route("/api/v1/sessions/{id}", get(handlers::get_session))
+        .route("/api/v1/sessions/{id}/events", get(sse::events))
+        .route("/api/v1/tasks", get(handlers::list_tasks))
+        .route("/api/v1/tasks/{id}", get(handlers::get_task))
+        .route("/api/v1/agents", get(handlers::list_agents))
+        .route("/api/v1/projects", get(handlers::list_projects))
+}
+
+fn all_routes() -> Router<Ctx> {
+    let r = read_routes()
+        .route("/api/v1/sessions", post(handlers::create_session))
+        .route(
+            "/api/v1/sessions/{id}/messages",
+            post(handlers::post_message),
+        )
+        .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
+        .route("/api/v1/agents", post(handlers::add_agent))
+        .route("/api/v1/projects", post(handlers::add_project));
+    #[cfg(feature = "local-binding")]
+    let r = r
+        .route(
+            "/api/v1/sessions/{id}/binding",
+            axum::routing::put(binding::link).delete(binding::unlink),
+        )
+        .route("/api/v1/check", post(binding::check))
+        .route(
+            "/api/v1/projects/{name}/dir",
+            axum::routing::put(binding::set_project_dir),
+        );
+    r
+}
+
+fn finish(routes: Router<Ctx>, app: AppState, surface: Surface) -> Router {
+    routes
+        .fallback(handlers::no_route)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(Ctx { app, surface })
+}
+
+/// Every route, for the control socket.
+pub fn control_router(app: AppState) -> Router {
+    finish(all_routes(), app, Surface::Control)
+}
+
+/// The read routes and the browser UI ([`crate::ui`]), for the web listener: `Host`
+/// must be one of `allowed_hosts` (`host:port` as the browser sends it, see
+/// [`loopback_hosts`]), and the token must come as `?token=` (answered with an
+/// HttpOnly SameSite=Strict cookie) or that cookie. Writes answer 405.
+pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> Router {
+    let guard = Arc::new(Guard {
+        token,
+        allowed_hosts: Some(allowed_hosts),
+        writes: false,
+    });
+    finish(read_routes(), app, Surface::Web)
+        .merge(crate::ui::ui_router())
+        .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
+}
+
+/// Every route, for `berth-server`: writes need `Authorization: Bearer <token>`;
+/// reads accept the bearer token or the cookie (`?token=` sets it).
+pub fn cloud_router(app: AppState, token: String) -> Router {
+    let guard = Arc::new(Guard {
+        token,
+        allowed_hosts: None,
+        writes: true,
+    });
+    finish(all_routes(), app, Surface::Cloud)
+        .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
+}

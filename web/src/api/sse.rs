@@ -1,0 +1,142 @@
+//! `GET sessions/{id}/events`: the transcript as Server-Sent Events.
+//!
+//! Each event is written as `id: <seq>`, `event: <kind>`, `data: <json>` where the
+//! JSON is `{seq, task_id, kind, at, payload}`. A client resumes with the
+//! `Last-Event-ID` header (or `?after=N`) and misses nothing: the stream subscribes to
+//! the session's live feed *before* reading the stored backlog, then skips anything
+//! at or below the last `seq` it sent. A live event that is not the next `seq` (the
+//! subscriber lagged) sends the stream back to the store to fill the gap.
+
+use super::views::web_task;
+use super::{ApiError, Ctx, Surface};
+use crate::store::Store;
+use crate::transcript::TranscriptEvent;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use berth_core::Context;
+use futures_util::Stream;
+use serde::Deserialize;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// Events read from the store per query while catching up.
+const PAGE: i64 = 500;
+
+/// How often an idle stream sends a keep-alive comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct EventsQuery {
+    after: Option<i64>,
+}
+
+struct Feed {
+    store: Store,
+    session: String,
+    last: i64,
+    backlog: VecDeque<TranscriptEvent>,
+    /// The store may hold events after `last` that are not in `backlog`.
+    behind: bool,
+    live: broadcast::Receiver<Arc<TranscriptEvent>>,
+    surface: Surface,
+    display: Arc<Context>,
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
+    let mut payload = ev.payload.clone();
+    if ev.kind == "task"
+        && let Some(task) = payload.get_mut("task")
+        && let Ok(mut t) = serde_json::from_value::<berth_core::api::Task>(task.clone())
+    {
+        web_task(feed.surface, &feed.display, &mut t);
+        if let Ok(v) = serde_json::to_value(&t) {
+            *task = v;
+        }
+    }
+    let data = serde_json::json!({
+        "seq": ev.seq,
+        "task_id": ev.task_id,
+        "kind": ev.kind,
+        "at": ev.at,
+        "payload": payload,
+    });
+    Event::default()
+        .id(ev.seq.to_string())
+        .event(ev.kind.as_str())
+        .data(data.to_string())
+}
+
+/// The next event to send, or `None` when the stream ends.
+async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
+    loop {
+        if let Some(ev) = feed.backlog.pop_front() {
+            if ev.seq <= feed.last {
+                continue;
+            }
+            feed.last = ev.seq;
+            let out = render(&feed, &ev);
+            return Some((Ok(out), feed));
+        }
+        if feed.behind {
+            match feed
+                .store
+                .events_after(feed.session.clone(), feed.last, PAGE)
+                .await
+            {
+                Ok(page) => {
+                    feed.behind = page.len() as i64 == PAGE;
+                    feed.backlog.extend(page);
+                }
+                Err(e) => {
+                    tracing::error!(session = %feed.session, error = %e, "transcript read failed");
+                    return None;
+                }
+            }
+            continue;
+        }
+        let received = tokio::select! {
+            r = feed.live.recv() => r,
+            _ = feed.closing.wait_for(|c| *c) => return None,
+        };
+        match received {
+            Ok(ev) if ev.seq <= feed.last => {}
+            Ok(ev) if ev.seq == feed.last + 1 => feed.backlog.push_back((*ev).clone()),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => feed.behind = true,
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
+    }
+}
+
+pub(crate) async fn events(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let session = ctx.app.store.session(&id).await?;
+    let header = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    let after = header.or(q.after).unwrap_or(0).max(0);
+    // Subscribe first: whatever is stored after this point is also delivered live.
+    let live = ctx.app.store.hub().subscribe(&session.id);
+    let feed = Feed {
+        store: ctx.app.store.clone(),
+        session: session.id,
+        last: after,
+        backlog: VecDeque::new(),
+        behind: true,
+        live,
+        surface: ctx.surface,
+        display: ctx.app.display.clone(),
+        closing: ctx.app.closing.clone(),
+    };
+    let stream = futures_util::stream::unfold(feed, next);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}

@@ -1,0 +1,13 @@
+//! Berth's server: the API, the store, the scheduler and the web UI.
+//!
+//! Built with `local-binding` it is embedded in `berth serve`; without it, it is the
+//! cloud server `berth-server`, which cannot express a local path.
+
+pub mod api;
+pub mod clock;
+pub mod executor;
+pub mod scheduler;
+pub mod server;
+pub mod store;
+pub mod transcript;
+pub mod ui;

@@ -1,0 +1,399 @@
+//! The scheduler: from stored tasks to executor runs, and back to the transcript.
+//!
+//! A message is stored as a `queued` task and its session id is sent on a channel;
+//! the dispatcher starts one worker per session with work (no polling). A worker runs
+//! its session's tasks one at a time in `seq` order; workers of different sessions run
+//! in parallel, each run holding one permit of a semaphore sized by
+//! [`SchedulerConfig::max_parallel`]. Where a task runs is core's resolution
+//! ([`placement::decide`]); the executor reports progress, which the worker stores and
+//! publishes, then the outcome, which it records on the task and the session.
+//!
+//! Remote daemons (a later issue) slot in as more claimers: a task that resolves to
+//! `Wait` stays `waiting_daemon` and its session is re-notified when a machine comes
+//! online.
+
+pub mod placement;
+
+use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
+use crate::store::{Finish, RunRecord, Store, StoreError, TaskRow};
+use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
+use berth_core::resolve::Origin;
+use placement::{Claim, Decision};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+/// How many sessions may run a task at the same time, by default.
+pub const DEFAULT_MAX_PARALLEL: usize = 8;
+
+/// Scheduler settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub max_parallel: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_parallel: DEFAULT_MAX_PARALLEL,
+        }
+    }
+}
+
+/// A handle to the scheduler; cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("has_executor", &self.inner.executor.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    executor: Option<Arc<dyn Executor>>,
+    machine: Option<MachineId>,
+    notify: mpsc::UnboundedSender<String>,
+    permits: Arc<Semaphore>,
+    /// Sessions with a live worker; `true` when more work arrived while it ran.
+    sessions: Mutex<HashMap<String, bool>>,
+    /// Runs in progress. Claiming a task and cancelling one both hold this lock, so a
+    /// cancel never misses a run that is starting.
+    running: tokio::sync::Mutex<HashMap<String, Run>>,
+    stopping: AtomicBool,
+    workers: watch::Sender<usize>,
+}
+
+struct Run {
+    cancel: watch::Sender<bool>,
+    interrupted: Arc<AtomicBool>,
+}
+
+/// Whether a worker goes on with its session after a task.
+enum Next {
+    Continue,
+    /// The head task waits for a machine; later tasks stay behind it.
+    Blocked,
+}
+
+/// Counts a live worker; the count drops even if the worker fails.
+struct WorkerGuard {
+    inner: Arc<Inner>,
+    session: String,
+}
+
+impl Drop for WorkerGuard {
+    fn drop(&mut self) {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.session);
+        self.inner.workers.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Scheduler {
+    /// Starts the dispatcher. Call [`Scheduler::notify`] for every session with
+    /// queued work found at startup.
+    pub fn start(
+        store: Store,
+        executor: Option<Arc<dyn Executor>>,
+        config: SchedulerConfig,
+    ) -> Scheduler {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let machine = executor.as_ref().map(|e| e.machine().0);
+        let inner = Arc::new(Inner {
+            store,
+            executor,
+            machine,
+            notify: tx,
+            permits: Arc::new(Semaphore::new(config.max_parallel.max(1))),
+            sessions: Mutex::new(HashMap::new()),
+            running: tokio::sync::Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            workers: watch::channel(0).0,
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            while let Some(session) = rx.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                if inner.stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                dispatch(&inner, session);
+            }
+        });
+        Scheduler { inner }
+    }
+
+    /// Tells the scheduler a session has new work.
+    pub fn notify(&self, session_id: &str) {
+        // The dispatcher only goes away with the last handle.
+        let _ = self.inner.notify.send(session_id.to_owned());
+    }
+
+    /// The attached executor, if any.
+    pub fn executor(&self) -> Option<&Arc<dyn Executor>> {
+        self.inner.executor.as_ref()
+    }
+
+    /// Cancels a task given by unique prefix: a running one is told to stop (it ends
+    /// `cancelled` when the executor returns); one not started yet is `cancelled` at
+    /// once; a finished one is returned unchanged.
+    pub async fn cancel(&self, prefix: &str) -> Result<TaskRow, StoreError> {
+        let task = self.inner.store.task(prefix).await?;
+        let running = self.inner.running.lock().await;
+        if let Some(run) = running.get(&task.id) {
+            run.cancel.send_replace(true);
+            return Ok(task);
+        }
+        match self.inner.store.cancel_waiting(task.id.clone()).await? {
+            Some(cancelled) => Ok(cancelled),
+            None => self.inner.store.task(&task.id).await,
+        }
+    }
+
+    /// Stops scheduling, tells every running task to stop, and waits until every
+    /// executor has returned (directories restored). Stopped tasks end `interrupted`;
+    /// tasks not started stay `queued` for the next start.
+    pub async fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        {
+            let running = self.inner.running.lock().await;
+            for run in running.values() {
+                run.interrupted.store(true, Ordering::SeqCst);
+                run.cancel.send_replace(true);
+            }
+        }
+        let mut workers = self.inner.workers.subscribe();
+        // The sender lives in `inner`, which we hold: the wait ends only at zero.
+        let _ = workers.wait_for(|n| *n == 0).await;
+    }
+}
+
+fn dispatch(inner: &Arc<Inner>, session: String) {
+    {
+        let mut sessions = inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(more) = sessions.get_mut(&session) {
+            *more = true;
+            return;
+        }
+        sessions.insert(session.clone(), false);
+    }
+    inner.workers.send_modify(|n| *n += 1);
+    let guard = WorkerGuard {
+        inner: inner.clone(),
+        session: session.clone(),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = drain(&guard.inner, &session).await {
+            tracing::error!(session = %session, error = %e, "scheduling stopped for the session");
+        }
+        drop(guard);
+    });
+}
+
+/// Runs a session's waiting tasks in order until none is left.
+async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
+    loop {
+        if inner.stopping.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Ok(_permit) = inner.permits.clone().acquire_owned().await else {
+            return Ok(());
+        };
+        if inner.stopping.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Some((task, prompt, origin)) = inner.store.next_task(session.to_owned()).await? else {
+            let mut sessions = inner
+                .sessions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match sessions.get_mut(session) {
+                Some(more) if *more => {
+                    *more = false;
+                    continue;
+                }
+                Some(_) | None => return Ok(()),
+            }
+        };
+        match run_one(inner, task, prompt, origin).await? {
+            Next::Continue => {}
+            Next::Blocked => return Ok(()),
+        }
+    }
+}
+
+async fn run_one(
+    inner: &Arc<Inner>,
+    task: TaskRow,
+    prompt: String,
+    origin: Origin,
+) -> Result<Next, StoreError> {
+    let store = &inner.store;
+    let (session, agent, dirs) = store.run_context(task.session_id.clone()).await?;
+    let online: Vec<MachineId> = inner.machine.iter().cloned().collect();
+    let claim = Claim {
+        origin,
+        claimer: inner.machine.as_ref(),
+        online: &online,
+    };
+    let placement = match placement::decide(&session, &dirs, claim) {
+        Decision::Run(p) => p,
+        Decision::Wait(reason) => {
+            if task.status != TaskStatus::WaitingDaemon
+                || task.wait_reason.as_ref() != Some(&reason)
+            {
+                store
+                    .set_status(task.id, TaskStatus::WaitingDaemon, Some(reason))
+                    .await?;
+            }
+            return Ok(Next::Blocked);
+        }
+        Decision::Refuse { code, message } => {
+            let fin = Finish {
+                status: TaskStatus::Refused,
+                exit_code: None,
+                error: Some(message),
+                error_code: Some(code.as_str().to_owned()),
+                work_dir: None,
+                record: None,
+            };
+            if store.claim(task.id.clone()).await? {
+                store.finish(task.id, fin).await?;
+            }
+            return Ok(Next::Continue);
+        }
+    };
+    let Some(executor) = inner.executor.clone() else {
+        let reason = "no machine is attached to run tasks; the task waits for one".to_owned();
+        if task.wait_reason.as_ref() != Some(&reason) {
+            store
+                .set_status(task.id, TaskStatus::WaitingDaemon, Some(reason))
+                .await?;
+        }
+        return Ok(Next::Blocked);
+    };
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let mut running = inner.running.lock().await;
+        if !store.claim(task.id.clone()).await? {
+            return Ok(Next::Continue);
+        }
+        running.insert(
+            task.id.clone(),
+            Run {
+                cancel: cancel_tx,
+                interrupted: interrupted.clone(),
+            },
+        );
+    }
+    let spec = TaskSpec {
+        task_id: task.id.clone(),
+        session: SessionFacts {
+            id: session.id.clone(),
+            title: session.title.clone(),
+            display: session.binding.as_ref().map(|b| b.display.clone()),
+        },
+        agent,
+        prompt,
+        placement,
+        resume_id: session.resume_id.clone(),
+    };
+    let outcome = execute(store, &executor, &task, spec, cancel_rx).await;
+    inner.running.lock().await.remove(&task.id);
+    let mut status = outcome.status;
+    if interrupted.load(Ordering::SeqCst) && status == TaskStatus::Cancelled {
+        status = TaskStatus::Interrupted;
+    }
+    if !status.is_final() {
+        status = TaskStatus::Failed;
+    }
+    let fin = Finish {
+        status,
+        exit_code: outcome.exit_code,
+        error: outcome.error.clone().or_else(|| {
+            (status == TaskStatus::Interrupted)
+                .then(|| "the server shut down while the task was running".to_owned())
+        }),
+        error_code: outcome.code.map(|c| c.as_str().to_owned()),
+        work_dir: outcome.work_dir.clone(),
+        record: Some(RunRecord {
+            binding_rev: session.binding_rev,
+            work_dir: outcome.work_dir,
+            resume_id: outcome.resume_id,
+        }),
+    };
+    store.finish(task.id, fin).await?;
+    Ok(Next::Continue)
+}
+
+/// Runs the executor, storing what it reports as it happens.
+async fn execute(
+    store: &Store,
+    executor: &Arc<dyn Executor>,
+    task: &TaskRow,
+    spec: TaskSpec,
+    cancel: watch::Receiver<bool>,
+) -> TaskOutcome {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = tokio::spawn(executor.run(spec, tx, cancel));
+    let mut running = false;
+    while let Some(ev) = rx.recv().await {
+        let stored = match ev {
+            ExecEvent::Status {
+                status,
+                wait_reason,
+            } => {
+                running = status == TaskStatus::Running;
+                store
+                    .set_status(task.id.clone(), status, wait_reason)
+                    .await
+                    .map(drop)
+            }
+            ExecEvent::Agent(ev) => {
+                if !running {
+                    running = true;
+                    if let Err(e) = store
+                        .set_status(task.id.clone(), TaskStatus::Running, None)
+                        .await
+                    {
+                        tracing::error!(task = %task.id, error = %e, "could not record status");
+                    }
+                }
+                match serde_json::to_value(&ev) {
+                    Ok(payload) => store.agent_event(task.clone(), payload).await,
+                    Err(e) => Err(StoreError::Corrupt(e.to_string())),
+                }
+            }
+        };
+        if let Err(e) = stored {
+            tracing::error!(task = %task.id, error = %e, "could not record an event");
+        }
+    }
+    match handle.await {
+        Ok(outcome) => outcome,
+        Err(e) => TaskOutcome {
+            status: TaskStatus::Failed,
+            exit_code: None,
+            error: Some(format!("the executor failed: {e}")),
+            code: None,
+            work_dir: None,
+            resume_id: None,
+            branch: None,
+        },
+    }
+}

@@ -1,0 +1,228 @@
+//! From a session to a [`Placement`]: core's resolution, fed with what the store knows.
+
+use crate::executor::Placement;
+use crate::store::ProjectDirRow;
+use crate::store::SessionRow;
+use berth_core::ErrorCode;
+use berth_core::binding::MachineId;
+use berth_core::resolve::{Origin, Request, Resolution, Runtime, resolve};
+
+/// What the scheduler does with a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Run(Placement),
+    /// Waits, visibly (`waiting_daemon`), with the reason.
+    Wait(String),
+    Refuse {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+/// What resolution needs beyond the session.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub origin: Origin,
+    /// The machine asking to run it (`None`: no executor attached).
+    pub claimer: Option<&'a MachineId>,
+    pub online: &'a [MachineId],
+}
+
+fn finish<D>(res: Resolution<D>, place: impl FnOnce(D, bool) -> Decision) -> Decision {
+    match res {
+        Resolution::InPlace { dir, .. } => place(dir, false),
+        Resolution::Worktree { dir, .. } => place(dir, true),
+        Resolution::Scratch { .. } => Decision::Run(Placement::Scratch),
+        Resolution::Wait { why, .. } => Decision::Wait(why.to_string()),
+        Resolution::Refuse { code, why } => Decision::Refuse {
+            code,
+            message: why.to_string(),
+        },
+    }
+}
+
+const NOBODY: &str = "";
+
+/// Decides where a task runs, with core's precedence. Runtime is `Local` when an
+/// executor is attached, `Cloud` otherwise.
+#[cfg(feature = "local-binding")]
+pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) -> Decision {
+    use berth_core::binding::Binding;
+    use berth_core::resolve::ProjectDir;
+    use berth_core::{LocalPath, Platform};
+
+    let platform = Platform::native();
+    let binding = match &session.binding {
+        None => None,
+        Some(b) => match LocalPath::parse(platform, &b.dir) {
+            Ok(dir) => Some(Binding {
+                dir,
+                daemon: b.machine.clone(),
+                mode: b.mode,
+            }),
+            Err(r) => {
+                return Decision::Refuse {
+                    code: r.code,
+                    message: r.message,
+                };
+            }
+        },
+    };
+    let project_dirs: Vec<ProjectDir<LocalPath>> = dirs
+        .iter()
+        .filter_map(|d| {
+            let dir = LocalPath::parse(platform, &d.dir).ok()?;
+            Some(ProjectDir {
+                machine: d.machine.clone(),
+                dir,
+                mode: d.mode,
+            })
+        })
+        .collect();
+    let nobody = MachineId::new(NOBODY);
+    let req = Request {
+        origin: claim.origin,
+        runtime: if claim.claimer.is_some() {
+            Runtime::Local
+        } else {
+            Runtime::Cloud
+        },
+        binding: binding.as_ref(),
+        project_dirs: &project_dirs,
+        claimer: claim.claimer.unwrap_or(&nobody),
+        online: claim.online,
+    };
+    finish(resolve(&req), |dir, worktree| {
+        Decision::Run(if worktree {
+            Placement::Worktree { dir }
+        } else {
+            Placement::InPlace { dir }
+        })
+    })
+}
+
+/// Decides where a task runs in the cloud build: never in a local directory.
+#[cfg(not(feature = "local-binding"))]
+pub fn decide(session: &SessionRow, _dirs: &[ProjectDirRow], claim: Claim<'_>) -> Decision {
+    use berth_core::binding::BindingView;
+    let _ = session;
+    let nobody = MachineId::new(NOBODY);
+    let req = Request::<BindingView> {
+        origin: claim.origin,
+        runtime: Runtime::Cloud,
+        binding: None,
+        project_dirs: &[],
+        claimer: claim.claimer.unwrap_or(&nobody),
+        online: claim.online,
+    };
+    finish(resolve(&req), |dir, _| Decision::Refuse {
+        code: ErrorCode::OriginCannotBind,
+        message: format!("the cloud server cannot run in the local directory {dir}"),
+    })
+}
+
+#[cfg(all(test, feature = "local-binding"))]
+mod tests {
+    use super::*;
+    use crate::store::StoredBinding;
+    use berth_core::binding::{BindMode, BindingState};
+    use berth_core::{LocalPath, Platform};
+
+    fn session(bound_on: Option<&str>) -> SessionRow {
+        SessionRow {
+            id: "s".into(),
+            title: "t".into(),
+            agent: "a".into(),
+            origin: Origin::Desktop,
+            project: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            binding: bound_on.map(|m| StoredBinding {
+                dir: "/srv/app".into(),
+                display: "/srv/app".into(),
+                machine: MachineId::new(m),
+                machine_name: m.into(),
+                mode: BindMode::Worktree,
+                state: BindingState::Ok,
+            }),
+            binding_rev: 0,
+            work_dir: None,
+            resume_id: None,
+        }
+    }
+
+    #[test]
+    fn decisions_follow_core_precedence() {
+        let here = MachineId::new("here");
+        let online = [here.clone()];
+        let dir = LocalPath::parse(Platform::native(), "/srv/app").unwrap();
+        let project = [ProjectDirRow {
+            machine: here.clone(),
+            dir: "/srv/app".into(),
+            display: "/srv/app".into(),
+            mode: BindMode::InPlace,
+        }];
+        let claim = |origin| Claim {
+            origin,
+            claimer: Some(&here),
+            online: &online,
+        };
+        let cases: Vec<(SessionRow, &[ProjectDirRow], Claim<'_>, Decision)> = vec![
+            (
+                session(None),
+                &[],
+                claim(Origin::Desktop),
+                Decision::Run(Placement::Scratch),
+            ),
+            (
+                session(None),
+                &project,
+                claim(Origin::Desktop),
+                Decision::Run(Placement::InPlace { dir: dir.clone() }),
+            ),
+            (
+                session(None),
+                &project,
+                claim(Origin::Web),
+                Decision::Run(Placement::Scratch),
+            ),
+            (
+                session(Some("here")),
+                &[],
+                claim(Origin::Api),
+                Decision::Run(Placement::Worktree { dir: dir.clone() }),
+            ),
+        ];
+        for (s, dirs, c, want) in cases {
+            assert_eq!(decide(&s, dirs, c), want, "{:?} {:?}", s.binding, c.origin);
+        }
+        let refused = decide(&session(Some("here")), &[], claim(Origin::Channel));
+        assert!(
+            matches!(
+                refused,
+                Decision::Refuse {
+                    code: ErrorCode::OriginCannotBind,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        let waits = decide(&session(Some("laptop")), &[], claim(Origin::Desktop));
+        assert!(
+            matches!(waits, Decision::Wait(ref why) if why.contains("laptop")),
+            "{waits:?}"
+        );
+        let no_executor = Claim {
+            origin: Origin::Desktop,
+            claimer: None,
+            online: &[],
+        };
+        assert!(matches!(
+            decide(&session(Some("here")), &[], no_executor),
+            Decision::Refuse {
+                code: ErrorCode::OriginCannotBind,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,332 @@
+//! Assembling a server: home directory, single-instance guard, store, recovery,
+//! scheduler, listeners, `serve.json`, and an orderly shutdown.
+//!
+//! `berth serve` (the lead's CLI) and `berth-server` both build on [`Server`]; process
+//! signals stay with them: on SIGINT/SIGTERM they call [`ShutdownHandle::shutdown`].
+
+use crate::api::{self, AppState};
+use crate::executor::Executor;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::store::{Recovery, Store, StoreError};
+use berth_core::{Context, LocalPath, Platform};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+/// The single-instance lock file inside Berth's home.
+pub const LOCK_FILE: &str = "serve.lock";
+/// The control socket's file name inside Berth's home.
+pub const SOCKET_FILE: &str = "berth.sock";
+/// Where a running server says how to reach it.
+pub const SERVE_JSON: &str = "serve.json";
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("berth is already running on {home} ({})", match pid { Some(p) => format!("pid {p}"), None => "pid unknown".to_owned() })]
+    AlreadyRunning { home: PathBuf, pid: Option<u32> },
+    #[error("another server answers on {path}")]
+    SocketInUse { path: PathBuf },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
+    move |source| ServerError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What `serve.json` holds (mode 0600): how a client or a browser reaches the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServeInfo {
+    /// The web listener's (or `berth-server`'s) base URL, e.g. `http://127.0.0.1:4733`.
+    pub url: Option<String>,
+    pub token: String,
+    pub pid: u32,
+    /// The control socket's path (`None` for `berth-server`).
+    pub socket: Option<String>,
+}
+
+/// Options for [`Server::open`].
+#[derive(Clone, Default)]
+pub struct ServerOptions {
+    /// The embedded executor; `None` for the cloud build.
+    pub executor: Option<Arc<dyn Executor>>,
+    pub scheduler: SchedulerConfig,
+    /// Whose home the web listener's display forms strip; default [`native_context`].
+    pub display: Option<Context>,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("executor", &self.executor.is_some())
+            .field("scheduler", &self.scheduler)
+            .field("display", &self.display)
+            .finish()
+    }
+}
+
+/// Holds `serve.lock` for the server's lifetime (the OS drops it if the process dies).
+#[derive(Debug)]
+struct InstanceLock {
+    _file: File,
+}
+
+impl InstanceLock {
+    fn acquire(home: &Path) -> Result<InstanceLock, ServerError> {
+        let path = home.join(LOCK_FILE);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let pid = file
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                return Err(ServerError::AlreadyRunning {
+                    home: home.to_owned(),
+                    pid,
+                });
+            }
+            Err(TryLockError::Error(e)) => return Err(io_err(&path)(e)),
+        }
+        file.set_len(0).map_err(io_err(&path))?;
+        writeln!(file, "{}", std::process::id()).map_err(io_err(&path))?;
+        Ok(InstanceLock { _file: file })
+    }
+}
+
+/// A running server's parts.
+#[derive(Debug)]
+pub struct Server {
+    home: PathBuf,
+    state: AppState,
+    recovery: Recovery,
+    /// What the executor restored at startup (see `Executor::recover`).
+    executor_notes: Vec<String>,
+    closing: Arc<watch::Sender<bool>>,
+    _lock: InstanceLock,
+}
+
+/// Stops a server: see [`ShutdownHandle::shutdown`].
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    scheduler: Scheduler,
+    closing: Arc<watch::Sender<bool>>,
+}
+
+impl ShutdownHandle {
+    /// Stops scheduling, stops running agents (executors restore their directories),
+    /// records their tasks `interrupted`, then ends live streams and the listeners.
+    /// Queued tasks stay queued for the next start.
+    pub async fn shutdown(&self) {
+        self.scheduler.shutdown().await;
+        self.closing.send_replace(true);
+    }
+}
+
+/// The display context of the user running the server: whose home becomes `~`.
+pub fn native_context() -> Context {
+    let platform = Platform::native();
+    let home = std::env::var("HOME")
+        .ok()
+        .and_then(|h| LocalPath::parse(platform, &h).ok());
+    match home {
+        Some(h) => Context::new(platform).with_home(h),
+        None => Context::new(platform),
+    }
+}
+
+/// A fresh random token (256 bits, hex) for `serve.json`.
+pub fn new_token() -> io::Result<String> {
+    let mut bytes = [0u8; 32];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Server {
+    /// Opens `home` (created 0700 if missing), takes the single-instance lock, opens
+    /// the store, recovers from the last run (running tasks become `interrupted`,
+    /// queued ones are scheduled again), and starts the scheduler.
+    pub async fn open(home: &Path, opts: ServerOptions) -> Result<Server, ServerError> {
+        if !home.exists() {
+            std::fs::create_dir_all(home).map_err(io_err(home))?;
+            std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+                .map_err(io_err(home))?;
+        }
+        let lock = InstanceLock::acquire(home)?;
+        let store = Store::open(home).await?;
+        if let Some(exec) = &opts.executor {
+            let (id, name) = exec.machine();
+            store.touch_machine(id, name).await?;
+        }
+        let executor_notes = match &opts.executor {
+            Some(exec) => {
+                let exec = exec.clone();
+                tokio::task::spawn_blocking(move || exec.recover())
+                    .await
+                    .unwrap_or_else(|e| vec![format!("executor recovery failed: {e}")])
+            }
+            None => Vec::new(),
+        };
+        let recovery = store.recover().await?;
+        let display = opts.display.unwrap_or_else(native_context);
+        let scheduler = Scheduler::start(store.clone(), opts.executor, opts.scheduler);
+        for session in &recovery.pending_sessions {
+            scheduler.notify(session);
+        }
+        let (closing, closed) = watch::channel(false);
+        Ok(Server {
+            home: home.to_owned(),
+            state: AppState {
+                store,
+                scheduler,
+                display: Arc::new(display),
+                closing: closed,
+            },
+            recovery,
+            executor_notes,
+            closing: Arc::new(closing),
+            _lock: lock,
+        })
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The state the routers share.
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// What startup recovery did to the store.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// What the executor restored at startup, one line per action.
+    pub fn executor_notes(&self) -> &[String] {
+        &self.executor_notes
+    }
+
+    /// The handle the CLI calls on SIGINT/SIGTERM.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            scheduler: self.state.scheduler.clone(),
+            closing: self.closing.clone(),
+        }
+    }
+
+    /// `$BERTH_HOME/berth.sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.home.join(SOCKET_FILE)
+    }
+
+    /// Binds the control socket at `path` with mode 0600. A leftover socket file is
+    /// removed only after checking that nothing answers on it.
+    pub async fn bind_control(&self, path: &Path) -> Result<UnixListener, ServerError> {
+        if path.exists() {
+            if tokio::net::UnixStream::connect(path).await.is_ok() {
+                return Err(ServerError::SocketInUse {
+                    path: path.to_owned(),
+                });
+            }
+            std::fs::remove_file(path).map_err(io_err(path))?;
+        }
+        let listener = UnixListener::bind(path).map_err(io_err(path))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
+        Ok(listener)
+    }
+
+    fn until_closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closing.subscribe();
+        async move {
+            let _ = rx.wait_for(|c| *c).await;
+        }
+    }
+
+    /// Serves the whole API on the control socket until shutdown, then removes the
+    /// socket file.
+    pub async fn serve_control(&self, listener: UnixListener) -> io::Result<()> {
+        let path = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_owned));
+        let out = axum::serve(listener, api::control_router(self.state()))
+            .with_graceful_shutdown(self.until_closed())
+            .await;
+        if let Some(p) = path {
+            let _ = std::fs::remove_file(p);
+        }
+        out
+    }
+
+    /// Serves the read-only web listener until shutdown.
+    pub async fn serve_web(
+        &self,
+        listener: TcpListener,
+        token: String,
+        allowed_hosts: Vec<String>,
+    ) -> io::Result<()> {
+        axum::serve(
+            listener,
+            api::web_router(self.state(), token, allowed_hosts),
+        )
+        .with_graceful_shutdown(self.until_closed())
+        .await
+    }
+
+    /// Serves the whole API, token-guarded, on `berth-server`'s listener until shutdown.
+    pub async fn serve_cloud(&self, listener: TcpListener, token: String) -> io::Result<()> {
+        axum::serve(listener, api::cloud_router(self.state(), token))
+            .with_graceful_shutdown(self.until_closed())
+            .await
+    }
+
+    /// Writes `serve.json` (0600, replaced atomically).
+    pub fn write_serve_json(&self, info: &ServeInfo) -> Result<PathBuf, ServerError> {
+        let path = self.home.join(SERVE_JSON);
+        let tmp = self
+            .home
+            .join(format!("{SERVE_JSON}.{}", std::process::id()));
+        let text = serde_json::to_string_pretty(info).map_err(|e| ServerError::Io {
+            path: path.clone(),
+            source: io::Error::other(e),
+        })?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        f.write_all(text.as_bytes()).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,227 @@
+//! Agents, projects with their directories, and machines.
+
+use super::{Store, StoreError, parse_enum};
+use crate::clock;
+use crate::executor::{AgentKind, AgentSpec};
+use berth_core::binding::{BindMode, MachineId};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// A project's directory on one machine, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProjectDirRow {
+    pub machine: MachineId,
+    /// The canonical path; emptied (and then omitted) on the web listener.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub dir: String,
+    pub display: String,
+    pub mode: BindMode,
+}
+
+/// A project and its directories.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProjectRow {
+    pub name: String,
+    pub dirs: Vec<ProjectDirRow>,
+}
+
+fn kind_str(kind: AgentKind) -> &'static str {
+    match kind {
+        AgentKind::Claude => "claude",
+        AgentKind::Codex => "codex",
+        AgentKind::Command => "command",
+    }
+}
+
+fn agent_from_row(r: &rusqlite::Row<'_>) -> Result<AgentSpec, StoreError> {
+    let kind: String = r.get(1)?;
+    let command: String = r.get(2)?;
+    Ok(AgentSpec {
+        name: r.get(0)?,
+        kind: parse_enum(&kind)?,
+        command: serde_json::from_str(&command)
+            .map_err(|e| StoreError::Corrupt(format!("agent command {command:?}: {e}")))?,
+    })
+}
+
+pub(crate) fn agent_names(conn: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT name FROM agents ORDER BY created_at, name")?;
+    let names = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    Ok(names)
+}
+
+pub(crate) fn get_agent(conn: &Connection, name: &str) -> Result<AgentSpec, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT name, kind, command FROM agents WHERE name = ?1")?;
+    let mut rows = stmt.query([name])?;
+    match rows.next()? {
+        Some(r) => agent_from_row(r),
+        None => Err(StoreError::UnknownAgent {
+            name: name.to_owned(),
+            known: agent_names(conn)?,
+        }),
+    }
+}
+
+pub(crate) fn project_dirs(
+    conn: &Connection,
+    project: &str,
+) -> Result<Vec<ProjectDirRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT machine, dir, display, mode FROM project_dirs WHERE project = ?1 ORDER BY machine",
+    )?;
+    let mut rows = stmt.query([project])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mode: String = r.get(3)?;
+        out.push(ProjectDirRow {
+            machine: MachineId::new(r.get::<_, String>(0)?),
+            dir: r.get(1)?,
+            display: r.get(2)?,
+            mode: parse_enum(&mode)?,
+        });
+    }
+    Ok(out)
+}
+
+impl Store {
+    /// What a run needs besides its task: the session, its agent and its project's
+    /// directories.
+    pub async fn run_context(
+        &self,
+        session_id: String,
+    ) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
+        self.read(move |conn| {
+            let session = super::sessions::get_session(conn, &session_id)?;
+            let agent = get_agent(conn, &session.agent)?;
+            let dirs = match &session.project {
+                Some(p) => project_dirs(conn, p)?,
+                None => Vec::new(),
+            };
+            Ok((session, agent, dirs))
+        })
+        .await
+    }
+
+    /// Registers an agent; names are unique.
+    pub async fn add_agent(&self, spec: AgentSpec) -> Result<AgentSpec, StoreError> {
+        self.write(move |tx, _| {
+            let command = serde_json::to_string(&spec.command)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let inserted = tx.execute(
+                "INSERT INTO agents (name, kind, command, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO NOTHING",
+                params![spec.name, kind_str(spec.kind), command, clock::now()],
+            )?;
+            if inserted == 0 {
+                return Err(StoreError::AgentExists { name: spec.name });
+            }
+            Ok(spec)
+        })
+        .await
+    }
+
+    /// Every agent, oldest first.
+    pub async fn list_agents(&self) -> Result<Vec<AgentSpec>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, kind, command FROM agents ORDER BY created_at, name",
+            )?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(agent_from_row(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Creates a project; names are unique.
+    pub async fn add_project(&self, name: String) -> Result<ProjectRow, StoreError> {
+        self.write(move |tx, _| {
+            let inserted = tx.execute(
+                "INSERT INTO projects (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, clock::now()],
+            )?;
+            if inserted == 0 {
+                return Err(StoreError::ProjectExists { name });
+            }
+            Ok(ProjectRow {
+                name,
+                dirs: Vec::new(),
+            })
+        })
+        .await
+    }
+
+    /// Every project with its directories.
+    pub async fn list_projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT name FROM projects ORDER BY name")?;
+            let names = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            names
+                .into_iter()
+                .map(|name| {
+                    let dirs = project_dirs(conn, &name)?;
+                    Ok(ProjectRow { name, dirs })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Sets a project's directory on one machine (replacing the previous one).
+    pub async fn set_project_dir(
+        &self,
+        project: String,
+        dir: ProjectDirRow,
+    ) -> Result<ProjectRow, StoreError> {
+        self.write(move |tx, _| {
+            let known: Option<String> = tx
+                .query_row(
+                    "SELECT name FROM projects WHERE name = ?1",
+                    [&project],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if known.is_none() {
+                return Err(StoreError::UnknownProject { name: project });
+            }
+            tx.execute(
+                "INSERT INTO project_dirs (project, machine, dir, display, mode)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (project, machine) DO UPDATE
+                 SET dir = excluded.dir, display = excluded.display, mode = excluded.mode",
+                params![
+                    project,
+                    dir.machine.as_str(),
+                    dir.dir,
+                    dir.display,
+                    dir.mode.as_str()
+                ],
+            )?;
+            let dirs = project_dirs(tx, &project)?;
+            Ok(ProjectRow {
+                name: project,
+                dirs,
+            })
+        })
+        .await
+    }
+
+    /// Records a machine (the embedded executor, later a daemon) as seen now.
+    pub async fn touch_machine(&self, id: MachineId, name: String) -> Result<(), StoreError> {
+        self.write(move |tx, _| {
+            tx.execute(
+                "INSERT INTO machines (id, name, last_seen) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, last_seen = excluded.last_seen",
+                params![id.as_str(), name, clock::now()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,273 @@
+//! The store: one SQLite file, `berth.db`, in Berth's home.
+//!
+//! # Threads
+//! SQLite calls block, so none runs on the async executor's threads: every call goes
+//! through [`Store::read`] or [`Store::write`], which run it under `spawn_blocking`.
+//! Writes share one connection behind a mutex: SQLite admits one writer at a time
+//! anyway, and serializing them in-process means no `SQLITE_BUSY` retries and a single
+//! place where transcript events are numbered and then published in order. Reads take
+//! a connection from a small pool; in WAL mode they never wait for the writer. A
+//! dedicated writer thread fed by a channel would serialize the same way, but would
+//! need a reply channel per call for the same effect.
+//!
+//! # Durability
+//! WAL with `synchronous=NORMAL`: a committed transaction survives a process crash;
+//! a power loss may drop the last few commits, never corrupt the file.
+
+mod agents;
+mod rows;
+mod schema;
+mod sessions;
+mod tasks;
+
+pub use agents::{ProjectDirRow, ProjectRow};
+pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
+pub use sessions::list_sessions;
+pub use tasks::{Finish, Recovery, RunRecord};
+
+use crate::transcript::{Hub, TranscriptEvent};
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The database file's name inside Berth's home.
+pub const DB_FILE: &str = "berth.db";
+
+/// Reader connections kept open between calls.
+const READER_POOL: usize = 4;
+
+/// Everything that can go wrong in the store, with the value that caused it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("could not migrate the database {path}: {source}")]
+    Migration {
+        path: PathBuf,
+        #[source]
+        source: rusqlite_migration::Error,
+    },
+    #[error("stored data is not valid: {0}")]
+    Corrupt(String),
+    #[error("no session matches {prefix:?}")]
+    UnknownSession { prefix: String },
+    #[error("no task matches {prefix:?}")]
+    UnknownTask { prefix: String },
+    #[error("{prefix:?} matches several {what}: {}", candidates.join(", "))]
+    Ambiguous {
+        what: &'static str,
+        prefix: String,
+        candidates: Vec<String>,
+    },
+    #[error("{}", if name.is_empty() {
+        format!("no agent was named, and {} agents are registered (not exactly one)", known.len())
+    } else {
+        format!("no agent is named {name:?}")
+    })]
+    UnknownAgent { name: String, known: Vec<String> },
+    #[error("an agent named {name:?} already exists")]
+    AgentExists { name: String },
+    #[error("no project is named {name:?}")]
+    UnknownProject { name: String },
+    #[error("a project named {name:?} already exists")]
+    ProjectExists { name: String },
+    #[error("the store's worker thread failed: {0}")]
+    Worker(String),
+}
+
+/// A handle to the store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    hub: Hub,
+}
+
+/// Collects the transcript events a write appends; they are published only after the
+/// transaction commits.
+#[derive(Debug, Default)]
+pub struct Outbox(Vec<TranscriptEvent>);
+
+impl Outbox {
+    pub fn push(&mut self, ev: TranscriptEvent) {
+        self.0.push(ev);
+    }
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(())
+}
+
+impl Store {
+    /// Opens (creating if needed) `dir/berth.db`, in WAL mode, migrated to the latest
+    /// schema. Blocking: call it before serving, or under `spawn_blocking`.
+    pub fn open_blocking(dir: &Path) -> Result<Store, StoreError> {
+        let path = dir.join(DB_FILE);
+        let mut conn = Connection::open(&path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt(format!(
+                "{} could not be switched to WAL mode (got {mode})",
+                path.display()
+            )));
+        }
+        configure(&conn)?;
+        schema::migrations()
+            .to_latest(&mut conn)
+            .map_err(|source| StoreError::Migration {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(conn),
+                readers: Mutex::new(Vec::new()),
+                hub: Hub::default(),
+            }),
+        })
+    }
+
+    /// Opens the store without blocking the async executor.
+    pub async fn open(dir: &Path) -> Result<Store, StoreError> {
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || Store::open_blocking(&dir))
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The transcript's live feed.
+    pub fn hub(&self) -> &Hub {
+        &self.inner.hub
+    }
+
+    /// Runs a read on a pooled connection, off the async threads.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read_blocking(f))
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+
+    /// Runs a read on the calling thread (tests, benchmarks, startup).
+    pub fn read_blocking<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => {
+                let c = Connection::open_with_flags(
+                    &self.inner.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                configure(&c)?;
+                // Listing reads whole tables; mapping the file saves a copy per page.
+                c.pragma_update(None, "mmap_size", 64 * 1024 * 1024)?;
+                c
+            }
+        };
+        let out = f(&conn);
+        let mut pool = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < READER_POOL {
+            pool.push(conn);
+        }
+        out
+    }
+
+    /// Runs a write in one transaction, off the async threads; the events it appended
+    /// are published after the commit, in order.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>
+            + Send
+            + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.write_blocking(f))
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+
+    /// [`Store::write`] on the calling thread.
+    pub fn write_blocking<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let tx = conn.transaction()?;
+        let mut outbox = Outbox::default();
+        let out = f(&tx, &mut outbox)?;
+        tx.commit()?;
+        for ev in outbox.0 {
+            self.inner.hub.publish(ev);
+        }
+        Ok(out)
+    }
+}
+
+/// Parses a stored enum spelling through its serde form.
+pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("unexpected value {s:?}")))
+}
+
+/// Resolves an id given by unique prefix in `table` (ids are lowercase uuids).
+pub(crate) fn resolve_prefix(
+    conn: &Connection,
+    table: &'static str,
+    prefix: &str,
+) -> Result<Result<String, Vec<String>>, StoreError> {
+    let prefix = prefix.trim().to_ascii_lowercase();
+    let valid = !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if !valid {
+        return Ok(Err(Vec::new()));
+    }
+    let sql =
+        format!("SELECT id FROM {table} WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let ids = stmt
+        .query_map([&prefix], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    if let [only] = ids.as_slice() {
+        return Ok(Ok(only.clone()));
+    }
+    if ids.contains(&prefix) {
+        return Ok(Ok(prefix));
+    }
+    Ok(Err(ids))
+}

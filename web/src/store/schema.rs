@@ -1,0 +1,111 @@
+//! The schema, as embedded, versioned migrations (`PRAGMA user_version`).
+//!
+//! Append a migration; never edit a published one.
+
+use rusqlite_migration::{M, Migrations};
+
+const V1: &str = r#"
+CREATE TABLE agents (
+    name        TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    command     TEXT NOT NULL,          -- JSON array of strings
+    created_at  TEXT NOT NULL
+);
+
+CREATE TABLE machines (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    last_seen   TEXT
+);
+
+CREATE TABLE projects (
+    name        TEXT PRIMARY KEY,
+    created_at  TEXT NOT NULL
+);
+
+-- A project's local-directory resource on one machine (local-binding builds only
+-- ever write rows here).
+CREATE TABLE project_dirs (
+    project     TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
+    machine     TEXT NOT NULL,
+    dir         TEXT NOT NULL,
+    display     TEXT NOT NULL,
+    mode        TEXT NOT NULL,
+    PRIMARY KEY (project, machine)
+);
+
+CREATE TABLE sessions (
+    id              TEXT PRIMARY KEY,   -- uuid v4: random, so short prefixes are unique
+    title           TEXT NOT NULL,
+    agent           TEXT NOT NULL REFERENCES agents(name),
+    origin          TEXT NOT NULL,
+    project         TEXT REFERENCES projects(name),
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,
+    -- The explicit binding; all NULL when unbound.
+    binding_dir     TEXT,
+    binding_display TEXT,
+    binding_machine TEXT,
+    binding_mode    TEXT,
+    binding_state   TEXT,
+    -- Bumped on every link/unlink: a run that started under an older binding may not
+    -- record a resume id.
+    binding_rev     INTEGER NOT NULL DEFAULT 0,
+    -- Recorded after each run, apart from the binding.
+    work_dir        TEXT,
+    resume_id       TEXT,
+    CHECK ((binding_dir IS NULL) = (binding_machine IS NULL))
+);
+CREATE INDEX sessions_created ON sessions(created_at, id);
+
+CREATE TABLE messages (
+    id          TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    origin      TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX messages_session ON messages(session_id);
+
+CREATE TABLE tasks (
+    id          TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,       -- order within the session
+    message_id  TEXT NOT NULL REFERENCES messages(id),
+    status      TEXT NOT NULL,
+    wait_reason TEXT,
+    work_dir    TEXT,
+    exit_code   INTEGER,
+    error       TEXT,
+    error_code  TEXT,
+    created_at  TEXT NOT NULL,
+    started_at  TEXT,
+    finished_at TEXT,
+    UNIQUE (session_id, seq)
+);
+CREATE INDEX tasks_status ON tasks(status);
+
+-- The append-only transcript.
+CREATE TABLE events (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,       -- 1, 2, 3… per session; the SSE id
+    task_id     TEXT,
+    kind        TEXT NOT NULL,
+    payload     TEXT NOT NULL,          -- JSON
+    at          TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+"#;
+
+/// Every migration, oldest first.
+pub fn migrations() -> Migrations<'static> {
+    Migrations::new(vec![M::up(V1)])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_are_valid() {
+        assert!(super::migrations().validate().is_ok());
+    }
+}

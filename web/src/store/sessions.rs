@@ -1,0 +1,234 @@
+//! Sessions, their bindings, and the transcript's storage.
+
+use super::agents::{agent_names, get_agent};
+use super::rows::{SESSION_COLUMNS, SESSION_FROM};
+use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_prefix};
+use crate::clock;
+use crate::transcript::{EventKind, TranscriptEvent};
+use rusqlite::{Connection, OptionalExtension, params};
+
+pub(crate) fn get_session(conn: &Connection, id: &str) -> Result<SessionRow, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([id])?;
+    match rows.next()? {
+        Some(r) => SessionRow::from_row(r),
+        None => Err(StoreError::UnknownSession {
+            prefix: id.to_owned(),
+        }),
+    }
+}
+
+/// The full id of the session `prefix` names uniquely.
+pub(crate) fn session_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
+    match resolve_prefix(conn, "sessions", prefix)? {
+        Ok(id) => Ok(id),
+        Err(c) if c.is_empty() => Err(StoreError::UnknownSession {
+            prefix: prefix.to_owned(),
+        }),
+        Err(candidates) => Err(StoreError::Ambiguous {
+            what: "sessions",
+            prefix: prefix.to_owned(),
+            candidates,
+        }),
+    }
+}
+
+/// Appends one event to a session's transcript, numbering it after the last one.
+pub(crate) fn append_event(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    session_id: &str,
+    task_id: Option<&str>,
+    kind: EventKind,
+    payload: serde_json::Value,
+) -> Result<i64, StoreError> {
+    let seq: i64 = conn.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
+        [session_id],
+        |r| r.get(0),
+    )?;
+    let at = clock::now();
+    conn.prepare_cached(
+        "INSERT INTO events (session_id, seq, task_id, kind, payload, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![session_id, seq, task_id, kind.as_str(), payload.to_string(), at])?;
+    outbox.push(TranscriptEvent {
+        session_id: session_id.to_owned(),
+        seq,
+        task_id: task_id.map(str::to_owned),
+        kind: kind.as_str().to_owned(),
+        payload,
+        at,
+    });
+    Ok(seq)
+}
+
+pub(crate) fn events_after(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<TranscriptEvent>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, task_id, kind, payload, at FROM events
+         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let mut rows = stmt.query(params![session_id, after, limit])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let payload: String = r.get(3)?;
+        out.push(TranscriptEvent {
+            session_id: session_id.to_owned(),
+            seq: r.get(0)?,
+            task_id: r.get(1)?,
+            kind: r.get(2)?,
+            payload: serde_json::from_str(&payload)
+                .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+            at: r.get(4)?,
+        });
+    }
+    Ok(out)
+}
+
+fn binding_payload(from: Option<&StoredBinding>, to: Option<&StoredBinding>) -> serde_json::Value {
+    serde_json::json!({
+        "from": from.map(|b| b.display.as_str()),
+        "to": to.map(|b| b.display.as_str()),
+    })
+}
+
+impl Store {
+    /// Creates a session. Without an agent name, the only registered agent is used.
+    pub async fn create_session(&self, new: NewSessionRow) -> Result<SessionRow, StoreError> {
+        self.write(move |tx, _| {
+            let agent = match new.agent {
+                Some(name) => get_agent(tx, &name)?.name,
+                None => match agent_names(tx)?.as_slice() {
+                    [only] => only.clone(),
+                    known => {
+                        return Err(StoreError::UnknownAgent {
+                            name: String::new(),
+                            known: known.to_vec(),
+                        });
+                    }
+                },
+            };
+            if let Some(project) = &new.project {
+                let known: Option<i64> = tx
+                    .query_row("SELECT 1 FROM projects WHERE name = ?1", [project], |r| {
+                        r.get(0)
+                    })
+                    .optional()?;
+                if known.is_none() {
+                    return Err(StoreError::UnknownProject {
+                        name: project.clone(),
+                    });
+                }
+            }
+            // Random (v4), not time-ordered (v7): users type ids by prefix, and v7 ids
+            // made in the same minute share their first eight characters.
+            let id = uuid::Uuid::new_v4().to_string();
+            let title = new
+                .title
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or_else(|| format!("session {}", &id[..8]));
+            let now = clock::now();
+            let b = new.binding.as_ref();
+            tx.execute(
+                "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
+                   binding_dir, binding_display, binding_machine, binding_mode, binding_state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    id,
+                    title,
+                    agent,
+                    new.origin.as_str(),
+                    new.project,
+                    now,
+                    b.map(|b| &b.dir),
+                    b.map(|b| &b.display),
+                    b.map(|b| b.machine.as_str()),
+                    b.map(|b| b.mode.as_str()),
+                    b.map(|b| b.state.as_str()),
+                ],
+            )?;
+            get_session(tx, &id)
+        })
+        .await
+    }
+
+    /// Every session, oldest first.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        self.read(list_sessions).await
+    }
+
+    /// The session `prefix` names uniquely.
+    pub async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| get_session(conn, &session_id(conn, &prefix)?))
+            .await
+    }
+
+    /// Sets or clears a session's binding. A change drops the resume id (the agent's
+    /// context belonged to the old place), bumps the binding revision and appends a
+    /// `binding_changed` event with both display forms.
+    pub async fn set_binding(
+        &self,
+        id: String,
+        binding: Option<StoredBinding>,
+    ) -> Result<SessionRow, StoreError> {
+        self.write(move |tx, outbox| {
+            let before = get_session(tx, &id)?;
+            let b = binding.as_ref();
+            tx.execute(
+                "UPDATE sessions SET binding_dir = ?2, binding_display = ?3, binding_machine = ?4,
+                   binding_mode = ?5, binding_state = ?6, binding_rev = binding_rev + 1,
+                   resume_id = NULL, updated_at = ?7
+                 WHERE id = ?1",
+                params![
+                    id,
+                    b.map(|b| &b.dir),
+                    b.map(|b| &b.display),
+                    b.map(|b| b.machine.as_str()),
+                    b.map(|b| b.mode.as_str()),
+                    b.map(|b| b.state.as_str()),
+                    clock::now(),
+                ],
+            )?;
+            append_event(
+                tx,
+                outbox,
+                &id,
+                None,
+                EventKind::BindingChanged,
+                binding_payload(before.binding.as_ref(), b),
+            )?;
+            get_session(tx, &id)
+        })
+        .await
+    }
+
+    /// Up to `limit` transcript events after `after`, in order.
+    pub async fn events_after(
+        &self,
+        session_id: String,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<TranscriptEvent>, StoreError> {
+        self.read(move |conn| events_after(conn, &session_id, after, limit))
+            .await
+    }
+}
+
+/// Every session, oldest first.
+pub fn list_sessions(conn: &Connection) -> Result<Vec<SessionRow>, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} ORDER BY s.created_at, s.id");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(SessionRow::from_row(r)?);
+    }
+    Ok(out)
+}

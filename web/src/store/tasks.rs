@@ -1,0 +1,368 @@
+//! Messages and the tasks they become.
+
+use super::rows::TASK_COLUMNS;
+use super::sessions::{append_event, get_session, session_id};
+use super::{Outbox, Store, StoreError, TaskRow, resolve_prefix};
+use crate::clock;
+use crate::transcript::EventKind;
+use berth_core::api::TaskStatus;
+use berth_core::resolve::Origin;
+use rusqlite::{Connection, params};
+
+/// What startup recovery found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recovery {
+    /// Tasks that were running (or had been claimed) when the server stopped; now
+    /// `interrupted`, never re-run in place.
+    pub interrupted: Vec<String>,
+    /// Sessions with tasks still waiting to run, to schedule again.
+    pub pending_sessions: Vec<String>,
+}
+
+/// How a task ended, as the store records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    pub status: TaskStatus,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub error_code: Option<String>,
+    pub work_dir: Option<String>,
+    /// Recorded on the session only while its binding revision is still this one.
+    pub record: Option<RunRecord>,
+}
+
+/// What a run leaves on its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub binding_rev: i64,
+    pub work_dir: Option<String>,
+    pub resume_id: Option<String>,
+}
+
+pub(crate) fn get_task(conn: &Connection, id: &str) -> Result<TaskRow, StoreError> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([id])?;
+    match rows.next()? {
+        Some(r) => TaskRow::from_row(r),
+        None => Err(StoreError::UnknownTask {
+            prefix: id.to_owned(),
+        }),
+    }
+}
+
+fn task_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
+    match resolve_prefix(conn, "tasks", prefix)? {
+        Ok(id) => Ok(id),
+        Err(c) if c.is_empty() => Err(StoreError::UnknownTask {
+            prefix: prefix.to_owned(),
+        }),
+        Err(candidates) => Err(StoreError::Ambiguous {
+            what: "tasks",
+            prefix: prefix.to_owned(),
+            candidates,
+        }),
+    }
+}
+
+fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<(), StoreError> {
+    append_event(
+        conn,
+        outbox,
+        &task.session_id,
+        Some(&task.id),
+        EventKind::Task,
+        serde_json::json!({ "task": task.to_api(), "code": task.error_code }),
+    )?;
+    Ok(())
+}
+
+fn status_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<(), StoreError> {
+    append_event(
+        conn,
+        outbox,
+        &task.session_id,
+        Some(&task.id),
+        EventKind::Status,
+        serde_json::json!({
+            "task_id": task.id,
+            "status": task.status,
+            "wait_reason": task.wait_reason,
+        }),
+    )?;
+    Ok(())
+}
+
+/// Startup recovery, in one transaction.
+pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery, StoreError> {
+    let sql = format!(
+        "SELECT {TASK_COLUMNS} FROM tasks
+         WHERE status IN ('running', 'waiting_lock')
+            OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL)
+         ORDER BY session_id, seq"
+    );
+    let stale = {
+        let mut stmt = conn.prepare(&sql)?;
+        let mut rows = stmt.query([])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(TaskRow::from_row(r)?);
+        }
+        out
+    };
+    let now = clock::now();
+    let mut interrupted = Vec::new();
+    for t in stale {
+        conn.execute(
+            "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = ?2,
+               error = 'the server stopped while the task was running; it was not run again'
+             WHERE id = ?1",
+            params![t.id, now],
+        )?;
+        task_event(conn, outbox, &get_task(conn, &t.id)?)?;
+        interrupted.push(t.id);
+    }
+    // A task waiting for a machine is resolved again from scratch.
+    conn.execute(
+        "UPDATE tasks SET status = 'queued', wait_reason = NULL WHERE status = 'waiting_daemon'",
+        [],
+    )?;
+    let mut stmt = conn.prepare(
+        "SELECT DISTINCT session_id FROM tasks WHERE status = 'queued' ORDER BY session_id",
+    )?;
+    let pending_sessions = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    Ok(Recovery {
+        interrupted,
+        pending_sessions,
+    })
+}
+
+impl Store {
+    /// Marks tasks left running by a previous process `interrupted` and lists the
+    /// sessions whose queued tasks must be scheduled again.
+    pub async fn recover(&self) -> Result<Recovery, StoreError> {
+        self.write(|tx, outbox| recover(tx, outbox)).await
+    }
+
+    /// Stores a user message and the task it becomes, queued at the end of its
+    /// session, and appends the message to the transcript; returns the task and the
+    /// message event's `seq`.
+    pub async fn add_message(
+        &self,
+        session_prefix: String,
+        origin: Origin,
+        text: String,
+    ) -> Result<(TaskRow, i64), StoreError> {
+        self.write(move |tx, outbox| {
+            let session = session_id(tx, &session_prefix)?;
+            let message_id = uuid::Uuid::new_v4().to_string();
+            let task = uuid::Uuid::new_v4().to_string();
+            let now = clock::now();
+            tx.execute(
+                "INSERT INTO messages (id, session_id, origin, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![message_id, session, origin.as_str(), text, now],
+            )?;
+            let seq: i64 = tx.query_row(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1",
+                [&session],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5)",
+                params![task, session, seq, message_id, now],
+            )?;
+            let message_seq = append_event(
+                tx,
+                outbox,
+                &session,
+                Some(&task),
+                EventKind::Message,
+                serde_json::json!({
+                    "task_id": task, "message_id": message_id,
+                    "origin": origin, "text": text,
+                }),
+            )?;
+            tx.execute("UPDATE sessions SET updated_at = ?2 WHERE id = ?1", params![session, now])?;
+            Ok((get_task(tx, &task)?, message_seq))
+        })
+        .await
+    }
+
+    /// The session's next task to run, with its prompt and origin: the lowest `seq`
+    /// still waiting. A task that was claimed is never returned again.
+    pub async fn next_task(
+        &self,
+        session: String,
+    ) -> Result<Option<(TaskRow, String, Origin)>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1
+                   AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
+                 ORDER BY seq LIMIT 1"
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query([&session])?;
+            let Some(r) = rows.next()? else {
+                return Ok(None);
+            };
+            let task = TaskRow::from_row(r)?;
+            let (text, origin): (String, String) = conn.query_row(
+                "SELECT text, origin FROM messages WHERE id = ?1",
+                [&task.message_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            Ok(Some((task, text, super::parse_enum(&origin)?)))
+        })
+        .await
+    }
+
+    /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
+    pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
+        self.write(move |tx, _| {
+            let n = tx.execute(
+                "UPDATE tasks SET started_at = ?2 WHERE id = ?1
+                   AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
+                params![id, clock::now()],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Records a non-final status change and appends it to the transcript.
+    pub async fn set_status(
+        &self,
+        id: String,
+        status: TaskStatus,
+        wait_reason: Option<String>,
+    ) -> Result<TaskRow, StoreError> {
+        self.write(move |tx, outbox| {
+            tx.execute(
+                "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
+                params![id, status.as_str(), wait_reason],
+            )?;
+            let task = get_task(tx, &id)?;
+            status_event(tx, outbox, &task)?;
+            Ok(task)
+        })
+        .await
+    }
+
+    /// Appends one agent event to the task's session transcript.
+    pub async fn agent_event(
+        &self,
+        task: TaskRow,
+        payload: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.write(move |tx, outbox| {
+            append_event(
+                tx,
+                outbox,
+                &task.session_id,
+                Some(&task.id),
+                EventKind::Agent,
+                payload,
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records how a task ended, updates its session, and appends the final task
+    /// document to the transcript.
+    pub async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
+        self.write(move |tx, outbox| {
+            let now = clock::now();
+            tx.execute(
+                "UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
+                   error_code = ?5, work_dir = ?6, finished_at = ?7,
+                   started_at = COALESCE(started_at, ?7)
+                 WHERE id = ?1",
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, fin.error_code, fin.work_dir, now],
+            )?;
+            let task = get_task(tx, &id)?;
+            if let Some(rec) = fin.record {
+                tx.execute(
+                    "UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4
+                     WHERE id = ?1 AND binding_rev = ?5",
+                    params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev],
+                )?;
+            }
+            let state = match fin.error_code.as_deref() {
+                Some("not_found") => Some("missing"),
+                Some("path_changed") => Some("changed"),
+                _ => None,
+            };
+            if let Some(state) = state {
+                tx.execute(
+                    "UPDATE sessions SET binding_state = ?2 WHERE id = ?1 AND binding_dir IS NOT NULL",
+                    params![task.session_id, state],
+                )?;
+            }
+            task_event(tx, outbox, &task)?;
+            Ok(task)
+        })
+        .await
+    }
+
+    /// Cancels a task that has not started; `None` if it already has (or ended).
+    pub async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
+        self.write(move |tx, outbox| {
+            let n = tx.execute(
+                "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = ?2
+                 WHERE id = ?1 AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
+                params![id, clock::now()],
+            )?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let task = get_task(tx, &id)?;
+            task_event(tx, outbox, &task)?;
+            Ok(Some(task))
+        })
+        .await
+    }
+
+    /// The task `prefix` names uniquely.
+    pub async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| get_task(conn, &task_id(conn, &prefix)?))
+            .await
+    }
+
+    /// Tasks of one session (by prefix) or of all, oldest first.
+    pub async fn list_tasks(&self, session: Option<String>) -> Result<Vec<TaskRow>, StoreError> {
+        self.read(move |conn| {
+            let (sql, arg) = match session {
+                Some(prefix) => {
+                    let id = session_id(conn, &prefix)?;
+                    get_session(conn, &id)?;
+                    (
+                        format!(
+                            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1 ORDER BY seq"
+                        ),
+                        Some(id),
+                    )
+                }
+                None => (
+                    format!("SELECT {TASK_COLUMNS} FROM tasks ORDER BY created_at, id"),
+                    None,
+                ),
+            };
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = match &arg {
+                Some(id) => stmt.query([id])?,
+                None => stmt.query([])?,
+            };
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(TaskRow::from_row(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

@@ -1,0 +1,471 @@
+//! The HTTP API on the control socket and the web listener, over real sockets.
+
+mod common;
+
+use common::{Reply, TempDir, TestServer, add_agent, new_session, request, send, sse};
+use serde_json::json;
+
+fn error_code(r: &Reply) -> &str {
+    r.json["error"]["code"]
+        .as_str()
+        .unwrap_or("<no error shape>")
+}
+
+fn assert_error_shape(r: &Reply) {
+    let e = &r.json["error"];
+    assert!(
+        e["code"].is_string() && e["message"].is_string() && e["hint"].is_string(),
+        "not the error shape: {}",
+        r.text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_socket_basics() {
+    let t = TestServer::start(8).await;
+    let r = t.call("GET", "/api/v1/health", None).await;
+    assert_eq!(
+        r.json,
+        json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id()})
+    );
+    let r = t.call("GET", "/api/v1/capabilities", None).await;
+    assert_eq!(
+        r.json,
+        json!({"local_binding": cfg!(feature = "local-binding"), "surface": "control"})
+    );
+
+    // No agent yet: a clear unknown_agent with a hint.
+    let r = t.call("POST", "/api/v1/sessions", Some(json!({}))).await;
+    assert_eq!(
+        (r.status, error_code(&r)),
+        (404, "unknown_agent"),
+        "{}",
+        r.text
+    );
+    assert_error_shape(&r);
+
+    add_agent(&t, "cat", "cat").await;
+    let r = t
+        .call(
+            "POST",
+            "/api/v1/agents",
+            Some(json!({"name": "cat", "kind": "command", "command": ["x"]})),
+        )
+        .await;
+    assert_eq!((r.status, error_code(&r)), (409, "agent_exists"));
+    let r = t.call("GET", "/api/v1/agents", None).await;
+    assert_eq!(
+        r.json,
+        json!([{"name": "cat", "kind": "command", "command": ["cat"]}])
+    );
+
+    let r = t
+        .call("POST", "/api/v1/sessions", Some(json!({"title": "demo"})))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap().to_owned();
+    let created = r.json.clone();
+    assert_eq!(created["title"], "demo");
+    assert_eq!(created["origin"], "desktop");
+    #[cfg(feature = "local-binding")]
+    assert_eq!(created["binding"], serde_json::Value::Null);
+    let r = t
+        .call("GET", &format!("/api/v1/sessions/{}", &id[..20]), None)
+        .await;
+    assert_eq!(r.json, created);
+    let r = t.call("GET", "/api/v1/sessions", None).await;
+    assert_eq!(r.json, json!([created]));
+
+    let r = t.call("GET", "/api/v1/sessions/ffff", None).await;
+    assert_eq!((r.status, error_code(&r)), (404, "unknown_session"));
+    assert_error_shape(&r);
+    let other = new_session(&t, "cat").await;
+    let shared: usize = id
+        .chars()
+        .zip(other.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let r = t
+        .call("GET", &format!("/api/v1/sessions/{}", &id[..shared]), None)
+        .await;
+    assert_eq!((r.status, error_code(&r)), (400, "ambiguous_id"));
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&other),
+        "{}",
+        r.text
+    );
+
+    let task = send(&t, &id, "hello").await;
+    let done = t.wait_task(&task).await;
+    assert_eq!(done["status"], "succeeded");
+    let r = t
+        .call("GET", &format!("/api/v1/tasks?session={}", &id[..20]), None)
+        .await;
+    assert_eq!(r.json, json!([done]));
+    let r = t.call("GET", "/api/v1/nowhere", None).await;
+    assert_eq!((r.status, error_code(&r)), (404, "not_found_route"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_get_the_error_shape() {
+    let t = TestServer::start(8).await;
+    add_agent(&t, "cat", "cat").await;
+    let s = new_session(&t, "cat").await;
+    let path = format!("/api/v1/sessions/{s}/messages");
+    let stream = tokio::net::UnixStream::connect(&t.socket).await.unwrap();
+    let r = request(
+        stream,
+        "POST",
+        &path,
+        &[("host", "x")],
+        Some("{\"text\": ".into()),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_code(&r)),
+        (400, "bad_request"),
+        "{}",
+        r.text
+    );
+    assert_error_shape(&r);
+
+    let r = t
+        .call("POST", &path, Some(json!({"text": "x", "dir": "/tmp"})))
+        .await;
+    assert_eq!((r.status, error_code(&r)), (400, "bad_request"));
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `dir`"),
+        "{}",
+        r.text
+    );
+
+    let big = json!({"text": "x".repeat(2 * 1024 * 1024)}).to_string();
+    let (status, body) = common::raw_oversized(&t.socket, &path, big).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
+    assert!(body["error"]["hint"].is_string());
+    // Nothing was stored by the refused requests.
+    let r = t
+        .call("GET", &format!("/api/v1/tasks?session={s}"), None)
+        .await;
+    assert_eq!(r.json, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_replays_after_last_event_id_without_gaps_or_duplicates() {
+    let t = TestServer::start(8).await;
+    add_agent(&t, "cat", "cat").await;
+    let s = new_session(&t, "cat").await;
+    let path = format!("/api/v1/sessions/{s}/events");
+
+    // Live: subscribe, then send; the stream shows the whole turn.
+    let sock = t.socket.clone();
+    let p = path.clone();
+    let live = tokio::spawn(async move {
+        let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        sse(stream, &p, &[("host", "x")], |evs| {
+            evs.iter().filter(|e| e.event == "task").count() == 3
+        })
+        .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let mut tasks = Vec::new();
+    for text in ["one", "two", "three"] {
+        tasks.push(send(&t, &s, text).await);
+    }
+    let all = live.await.unwrap();
+    let ids: Vec<i64> = all.iter().map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ids.len() as i64).collect::<Vec<_>>());
+    for e in &all {
+        assert_eq!(e.data["seq"], e.id);
+        assert_eq!(e.data["kind"], e.event.as_str());
+    }
+    let last = all.last().unwrap();
+    assert_eq!(
+        (last.event.as_str(), &last.data["payload"]["task"]["id"]),
+        ("task", &json!(tasks[2]))
+    );
+
+    // Replay from the middle with Last-Event-ID: exactly the tail.
+    let k = 4;
+    let stream = tokio::net::UnixStream::connect(&t.socket).await.unwrap();
+    let n = all.len();
+    let tail = sse(
+        stream,
+        &path,
+        &[("host", "x"), ("last-event-id", &k.to_string())],
+        |evs| evs.len() >= n - k as usize,
+    )
+    .await;
+    assert_eq!(tail, all[k as usize..].to_vec());
+    // And with ?after=.
+    let stream = tokio::net::UnixStream::connect(&t.socket).await.unwrap();
+    let tail = sse(
+        stream,
+        &format!("{path}?after={}", n - 1),
+        &[("host", "x")],
+        |evs| !evs.is_empty(),
+    )
+    .await;
+    assert_eq!(tail, all[n - 1..].to_vec());
+}
+
+async fn web(t: &TestServer) -> (std::net::SocketAddr, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = berth_web::server::new_token().unwrap();
+    let hosts = berth_web::api::loopback_hosts(addr);
+    let server = t.server.clone();
+    let tok = token.clone();
+    tokio::spawn(async move { server.serve_web(listener, tok, hosts).await });
+    (addr, token)
+}
+
+async fn web_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    request(stream, method, path, headers, None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_listener_is_read_only_guarded_and_path_free() {
+    let t = TestServer::start(8).await;
+    add_agent(&t, "cat", "cat").await;
+    let s = new_session(&t, "cat").await;
+    let task = send(&t, &s, "hi").await;
+    t.wait_task(&task).await;
+    #[cfg(feature = "local-binding")]
+    let project = {
+        let project = TempDir::new();
+        let r = t
+            .call(
+                "PUT",
+                &format!("/api/v1/sessions/{s}/binding"),
+                Some(json!({"dir": project.path()})),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        project
+    };
+    let (addr, token) = web(&t).await;
+    let host = format!("localhost:{}", addr.port());
+    let h = host.as_str();
+    let sessions = "/api/v1/sessions";
+
+    let r = web_call(addr, "GET", sessions, &[("host", "evil.example:80")]).await;
+    assert_eq!((r.status, error_code(&r)), (403, "forbidden_host"));
+    let r = web_call(addr, "GET", sessions, &[("host", h)]).await;
+    assert_eq!((r.status, error_code(&r)), (401, "unauthorized"));
+    let r = web_call(
+        addr,
+        "GET",
+        &format!("{sessions}?token=wrong"),
+        &[("host", h)],
+    )
+    .await;
+    assert_eq!((r.status, error_code(&r)), (401, "unauthorized"));
+
+    let r = web_call(
+        addr,
+        "GET",
+        &format!("{sessions}?token={token}"),
+        &[("host", h)],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let cookie = r.headers["set-cookie"].to_str().unwrap().to_owned();
+    assert_eq!(
+        cookie,
+        format!("berth_token={token}; HttpOnly; SameSite=Strict; Path=/")
+    );
+    let jar = format!("berth_token={token}");
+    let with_cookie = [("host", h), ("cookie", jar.as_str())];
+    let r = web_call(addr, "GET", sessions, &with_cookie).await;
+    assert_eq!(r.status, 200);
+    let session = &r.json[0];
+    // work_dir is the display form: the server user's home is `~`.
+    assert_eq!(session["work_dir"], format!("~/scratch/{s}"));
+    assert!(
+        !r.text.contains(t.home.path().to_str().unwrap()),
+        "a real path leaked: {}",
+        r.text
+    );
+    #[cfg(feature = "local-binding")]
+    {
+        let control = t.call("GET", &format!("/api/v1/sessions/{s}"), None).await;
+        assert_eq!(
+            control.json["binding"]["dir"],
+            project.path().display().to_string()
+        );
+        assert_eq!(
+            session["binding"]["display"],
+            control.json["binding"]["display"]
+        );
+        let b = session["binding"].as_object().unwrap();
+        let keys: Vec<&str> = b.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            vec!["daemon", "daemon_name", "display", "mode", "state"]
+        );
+    }
+    // The UI is behind the same guard.
+    let r = web_call(addr, "GET", "/", &[("host", h)]).await;
+    assert_eq!(r.status, 401);
+    let r = web_call(addr, "GET", &format!("/?token={token}"), &[("host", h)]).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.headers.contains_key("set-cookie") && r.headers.contains_key("content-security-policy")
+    );
+    let r = web_call(addr, "GET", "/api/v1/capabilities", &with_cookie).await;
+    assert_eq!(r.json, json!({"local_binding": false, "surface": "web"}));
+
+    for (method, path) in [
+        ("POST", sessions.to_owned()),
+        ("POST", format!("/api/v1/sessions/{s}/messages")),
+        ("PUT", format!("/api/v1/sessions/{s}/binding")),
+        ("DELETE", format!("/api/v1/sessions/{s}/binding")),
+        ("POST", "/api/v1/check".to_owned()),
+    ] {
+        let r = web_call(addr, method, &path, &with_cookie).await;
+        assert_eq!(
+            (r.status, error_code(&r)),
+            (405, "method_not_allowed"),
+            "{method} {path}"
+        );
+    }
+    // The transcript streams on the web listener too, without real paths.
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let evs = sse(
+        stream,
+        &format!("/api/v1/sessions/{s}/events"),
+        &with_cookie,
+        |e| e.iter().any(|e| e.event == "task"),
+    )
+    .await;
+    let t_ev = evs.iter().find(|e| e.event == "task").unwrap();
+    assert!(
+        !t_ev
+            .data
+            .to_string()
+            .contains(t.home.path().to_str().unwrap()),
+        "{:?}",
+        t_ev.data
+    );
+}
+
+#[cfg(feature = "local-binding")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_refusals_surface_the_validator_code() {
+    let t = TestServer::start(8).await;
+    add_agent(&t, "cat", "cat").await;
+    let missing = t.home.path().join("missing");
+    let r = t
+        .call("POST", "/api/v1/sessions", Some(json!({"dir": missing})))
+        .await;
+    assert_eq!((r.status, error_code(&r)), (422, "not_found"), "{}", r.text);
+    let r = t
+        .call(
+            "POST",
+            "/api/v1/sessions",
+            Some(json!({"dir": "relative/x"})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, error_code(&r)),
+        (400, "path_not_absolute"),
+        "{}",
+        r.text
+    );
+    let r = t.call("GET", "/api/v1/sessions", None).await;
+    assert_eq!(r.json, json!([]), "a refused create stores nothing");
+
+    let r = t
+        .call("POST", "/api/v1/check", Some(json!({"dir": missing})))
+        .await;
+    assert_eq!(
+        (r.status, r.json["ok"].as_bool(), r.json["code"].as_str()),
+        (422, Some(false), Some("not_found"))
+    );
+    let dir = TempDir::new();
+    let r = t
+        .call("POST", "/api/v1/check", Some(json!({"dir": dir.path()})))
+        .await;
+    assert_eq!(
+        (r.status, r.json["ok"].as_bool()),
+        (200, Some(true)),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.json["canonical"], dir.path().display().to_string());
+
+    let r = t
+        .call(
+            "POST",
+            "/api/v1/sessions",
+            Some(json!({"dir": dir.path(), "mode": "worktree"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["binding"]["mode"], "worktree");
+    let s = r.json["id"].as_str().unwrap();
+    let r = t
+        .call(
+            "PUT",
+            &format!("/api/v1/sessions/{s}/binding"),
+            Some(json!({"dir": missing})),
+        )
+        .await;
+    assert_eq!((r.status, error_code(&r)), (422, "not_found"));
+    let r = t.call("GET", &format!("/api/v1/sessions/{s}"), None).await;
+    assert_eq!(
+        r.json["binding"]["dir"],
+        dir.path().display().to_string(),
+        "a refused link changes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_per_home_and_stale_sockets_are_replaced() {
+    let t = TestServer::start(8).await;
+    let opts = berth_web::server::ServerOptions::default();
+    match berth_web::server::Server::open(t.home.path(), opts.clone()).await {
+        Err(e @ berth_web::server::ServerError::AlreadyRunning { .. }) => {
+            assert!(
+                e.to_string()
+                    .contains(&format!("pid {}", std::process::id())),
+                "{e}"
+            );
+        }
+        other => panic!("a second server opened: {other:?}"),
+    }
+    // A socket someone answers on is never removed.
+    let err = t.server.bind_control(&t.socket).await.unwrap_err();
+    assert!(
+        matches!(err, berth_web::server::ServerError::SocketInUse { .. }),
+        "{err}"
+    );
+
+    // A stale socket file (nobody listening) is replaced.
+    let other = TempDir::new();
+    let stale = other.path().join("berth.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let t2 = TestServer::start_in(other, 1).await;
+    let r = t2.call("GET", "/api/v1/health", None).await;
+    assert_eq!(r.status, 200);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&t2.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}

@@ -1,0 +1,143 @@
+// The sessions list: title, agent, directory (privacy-stripped, from the server),
+// mode, latest task status, updated time; filtered by state.
+
+import { badge, errorText, getJSON, h, navLink, replace, when } from "./dom.js";
+
+/** The filters, each a set of latest-task states. */
+const FILTERS = [
+  ["all", "All", null],
+  ["running", "Running", ["queued", "running"]],
+  ["waiting", "Waiting", ["waiting_lock", "waiting_daemon"]],
+  ["failed", "Failed", ["failed", "refused", "interrupted", "cancelled"]],
+  ["ok", "Succeeded", ["succeeded"]],
+  ["idle", "No task yet", [null]],
+];
+
+const POLL_MS = 3000;
+
+/** The latest task of each session: the API lists tasks oldest first. */
+function latestBySession(tasks) {
+  const latest = new Map();
+  for (const t of tasks) latest.set(t.session_id, t);
+  return latest;
+}
+
+function updatedAt(session, task) {
+  return session.updated_at ?? task?.finished_at ?? task?.started_at ?? task?.created_at ?? session.created_at;
+}
+
+function row(s, task) {
+  const b = s.binding;
+  const dir = b ? b.display : s.work_dir ?? null;
+  return h(
+    "tr",
+    { data: { session: s.id, state: task?.status ?? "" } },
+    h("td", { class: "title" }, navLink(`/sessions/${encodeURIComponent(s.id)}`, s.title || s.id.slice(0, 8))),
+    h("td", { text: s.agent }),
+    h(
+      "td",
+      { class: "path" },
+      dir ? h("span", { text: dir }) : h("span", { class: "muted", text: "not bound" }),
+      b ? null : dir ? h("span", { class: "muted", text: " (last run)" }) : null,
+    ),
+    h("td", { text: b ? b.mode : "—" }),
+    h("td", {}, badge(task?.status ?? null)),
+    h("td", { class: "time", text: when(updatedAt(s, task)) }),
+  );
+}
+
+/** Shows the list in `main`; returns the function that stops its refresh. */
+export function showList(main) {
+  document.title = "Sessions · Berth";
+  const params = new URLSearchParams(location.search);
+  let filter = FILTERS.some(([k]) => k === params.get("state")) ? params.get("state") : "all";
+  let data = null;
+  let stopped = false;
+  let timer = null;
+  const abort = new AbortController();
+
+  const buttons = FILTERS.map(([key, label]) =>
+    h("button", {
+      class: "filter",
+      text: label,
+      attrs: { type: "button", "aria-pressed": String(key === filter) },
+      data: { filter: key },
+      on: {
+        click: () => {
+          filter = key;
+          const url = new URL(location.href);
+          if (key === "all") url.searchParams.delete("state");
+          else url.searchParams.set("state", key);
+          history.replaceState(null, "", url.pathname + url.search);
+          for (const b of buttons) b.setAttribute("aria-pressed", String(b.dataset.filter === key));
+          render();
+        },
+      },
+    }),
+  );
+  const status = h("p", { class: "muted", attrs: { role: "status" }, text: "Loading sessions…" });
+  const body = h("tbody");
+  const table = h(
+    "table",
+    { class: "sessions" },
+    h(
+      "thead",
+      {},
+      h("tr", {}, ...["Title", "Agent", "Directory", "Mode", "Latest task", "Updated"].map((t) => h("th", { attrs: { scope: "col" }, text: t }))),
+    ),
+    body,
+  );
+  replace(
+    main,
+    h(
+      "section",
+      { class: "list" },
+      h("div", { class: "list-head" }, h("h1", { text: "Sessions" }), h("div", { class: "filters", attrs: { role: "group", "aria-label": "Filter by state" } }, buttons)),
+      status,
+      table,
+    ),
+  );
+
+  function render() {
+    if (!data) return;
+    const allowed = FILTERS.find(([k]) => k === filter)[2];
+    const shown = data.sessions.filter((s) => !allowed || allowed.includes(data.latest.get(s.id)?.status ?? null));
+    const frag = document.createDocumentFragment();
+    for (const s of shown) frag.appendChild(row(s, data.latest.get(s.id)));
+    replace(body, frag);
+    status.textContent =
+      data.sessions.length === 0
+        ? "No sessions yet. Create one with `berth session new`."
+        : shown.length === 0
+          ? "No session matches this filter."
+          : `${shown.length} of ${data.sessions.length} sessions`;
+  }
+
+  async function load() {
+    try {
+      const [sr, tr] = await Promise.all([getJSON("/api/v1/sessions", abort.signal), getJSON("/api/v1/tasks", abort.signal)]);
+      if (stopped) return;
+      if (!sr.ok) {
+        status.textContent = `Cannot list the sessions: ${errorText(sr)}`;
+      } else {
+        const sessions = sr.body;
+        const latest = latestBySession(tr.ok ? tr.body : []);
+        // Most recently active first.
+        sessions.sort((a, b) => String(updatedAt(b, latest.get(b.id))).localeCompare(String(updatedAt(a, latest.get(a.id)))));
+        data = { sessions, latest };
+        render();
+      }
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      status.textContent = `Cannot list the sessions: ${e.message}`;
+    }
+    if (!stopped) timer = setTimeout(load, POLL_MS);
+  }
+  load();
+
+  return () => {
+    stopped = true;
+    abort.abort();
+    clearTimeout(timer);
+  };
+}

@@ -1,0 +1,295 @@
+// One session: a header that says where it runs, the live transcript, its tasks and
+// the binding preview.
+
+import { badge, duration, errorText, getJSON, h, navLink, replace, statusTone } from "./dom.js";
+import { serverFacts } from "./facts.js";
+import { mountPreview } from "./preview.js";
+import { Transcript } from "./transcript.js";
+
+/** The SSE event names the server sends (`event:` lines). */
+const KINDS = ["message", "status", "agent", "task", "binding_changed"];
+
+/** The longest wait between two attempts to reopen a closed stream. */
+const MAX_BACKOFF_MS = 10000;
+
+/** What the header says of the binding: `{key, text}`. */
+export function bindingState(binding, latest) {
+  if (!binding) return { key: "unbound", text: "not bound" };
+  if (latest === "waiting_lock") return { key: "waiting_lock", text: "waiting for lock" };
+  if (latest === "waiting_daemon") return { key: "machine_offline", text: "waiting for machine" };
+  switch (binding.state) {
+    case "ok":
+      return { key: "ok", text: "ok" };
+    case "missing":
+      return { key: "missing", text: "directory missing" };
+    case "changed":
+      return { key: "changed", text: "directory changed" };
+    case "waiting_lock":
+      return { key: "waiting_lock", text: "waiting for lock" };
+    case "machine_offline":
+      return { key: "machine_offline", text: "waiting for machine" };
+    default:
+      return { key: "unknown", text: String(binding.state) };
+  }
+}
+
+function header(s, latest) {
+  const b = s.binding;
+  const st = bindingState(b, latest?.status);
+  const fact = (label, value, cls) =>
+    h("div", { class: `fact ${cls ?? ""}` }, h("span", { class: "fact-label", text: label }), h("span", { class: "fact-value", text: value }));
+  return h(
+    "header",
+    { class: `session-head state-${st.key}`, attrs: { "aria-label": "Where this session runs" } },
+    h("div", { class: "crumbs" }, navLink("/", "← Sessions")),
+    h("h1", { class: "session-title", text: s.title || "(untitled)" }),
+    h(
+      "div",
+      { class: "where" },
+      h("span", { class: "where-label", text: b ? "Runs in" : "Not bound" }),
+      h("span", { class: "where-dir", data: { testid: "bound-dir" }, text: b ? b.display : "each message runs in a scratch directory" }),
+    ),
+    h(
+      "div",
+      { class: "facts" },
+      fact("mode", b ? b.mode : "—"),
+      fact("machine", b ? b.daemon_name || b.daemon : "—"),
+      fact("binding", st.text, `binding-state state-${st.key}`),
+      fact("agent", s.agent),
+      fact("session", s.id, "mono"),
+      s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
+    ),
+  );
+}
+
+/** Start and end of each task, from the transcript's timestamps. */
+class TaskClock {
+  constructor() {
+    this.t = new Map();
+  }
+  see(ev) {
+    const id = ev.task_id ?? ev.payload?.task_id ?? ev.payload?.task?.id;
+    if (!id || !ev.at) return;
+    const at = Date.parse(ev.at);
+    if (Number.isNaN(at)) return;
+    const t = this.t.get(id) ?? {};
+    t.created ??= at;
+    if (ev.kind === "status" && ev.payload?.status === "running") t.started ??= at;
+    if (ev.kind === "task") t.finished = at;
+    this.t.set(id, t);
+  }
+  /** `[start, end]` in ms since the epoch; `end` null while running. */
+  span(task) {
+    const seen = this.t.get(task.id) ?? {};
+    const start = Date.parse(task.started_at ?? "") || seen.started || null;
+    const end = Date.parse(task.finished_at ?? "") || seen.finished || null;
+    return [start, end];
+  }
+}
+
+function tasksTable(tasks, clock) {
+  if (tasks.length === 0) return h("p", { class: "muted", text: "No task yet: messages sent with `berth send` appear here." });
+  const now = Date.now();
+  return h(
+    "table",
+    { class: "tasks" },
+    h("thead", {}, h("tr", {}, ...["Task", "Status", "Duration", "Exit"].map((t) => h("th", { attrs: { scope: "col" }, text: t })))),
+    h(
+      "tbody",
+      {},
+      [...tasks].reverse().map((t) => {
+        const [start, end] = clock.span(t);
+        const running = statusTone(t.status) === "run";
+        const ms = start ? (end ?? (running ? now : null)) - start : null;
+        const exit = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error || null, t.wait_reason || null].filter(Boolean).join(" · ");
+        return h(
+          "tr",
+          { data: { task: t.id, status: t.status } },
+          h("td", { class: "mono", text: t.id.slice(0, 8), attrs: { title: t.id } }),
+          h("td", {}, badge(t.status)),
+          h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
+          h("td", { class: "exit", text: exit || "—" }),
+        );
+      }),
+    ),
+  );
+}
+
+/** Shows session `id` in `main`; returns the function that closes its stream. */
+export function showSession(main, id) {
+  document.title = "Session · Berth";
+  const abort = new AbortController();
+  let stopped = false;
+  let es = null;
+  let retryTimer = 0;
+  let refreshTimer = 0;
+  let tickTimer = 0;
+  let backoff = 500;
+  let session = null;
+  let tasks = [];
+  const clock = new TaskClock();
+
+  const headBox = h("div", { class: "head-box" });
+  const live = h("span", { class: "live", attrs: { role: "status", "aria-live": "polite" }, data: { state: "connecting" }, text: "connecting…" });
+  const events = h("div", { class: "transcript", attrs: { "aria-label": "Transcript", tabindex: "0" } });
+  const tasksBox = h("div", { class: "tasks-box" });
+  const previewBox = h("section", { class: "panel preview", attrs: { "aria-label": "Binding preview" } });
+  const transcript = new Transcript(events, onEvent);
+  let preview = null;
+
+  replace(main, h("p", { class: "muted", text: "Loading the session…" }));
+
+  function setLive(state, text) {
+    live.dataset.state = state;
+    live.textContent = text;
+  }
+
+  function paint() {
+    const latest = tasks[tasks.length - 1];
+    replace(headBox, header(session, latest));
+    replace(tasksBox, tasksTable(tasks, clock));
+    preview?.update(session, latest);
+    tick();
+  }
+
+  // While a task runs, its duration counts up once a second.
+  function tick() {
+    clearTimeout(tickTimer);
+    const latest = tasks[tasks.length - 1];
+    if (latest && statusTone(latest.status) === "run" && !stopped) {
+      tickTimer = setTimeout(() => {
+        replace(tasksBox, tasksTable(tasks, clock));
+        tick();
+      }, 1000);
+    }
+  }
+
+  async function refresh() {
+    const [sr, tr] = await Promise.all([
+      getJSON(`/api/v1/sessions/${encodeURIComponent(id)}`, abort.signal),
+      getJSON(`/api/v1/tasks?session=${encodeURIComponent(id)}`, abort.signal),
+    ]);
+    if (stopped) return;
+    if (sr.ok) session = sr.body;
+    if (tr.ok) tasks = tr.body;
+    paint();
+  }
+
+  function refreshSoon() {
+    if (refreshTimer) return;
+    refreshTimer = setTimeout(() => {
+      refreshTimer = 0;
+      refresh().catch(() => {});
+    }, 150);
+  }
+
+  function onEvent(ev) {
+    clock.see(ev);
+    // A task event carries the final task document: show it now, not after a refetch.
+    const done = ev.kind === "task" ? ev.payload?.task : null;
+    if (done && session) {
+      const i = tasks.findIndex((t) => t.id === done.id);
+      if (i >= 0) {
+        tasks[i] = { ...tasks[i], ...done };
+        paint();
+      }
+    }
+    if (ev.kind === "status" || ev.kind === "task" || ev.kind === "binding_changed" || ev.kind === "message") refreshSoon();
+  }
+
+  function onMessage(e) {
+    let ev;
+    try {
+      ev = JSON.parse(e.data);
+    } catch {
+      return;
+    }
+    transcript.push(ev);
+  }
+
+  function connect() {
+    if (stopped) return;
+    // The browser resends the last id it saw as Last-Event-ID when it reconnects by
+    // itself; a stream reopened here resumes with `?after=`.
+    const after = transcript.lastSeq ? `?after=${transcript.lastSeq}` : "";
+    es = new EventSource(`/api/v1/sessions/${encodeURIComponent(session?.id ?? id)}/events${after}`);
+    for (const k of KINDS) es.addEventListener(k, onMessage);
+    es.onmessage = onMessage;
+    es.onopen = () => {
+      backoff = 500;
+      setLive("live", "live");
+    };
+    es.onerror = () => {
+      if (stopped) return;
+      setLive("reconnecting", "reconnecting…");
+      if (es.readyState === EventSource.CLOSED) {
+        es.close();
+        retryTimer = setTimeout(connect, backoff);
+        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+      }
+    };
+  }
+
+  // The stream opens at once, alongside the documents: on a long session the backlog
+  // is the bulk of what there is to load. The id may be a prefix; the server resolves it.
+  connect();
+  (async () => {
+    const [sr, tr, facts] = await Promise.all([
+      getJSON(`/api/v1/sessions/${encodeURIComponent(id)}`, abort.signal),
+      getJSON(`/api/v1/tasks?session=${encodeURIComponent(id)}`, abort.signal),
+      serverFacts(),
+    ]);
+    if (stopped) return;
+    if (!sr.ok) {
+      stopped = true;
+      es?.close();
+      transcript.close();
+      const code = sr.body?.error?.code;
+      const unknown = sr.status === 404 || code === "unknown_session";
+      document.title = unknown ? "No such session · Berth" : "Error · Berth";
+      replace(
+        main,
+        h(
+          "section",
+          { class: "notice", data: { testid: unknown ? "no-such-session" : "session-error" } },
+          h("h1", { text: unknown ? "No such session" : "This session cannot be shown" }),
+          h("p", {}, unknown ? "No session has the id " : "The server said: ", h("code", { text: unknown ? id : errorText(sr) }), "."),
+          unknown ? h("p", { class: "muted", text: "It may have been typed wrong, or the link belongs to another Berth home." }) : null,
+          h("p", {}, navLink("/", "← Back to the sessions")),
+        ),
+      );
+      return;
+    }
+    session = sr.body;
+    tasks = tr.ok ? tr.body : [];
+    document.title = `${session.title || session.id.slice(0, 8)} · Berth`;
+    preview = mountPreview(previewBox, session, facts);
+    replace(
+      main,
+      h(
+        "div",
+        { class: "session" },
+        headBox,
+        h(
+          "div",
+          { class: "columns" },
+          h("section", { class: "panel transcript-panel" }, h("div", { class: "panel-head" }, h("h2", { text: "Transcript" }), live), events),
+          h("div", { class: "side" }, h("section", { class: "panel" }, h("h2", { text: "Tasks" }), tasksBox), previewBox),
+        ),
+      ),
+    );
+    paint();
+  })().catch((e) => {
+    if (e.name !== "AbortError") replace(main, h("p", { class: "error", text: `Cannot show the session: ${e.message}` }));
+  });
+
+  return () => {
+    stopped = true;
+    abort.abort();
+    es?.close();
+    transcript.close();
+    clearTimeout(retryTimer);
+    clearTimeout(refreshTimer);
+    clearTimeout(tickTimer);
+  };
+}

@@ -1,0 +1,195 @@
+// The live transcript: events from the session's SSE stream, each shown once.
+//
+// Events carry the session's sequence number (`seq`, also the SSE id). A reconnect
+// resumes after the last id the browser saw, and anything seen already is dropped
+// here, so a reconnect never shows an event twice. Appends are batched per animation
+// frame into a DocumentFragment: thousands of events cost one layout.
+
+import { plain, when } from "./dom.js";
+
+/** Rows per chunk of the transcript (see `append`). */
+const CHUNK = 100;
+
+/** The longest tool input shown, in characters; the rest is elided. */
+const MAX_INPUT = 4000;
+
+function short(id) {
+  return id ? String(id).slice(0, 8) : "—";
+}
+
+function agentBody(p) {
+  switch (p.type) {
+    case "text":
+      return { cls: "agent-text", who: "agent", parts: [plain(p.text)] };
+    case "thinking":
+      return { cls: "agent-thinking", who: "thinking", parts: [plain(p.text)] };
+    case "tool_use": {
+      let input = "";
+      try {
+        input = JSON.stringify(p.input ?? null, null, 1) ?? "";
+      } catch {
+        input = String(p.input);
+      }
+      if (input.length > MAX_INPUT) input = `${input.slice(0, MAX_INPUT)}… (${input.length - MAX_INPUT} more characters)`;
+      return { cls: "agent-tool", who: `tool ${plain(p.name)}`, parts: [plain(input)] };
+    }
+    case "tool_result":
+      return { cls: p.is_error ? "agent-tool-result is-error" : "agent-tool-result", who: p.is_error ? "tool error" : "tool result", parts: [plain(p.output)] };
+    case "stderr":
+      return { cls: "agent-stderr", who: "stderr", parts: [plain(p.line)] };
+    case "started":
+      return { cls: "agent-meta", who: "agent", parts: [`started${p.model ? ` (${plain(p.model)})` : ""}${p.resume_id ? `, resume id ${plain(p.resume_id)}` : ""}`] };
+    case "result":
+      return { cls: p.ok ? "agent-meta" : "agent-meta is-error", who: "result", parts: [`${p.ok ? "done" : "failed"}${p.text ? `: ${plain(p.text)}` : ""}${p.cost_usd != null ? ` ($${Number(p.cost_usd).toFixed(4)})` : ""}`] };
+    default:
+      return { cls: "agent-other", who: `agent ${plain(p.type)}`, parts: [plain(JSON.stringify(p))] };
+  }
+}
+
+function describe(ev) {
+  const p = ev.payload ?? {};
+  switch (ev.kind) {
+    case "message":
+      return { cls: "message", who: `you (${plain(p.origin ?? "?")})`, parts: [plain(p.text)] };
+    case "status":
+      return {
+        cls: "status",
+        who: "status",
+        parts: [`task ${short(ev.task_id ?? p.task_id)} is ${plain(p.status)}${p.wait_reason ? `: ${plain(p.wait_reason)}` : ""}`],
+      };
+    case "agent":
+      return agentBody(p);
+    case "task": {
+      const t = p.task ?? {};
+      const bits = [`task ${short(t.id ?? ev.task_id)} ended: ${plain(t.status)}`];
+      if (t.exit_code != null) bits.push(`exit code ${t.exit_code}`);
+      if (t.work_dir) bits.push(`in ${plain(t.work_dir)}`);
+      if (t.error) bits.push(plain(t.error));
+      return { cls: `task tone-${t.status === "succeeded" ? "ok" : "bad"}`, who: "task", parts: [bits.join(" · ")] };
+    }
+    case "binding_changed":
+      return {
+        cls: "binding-changed",
+        who: "binding",
+        parts: [`changed from ${p.from == null ? "no binding" : plain(p.from)} to ${p.to == null ? "no binding" : plain(p.to)}; the next message runs there`],
+      };
+    default:
+      return { cls: "other", who: plain(ev.kind), parts: [plain(JSON.stringify(p))] };
+  }
+}
+
+/** An element with a class and text. */
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  e.className = cls;
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+// Plain DOM calls: this runs once per event, thousands of times on a long session.
+// A row from the same source in the same second as the one before it leaves out the
+// label and the time (`ev-cont`): half the elements on a chatty agent, and less noise.
+function node(ev, prev) {
+  const d = describe(ev);
+  const at = when(ev.at);
+  const key = `${d.who}\u0000${at}`;
+  const row = el("div", key === prev ? `ev ev-${d.cls} ev-cont` : `ev ev-${d.cls}`);
+  row.dataset.seq = String(ev.seq);
+  if (key !== prev) {
+    row.appendChild(el("span", "ev-who", d.who));
+    const time = row.appendChild(el("span", "ev-at", at));
+    if (ev.at) time.title = ev.at;
+  }
+  row.appendChild(el("div", "ev-text", d.parts.join("")));
+  return [row, key];
+}
+
+/** A transcript rendered into `container`; `onEvent(ev)` sees each new event once. */
+export class Transcript {
+  constructor(container, onEvent) {
+    this.container = container;
+    this.onEvent = onEvent;
+    this.seen = new Set();
+    this.lastSeq = 0;
+    this.pending = [];
+    this.frame = 0;
+    this.prevKey = "";
+  }
+
+  /** Takes one event from the stream; duplicates (by `seq`) are ignored. */
+  push(ev) {
+    if (typeof ev.seq !== "number" || this.seen.has(ev.seq)) return;
+    this.seen.add(ev.seq);
+    if (ev.seq > this.lastSeq) this.lastSeq = ev.seq;
+    this.pending.push(ev);
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  flush() {
+    this.frame = 0;
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 0) return;
+    batch.sort((a, b) => a.seq - b.seq);
+    const c = this.container;
+    const stick = c.scrollHeight - c.scrollTop - c.clientHeight < 40;
+    const lastRow = c.lastElementChild?.lastElementChild;
+    if (lastRow && Number(lastRow.dataset.seq) > batch[0].seq) {
+      this.insertLate(batch);
+    } else {
+      this.append(batch);
+    }
+    c.dataset.count = String(this.seen.size);
+    c.dataset.lastSeq = String(this.lastSeq);
+    if (stick) c.scrollTop = c.scrollHeight;
+    for (const ev of batch) this.onEvent?.(ev);
+  }
+
+  // Rows go into chunks of CHUNK rows, and a chunk off screen skips style, layout and
+  // paint (content-visibility in style.css): the browser tracks a few dozen chunks
+  // instead of thousands of rows. The open chunk is filled first, then new chunks are
+  // built off the page and added with one fragment.
+  append(batch) {
+    const c = this.container;
+    let i = 0;
+    const open = c.lastElementChild;
+    if (open && open.childElementCount < CHUNK) {
+      const frag = document.createDocumentFragment();
+      for (; i < batch.length && open.childElementCount + frag.childElementCount < CHUNK; i++) frag.appendChild(this.row(batch[i]));
+      open.appendChild(frag);
+    }
+    const frag = document.createDocumentFragment();
+    while (i < batch.length) {
+      const chunk = el("div", "ev-chunk");
+      for (let n = 0; n < CHUNK && i < batch.length; n++, i++) chunk.appendChild(this.row(batch[i]));
+      frag.appendChild(chunk);
+    }
+    c.appendChild(frag);
+  }
+
+  // An event older than the last shown (only if the server sent out of order) goes
+  // to its place. Called only when a row is shown already.
+  insertLate(batch) {
+    const rows = Array.from(this.container.getElementsByClassName("ev"));
+    for (const ev of batch) {
+      const row = this.row(ev);
+      let at = rows.length - 1;
+      while (at >= 0 && Number(rows[at].dataset.seq) > ev.seq) at--;
+      if (at >= 0) rows[at].after(row);
+      else rows[0].before(row);
+      rows.splice(at + 1, 0, row);
+    }
+  }
+
+  row(ev) {
+    const [row, key] = node(ev, this.prevKey);
+    this.prevKey = key;
+    return row;
+  }
+
+  /** Stops any pending frame. */
+  close() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+  }
+}
