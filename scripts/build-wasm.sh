@@ -20,7 +20,7 @@ rm -rf "$out.tmp" && mkdir -p "$out.tmp/opt"
 wasm-opt -Oz --strip-debug --strip-producers \
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
-  -o "$out.tmp/opt/berth_wasm.wasm" target/wasm32-unknown-unknown/wasm/berth_wasm.wasm
+  -o "$out.tmp/opt/berth_wasm.wasm" "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/wasm/berth_wasm.wasm"
 wasm-bindgen --target web --no-typescript --out-dir "$out.tmp" "$out.tmp/opt/berth_wasm.wasm"
 rm -rf "$out.tmp/opt"
 rm -rf "$out" && mv "$out.tmp" "$out"

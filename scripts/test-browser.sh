@@ -25,6 +25,9 @@ scripts/build-wasm.sh
 if [[ -z "${BERTH_BIN:-}" ]]; then
   say "the berth binary (embeds the UI and the bundle)"
   cargo build -p berth-local-agent --bin berth --locked
+  target_dir="${CARGO_TARGET_DIR:-target}"
+  [[ "$target_dir" == /* ]] || target_dir="$PWD/$target_dir"
+  export BERTH_BIN="$target_dir/debug/berth"
 fi
 
 say "the web UI in headless Chromium"
