@@ -132,6 +132,8 @@ before(async () => {
   assert.ok(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}`);
 
   server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0"], { env, cwd: tmp, stdio: ["ignore", "pipe", "pipe"] });
+  // Also when the runner is interrupted and `after` does not run.
+  process.once("exit", () => server.exitCode == null && server.kill("SIGKILL"));
   server.stdout.on("data", (d) => (serveLog += d));
   server.stderr.on("data", (d) => (serveLog += d));
   const serveJson = path.join(env.BERTH_HOME, "serve.json");
@@ -371,7 +373,12 @@ uiTest("the binding preview checks paths in wasm and shows the command, never ru
     command: await command.inputValue(),
   });
   await input.fill(home);
-  assert.deepEqual(await shown(), { ok: "false", code: "home_directory", command: "" }, "the home directory is refused");
+  const caps = await api("/api/v1/capabilities");
+  assert.deepEqual(
+    await shown(),
+    { ok: "false", code: "home_directory", command: "" },
+    `the home directory is refused (GET capabilities: ${JSON.stringify(caps)}; the browser knows the home only from its \`home\`)`,
+  );
 
   const project = path.join(home, "code", "app");
   await input.fill(project);

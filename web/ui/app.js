@@ -31,7 +31,13 @@ function route() {
   if (path === "/" || path === "") {
     dispose = showList(main);
   } else if (m) {
-    dispose = showSession(main, decodeURIComponent(m[1]));
+    let id = m[1];
+    try {
+      id = decodeURIComponent(id);
+    } catch {
+      // A malformed escape is shown as typed; the server then answers "no such session".
+    }
+    dispose = showSession(main, id);
   } else {
     document.title = "Not found · Berth";
     replace(
@@ -42,7 +48,7 @@ function route() {
 }
 
 /** Goes to `href` inside the page, as a link would. */
-export function navigate(href) {
+function navigate(href) {
   history.pushState(null, "", href);
   route();
   window.scrollTo(0, 0);

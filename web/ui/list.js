@@ -114,6 +114,11 @@ export function showList(main) {
   }
 
   async function load() {
+    // A hidden tab does not poll once it has shown the list; it catches up when seen.
+    if (document.hidden && data) {
+      timer = setTimeout(load, POLL_MS);
+      return;
+    }
     try {
       const [sr, tr] = await Promise.all([getJSON("/api/v1/sessions", abort.signal), getJSON("/api/v1/tasks", abort.signal)]);
       if (stopped) return;

@@ -3,7 +3,8 @@
 // Events carry the session's sequence number (`seq`, also the SSE id). A reconnect
 // resumes after the last id the browser saw, and anything seen already is dropped
 // here, so a reconnect never shows an event twice. Appends are batched per animation
-// frame into a DocumentFragment: thousands of events cost one layout.
+// frame and built off the page (DocumentFragment), in chunks of rows that the browser
+// skips while they are off screen: a backlog of thousands costs a few layouts.
 
 import { plain, when } from "./dom.js";
 
