@@ -420,3 +420,114 @@ fn one_directory_serializes_two_directories_run_in_parallel() {
         "runs in different directories did not overlap: {runs:?}"
     );
 }
+
+#[test]
+fn check_works_without_a_server() {
+    let b = Berth::new("check");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    let link = b.user_home.join("code/link");
+    std::os::unix::fs::symlink(&app, &link).unwrap();
+
+    let out = b.run(&["check", link.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let canonical = std::fs::canonicalize(&app).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"ok": true, "code": null, "message": "~/code/app can be bound",
+                           "canonical": canonical.to_str().unwrap(), "display": "~/code/app"})
+    );
+
+    for (path, code) in [
+        (b.user_home.to_str().unwrap().to_owned(), "home_directory"),
+        ("/etc/ssl".to_owned(), "system_root"),
+        (
+            format!("{}/.ssh", b.user_home.display()),
+            "credential_directory",
+        ),
+        // Relative to the current directory (~/code/app): the parent of the home.
+        ("../../..".to_owned(), "home_directory"),
+        (format!("{}/nope", b.user_home.display()), "not_found"),
+    ] {
+        let out = b
+            .cmd()
+            .args(["check", &path, "--json"])
+            .current_dir(&app)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{path}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["code"], code, "{path}: {v}");
+        assert!(!v["message"].as_str().unwrap().contains(FAKE_USER), "{v}");
+    }
+    // Human output names the verdict and the hint.
+    let out = b.run(&["check", b.user_home.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("refused [home_directory]: ~ is your home directory\nhint: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn sigterm_stops_agents_restores_and_marks_interrupted() {
+    let mut b = Berth::new("term");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    let pidfile = b.root.path().join("agent.pid");
+    let agent = format!(
+        "echo $$ > {}; echo started; exec sleep 60",
+        pidfile.display()
+    );
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "sleeper",
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        &agent,
+    ]);
+    let s = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "sleeper",
+        "--dir",
+        app.to_str().unwrap(),
+        "--json",
+    ]);
+    let id = s["id"].as_str().unwrap().to_owned();
+    b.ok(&["send", &id, "go", "--detach"]);
+    let pid: i32 = eventually(20, || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    })
+    .expect("the agent started");
+    let before: Vec<_> = std::fs::read_dir(&app)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+
+    let status = b.stop("-TERM").expect("berth serve exited");
+    assert!(
+        status.success(),
+        "clean exit on SIGTERM: {status}\n{}",
+        b.serve_log()
+    );
+    // The agent's process is gone (its group was stopped), not orphaned.
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(!alive, "agent {pid} outlived berth serve");
+    let after: Vec<_> = std::fs::read_dir(&app)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "the directory is as it was");
+
+    b.serve();
+    let tasks = b.json(&["task", "list", "--session", &id, "--json"]);
+    assert_eq!(tasks[0]["status"], "interrupted", "{tasks}");
+}
