@@ -6,6 +6,7 @@
 pub mod api;
 pub mod clock;
 pub mod executor;
+pub mod hooks;
 pub mod scheduler;
 pub mod server;
 pub mod store;

@@ -6,6 +6,7 @@
 
 use crate::api::{self, AppState};
 use crate::executor::Executor;
+use crate::hooks::{ChannelConfig, Channels, Replier};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::store::{Recovery, Store, StoreError};
 use berth_core::{Context, LocalPath, Platform};
@@ -68,6 +69,9 @@ pub struct ServerOptions {
     pub scheduler: SchedulerConfig,
     /// Whose home the web listener's display forms strip; default [`native_context`].
     pub display: Option<Context>,
+    /// The chat channels' secrets; `None`: [`ChannelConfig::from_env`] with no settings.
+    /// `berth serve` passes `ChannelConfig::from_env(&user_settings.channels)`.
+    pub channels: Option<ChannelConfig>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -76,6 +80,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("executor", &self.executor.is_some())
             .field("scheduler", &self.scheduler)
             .field("display", &self.display)
+            .field("channels", &self.channels)
             .finish()
     }
 }
@@ -126,6 +131,8 @@ pub struct Server {
     recovery: Recovery,
     /// What the executor restored at startup (see `Executor::recover`).
     executor_notes: Vec<String>,
+    /// What the operator should know about the chat channels' configuration.
+    channel_warnings: Vec<String>,
     closing: Arc<watch::Sender<bool>>,
     _lock: InstanceLock,
 }
@@ -194,6 +201,15 @@ impl Server {
         let recovery = store.recover().await?;
         let display = opts.display.unwrap_or_else(native_context);
         let scheduler = Scheduler::start(store.clone(), opts.executor, opts.scheduler);
+        let channels = opts
+            .channels
+            .unwrap_or_else(|| ChannelConfig::from_env(&Default::default()));
+        let channel_warnings = channels.warnings();
+        for w in &channel_warnings {
+            tracing::warn!("{w}");
+        }
+        scheduler.observe(Arc::new(Replier::new(store.clone(), channels.clone())));
+        let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
         for session in &recovery.pending_sessions {
             scheduler.notify(session);
         }
@@ -205,9 +221,11 @@ impl Server {
                 scheduler,
                 display: Arc::new(display),
                 closing: closed,
+                channels,
             },
             recovery,
             executor_notes,
+            channel_warnings,
             closing: Arc::new(closing),
             _lock: lock,
         })
@@ -230,6 +248,12 @@ impl Server {
     /// What the executor restored at startup, one line per action.
     pub fn executor_notes(&self) -> &[String] {
         &self.executor_notes
+    }
+
+    /// What the chat channels' configuration leaves out (e.g. answers that cannot be
+    /// posted back), one line each, for the operator.
+    pub fn channel_warnings(&self) -> &[String] {
+        &self.channel_warnings
     }
 
     /// The handle the CLI calls on SIGINT/SIGTERM.
@@ -285,7 +309,8 @@ impl Server {
         out
     }
 
-    /// Serves the read-only web listener until shutdown.
+    /// Serves the read-only web listener until shutdown. Its only writes are the
+    /// signature-authenticated webhooks `POST /hooks/slack` and `POST /hooks/lark`.
     pub async fn serve_web(
         &self,
         listener: TcpListener,
@@ -300,7 +325,8 @@ impl Server {
         .await
     }
 
-    /// Serves the whole API, token-guarded, on `berth-server`'s listener until shutdown.
+    /// Serves the whole API, token-guarded, on `berth-server`'s listener until shutdown,
+    /// plus the signature-authenticated webhooks.
     pub async fn serve_cloud(&self, listener: TcpListener, token: String) -> io::Result<()> {
         axum::serve(listener, api::cloud_router(self.state(), token))
             .with_graceful_shutdown(self.until_closed())

@@ -29,9 +29,16 @@ async fn control_socket_basics() {
         json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id()})
     );
     let r = t.call("GET", "/api/v1/capabilities", None).await;
+    let mut caps = r.json.clone();
+    let home = caps.as_object_mut().and_then(|o| o.remove("home"));
+    assert!(
+        home.is_some_and(|h| h.is_string()),
+        "the preview gets the home"
+    );
     assert_eq!(
-        r.json,
-        json!({"local_binding": cfg!(feature = "local-binding"), "surface": "control"})
+        caps,
+        json!({"local_binding": cfg!(feature = "local-binding"), "surface": "control",
+               "machine": {"id": "m-test", "name": "testbox"}})
     );
 
     // No agent yet: a clear unknown_agent with a hint.
@@ -79,12 +86,23 @@ async fn control_socket_basics() {
     let r = t.call("GET", "/api/v1/sessions/ffff", None).await;
     assert_eq!((r.status, error_code(&r)), (404, "unknown_session"));
     assert_error_shape(&r);
-    let other = new_session(&t, "cat").await;
-    let shared: usize = id
-        .chars()
-        .zip(other.chars())
-        .take_while(|(a, b)| a == b)
-        .count();
+    // Ids are random: among 17 sessions two share at least their first character.
+    let mut made = vec![id.clone()];
+    let (id, other, shared) = loop {
+        let next = new_session(&t, "cat").await;
+        let pair = made.iter().find_map(|m| {
+            let shared = m
+                .chars()
+                .zip(next.chars())
+                .take_while(|(a, b)| a == b)
+                .count();
+            (shared > 0).then(|| (m.clone(), next.clone(), shared))
+        });
+        if let Some(p) = pair {
+            break p;
+        }
+        made.push(next);
+    };
     let r = t
         .call("GET", &format!("/api/v1/sessions/{}", &id[..shared]), None)
         .await;
@@ -330,7 +348,16 @@ async fn the_web_listener_is_read_only_guarded_and_path_free() {
         r.headers.contains_key("set-cookie") && r.headers.contains_key("content-security-policy")
     );
     let r = web_call(addr, "GET", "/api/v1/capabilities", &with_cookie).await;
-    assert_eq!(r.json, json!({"local_binding": false, "surface": "web"}));
+    let mut caps = r.json.clone();
+    let home = caps.as_object_mut().and_then(|o| o.remove("home"));
+    assert!(
+        home.is_some_and(|h| h.is_string()),
+        "the preview gets the home"
+    );
+    assert_eq!(
+        caps,
+        json!({"local_binding": false, "surface": "web", "machine": {"id": "m-test", "name": "testbox"}})
+    );
 
     for (method, path) in [
         ("POST", sessions.to_owned()),

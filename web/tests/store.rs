@@ -111,16 +111,32 @@ async fn ids_resolve_by_unique_prefix() {
     let home = TempDir::new();
     let store = Store::open(home.path()).await.unwrap();
     store.add_agent(agent()).await.unwrap();
-    let a = store.create_session(unbound("a")).await.unwrap();
-    let b = store.create_session(unbound("b")).await.unwrap();
-    // uuid v7 ids made in the same instant share their leading characters.
-    let common: usize =
-        a.id.chars()
-            .zip(b.id.chars())
-            .take_while(|(x, y)| x == y)
-            .count();
-    assert!(common >= 1, "{} {}", a.id, b.id);
+    // Ids are random: among 17 sessions, two share at least their first character.
+    let mut made = Vec::new();
+    let (a, b, common) = loop {
+        let next = store.create_session(unbound("s")).await.unwrap();
+        let pair = made.iter().find_map(|m: &berth_web::store::SessionRow| {
+            let common =
+                m.id.chars()
+                    .zip(next.id.chars())
+                    .take_while(|(x, y)| x == y)
+                    .count();
+            (common >= 1).then(|| (m.clone(), next.clone(), common))
+        });
+        if let Some(p) = pair {
+            break p;
+        }
+        made.push(next);
+    };
+    made.push(b.clone());
+    let (a, b) = if a.id < b.id { (a, b) } else { (b, a) };
     let shared = &a.id[..common];
+    let mut expected: Vec<String> = made
+        .iter()
+        .map(|m| m.id.clone())
+        .filter(|id| id.starts_with(shared))
+        .collect();
+    expected.sort();
 
     assert_eq!(store.session(&a.id).await.unwrap().id, a.id);
     assert_eq!(store.session(&a.id[..common + 1]).await.unwrap().id, a.id);
@@ -139,7 +155,7 @@ async fn ids_resolve_by_unique_prefix() {
             candidates,
         }) => {
             assert_eq!((what, prefix.as_str()), ("sessions", shared));
-            assert_eq!(candidates, vec![a.id.clone(), b.id.clone()]);
+            assert_eq!(candidates, expected);
         }
         other => panic!("expected ambiguous, got {other:?}"),
     }

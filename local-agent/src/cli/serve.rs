@@ -36,6 +36,22 @@ pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
 
 async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     let home = config.berth_home.clone();
+    // Chat-channel secrets: the environment first, then `channels` in the user
+    // settings. A broken settings file stops the server with its line:column rather
+    // than starting with channels silently off.
+    let user_settings =
+        berth_local_agent::settings::load(&config.context(), &config.config_dir, None).map_err(
+            |e| {
+                CliError::new(
+                    e.to_string(),
+                    "fix the settings file, then start berth serve again",
+                )
+            },
+        )?;
+    for w in &user_settings.warnings {
+        eprintln!("warning: {}:{}:{}: {}", w.file, w.line, w.column, w.message);
+    }
+    let channels = berth_web::hooks::ChannelConfig::from_env(&user_settings.channels);
     let executor = NativeExecutor::new(config).map_err(|e| {
         CliError::new(
             format!("cannot start the executor: {e}"),
@@ -50,6 +66,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         &home,
         ServerOptions {
             executor: Some(Arc::new(executor)),
+            channels: Some(channels),
             ..ServerOptions::default()
         },
     )
@@ -57,6 +74,9 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     .map_err(server_error)?;
     for note in server.executor_notes() {
         println!("{note}");
+    }
+    for warning in server.channel_warnings() {
+        eprintln!("warning: {warning}");
     }
     let recovery = server.recovery();
     if !recovery.interrupted.is_empty() {

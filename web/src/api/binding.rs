@@ -11,9 +11,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use berth_core::Refusal;
 use berth_core::api::{CheckReport, ErrorDetail, LinkRequest};
 use berth_core::binding::{BindMode, BindingState};
+use berth_core::{ErrorCode, Refusal};
 use serde::{Deserialize, Serialize};
 
 /// `POST check`.
@@ -105,6 +105,18 @@ pub(crate) async fn link(
     JsonBody(req): JsonBody<LinkRequest>,
 ) -> Result<Json<SessionDoc>, ApiError> {
     let session = ctx.app.store.session(&id).await?;
+    if !session.origin.may_reach_local_paths() {
+        return Err(Refusal::new(
+            ErrorCode::OriginCannotBind,
+            format!(
+                "session {} came from a {} surface, which never reaches a local directory",
+                session.id,
+                session.origin.as_str()
+            ),
+            "create a session with `berth session new --dir PATH` to work in a directory",
+        )
+        .into());
+    }
     let binding = validated(&ctx, req.dir, req.mode.unwrap_or_default()).await?;
     let unchanged = session.binding.as_ref().is_some_and(|b| {
         b.dir == binding.dir && b.mode == binding.mode && b.machine == binding.machine

@@ -30,6 +30,13 @@ pub enum ApiError {
     Unauthorized,
     #[error("this server has no executor, so it cannot reach local directories")]
     NoExecutor,
+    #[error("the {platform} webhook is not configured on this server")]
+    ChannelNotConfigured { platform: &'static str },
+    #[error("the {platform} request is not authentic: {reason}")]
+    BadSignature {
+        platform: &'static str,
+        reason: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -105,6 +112,21 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no_executor",
                 "bind directories through `berth serve` on the machine that has them".into(),
+            ),
+            ApiError::ChannelNotConfigured { platform } => (
+                StatusCode::NOT_FOUND,
+                "channel_not_configured",
+                format!(
+                    "set BERTH_{}_* (or `channels` in the user settings) and restart",
+                    platform.to_ascii_uppercase()
+                ),
+            ),
+            ApiError::BadSignature { .. } => (
+                StatusCode::UNAUTHORIZED,
+                "bad_signature",
+                "the request must be signed by the platform with the configured secret, \
+                 within 300 s"
+                    .into(),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

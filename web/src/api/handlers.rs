@@ -28,6 +28,22 @@ pub struct Capabilities {
     pub local_binding: bool,
     /// `control`, `web` or `cloud`.
     pub surface: String,
+    /// The server user's home directory, so the browser's binding preview can apply
+    /// the home rules (`~` expansion, `home_directory`, credential folders) exactly as
+    /// the native validator will. Only from a local server; never shown by the UI,
+    /// which displays privacy-stripped forms only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// The local executor's machine id and name, the claimer the preview resolves for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineInfo>,
+}
+
+/// A machine as the preview needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub id: String,
+    pub name: String,
 }
 
 /// `POST sessions/{id}/messages`.
@@ -85,9 +101,20 @@ pub(crate) async fn health() -> Json<Health> {
 }
 
 pub(crate) async fn capabilities(State(ctx): State<Ctx>) -> Json<Capabilities> {
+    let local = ctx.surface != Surface::Cloud;
     Json(Capabilities {
         local_binding: berth_core::LOCAL_BINDING && ctx.surface == Surface::Control,
         surface: ctx.surface.as_str().to_owned(),
+        home: local
+            .then(|| ctx.app.display.home.as_ref().map(|h| h.as_str().to_owned()))
+            .flatten(),
+        machine: ctx.app.scheduler.executor().map(|e| {
+            let (id, name) = e.machine();
+            MachineInfo {
+                id: id.as_str().to_owned(),
+                name,
+            }
+        }),
     })
 }
 

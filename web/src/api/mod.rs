@@ -10,6 +10,11 @@
 //!   privacy-stripped display form.
 //! - [`cloud_router`]: every route, on `berth-server`'s TCP listener; writes need
 //!   `Authorization: Bearer <token>`, reads the token as bearer or cookie. Origin `api`.
+//!
+//! The web listener and `berth-server`'s listener also serve the chat webhooks
+//! `POST /hooks/slack` and `POST /hooks/lark` ([`crate::hooks`]) *outside* the guard:
+//! they are authenticated by the platforms' signatures, not by the token. They are
+//! the web listener's only writes; everything else on it stays read-only.
 
 mod auth;
 #[cfg(feature = "local-binding")]
@@ -78,6 +83,8 @@ pub struct AppState {
     pub display: Arc<Context>,
     /// Turns `true` when the server shuts down: live event streams end.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// The chat webhooks' state.
+    pub channels: Arc<crate::hooks::Channels>,
 }
 
 /// A router's state: the shared state and the surface it serves.
@@ -146,9 +153,11 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> R
         allowed_hosts: Some(allowed_hosts),
         writes: false,
     });
+    let hooks = crate::hooks::hooks_router(app.channels.clone());
     finish(read_routes(), app, Surface::Web)
         .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
+        .merge(hooks)
 }
 
 /// Every route, for `berth-server`: writes need `Authorization: Bearer <token>`;
@@ -159,6 +168,8 @@ pub fn cloud_router(app: AppState, token: String) -> Router {
         allowed_hosts: None,
         writes: true,
     });
+    let hooks = crate::hooks::hooks_router(app.channels.clone());
     finish(all_routes(), app, Surface::Cloud)
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
+        .merge(hooks)
 }

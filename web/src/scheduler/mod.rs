@@ -42,6 +42,13 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// Told when a task has reached its final status (after it is recorded), e.g. to
+/// post a channel session's answer back. Called on the scheduler's task: an observer
+/// must not block; it spawns whatever takes time.
+pub trait TaskObserver: Send + Sync + 'static {
+    fn task_finished(&self, task: &TaskRow);
+}
+
 /// A handle to the scheduler; cheap to clone.
 #[derive(Clone)]
 pub struct Scheduler {
@@ -69,6 +76,21 @@ struct Inner {
     running: tokio::sync::Mutex<HashMap<String, Run>>,
     stopping: AtomicBool,
     workers: watch::Sender<usize>,
+    observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
+}
+
+impl Inner {
+    /// Tells every observer that `task` ended.
+    fn finished(&self, task: &TaskRow) {
+        let observers = self
+            .observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for o in observers {
+            o.task_finished(task);
+        }
+    }
 }
 
 struct Run {
@@ -120,6 +142,7 @@ impl Scheduler {
             running: tokio::sync::Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             workers: watch::channel(0).0,
+            observers: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -140,6 +163,15 @@ impl Scheduler {
         let _ = self.inner.notify.send(session_id.to_owned());
     }
 
+    /// Adds an observer of finished tasks.
+    pub fn observe(&self, observer: Arc<dyn TaskObserver>) {
+        self.inner
+            .observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(observer);
+    }
+
     /// The attached executor, if any.
     pub fn executor(&self) -> Option<&Arc<dyn Executor>> {
         self.inner.executor.as_ref()
@@ -156,7 +188,10 @@ impl Scheduler {
             return Ok(task);
         }
         match self.inner.store.cancel_waiting(task.id.clone()).await? {
-            Some(cancelled) => Ok(cancelled),
+            Some(cancelled) => {
+                self.inner.finished(&cancelled);
+                Ok(cancelled)
+            }
             None => self.inner.store.task(&task.id).await,
         }
     }
@@ -272,7 +307,8 @@ async fn run_one(
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
-                store.finish(task.id, fin).await?;
+                let done = store.finish(task.id, fin).await?;
+                inner.finished(&done);
             }
             return Ok(Next::Continue);
         }
@@ -337,7 +373,8 @@ async fn run_one(
             resume_id: outcome.resume_id,
         }),
     };
-    store.finish(task.id, fin).await?;
+    let done = store.finish(task.id, fin).await?;
+    inner.finished(&done);
     Ok(Next::Continue)
 }
 

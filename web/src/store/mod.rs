@@ -15,12 +15,14 @@
 //! a power loss may drop the last few commits, never corrupt the file.
 
 mod agents;
+mod channels;
 mod rows;
 mod schema;
 mod sessions;
 mod tasks;
 
 pub use agents::{ProjectDirRow, ProjectRow};
+pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
 pub use tasks::{Finish, Recovery, RunRecord};

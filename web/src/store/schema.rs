@@ -97,9 +97,28 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 "#;
 
+/// Chat channels (Slack, Lark): webhook event ids already taken in (platforms retry
+/// deliveries), and which conversation belongs to which channel session.
+const V2: &str = r#"
+CREATE TABLE channel_events (
+    platform    TEXT NOT NULL,          -- slack | lark
+    event_id    TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (platform, event_id)
+) WITHOUT ROWID;
+
+CREATE TABLE channel_threads (
+    platform    TEXT NOT NULL,
+    thread_key  TEXT NOT NULL,          -- slack: "channel:thread_ts"; lark: chat_id
+    session_id  TEXT NOT NULL UNIQUE REFERENCES sessions(id) ON DELETE CASCADE,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (platform, thread_key)
+);
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1)])
+    Migrations::new(vec![M::up(V1), M::up(V2)])
 }
 
 #[cfg(test)]

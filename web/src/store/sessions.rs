@@ -98,64 +98,70 @@ fn binding_payload(from: Option<&StoredBinding>, to: Option<&StoredBinding>) -> 
     })
 }
 
+/// Inserts a session inside the caller's transaction. Without an agent name, the only
+/// registered agent is used.
+pub(crate) fn insert_session(
+    tx: &Connection,
+    new: NewSessionRow,
+) -> Result<SessionRow, StoreError> {
+    let agent = match new.agent {
+        Some(name) => get_agent(tx, &name)?.name,
+        None => match agent_names(tx)?.as_slice() {
+            [only] => only.clone(),
+            known => {
+                return Err(StoreError::UnknownAgent {
+                    name: String::new(),
+                    known: known.to_vec(),
+                });
+            }
+        },
+    };
+    if let Some(project) = &new.project {
+        let known: Option<i64> = tx
+            .query_row("SELECT 1 FROM projects WHERE name = ?1", [project], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if known.is_none() {
+            return Err(StoreError::UnknownProject {
+                name: project.clone(),
+            });
+        }
+    }
+    // Random (v4), not time-ordered (v7): users type ids by prefix, and v7 ids
+    // made in the same minute share their first eight characters.
+    let id = uuid::Uuid::new_v4().to_string();
+    let title = new
+        .title
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| format!("session {}", &id[..8]));
+    let now = clock::now();
+    let b = new.binding.as_ref();
+    tx.execute(
+        "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
+               binding_dir, binding_display, binding_machine, binding_mode, binding_state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            id,
+            title,
+            agent,
+            new.origin.as_str(),
+            new.project,
+            now,
+            b.map(|b| &b.dir),
+            b.map(|b| &b.display),
+            b.map(|b| b.machine.as_str()),
+            b.map(|b| b.mode.as_str()),
+            b.map(|b| b.state.as_str()),
+        ],
+    )?;
+    get_session(tx, &id)
+}
+
 impl Store {
     /// Creates a session. Without an agent name, the only registered agent is used.
     pub async fn create_session(&self, new: NewSessionRow) -> Result<SessionRow, StoreError> {
-        self.write(move |tx, _| {
-            let agent = match new.agent {
-                Some(name) => get_agent(tx, &name)?.name,
-                None => match agent_names(tx)?.as_slice() {
-                    [only] => only.clone(),
-                    known => {
-                        return Err(StoreError::UnknownAgent {
-                            name: String::new(),
-                            known: known.to_vec(),
-                        });
-                    }
-                },
-            };
-            if let Some(project) = &new.project {
-                let known: Option<i64> = tx
-                    .query_row("SELECT 1 FROM projects WHERE name = ?1", [project], |r| {
-                        r.get(0)
-                    })
-                    .optional()?;
-                if known.is_none() {
-                    return Err(StoreError::UnknownProject {
-                        name: project.clone(),
-                    });
-                }
-            }
-            // Random (v4), not time-ordered (v7): users type ids by prefix, and v7 ids
-            // made in the same minute share their first eight characters.
-            let id = uuid::Uuid::new_v4().to_string();
-            let title = new
-                .title
-                .filter(|t| !t.trim().is_empty())
-                .unwrap_or_else(|| format!("session {}", &id[..8]));
-            let now = clock::now();
-            let b = new.binding.as_ref();
-            tx.execute(
-                "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
-                   binding_dir, binding_display, binding_machine, binding_mode, binding_state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    id,
-                    title,
-                    agent,
-                    new.origin.as_str(),
-                    new.project,
-                    now,
-                    b.map(|b| &b.dir),
-                    b.map(|b| &b.display),
-                    b.map(|b| b.machine.as_str()),
-                    b.map(|b| b.mode.as_str()),
-                    b.map(|b| b.state.as_str()),
-                ],
-            )?;
-            get_session(tx, &id)
-        })
-        .await
+        self.write(move |tx, _| insert_session(tx, new)).await
     }
 
     /// Every session, oldest first.

@@ -139,6 +139,51 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     })
 }
 
+/// Stores a user message and its queued task inside the caller's transaction (see
+/// [`Store::add_message`]).
+pub(crate) fn insert_message(
+    tx: &Connection,
+    outbox: &mut Outbox,
+    session_prefix: &str,
+    origin: Origin,
+    text: &str,
+) -> Result<(TaskRow, i64), StoreError> {
+    let session = session_id(tx, session_prefix)?;
+    let message_id = uuid::Uuid::new_v4().to_string();
+    let task = uuid::Uuid::new_v4().to_string();
+    let now = clock::now();
+    tx.execute(
+        "INSERT INTO messages (id, session_id, origin, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![message_id, session, origin.as_str(), text, now],
+    )?;
+    let seq: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1",
+        [&session],
+        |r| r.get(0),
+    )?;
+    tx.execute(
+        "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
+         VALUES (?1, ?2, ?3, ?4, 'queued', ?5)",
+        params![task, session, seq, message_id, now],
+    )?;
+    let message_seq = append_event(
+        tx,
+        outbox,
+        &session,
+        Some(&task),
+        EventKind::Message,
+        serde_json::json!({
+            "task_id": task, "message_id": message_id,
+            "origin": origin, "text": text,
+        }),
+    )?;
+    tx.execute(
+        "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
+        params![session, now],
+    )?;
+    Ok((get_task(tx, &task)?, message_seq))
+}
+
 impl Store {
     /// Marks tasks left running by a previous process `interrupted` and lists the
     /// sessions whose queued tasks must be scheduled again.
@@ -155,40 +200,8 @@ impl Store {
         origin: Origin,
         text: String,
     ) -> Result<(TaskRow, i64), StoreError> {
-        self.write(move |tx, outbox| {
-            let session = session_id(tx, &session_prefix)?;
-            let message_id = uuid::Uuid::new_v4().to_string();
-            let task = uuid::Uuid::new_v4().to_string();
-            let now = clock::now();
-            tx.execute(
-                "INSERT INTO messages (id, session_id, origin, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![message_id, session, origin.as_str(), text, now],
-            )?;
-            let seq: i64 = tx.query_row(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1",
-                [&session],
-                |r| r.get(0),
-            )?;
-            tx.execute(
-                "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5)",
-                params![task, session, seq, message_id, now],
-            )?;
-            let message_seq = append_event(
-                tx,
-                outbox,
-                &session,
-                Some(&task),
-                EventKind::Message,
-                serde_json::json!({
-                    "task_id": task, "message_id": message_id,
-                    "origin": origin, "text": text,
-                }),
-            )?;
-            tx.execute("UPDATE sessions SET updated_at = ?2 WHERE id = ?1", params![session, now])?;
-            Ok((get_task(tx, &task)?, message_seq))
-        })
-        .await
+        self.write(move |tx, outbox| insert_message(tx, outbox, &session_prefix, origin, &text))
+            .await
     }
 
     /// The session's next task to run, with its prompt and origin: the lowest `seq`

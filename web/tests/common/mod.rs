@@ -182,6 +182,7 @@ impl TestServer {
             executor: Some(Arc::new(exec)),
             scheduler: berth_web::scheduler::SchedulerConfig { max_parallel },
             display: Some(home_context(home.path())),
+            channels: Some(Default::default()),
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();

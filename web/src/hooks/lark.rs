@@ -1,0 +1,252 @@
+//! `POST /hooks/lark`: Lark's (Feishu's) event subscription.
+//!
+//! Authentication, in order:
+//! 1. With an encrypt key configured, a request carrying `X-Lark-Signature` must match
+//!    hex(SHA-256(timestamp + nonce + encrypt key + raw body)), its timestamp within
+//!    300 s of now. Events (not the URL challenge, which Lark sends unsigned) must be
+//!    signed.
+//! 2. An `{"encrypt": …}` body is decrypted (AES-256-CBC, key SHA-256(encrypt key)).
+//! 3. With a verification token configured, the payload's token (`header.token` in
+//!    schema 2.0, `token` otherwise) must match it, constant-time.
+//!
+//! A URL challenge is answered once it is authenticated by a signature or the token.
+//! `im.message.receive_v1` text messages become tasks of the chat's channel session;
+//! retries are dropped by `header.event_id` (schema 2.0) or `uuid` (1.0).
+
+use super::config::LarkConfig;
+use super::crypto::{self, SignatureError};
+use super::{ChannelMessage, Channels, Thread, header, now_secs, raw_body};
+use crate::api::ApiError;
+use crate::store::ChannelIntake;
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const TIMESTAMP: &str = "x-lark-request-timestamp";
+const NONCE: &str = "x-lark-request-nonce";
+const SIGNATURE: &str = "x-lark-signature";
+
+/// The message event Berth takes in.
+const MESSAGE_EVENT: &str = "im.message.receive_v1";
+
+fn refused(e: SignatureError) -> ApiError {
+    tracing::warn!(reason = %e, "a Lark request was refused");
+    ApiError::BadSignature {
+        platform: "lark",
+        reason: e.to_string(),
+    }
+}
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest {
+        message: message.into(),
+    }
+}
+
+/// Checks the signature headers if present: `Ok(true)` when signed and valid.
+fn signed(cfg: &LarkConfig, headers: &HeaderMap, body: &[u8]) -> Result<bool, ApiError> {
+    let Some(key) = &cfg.encrypt_key else {
+        return Ok(false);
+    };
+    let Some(sig) = header(headers, SIGNATURE) else {
+        return Ok(false);
+    };
+    let ts = header(headers, TIMESTAMP)
+        .ok_or_else(|| refused(SignatureError::MissingHeader("X-Lark-Request-Timestamp")))?;
+    let nonce = header(headers, NONCE)
+        .ok_or_else(|| refused(SignatureError::MissingHeader("X-Lark-Request-Nonce")))?;
+    crypto::verify_lark(ts, nonce, sig, key.expose(), body, now_secs()).map_err(refused)?;
+    Ok(true)
+}
+
+/// The plaintext payload: the body itself, or its decrypted `encrypt` field.
+fn plaintext(cfg: &LarkConfig, body: &[u8]) -> Result<Value, ApiError> {
+    let outer: Value =
+        serde_json::from_slice(body).map_err(|e| bad(format!("not a Lark event: {e}")))?;
+    let Some(data) = outer.get("encrypt") else {
+        return Ok(outer);
+    };
+    let data = data
+        .as_str()
+        .ok_or_else(|| bad("`encrypt` must be a base64 string"))?;
+    let key = cfg.encrypt_key.as_ref().ok_or_else(|| {
+        bad("the payload is encrypted, but BERTH_LARK_ENCRYPT_KEY is not configured")
+    })?;
+    let inner = crypto::lark_decrypt(key.expose(), data)
+        .map_err(|e| bad(format!("could not decrypt the payload: {e}")))?;
+    serde_json::from_slice(&inner).map_err(|e| bad(format!("the decrypted payload: {e}")))
+}
+
+fn text_of<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+/// The channel message a schema 2.0 `im.message.receive_v1` event carries, or why
+/// it carries none.
+fn message(event_id: String, payload: &Value) -> Result<ChannelMessage, &'static str> {
+    let event = payload.get("event").ok_or("no event")?;
+    if let Some(kind) = text_of(event, &["sender", "sender_type"])
+        && kind != "user"
+    {
+        return Err("not a user's message");
+    }
+    let msg = event.get("message").ok_or("no message")?;
+    let chat_id = text_of(msg, &["chat_id"])
+        .filter(|c| !c.is_empty())
+        .ok_or("no chat_id")?;
+    if text_of(msg, &["message_type"]) != Some("text") {
+        return Err("not a text message");
+    }
+    let content: Value = text_of(msg, &["content"])
+        .and_then(|c| serde_json::from_str(c).ok())
+        .ok_or("content is not JSON")?;
+    let text = strip_mentions(text_of(&content, &["text"]).ok_or("no text")?);
+    if text.is_empty() {
+        return Err("no text");
+    }
+    Ok(ChannelMessage {
+        thread: Thread::Lark {
+            chat_id: chat_id.to_owned(),
+        },
+        text,
+        event_id,
+    })
+}
+
+/// Drops Lark's mention placeholders (`@_user_1`) from a group message.
+fn strip_mentions(text: &str) -> String {
+    text.split(' ')
+        .filter(|w| !w.starts_with("@_user_") && !w.starts_with("@_all"))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim()
+        .to_owned()
+}
+
+pub(super) async fn receive(
+    State(ch): State<Arc<Channels>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let cfg = ch
+        .config()
+        .lark
+        .as_ref()
+        .ok_or(ApiError::ChannelNotConfigured { platform: "lark" })?;
+    let body = raw_body(body).await?;
+    let signed = signed(cfg, &headers, &body)?;
+    let payload = plaintext(cfg, &body)?;
+    let schema2 = payload.get("schema").and_then(Value::as_str) == Some("2.0");
+    let token = if schema2 {
+        text_of(&payload, &["header", "token"])
+    } else {
+        text_of(&payload, &["token"])
+    };
+    let token_ok = match &cfg.verification_token {
+        None => false,
+        Some(expected) => {
+            let given = token.unwrap_or_default();
+            if !crypto::same(expected.expose().as_bytes(), given.as_bytes()) {
+                return Err(refused(SignatureError::TokenMismatch));
+            }
+            true
+        }
+    };
+    if text_of(&payload, &["type"]) == Some("url_verification") {
+        if !(signed || token_ok) {
+            return Err(refused(SignatureError::MissingHeader("X-Lark-Signature")));
+        }
+        let challenge = text_of(&payload, &["challenge"])
+            .ok_or_else(|| bad("the URL verification has no challenge"))?;
+        return Ok(Json(json!({ "challenge": challenge })));
+    }
+    // With an encrypt key, Lark signs every event: an unsigned one is not Lark's.
+    if cfg.encrypt_key.is_some() && !signed {
+        return Err(refused(SignatureError::MissingHeader("X-Lark-Signature")));
+    }
+    let (event_id, kind) = if schema2 {
+        (
+            text_of(&payload, &["header", "event_id"]),
+            text_of(&payload, &["header", "event_type"]),
+        )
+    } else {
+        (
+            text_of(&payload, &["uuid"]),
+            text_of(&payload, &["event", "type"]),
+        )
+    };
+    let event_id = event_id
+        .filter(|e| !e.is_empty())
+        .ok_or_else(|| bad("the event has no event id (header.event_id or uuid)"))?;
+    if !schema2 || kind != Some(MESSAGE_EVENT) {
+        return Ok(Json(
+            json!({ "ok": true, "ignored": "not im.message.receive_v1" }),
+        ));
+    }
+    let msg = match message(event_id.to_owned(), &payload) {
+        Ok(m) => m,
+        Err(why) => return Ok(Json(json!({ "ok": true, "ignored": why }))),
+    };
+    Ok(Json(match ch.take_in(msg).await? {
+        ChannelIntake::Duplicate => json!({ "ok": true, "duplicate": true }),
+        ChannelIntake::Queued {
+            session_id, task, ..
+        } => json!({ "ok": true, "session": session_id, "task": task.id }),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(message: Value) -> Value {
+        json!({"schema": "2.0",
+               "header": {"event_id": "e1", "event_type": MESSAGE_EVENT},
+               "event": {"sender": {"sender_type": "user"}, "message": message}})
+    }
+
+    #[test]
+    fn text_messages_become_channel_messages_of_their_chat() {
+        let p = event(json!({"chat_id": "oc_1", "message_type": "text",
+                             "content": "{\"text\":\"@_user_1 hello there\"}"}));
+        assert_eq!(
+            message("e1".into(), &p),
+            Ok(ChannelMessage {
+                thread: Thread::Lark {
+                    chat_id: "oc_1".into()
+                },
+                text: "hello there".into(),
+                event_id: "e1".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn other_messages_are_ignored() {
+        let cases = [
+            (
+                event(json!({"chat_id": "oc_1", "message_type": "image", "content": "{}"})),
+                "not a text message",
+            ),
+            (
+                event(json!({"message_type": "text", "content": "{\"text\":\"x\"}"})),
+                "no chat_id",
+            ),
+            (
+                event(json!({"chat_id": "oc_1", "message_type": "text", "content": "x"})),
+                "content is not JSON",
+            ),
+            (
+                event(json!({"chat_id": "oc_1", "message_type": "text",
+                             "content": "{\"text\":\"@_user_1\"}"})),
+                "no text",
+            ),
+        ];
+        for (p, why) in cases {
+            assert_eq!(message("e1".into(), &p), Err(why));
+        }
+    }
+}

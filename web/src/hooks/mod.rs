@@ -1,0 +1,230 @@
+//! Chat channels: Slack's and Lark's webhooks, and the answers posted back.
+//!
+//! `POST /hooks/slack` and `POST /hooks/lark` are served on the web listener of
+//! `berth serve` and on `berth-server`'s listener, outside the token and `Host` guard:
+//! they are authenticated by the platforms' signatures instead, with secrets from
+//! the environment or the user settings ([`ChannelConfig`]), never from the request. A
+//! platform without its secret answers 404 `channel_not_configured` and processes
+//! nothing.
+//!
+//! A conversation (a Slack thread, a Lark chat) maps to one session with origin
+//! `channel`. What comes in is a [`ChannelMessage`], which has no path field: a
+//! channel session is created unbound, cannot be linked (`origin_cannot_bind`), and
+//! runs in scratch; a message that names a directory is only a prompt. When a channel
+//! session's task ends, the [`Replier`] (a [`TaskObserver`] on the scheduler) posts
+//! the agent's final answer back to the conversation.
+
+pub mod client;
+pub mod config;
+pub mod crypto;
+mod lark;
+mod reply;
+mod slack;
+
+pub use config::{ChannelConfig, LarkConfig, Secret, SlackConfig};
+pub use reply::{Replier, final_answer};
+
+use crate::api::{ApiError, BODY_LIMIT};
+use crate::scheduler::Scheduler;
+use crate::store::{ChannelIntake, NewChannelMessage, Store};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::DefaultBodyLimit;
+use axum::routing::post;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A chat platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Platform {
+    Slack,
+    Lark,
+}
+
+impl Platform {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Platform::Slack => "slack",
+            Platform::Lark => "lark",
+        }
+    }
+}
+
+/// A conversation on a platform: where a message came from and where the answer goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Thread {
+    /// A Slack thread: its channel and the `ts` of its first message.
+    Slack { channel: String, thread_ts: String },
+    /// A Lark chat.
+    Lark { chat_id: String },
+}
+
+impl Thread {
+    pub const fn platform(&self) -> Platform {
+        match self {
+            Thread::Slack { .. } => Platform::Slack,
+            Thread::Lark { .. } => Platform::Lark,
+        }
+    }
+
+    /// The stored key: `channel:thread_ts` for Slack (channel ids hold no `:`), the
+    /// chat id for Lark.
+    pub fn key(&self) -> String {
+        match self {
+            Thread::Slack { channel, thread_ts } => format!("{channel}:{thread_ts}"),
+            Thread::Lark { chat_id } => chat_id.clone(),
+        }
+    }
+
+    /// The thread a stored platform and key name.
+    pub fn from_key(platform: &str, key: &str) -> Option<Thread> {
+        match platform {
+            "slack" => key.split_once(':').map(|(c, ts)| Thread::Slack {
+                channel: c.to_owned(),
+                thread_ts: ts.to_owned(),
+            }),
+            "lark" => Some(Thread::Lark {
+                chat_id: key.to_owned(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A chat message taken in from a webhook. By construction it carries no path and no
+/// binding, only text for the agent: nothing a channel says can reach a local
+/// directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelMessage {
+    pub thread: Thread,
+    pub text: String,
+    /// The platform's id of the delivery, to drop its retries.
+    pub event_id: String,
+}
+
+/// What the webhook handlers share.
+#[derive(Debug)]
+pub struct Channels {
+    store: Store,
+    scheduler: Scheduler,
+    config: ChannelConfig,
+}
+
+impl Channels {
+    pub fn new(store: Store, scheduler: Scheduler, config: ChannelConfig) -> Channels {
+        Channels {
+            store,
+            scheduler,
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &ChannelConfig {
+        &self.config
+    }
+
+    /// Stores a message as a task of its conversation's session (origin `channel`),
+    /// creating the session on the first message, and wakes the scheduler. A retried
+    /// delivery stores nothing.
+    pub async fn take_in(&self, msg: ChannelMessage) -> Result<ChannelIntake, ApiError> {
+        let platform = msg.thread.platform();
+        let excerpt: String = msg.text.chars().take(60).collect();
+        let intake = self
+            .store
+            .channel_intake(NewChannelMessage {
+                platform: platform.as_str(),
+                thread_key: msg.thread.key(),
+                event_id: msg.event_id.clone(),
+                text: msg.text,
+                agent: self.config.agent.clone(),
+                title: format!("{}: {}", platform.as_str(), excerpt.trim()),
+            })
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(platform = platform.as_str(), error = %e,
+                    "a channel message could not be taken in");
+            })?;
+        match &intake {
+            ChannelIntake::Duplicate => {
+                tracing::info!(platform = platform.as_str(), event = %msg.event_id,
+                    "a retried delivery was ignored");
+            }
+            ChannelIntake::Queued {
+                session_id, task, ..
+            } => {
+                tracing::info!(platform = platform.as_str(), session = %session_id,
+                    task = %task.id, "a channel message was queued");
+                self.scheduler.notify(session_id);
+            }
+        }
+        Ok(intake)
+    }
+}
+
+/// The webhook routes. They carry no guard of their own: each handler authenticates
+/// its request by the platform's signature before acting on it.
+pub fn hooks_router(channels: Arc<Channels>) -> Router {
+    Router::new()
+        .route(
+            "/hooks/slack",
+            post(slack::receive).fallback(method_not_allowed),
+        )
+        .route(
+            "/hooks/lark",
+            post(lark::receive).fallback(method_not_allowed),
+        )
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(channels)
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+    }
+}
+
+/// Reads the raw body (signatures cover its exact bytes), at most [`BODY_LIMIT`].
+async fn raw_body(body: Body) -> Result<Bytes, ApiError> {
+    match Limited::new(body, BODY_LIMIT).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::PayloadTooLarge { limit: BODY_LIMIT })
+        }
+        Err(e) => Err(ApiError::BadRequest {
+            message: format!("could not read the request body: {e}"),
+        }),
+    }
+}
+
+/// Seconds since the Unix epoch.
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_keys_round_trip() {
+        for t in [
+            Thread::Slack {
+                channel: "C024BE91L".into(),
+                thread_ts: "1700000000.000100".into(),
+            },
+            Thread::Lark {
+                chat_id: "oc_5ad11d72b830411d72b836c20".into(),
+            },
+        ] {
+            assert_eq!(Thread::from_key(t.platform().as_str(), &t.key()), Some(t));
+        }
+        assert_eq!(Thread::from_key("irc", "x"), None);
+    }
+}

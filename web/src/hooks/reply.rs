@@ -1,0 +1,288 @@
+//! Answers posted back: when a channel session's task ends, its final answer goes to
+//! the conversation it came from (Slack `chat.postMessage` in the thread; Lark
+//! `im/v1/messages` to the chat, with a tenant access token).
+
+use super::Thread;
+use super::client::{CallError, post_json};
+use super::config::ChannelConfig;
+use crate::scheduler::TaskObserver;
+use crate::store::{Store, StoreError, TaskRow};
+use berth_core::api::TaskStatus;
+use berth_core::event::AgentEvent;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest answer posted, in characters (Slack cuts messages at 40,000).
+const MAX_ANSWER_CHARS: usize = 30_000;
+
+/// Why an answer could not be posted.
+#[derive(Debug, thiserror::Error)]
+enum ReplyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("{platform} refused the answer: {answer}")]
+    Refused {
+        platform: &'static str,
+        answer: serde_json::Value,
+    },
+}
+
+/// The agent's final answer of a task, from its transcript events in order: the last
+/// `result` text if the agent reported one, otherwise the text it wrote after its
+/// last tool call (a `command` agent's stdout lines, joined).
+pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
+    let result = events.iter().rev().find_map(|e| match e {
+        AgentEvent::Result { text: Some(t), .. } if !t.trim().is_empty() => Some(t.clone()),
+        AgentEvent::Result { .. }
+        | AgentEvent::Started { .. }
+        | AgentEvent::Text { .. }
+        | AgentEvent::Thinking { .. }
+        | AgentEvent::ToolUse { .. }
+        | AgentEvent::ToolResult { .. }
+        | AgentEvent::Stderr { .. } => None,
+    });
+    if result.is_some() {
+        return result;
+    }
+    let after_tools = events
+        .iter()
+        .rposition(|e| {
+            matches!(
+                e,
+                AgentEvent::ToolUse { .. } | AgentEvent::ToolResult { .. }
+            )
+        })
+        .map_or(0, |i| i + 1);
+    let lines: Vec<&str> = events[after_tools..]
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Text { text } => Some(text.as_str()),
+            AgentEvent::Result { .. }
+            | AgentEvent::Started { .. }
+            | AgentEvent::Thinking { .. }
+            | AgentEvent::ToolUse { .. }
+            | AgentEvent::ToolResult { .. }
+            | AgentEvent::Stderr { .. } => None,
+        })
+        .collect();
+    let text = lines.join("\n");
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// What is posted for a finished task: the answer, or what went wrong.
+fn reply_text(task: &TaskRow, answer: Option<String>) -> String {
+    let text = match (task.status == TaskStatus::Succeeded, answer) {
+        (true, Some(a)) => a,
+        (true, None) => "(the agent finished without an answer)".to_owned(),
+        (false, answer) => {
+            let why = task.error.as_deref().unwrap_or("no reason was given");
+            let head = format!("The task ended {}: {why}", task.status.as_str());
+            match answer {
+                Some(a) => format!("{a}\n\n{head}"),
+                None => head,
+            }
+        }
+    };
+    if text.chars().count() > MAX_ANSWER_CHARS {
+        let mut cut: String = text.chars().take(MAX_ANSWER_CHARS).collect();
+        cut.push_str("\n… (cut; the whole answer is in Berth's transcript)");
+        cut
+    } else {
+        text
+    }
+}
+
+/// Posts channel sessions' answers back; attached to the scheduler as a
+/// [`TaskObserver`]. Holds no scheduler handle, so it keeps nothing alive.
+#[derive(Debug, Clone)]
+pub struct Replier {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    config: ChannelConfig,
+    /// Lark's tenant access token and when to fetch a new one.
+    lark_token: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+impl Replier {
+    pub fn new(store: Store, config: ChannelConfig) -> Replier {
+        Replier {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                lark_token: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Posts the answer of `task` if its session is a channel session.
+    async fn reply(&self, task: TaskRow) -> Result<(), ReplyError> {
+        let store = &self.inner.store;
+        let Some(stored) = store.channel_thread(task.session_id.clone()).await? else {
+            return Ok(());
+        };
+        let Some(thread) = Thread::from_key(&stored.platform, &stored.thread_key) else {
+            tracing::warn!(platform = %stored.platform, "a channel session of an unknown platform");
+            return Ok(());
+        };
+        let events: Vec<AgentEvent> = store
+            .task_agent_events(task.clone())
+            .await?
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        let text = reply_text(&task, final_answer(&events));
+        match thread {
+            Thread::Slack { channel, thread_ts } => {
+                self.post_slack(&channel, &thread_ts, &text).await
+            }
+            Thread::Lark { chat_id } => self.post_lark(&chat_id, &text).await,
+        }
+    }
+
+    async fn post_slack(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        text: &str,
+    ) -> Result<(), ReplyError> {
+        let Some(cfg) = &self.inner.config.slack else {
+            return Ok(());
+        };
+        let Some(token) = &cfg.bot_token else {
+            tracing::info!("no BERTH_SLACK_BOT_TOKEN: the answer is not posted back");
+            return Ok(());
+        };
+        let url = format!("{}/chat.postMessage", cfg.api_url);
+        let body = json!({ "channel": channel, "thread_ts": thread_ts, "text": text });
+        let answer = post_json(&url, Some(token.expose()), &body).await?;
+        if answer.get("ok").and_then(serde_json::Value::as_bool) != Some(true) {
+            return Err(ReplyError::Refused {
+                platform: "slack",
+                answer,
+            });
+        }
+        Ok(())
+    }
+
+    async fn lark_token(
+        &self,
+        api_url: &str,
+        id: &str,
+        secret: &str,
+    ) -> Result<String, ReplyError> {
+        let mut cached = self.inner.lark_token.lock().await;
+        if let Some((token, until)) = cached.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(token.clone());
+        }
+        let url = format!("{api_url}/auth/v3/tenant_access_token/internal");
+        let answer = post_json(&url, None, &json!({ "app_id": id, "app_secret": secret })).await?;
+        let token = answer
+            .get("tenant_access_token")
+            .and_then(serde_json::Value::as_str)
+            .filter(|_| answer.get("code").and_then(serde_json::Value::as_i64) == Some(0));
+        let Some(token) = token else {
+            return Err(ReplyError::Refused {
+                platform: "lark",
+                answer,
+            });
+        };
+        let expire = answer
+            .get("expire")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        // Fetch a new one five minutes before it expires.
+        let until = Instant::now() + Duration::from_secs(expire.saturating_sub(300));
+        *cached = Some((token.to_owned(), until));
+        Ok(token.to_owned())
+    }
+
+    async fn post_lark(&self, chat_id: &str, text: &str) -> Result<(), ReplyError> {
+        let Some(cfg) = &self.inner.config.lark else {
+            return Ok(());
+        };
+        let Some((id, secret)) = &cfg.app else {
+            tracing::info!("no BERTH_LARK_APP_ID/SECRET: the answer is not posted back");
+            return Ok(());
+        };
+        let token = self.lark_token(&cfg.api_url, id, secret.expose()).await?;
+        let url = format!("{}/im/v1/messages?receive_id_type=chat_id", cfg.api_url);
+        let body = json!({
+            "receive_id": chat_id,
+            "msg_type": "text",
+            "content": json!({ "text": text }).to_string(),
+        });
+        let answer = post_json(&url, Some(&token), &body).await?;
+        if answer.get("code").and_then(serde_json::Value::as_i64) != Some(0) {
+            // A token Lark no longer accepts is fetched again next time.
+            *self.inner.lark_token.lock().await = None;
+            return Err(ReplyError::Refused {
+                platform: "lark",
+                answer,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl TaskObserver for Replier {
+    fn task_finished(&self, task: &TaskRow) {
+        let this = self.clone();
+        let task = task.clone();
+        tokio::spawn(async move {
+            let id = task.id.clone();
+            if let Err(e) = this.reply(task).await {
+                tracing::error!(task = %id, error = %e, "the answer could not be posted back");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> AgentEvent {
+        AgentEvent::Text { text: t.into() }
+    }
+
+    #[test]
+    fn the_final_answer_is_the_result_or_the_text_after_the_last_tool() {
+        let tool = AgentEvent::ToolUse {
+            id: None,
+            name: "bash".into(),
+            input: serde_json::Value::Null,
+        };
+        let result = AgentEvent::Result {
+            ok: true,
+            text: Some("done".into()),
+            usage: None,
+            cost_usd: None,
+        };
+        let table: Vec<(Vec<AgentEvent>, Option<&str>)> = vec![
+            (vec![], None),
+            (vec![text("answer")], Some("answer")),
+            (vec![text("a"), text("b")], Some("a\nb")),
+            (
+                vec![text("looking"), tool.clone(), text("found it")],
+                Some("found it"),
+            ),
+            (
+                vec![text("x"), tool.clone(), result, text("y")],
+                Some("done"),
+            ),
+            (vec![text("x"), tool], None),
+        ];
+        for (events, want) in table {
+            assert_eq!(final_answer(&events).as_deref(), want, "{events:?}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Chat channels' bookkeeping: which webhook deliveries were already taken in, and
+//! which conversation (a Slack thread, a Lark chat) belongs to which session.
+
+use super::sessions::insert_session;
+use super::tasks::insert_message;
+use super::{NewSessionRow, Store, StoreError, TaskRow};
+use crate::clock;
+use berth_core::resolve::Origin;
+use rusqlite::{OptionalExtension, params};
+
+/// A chat message as the store takes it in. It has no path and no binding: a channel
+/// session is created unbound with origin `channel`, and its text is only a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewChannelMessage {
+    /// `slack` or `lark`.
+    pub platform: &'static str,
+    /// The conversation: one session per key.
+    pub thread_key: String,
+    /// The platform's id of the delivery; a second delivery with it is a retry.
+    pub event_id: String,
+    pub text: String,
+    /// The agent of a new session (`None`: the only registered agent).
+    pub agent: Option<String>,
+    /// The title of a new session.
+    pub title: String,
+}
+
+/// What became of a channel message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelIntake {
+    /// The event id was seen before: nothing was stored.
+    Duplicate,
+    /// Stored as a queued task of the conversation's session.
+    Queued {
+        session_id: String,
+        task: Box<TaskRow>,
+        new_session: bool,
+    },
+}
+
+/// The conversation a channel session answers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelThread {
+    pub platform: String,
+    pub thread_key: String,
+}
+
+impl Store {
+    /// Takes a channel message in, in one transaction: records its event id (a retry
+    /// stores nothing), finds or creates the conversation's session (origin
+    /// `channel`, unbound), and queues the text as a task with origin `channel`.
+    /// When anything fails (e.g. no agent to use), nothing is recorded, so the
+    /// platform's retry can succeed later.
+    pub async fn channel_intake(&self, m: NewChannelMessage) -> Result<ChannelIntake, StoreError> {
+        self.write(move |tx, outbox| {
+            let fresh = tx.execute(
+                "INSERT INTO channel_events (platform, event_id, received_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING",
+                params![m.platform, m.event_id, clock::now()],
+            )?;
+            if fresh == 0 {
+                return Ok(ChannelIntake::Duplicate);
+            }
+            let known: Option<String> = tx
+                .query_row(
+                    "SELECT session_id FROM channel_threads WHERE platform = ?1 AND thread_key = ?2",
+                    params![m.platform, m.thread_key],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let (session_id, new_session) = match known {
+                Some(id) => (id, false),
+                None => {
+                    let session = insert_session(
+                        tx,
+                        NewSessionRow {
+                            title: Some(m.title),
+                            agent: m.agent,
+                            origin: Origin::Channel,
+                            project: None,
+                            binding: None,
+                        },
+                    )?;
+                    tx.execute(
+                        "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
+                         VALUES (?1, ?2, ?3, ?4)",
+                        params![m.platform, m.thread_key, session.id, clock::now()],
+                    )?;
+                    (session.id, true)
+                }
+            };
+            let (task, _) = insert_message(tx, outbox, &session_id, Origin::Channel, &m.text)?;
+            Ok(ChannelIntake::Queued {
+                session_id,
+                task: Box::new(task),
+                new_session,
+            })
+        })
+        .await
+    }
+
+    /// The conversation a session answers to, if it is a channel session.
+    pub async fn channel_thread(
+        &self,
+        session_id: String,
+    ) -> Result<Option<ChannelThread>, StoreError> {
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
+                [&session_id],
+                |r| {
+                    Ok(ChannelThread {
+                        platform: r.get(0)?,
+                        thread_key: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(StoreError::from)
+        })
+        .await
+    }
+
+    /// The agent events one task appended to its session's transcript, in order.
+    pub async fn task_agent_events(
+        &self,
+        task: TaskRow,
+    ) -> Result<Vec<serde_json::Value>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT payload FROM events
+                 WHERE session_id = ?1 AND task_id = ?2 AND kind = 'agent' ORDER BY seq",
+            )?;
+            let rows =
+                stmt.query_map(params![task.session_id, task.id], |r| r.get::<_, String>(0))?;
+            let mut out = Vec::new();
+            for payload in rows {
+                let payload = payload?;
+                out.push(
+                    serde_json::from_str(&payload)
+                        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+                );
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
