@@ -20,31 +20,51 @@ const SHARED_HOMES: [&str; 5] = ["Shared", "Public", "Default", "Default User", 
 /// Guarantees: the result never contains the context's user name (compared without
 /// regard to case), and never the text of the home directory.
 pub fn display(ctx: &Context, path: &LocalPath) -> String {
-    let platform = path.platform();
-    let sep = platform.separator();
-    let mut parts: Vec<String> = path.parts().to_vec();
-    let mut head = match path.root() {
-        Root::Slash => String::from("/"),
-        Root::Drive(letter) => format!("{letter}:\\"),
-        Root::Unc { server, share } => format!("\\\\{server}\\{share}\\"),
-        Root::Device { marker } => format!("\\\\{marker}\\"),
-    };
-    if let Some(home) = ctx.home.as_ref().filter(|h| path.starts_with(h)) {
-        head = String::from("~");
-        parts.drain(..home.parts().len());
-        if !parts.is_empty() {
-            head.push(sep);
-        }
-    } else if is_homes_container(path) && parts.len() >= 2 {
-        parts[1] = USER_PLACEHOLDER.to_owned();
-    }
+    let sep = path.platform().separator();
     let name = ctx.user_name();
-    let mut out = redact(&head, name);
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
+    let parts = path.parts();
+    let mut out = String::with_capacity(path.as_str().len() + 4);
+    // `skip`: components replaced by `~`; `masked`: the index of another user's home.
+    let (skip, masked) = match ctx.home.as_ref().filter(|h| path.starts_with(h)) {
+        Some(home) => {
+            out.push('~');
+            if parts.len() > home.parts().len() {
+                out.push(sep);
+            }
+            (home.parts().len(), None)
+        }
+        None => {
+            match path.root() {
+                Root::Slash => out.push('/'),
+                Root::Drive(letter) => {
+                    out.push(*letter);
+                    out.push_str(":\\");
+                }
+                Root::Unc { server, share } => {
+                    out.push_str("\\\\");
+                    push_redacted(&mut out, server, name);
+                    out.push('\\');
+                    push_redacted(&mut out, share, name);
+                    out.push('\\');
+                }
+                Root::Device { marker } => {
+                    out.push_str("\\\\");
+                    out.push(*marker);
+                    out.push('\\');
+                }
+            }
+            (0, is_homes_container(path).then_some(1))
+        }
+    };
+    for (i, part) in parts.iter().enumerate().skip(skip) {
+        if i > skip {
             out.push(sep);
         }
-        out.push_str(&redact(part, name));
+        if masked == Some(i) {
+            out.push_str(USER_PLACEHOLDER);
+        } else {
+            push_redacted(&mut out, part, name);
+        }
     }
     out
 }
@@ -64,22 +84,41 @@ fn is_homes_container(path: &LocalPath) -> bool {
             .is_some_and(|who| !SHARED_HOMES.iter().any(|s| s.eq_ignore_ascii_case(who)))
 }
 
-/// Replaces every case-insensitive occurrence of `name` in `text` by the placeholder.
-fn redact(text: &str, name: Option<&str>) -> String {
-    let Some(name) = name else {
-        return text.to_owned();
+/// Appends `text` with every case-insensitive occurrence of `name` replaced by the
+/// placeholder. Left to right and non-overlapping, so no occurrence survives: the
+/// placeholder cannot be part of a name.
+fn push_redacted(out: &mut String, text: &str, name: Option<&str>) {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        out.push_str(text);
+        return;
     };
+    if name.is_ascii() {
+        // Bytes of an ASCII name can only match ASCII bytes, never the inside of a
+        // multi-byte character, so a byte search is exact (and allocation-free).
+        let (hay, needle) = (text.as_bytes(), name.as_bytes());
+        let mut start = 0;
+        let mut i = 0;
+        while i + needle.len() <= hay.len() {
+            if hay[i..i + needle.len()].eq_ignore_ascii_case(needle) {
+                out.push_str(&text[start..i]);
+                out.push_str(USER_PLACEHOLDER);
+                i += needle.len();
+                start = i;
+            } else {
+                i += 1;
+            }
+        }
+        out.push_str(&text[start..]);
+        return;
+    }
     let fold = |c: char| c.to_lowercase().next().unwrap_or(c);
     let hay: Vec<char> = text.chars().collect();
     let needle: Vec<char> = name.chars().map(fold).collect();
-    if needle.is_empty() || needle.len() > hay.len() {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
     let mut i = 0;
     while i < hay.len() {
         let end = i + needle.len();
-        if end <= hay.len()
+        if !needle.is_empty()
+            && end <= hay.len()
             && hay[i..end]
                 .iter()
                 .map(|c| fold(*c))
@@ -92,7 +131,6 @@ fn redact(text: &str, name: Option<&str>) -> String {
             i += 1;
         }
     }
-    out
 }
 
 #[cfg(test)]

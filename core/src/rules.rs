@@ -149,8 +149,9 @@ fn pattern_eq(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// The path a rule's pattern starts from, or `None` when the rule does not apply.
-fn anchor_of<'a>(rule: &Rule, path: &'a LocalPath, ctx: &'a Context) -> Option<Vec<&'a str>> {
+/// How many of `path`'s components the rule's anchor covers, or `None` when the rule
+/// does not apply. Allocation-free: it runs for every rule on every check.
+fn anchor_of(rule: &Rule, path: &LocalPath, ctx: &Context) -> Option<usize> {
     let family = if path.platform().is_windows() {
         Family::Windows
     } else {
@@ -160,28 +161,28 @@ fn anchor_of<'a>(rule: &Rule, path: &'a LocalPath, ctx: &'a Context) -> Option<V
         return None;
     }
     match (rule.anchor, path.root()) {
-        (Anchor::Root, Root::Slash) | (Anchor::AnyDrive, Root::Drive(_)) => Some(Vec::new()),
+        (Anchor::Root, Root::Slash) | (Anchor::AnyDrive, Root::Drive(_)) => Some(0),
         (Anchor::Home, _) => {
             let home = ctx.home.as_ref()?;
             path.starts_with_case(home, true)
-                .then(|| home.parts().iter().map(String::as_str).collect())
+                .then(|| home.parts().len())
         }
         (Anchor::Root | Anchor::AnyDrive, _) => None,
     }
 }
 
-/// Whether `rule` refuses `path`; on a match returns the refused directory (for an
-/// exact rule, the path itself; for a subtree, the subtree's top).
+/// Whether `rule` refuses `path`; on a match returns the depth of the refused
+/// directory (for an exact rule, the path itself; for a subtree, the subtree's top).
 fn matches(rule: &Rule, path: &LocalPath, ctx: &Context) -> Option<usize> {
     let base = anchor_of(rule, path, ctx)?;
-    let depth = base.len() + rule.pattern.len();
+    let depth = base + rule.pattern.len();
     let parts = path.parts();
     let fits = match rule.extent {
         Extent::Exact => parts.len() == depth,
         Extent::Subtree => parts.len() >= depth,
     };
     (fits
-        && parts[base.len()..depth]
+        && parts[base..depth]
             .iter()
             .zip(rule.pattern)
             .all(|(name, pat)| pattern_eq(pat, name)))

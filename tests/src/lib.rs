@@ -5,6 +5,8 @@
 //! after a fake user, so a test can assert that name never shows), and is killed when
 //! dropped.
 
+pub mod bench;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Berth's benchmarks in one command: builds the release `berth` and the runner, runs
+# every benchmark with bounded time (about 10 minutes; --quick about 2), prints a
+# table (one JSON document with --json) and regenerates BENCHMARKS.md at the root.
+#
+#   scripts/bench.sh [--json] [--quick]
+#
+# Build output and progress go to stderr; stdout carries only the table or the JSON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+args=()
+for a in "$@"; do
+  case "$a" in
+    --json|--quick) args+=("$a") ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument '$a'" >&2
+       echo "hint: scripts/bench.sh [--json] [--quick]" >&2
+       exit 2 ;;
+  esac
+done
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+say "building release binaries"
+cargo build --release -p berth-local-agent --bin berth >&2
+cargo build --release -p berth-tests --bin berth-bench >&2
+say "building the criterion benches"
+# The runner starts these executables itself, so nothing rebuilds in the middle of a run.
+bench_exe() {
+  cargo bench --no-run -p "$1" --bench "$2" --message-format=json-render-diagnostics \
+    | grep '"kind":\["bench"\]' | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4
+}
+BERTH_BENCH_CORE_EXE=$(bench_exe berth-core core)
+BERTH_BENCH_NATIVE_EXE=$(bench_exe berth-local-agent native)
+export BERTH_BENCH_CORE_EXE BERTH_BENCH_NATIVE_EXE
+if [[ ! -f web/ui/pkg/berth_wasm_bg.wasm ]]; then
+  say "building the wasm bundle"
+  scripts/build-wasm.sh >&2 || echo "warning: the wasm bundle did not build; its row will say so" >&2
+fi
+
+say "running the benchmarks (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+target="${CARGO_TARGET_DIR:-target}"
+[[ "$target" == /* ]] || target="$PWD/$target"
+BERTH_BIN="$target/release/berth" exec "$target/release/berth-bench" "${args[@]}"

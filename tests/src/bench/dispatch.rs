@@ -1,0 +1,130 @@
+//! Dispatch (issue 4): one message's round trip through Berth with a `cat` agent,
+//! against spawning `cat` directly, in the same loop.
+
+use super::http::{Conn, Sse};
+use super::{
+    CAT_AGENT, Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress,
+    quantile, served, socket, succeeded,
+};
+use anyhow::{Context as _, Result, bail, ensure};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Round trips before the timed ones: the page cache, the store, the first spawn.
+const WARM_UP: usize = 5;
+
+/// Pipes `msg` through a fresh `cat` and checks it came back.
+pub fn bare_cat(msg: &str) -> Result<()> {
+    let mut child = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("spawn cat")?;
+    let mut stdin = child.stdin.take().context("cat stdin")?;
+    stdin.write_all(msg.as_bytes())?;
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .context("cat stdout")?
+        .read_to_string(&mut out)?;
+    let status = child.wait()?;
+    ensure!(status.success() && out == msg, "cat echoed {out:?}");
+    Ok(())
+}
+
+/// The three round trips, one sample each per message.
+#[derive(Debug, Default)]
+struct Samples {
+    bare: Vec<f64>,
+    cli: Vec<f64>,
+    api: Vec<f64>,
+}
+
+pub fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let b = served("bench-dispatch");
+    let sock = socket(&b);
+    let mut conn = Conn::connect(&sock)?;
+    let cli_session = new_session(&mut conn, CAT_AGENT, "dispatch via the CLI")?;
+    let api_session = new_session(&mut conn, CAT_AGENT, "dispatch via the API")?;
+    let mut sse = Sse::open(&sock, &api_session, 0, Duration::from_secs(60))?;
+
+    let mut s = Samples::default();
+    let n = cfg.dispatch_messages;
+    for i in 0..WARM_UP + n {
+        let msg = format!("message {i}");
+        let t = Instant::now();
+        bare_cat(&msg)?;
+        let bare = ms_since(t);
+
+        let t = Instant::now();
+        let out = b.run(&["send", &cli_session, &msg]);
+        let cli = ms_since(t);
+        if !out.status.success() {
+            bail!(
+                "berth send failed on message {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        let t = Instant::now();
+        let task = post_message(&mut conn, &api_session, &msg)?;
+        let done = sse.until_task(&task)?;
+        let api = ms_since(t);
+        ensure!(succeeded(&done), "API task {task} ended {done}");
+
+        if i >= WARM_UP {
+            s.bare.push(bare);
+            s.cli.push(cli);
+            s.api.push(api);
+        }
+        if (i + 1) % 100 == 0 {
+            progress(format!("dispatch: {}/{}", i + 1, WARM_UP + n));
+        }
+    }
+
+    let mut rows = Vec::new();
+    rows.extend(percentile_rows(
+        "dispatch",
+        "bare `cat` spawn",
+        &s.bare,
+        None,
+    ));
+    rows.extend(percentile_rows(
+        "dispatch",
+        "`berth send` CLI round trip",
+        &s.cli,
+        None,
+    ));
+    rows.extend(percentile_rows(
+        "dispatch",
+        "API round trip (persistent client)",
+        &s.api,
+        None,
+    ));
+    let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    rows.push(
+        Row::new(
+            "dispatch",
+            "API p50 / bare spawn p50",
+            p50(&s.api) / p50(&s.bare),
+            "x",
+            Some(Goal::AtMost(3.0)),
+        )
+        .with_note("the goal's figure (see notes)"),
+    );
+    rows.push(
+        Row::new(
+            "dispatch",
+            "CLI p50 / bare spawn p50",
+            p50(&s.cli) / p50(&s.bare),
+            "x",
+            None,
+        )
+        .with_note("reference: includes starting the `berth` client process"),
+    );
+    Ok(rows)
+}
