@@ -24,6 +24,10 @@ pub struct Session {
     pub work_dir: Option<String>,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// When anything about the session last changed (a message, a run, a link).
+    /// Extends the contract; older documents without it read as empty.
+    #[serde(default)]
+    pub updated_at: String,
     /// The explicit binding, kept apart from `work_dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<SessionBinding>,
@@ -129,6 +133,14 @@ pub struct Task {
     pub work_dir: Option<String>,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
+    /// When the task was accepted, started and ended (RFC 3339, UTC). Extends the
+    /// contract, for durations.
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
 }
 
 /// `berth check --json` and `POST check`.

@@ -19,6 +19,7 @@ pub struct WebSession {
     /// The display form of where the last run worked.
     pub work_dir: Option<String>,
     pub created_at: String,
+    pub updated_at: String,
     /// The binding's read view: display, machine, mode, state; never `dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<berth_core::binding::BindingView>,
@@ -51,6 +52,7 @@ pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> 
             project: row.project.clone(),
             work_dir: row.work_dir.as_deref().and_then(|p| strip_path(ctx, p)),
             created_at: row.created_at.clone(),
+            updated_at: row.updated_at.clone(),
             #[cfg(feature = "local-binding")]
             binding: row.binding_view(),
         }),

@@ -112,6 +112,7 @@ impl SessionRow {
             project: self.project.clone(),
             work_dir: self.work_dir.clone(),
             created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
             #[cfg(feature = "local-binding")]
             binding: self
                 .binding
@@ -192,6 +193,9 @@ impl TaskRow {
             work_dir: self.work_dir.clone(),
             exit_code: self.exit_code,
             error: self.error.clone(),
+            created_at: Some(self.created_at.clone()),
+            started_at: self.started_at.clone(),
+            finished_at: self.finished_at.clone(),
         }
     }
 }
