@@ -233,11 +233,24 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| Stop::Failed(format!("internal error: {e}")))
 }
 
+/// A binding stores the canonical path it was validated as. If that path now
+/// resolves elsewhere (it was replaced by a symlink, or one of its parents was), the
+/// directory is not the one the user linked: refuse rather than follow the link.
+fn same_as_linked(ctx: &Context, pinned: &PinnedDir, linked: &LocalPath) -> Result<(), Stop> {
+    if pinned.canonical() == linked {
+        Ok(())
+    } else {
+        let shown = berth_core::display::display(ctx, linked);
+        Err(Stop::Refused(crate::pin::path_changed(&shown)))
+    }
+}
+
 fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
     let ctx = &inner.ctx;
     match &task.placement {
         Placement::InPlace { dir } => {
             let pinned = validate::validate(ctx, dir.as_str())?;
+            same_as_linked(ctx, &pinned, dir)?;
             Ok(Place {
                 bound: Some(pinned.canonical().clone()),
                 pinned,
@@ -248,6 +261,7 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
         Placement::Worktree { dir } => {
             let session = session_component(&task.session.id)?;
             let bound = validate::validate(ctx, dir.as_str())?;
+            same_as_linked(ctx, &bound, dir)?;
             let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
                 |e| match e.refusal(bound.display()) {
                     Some(r) => Stop::Refused(r),

@@ -68,6 +68,8 @@ pub struct Berth {
     pub user_home: PathBuf,
     pub config: PathBuf,
     pub locks: PathBuf,
+    /// Extra environment for every command, the server included (see [`Berth::env`]).
+    env: Vec<(String, String)>,
     server: Option<Child>,
 }
 
@@ -98,8 +100,15 @@ impl Berth {
             user_home,
             config,
             locks,
+            env: Vec::new(),
             server: None,
         }
+    }
+
+    /// Sets `key=value` in the environment of every later command and server start
+    /// (e.g. a webhook secret `berth serve` reads at startup).
+    pub fn env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
     }
 
     /// A `berth` command with this installation's environment.
@@ -112,6 +121,7 @@ impl Berth {
             .env("USER", FAKE_USER)
             .env_remove("XDG_RUNTIME_DIR")
             .stdin(Stdio::null());
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c
     }
 

@@ -29,6 +29,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 }
             }
         })?;
+        // Every request type is a JSON object. serde would also read a struct from a
+        // JSON array (positionally), so `[]` would pass as "all fields absent".
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(ApiError::BadRequest {
+                message: "the request body must be a JSON object, e.g. {\"text\": \"...\"}"
+                    .to_owned(),
+            });
+        }
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::BadRequest {
