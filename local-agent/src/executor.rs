@@ -21,7 +21,7 @@ use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
 use berth_core::{Context, ErrorCode, LocalPath, Refusal};
 use berth_web::executor::{
-    BoxFuture, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
+    BoxFuture, DirIdentity, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
 };
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
@@ -233,11 +233,18 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| Stop::Failed(format!("internal error: {e}")))
 }
 
-/// A binding stores the canonical path it was validated as. If that path now
-/// resolves elsewhere (it was replaced by a symlink, or one of its parents was), the
-/// directory is not the one the user linked: refuse rather than follow the link.
-fn same_as_linked(ctx: &Context, pinned: &PinnedDir, linked: &LocalPath) -> Result<(), Stop> {
-    if pinned.canonical() == linked {
+/// A binding stores the canonical path it was validated as, and the directory's
+/// (device, inode). If that path now resolves elsewhere (replaced by a symlink, or a
+/// parent was) or names another directory (one put in its place), it is not the
+/// directory the user linked: refuse rather than run there.
+fn same_as_linked(
+    ctx: &Context,
+    pinned: &PinnedDir,
+    linked: &LocalPath,
+    identity: Option<DirIdentity>,
+) -> Result<(), Stop> {
+    let same_inode = identity.is_none_or(|id| pinned.identity() == (id.dev, id.ino));
+    if pinned.canonical() == linked && same_inode {
         Ok(())
     } else {
         let shown = berth_core::display::display(ctx, linked);
@@ -248,9 +255,9 @@ fn same_as_linked(ctx: &Context, pinned: &PinnedDir, linked: &LocalPath) -> Resu
 fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
     let ctx = &inner.ctx;
     match &task.placement {
-        Placement::InPlace { dir } => {
+        Placement::InPlace { dir, identity } => {
             let pinned = validate::validate(ctx, dir.as_str())?;
-            same_as_linked(ctx, &pinned, dir)?;
+            same_as_linked(ctx, &pinned, dir, *identity)?;
             Ok(Place {
                 bound: Some(pinned.canonical().clone()),
                 pinned,
@@ -258,10 +265,10 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
                 worktree: None,
             })
         }
-        Placement::Worktree { dir } => {
+        Placement::Worktree { dir, identity } => {
             let session = session_component(&task.session.id)?;
             let bound = validate::validate(ctx, dir.as_str())?;
-            same_as_linked(ctx, &bound, dir)?;
+            same_as_linked(ctx, &bound, dir, *identity)?;
             let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
                 |e| match e.refusal(bound.display()) {
                     Some(r) => Stop::Refused(r),

@@ -79,6 +79,10 @@ impl PinnedDir {
         ValidatedDir {
             canonical: self.canonical.clone(),
             display: self.display.clone(),
+            identity: berth_web::executor::DirIdentity {
+                dev: self.dev,
+                ino: self.ino,
+            },
         }
     }
 

@@ -203,7 +203,10 @@ async fn worktree_runs_commit_on_a_session_branch_and_plain_dirs_are_refused() {
     let exec = sb.executor();
     let spec = agent(AgentKind::Command, &[&script]);
     let session = "0199abcd-ef01-7000-8000-000000000001";
-    let place = Placement::Worktree { dir: lp(&repo) };
+    let place = Placement::Worktree {
+        dir: lp(&repo),
+        identity: None,
+    };
     let wt = sb.cfg().berth_home.join("worktrees").join(session);
     for id in ["t1", "t2"] {
         let (out, _) = run(&exec, task(id, session, spec.clone(), "x", place.clone())).await;
@@ -229,7 +232,10 @@ async fn worktree_runs_commit_on_a_session_branch_and_plain_dirs_are_refused() {
             session,
             spec,
             "x",
-            Placement::Worktree { dir: lp(&plain) },
+            Placement::Worktree {
+                dir: lp(&plain),
+                identity: None,
+            },
         ),
     )
     .await;
@@ -431,6 +437,7 @@ async fn a_worktree_of_a_subdirectory_works_in_its_counterpart() {
             "x",
             Placement::Worktree {
                 dir: lp(&repo.join("pkg/app")),
+                identity: None,
             },
         ),
     )

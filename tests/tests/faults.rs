@@ -314,15 +314,12 @@ fn sigkill_mid_run_then_restart_restores_the_directory() {
 // ---------------------------------------------------------------------------------
 // 2. The bound directory swapped between link and run.
 
-const SWAP_BUG: &str = "bug: a bound directory replaced by ANOTHER DIRECTORY at the same path \
-    before the run is not refused: a binding stores the canonical path but not the \
-    directory's (device, inode), so the run validates the new directory and runs there \
-    (a symlink replacement is refused: see a_bound_dir_replaced_by_a_symlink_is_refused)";
+const SWAP_BUG: &str = "the agent ran somewhere other than the linked directory: a bound \
+    path replaced by a symlink or by another directory must be refused with path_changed";
 
 /// The whole guarantee as issue 7 states it: the agent runs only in the directory
 /// that was linked (its original inode), whatever the swap's timing.
 #[test]
-#[ignore = "bug: a bound directory replaced by another directory at its path is not refused (SWAP_BUG)"]
 fn swapped_directory_never_hosts_the_agent() {
     let report = swap_rounds(rounds(20));
     assert_eq!(report.wrong, Vec::<String>::new(), "{SWAP_BUG}");
@@ -330,8 +327,8 @@ fn swapped_directory_never_hosts_the_agent() {
 
 /// The deterministic reproduction: link `code/app`, move it away, put a symlink to
 /// another directory of the user's at its path, send. Expected `refused` with
-/// `path_changed` (the binding's canonical path no longer is canonical); today the
-/// agent ran in the symlink's target before the executor compared canonical paths.
+/// `path_changed` (the binding's canonical path no longer is canonical). Before the
+/// executor compared canonical paths, the agent ran in the symlink's target.
 #[test]
 fn a_bound_dir_replaced_by_a_symlink_is_refused() {
     let mut b = Berth::new("swap-repro");

@@ -32,16 +32,32 @@ pub struct AgentSpec {
     pub command: Vec<String>,
 }
 
+/// A directory's identity on its machine, (device, inode), taken when it was validated
+/// for a binding. The executor refuses to run if the bound path later names another
+/// directory, even a perfectly valid one put in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DirIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
 /// Where a task runs, as resolved by the server (core's resolution, on the claiming
 /// machine).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
-    /// In the bound (or project) directory itself.
+    /// In the bound (or project) directory itself; `identity` is the directory's as
+    /// linked (known for session bindings).
     #[cfg(feature = "local-binding")]
-    InPlace { dir: berth_core::LocalPath },
+    InPlace {
+        dir: berth_core::LocalPath,
+        identity: Option<DirIdentity>,
+    },
     /// In the session's git worktree of the directory.
     #[cfg(feature = "local-binding")]
-    Worktree { dir: berth_core::LocalPath },
+    Worktree {
+        dir: berth_core::LocalPath,
+        identity: Option<DirIdentity>,
+    },
     /// In the session's scratch directory.
     Scratch,
 }
@@ -120,6 +136,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct ValidatedDir {
     pub canonical: berth_core::LocalPath,
     pub display: String,
+    pub identity: DirIdentity,
 }
 
 /// Runs tasks on one machine.

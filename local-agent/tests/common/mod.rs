@@ -97,7 +97,10 @@ pub fn task(
 }
 
 pub fn in_place(dir: &Path) -> Placement {
-    Placement::InPlace { dir: lp(dir) }
+    Placement::InPlace {
+        dir: lp(dir),
+        identity: None,
+    }
 }
 
 /// Runs `task` to its end, collecting every event.

@@ -71,6 +71,7 @@ pub(crate) async fn validated(
     Ok(StoredBinding {
         dir: v.canonical.as_str().to_owned(),
         display: v.display,
+        identity: Some(v.identity),
         machine,
         machine_name,
         mode,

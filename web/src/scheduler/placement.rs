@@ -28,10 +28,13 @@ pub struct Claim<'a> {
     pub online: &'a [MachineId],
 }
 
-fn finish<D>(res: Resolution<D>, place: impl FnOnce(D, bool) -> Decision) -> Decision {
+/// Turns a resolution into a decision; `place` gets the directory, whether it is a
+/// worktree, and whether the session's own binding chose it.
+fn finish<D>(res: Resolution<D>, place: impl FnOnce(D, bool, bool) -> Decision) -> Decision {
+    use berth_core::resolve::Reason;
     match res {
-        Resolution::InPlace { dir, .. } => place(dir, false),
-        Resolution::Worktree { dir, .. } => place(dir, true),
+        Resolution::InPlace { dir, why, .. } => place(dir, false, why == Reason::SessionBinding),
+        Resolution::Worktree { dir, why, .. } => place(dir, true, why == Reason::SessionBinding),
         Resolution::Scratch { .. } => Decision::Run(Placement::Scratch),
         Resolution::Wait { why, .. } => Decision::Wait(why.to_string()),
         Resolution::Refuse { code, why } => Decision::Refuse {
@@ -92,11 +95,14 @@ pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) ->
         claimer: claim.claimer.unwrap_or(&nobody),
         online: claim.online,
     };
-    finish(resolve(&req), |dir, worktree| {
+    // The session's own binding carries the directory's identity from link time.
+    let linked = session.binding.as_ref().and_then(|b| b.identity);
+    finish(resolve(&req), |dir, worktree, by_binding| {
+        let identity = if by_binding { linked } else { None };
         Decision::Run(if worktree {
-            Placement::Worktree { dir }
+            Placement::Worktree { dir, identity }
         } else {
-            Placement::InPlace { dir }
+            Placement::InPlace { dir, identity }
         })
     })
 }
@@ -115,7 +121,7 @@ pub fn decide(session: &SessionRow, _dirs: &[ProjectDirRow], claim: Claim<'_>) -
         claimer: claim.claimer.unwrap_or(&nobody),
         online: claim.online,
     };
-    finish(resolve(&req), |dir, _| Decision::Refuse {
+    finish(resolve(&req), |dir, _, _| Decision::Refuse {
         code: ErrorCode::OriginCannotBind,
         message: format!("the cloud server cannot run in the local directory {dir}"),
     })
@@ -140,6 +146,7 @@ mod tests {
             binding: bound_on.map(|m| StoredBinding {
                 dir: "/srv/app".into(),
                 display: "/srv/app".into(),
+                identity: Some(crate::executor::DirIdentity { dev: 1, ino: 2 }),
                 machine: MachineId::new(m),
                 machine_name: m.into(),
                 mode: BindMode::Worktree,
@@ -178,7 +185,10 @@ mod tests {
                 session(None),
                 &project,
                 claim(Origin::Desktop),
-                Decision::Run(Placement::InPlace { dir: dir.clone() }),
+                Decision::Run(Placement::InPlace {
+                    dir: dir.clone(),
+                    identity: None,
+                }),
             ),
             (
                 session(None),
@@ -190,7 +200,10 @@ mod tests {
                 session(Some("here")),
                 &[],
                 claim(Origin::Api),
-                Decision::Run(Placement::Worktree { dir: dir.clone() }),
+                Decision::Run(Placement::Worktree {
+                    dir: dir.clone(),
+                    identity: Some(crate::executor::DirIdentity { dev: 1, ino: 2 }),
+                }),
             ),
         ];
         for (s, dirs, c, want) in cases {

@@ -12,6 +12,9 @@ use rusqlite::Row;
 pub struct StoredBinding {
     pub dir: String,
     pub display: String,
+    /// The directory's (device, inode) when it was linked; `None` for bindings stored
+    /// before Berth recorded it.
+    pub identity: Option<crate::executor::DirIdentity>,
     pub machine: MachineId,
     /// The machine's human name (joined from `machines`).
     pub machine_name: String,
@@ -49,9 +52,26 @@ pub struct NewSessionRow {
 
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
-    s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name";
+    s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
+    s.binding_dev, s.binding_ino";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
+
+/// SQLite stores integers signed; (device, inode) round-trip through their bits.
+fn identity_from(dev: Option<i64>, ino: Option<i64>) -> Option<crate::executor::DirIdentity> {
+    Some(crate::executor::DirIdentity {
+        dev: dev? as u64,
+        ino: ino? as u64,
+    })
+}
+
+/// The columns' values for an identity (see [`identity_from`]).
+pub(crate) fn identity_columns(b: Option<&StoredBinding>) -> (Option<i64>, Option<i64>) {
+    match b.and_then(|b| b.identity) {
+        Some(id) => (Some(id.dev as i64), Some(id.ino as i64)),
+        None => (None, None),
+    }
+}
 
 /// Parses an origin without going through serde (this runs once per listed row).
 fn origin_from(s: &str) -> Result<Origin, StoreError> {
@@ -76,9 +96,12 @@ impl SessionRow {
                 let mode: Option<String> = r.get(10)?;
                 let state: Option<String> = r.get(11)?;
                 let name: Option<String> = r.get(15)?;
+                let dev: Option<i64> = r.get(16)?;
+                let ino: Option<i64> = r.get(17)?;
                 Some(StoredBinding {
                     dir,
                     display: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+                    identity: identity_from(dev, ino),
                     machine_name: name.unwrap_or_else(|| machine.clone()),
                     machine: MachineId::new(machine),
                     mode: parse_enum(mode.as_deref().unwrap_or("in-place"))?,

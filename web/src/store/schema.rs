@@ -116,9 +116,16 @@ CREATE TABLE channel_threads (
 );
 "#;
 
+/// A binding's directory identity (device, inode) at link time, so a directory put
+/// in its place later is refused rather than used.
+const V3: &str = r#"
+ALTER TABLE sessions ADD COLUMN binding_dev INTEGER;
+ALTER TABLE sessions ADD COLUMN binding_ino INTEGER;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3)])
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Sessions, their bindings, and the transcript's storage.
 
 use super::agents::{agent_names, get_agent};
-use super::rows::{SESSION_COLUMNS, SESSION_FROM};
+use super::rows::{SESSION_COLUMNS, SESSION_FROM, identity_columns};
 use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_prefix};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
@@ -139,8 +139,9 @@ pub(crate) fn insert_session(
     let b = new.binding.as_ref();
     tx.execute(
         "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
-               binding_dir, binding_display, binding_machine, binding_mode, binding_state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
+               binding_dir, binding_display, binding_machine, binding_mode, binding_state,
+               binding_dev, binding_ino)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             id,
             title,
@@ -153,6 +154,8 @@ pub(crate) fn insert_session(
             b.map(|b| b.machine.as_str()),
             b.map(|b| b.mode.as_str()),
             b.map(|b| b.state.as_str()),
+            identity_columns(b).0,
+            identity_columns(b).1,
         ],
     )?;
     get_session(tx, &id)
@@ -190,7 +193,7 @@ impl Store {
             tx.execute(
                 "UPDATE sessions SET binding_dir = ?2, binding_display = ?3, binding_machine = ?4,
                    binding_mode = ?5, binding_state = ?6, binding_rev = binding_rev + 1,
-                   resume_id = NULL, updated_at = ?7
+                   resume_id = NULL, updated_at = ?7, binding_dev = ?8, binding_ino = ?9
                  WHERE id = ?1",
                 params![
                     id,
@@ -200,6 +203,8 @@ impl Store {
                     b.map(|b| b.mode.as_str()),
                     b.map(|b| b.state.as_str()),
                     clock::now(),
+                    identity_columns(b).0,
+                    identity_columns(b).1,
                 ],
             )?;
             append_event(

@@ -61,7 +61,7 @@ impl Executor for ShExecutor {
             let dir = match &task.placement {
                 Placement::Scratch => scratch.join(&task.session.id),
                 #[cfg(feature = "local-binding")]
-                Placement::InPlace { dir } | Placement::Worktree { dir } => {
+                Placement::InPlace { dir, .. } | Placement::Worktree { dir, .. } => {
                     PathBuf::from(dir.as_str())
                 }
             };
@@ -151,7 +151,23 @@ impl Executor for ShExecutor {
         let canonical = LocalPath::parse(Platform::native(), &canonical.display().to_string())?;
         let display =
             berth_core::display::display(&berth_web::server::native_context(), &canonical);
-        Ok(berth_web::executor::ValidatedDir { canonical, display })
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(canonical.as_str()).map_err(|e| {
+            Refusal::new(
+                ErrorCode::NotFound,
+                format!("{dir}: {e}"),
+                "create it first",
+            )
+        })?;
+        let identity = berth_web::executor::DirIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        Ok(berth_web::executor::ValidatedDir {
+            canonical,
+            display,
+            identity,
+        })
     }
 }
 
