@@ -147,6 +147,11 @@ impl ExecutorConfig {
     pub fn journal_dir(&self) -> PathBuf {
         self.berth_home.join("journal")
     }
+
+    /// Where the process group of every running agent is recorded.
+    pub fn agents_dir(&self) -> PathBuf {
+        self.berth_home.join("run").join("agents")
+    }
 }
 
 /// A native path as a [`LocalPath`], if it is valid UTF-8 and absolute.

@@ -8,6 +8,7 @@
 use crate::adapter::{Adapter, Turn};
 use crate::brief::{self, WorkMode};
 use crate::config::ExecutorConfig;
+use crate::groups::{self, StopReport};
 use crate::journal::{self, Journal, ReplayReport};
 use crate::lock::{DirLocks, LockError};
 use crate::pin::{PinnedDir, pin_owned};
@@ -136,6 +137,13 @@ impl NativeExecutor {
         journal::replay_leftovers(&self.inner.cfg.journal_dir())
     }
 
+    /// Kills what agents of a Berth that stopped mid-task left running. Call at
+    /// startup before [`NativeExecutor::replay_leftovers`]: a survivor could write into
+    /// a directory after it was restored.
+    pub fn stop_leftover_agents(&self) -> StopReport {
+        groups::stop_leftovers(&self.inner.cfg.agents_dir())
+    }
+
     /// Runs one task to its end (see [`Executor::run`]).
     pub async fn run_task(
         &self,
@@ -165,6 +173,18 @@ impl Executor for NativeExecutor {
     }
 
     fn recover(&self) -> Vec<String> {
+        let groups = self.stop_leftover_agents();
+        let stopped = groups.stopped.iter().map(|(dir, n)| {
+            let what = if *n == 1 { "process" } else { "processes" };
+            format!("stopped {n} {what} left by an interrupted task in {dir}")
+        });
+        let held = groups.in_use.iter().map(|record| {
+            format!(
+                "left the agent record {} alone: another Berth process holds it",
+                record.display()
+            )
+        });
+        let mut lines: Vec<String> = stopped.chain(held).collect();
         let report = self.replay_leftovers();
         let restored = report
             .restored
@@ -182,7 +202,8 @@ impl Executor for NativeExecutor {
                 journal.display()
             )
         });
-        restored.chain(skipped).chain(in_use).collect()
+        lines.extend(restored.chain(skipped).chain(in_use));
+        lines
     }
 
     fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
@@ -252,11 +273,27 @@ fn same_as_linked(
     }
 }
 
+/// Validates a linked directory. A binding's directory that is no longer at its path
+/// (renamed away, moved, deleted) is reported as `path_changed`, the code of a swap:
+/// the path no longer leads to the directory that was linked.
+fn validate_linked(
+    ctx: &Context,
+    dir: &LocalPath,
+    identity: Option<DirIdentity>,
+) -> Result<PinnedDir, Stop> {
+    match validate::validate(ctx, dir.as_str()) {
+        Err(r) if r.code == ErrorCode::NotFound && identity.is_some() => Err(Stop::Refused(
+            crate::pin::path_changed(&berth_core::display::display(ctx, dir)),
+        )),
+        other => Ok(other?),
+    }
+}
+
 fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
     let ctx = &inner.ctx;
     match &task.placement {
         Placement::InPlace { dir, identity } => {
-            let pinned = validate::validate(ctx, dir.as_str())?;
+            let pinned = validate_linked(ctx, dir, *identity)?;
             same_as_linked(ctx, &pinned, dir, *identity)?;
             Ok(Place {
                 bound: Some(pinned.canonical().clone()),
@@ -267,7 +304,7 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
         }
         Placement::Worktree { dir, identity } => {
             let session = session_component(&task.session.id)?;
-            let bound = validate::validate(ctx, dir.as_str())?;
+            let bound = validate_linked(ctx, dir, *identity)?;
             same_as_linked(ctx, &bound, dir, *identity)?;
             let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
                 |e| match e.refusal(bound.display()) {
@@ -469,7 +506,15 @@ async fn run(
             status: TaskStatus::Running,
             wait_reason: None,
         });
-        let proc = match process::spawn(&inv, place.pinned.fd(), env).await {
+        let proc = match process::spawn(
+            &inv,
+            place.pinned.fd(),
+            env,
+            &inner.cfg.agents_dir(),
+            place.pinned.display(),
+        )
+        .await
+        {
             Ok(p) => p,
             Err(e) => {
                 result = Err(e.to_string());

@@ -11,6 +11,7 @@ pub mod brief;
 pub mod check;
 pub mod config;
 pub mod executor;
+pub mod groups;
 pub mod journal;
 pub mod lock;
 pub mod pin;

@@ -4,12 +4,16 @@
 //! grandchildren too), an explicit environment built from an allowlist, its working
 //! directory set by `fchdir` to the pinned descriptor (the directory that was
 //! validated, whatever its path leads to now), `PR_SET_PDEATHSIG(SIGKILL)` so it never
-//! outlives Berth, and stdin at `/dev/null` unless the adapter writes to it.
+//! outlives Berth, and stdin at `/dev/null` unless the adapter writes to it. What the
+//! agent starts in its group is covered too: its group is recorded and watched (see
+//! [`crate::groups`]) until [`AgentProcess::release`] has seen the group gone.
 
 use crate::adapter::Invocation;
+use crate::groups::{self, Group, GroupRecord, Watcher};
 use rustix::process::{Pid, Signal};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -40,6 +44,12 @@ pub enum SpawnError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot record the process group of {program:?}: {source}")]
+    Record {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A running agent: the leader of its own process group.
@@ -47,6 +57,10 @@ pub enum SpawnError {
 pub struct AgentProcess {
     child: Child,
     pgid: Option<Pid>,
+    /// Whether the leader was waited for (its pgid may then be reused once empty).
+    reaped: bool,
+    record: Option<GroupRecord>,
+    watcher: Option<Watcher>,
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
 }
@@ -75,11 +89,14 @@ pub fn agent_env(
     env
 }
 
-/// Starts `inv` in the directory `dir` with exactly `env`.
+/// Starts `inv` in the directory `dir` with exactly `env`, its process group recorded
+/// under `records` (with `shown`, the directory as the user knows it) and watched.
 pub async fn spawn(
     inv: &Invocation,
     dir: BorrowedFd<'_>,
     env: Vec<(OsString, OsString)>,
+    records: &Path,
+    shown: &str,
 ) -> Result<AgentProcess, SpawnError> {
     let mut cmd = Command::new(&inv.program);
     cmd.args(&inv.args)
@@ -97,13 +114,35 @@ pub async fn spawn(
     cmd.current_dir("/");
     let raw_dir = dir.as_raw_fd();
     let parent = rustix::process::getpid();
-    in_child(&mut cmd, raw_dir, parent);
+    // Watching from before the exec: the agent cannot start anything unwatched.
+    let watcher = Watcher::start().map_err(|source| SpawnError::Record {
+        program: inv.program.clone(),
+        source,
+    })?;
+    in_child(&mut cmd, raw_dir, parent, watcher.pipe());
     let mut child = cmd.spawn().map_err(|source| SpawnError::Spawn {
         program: inv.program.clone(),
         source,
     })?;
     let pgid = child.id().and_then(|id| Pid::from_raw(id as i32));
-    if let (Some(bytes), Some(mut stdin)) = (inv.stdin.clone(), child.stdin.take()) {
+    let stdin = child.stdin.take();
+    let mut proc = AgentProcess {
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+        child,
+        pgid,
+        reaped: false,
+        record: None,
+        watcher: Some(watcher),
+    };
+    if let Err(source) = proc.guard(records, shown).await {
+        proc.release().await;
+        return Err(SpawnError::Record {
+            program: inv.program.clone(),
+            source,
+        });
+    }
+    if let (Some(bytes), Some(mut stdin)) = (inv.stdin.clone(), stdin) {
         // Written off the caller's path, then closed: the agent sees EOF. An agent that
         // exits without reading is not an error of ours.
         tokio::spawn(async move {
@@ -111,22 +150,19 @@ pub async fn spawn(
             let _ = stdin.shutdown().await;
         });
     }
-    Ok(AgentProcess {
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-        child,
-        pgid,
-    })
+    Ok(proc)
 }
 
 /// Sets up the child between fork and exec.
 #[allow(unsafe_code)]
-fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid) {
+fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
     // SAFETY: the closure runs in the forked child before exec, so it may only call
     // async-signal-safe functions: rustix's calls below are direct system calls that
     // neither allocate nor lock, and errors are built from raw errno values without
     // allocating. `raw_dir` is the pinned directory's descriptor, kept open by the
-    // parent for the whole spawn (it is CLOEXEC, so it closes at exec).
+    // parent for the whole spawn (it is CLOEXEC, so it closes at exec); so is
+    // `watcher`, the write end of the watcher's pipe, and the pid is formatted on the
+    // stack.
     unsafe {
         cmd.pre_exec(move || {
             let os = |e: rustix::io::Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
@@ -137,12 +173,70 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid) {
                 return Err(os(rustix::io::Errno::SRCH));
             }
             rustix::process::fchdir(BorrowedFd::borrow_raw(raw_dir)).map_err(os)?;
+            let (line, len) = groups::pid_line(rustix::process::getpid().as_raw_nonzero().get());
+            let written = rustix::io::write(BorrowedFd::borrow_raw(watcher), &line[..len]);
+            if written.map_err(os)? != len {
+                return Err(os(rustix::io::Errno::PIPE));
+            }
             Ok(())
         });
     }
 }
 
 impl AgentProcess {
+    /// Records the group durably (its watcher already knows it).
+    async fn guard(&mut self, records: &Path, shown: &str) -> std::io::Result<()> {
+        let pgid = self
+            .pgid()
+            .ok_or_else(|| std::io::Error::other("the agent has no pid"))?;
+        let start = groups::start_time(pgid)
+            .ok_or_else(|| std::io::Error::other("the agent's start time is unreadable"))?;
+        let group = Group {
+            pgid,
+            start,
+            dir: shown.to_owned(),
+        };
+        let records = records.to_owned();
+        let record = tokio::task::spawn_blocking(move || GroupRecord::create(&records, &group))
+            .await
+            .map_err(std::io::Error::other)??;
+        self.record = Some(record);
+        Ok(())
+    }
+
+    /// Ends the run's hold on its group: kills whatever is left in it, waits until it
+    /// is gone, stops the watcher and deletes the record. Call once the agent is done
+    /// (its output read); kills the agent too if it is still running.
+    pub async fn release(mut self) {
+        if !self.reaped {
+            if let Some(pgid) = self.pgid {
+                let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+            }
+            let _ = self.wait().await;
+        }
+        let start = self.record.as_ref().map(GroupRecord::start);
+        let gone = match self.pgid() {
+            // The leader was reaped: its pgid is ours only while the group has members
+            // or no other process took the number.
+            Some(pgid)
+                if start.is_some_and(|s| groups::start_time(pgid).is_none_or(|t| t == s)) =>
+            {
+                tokio::task::spawn_blocking(move || groups::kill_and_wait(pgid))
+                    .await
+                    .unwrap_or(false)
+            }
+            Some(_) | None => true,
+        };
+        if let Some(watcher) = self.watcher.take() {
+            watcher.stop().await;
+        }
+        if let Some(record) = self.record.take()
+            && gone
+        {
+            record.remove();
+        }
+    }
+
     /// The process group id (the agent's pid).
     pub fn pgid(&self) -> Option<i32> {
         self.pgid.map(Pid::as_raw_nonzero).map(|p| p.get())
@@ -151,6 +245,7 @@ impl AgentProcess {
     /// Waits for the agent to exit; its exit code (`None` if killed by a signal).
     pub async fn wait(&mut self) -> std::io::Result<Option<i32>> {
         let status = self.child.wait().await?;
+        self.reaped = true;
         Ok(status.code())
     }
 
@@ -161,6 +256,7 @@ impl AgentProcess {
         }
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(status) => {
+                self.reaped = true;
                 // The leader is gone; stragglers in its group are not welcome either.
                 if let Some(pgid) = self.pgid {
                     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
@@ -171,8 +267,21 @@ impl AgentProcess {
                 if let Some(pgid) = self.pgid {
                     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
                 }
-                Ok(self.child.wait().await?.code())
+                let status = self.child.wait().await?;
+                self.reaped = true;
+                Ok(status.code())
             }
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    /// A run dropped midway takes its whole group down, not only the leader.
+    fn drop(&mut self) {
+        if !self.reaped
+            && let Some(pgid) = self.pgid
+        {
+            let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
         }
     }
 }

@@ -90,6 +90,8 @@ pub(crate) async fn stream(
             }
         }
     }
+    // Kills what is left in the group and waits it out before the directory is cleaned.
+    proc.release().await;
     Ran {
         state: st,
         exit_code: exit.flatten(),

@@ -1153,10 +1153,9 @@ fn api_refuses_a_json_array_for_an_object() {
 /// agent itself: a survivor could write into the directory after the restart
 /// restored it.
 ///
-/// Today only the agent (the direct child, through `PR_SET_PDEATHSIG`) dies; its own
-/// children are orphaned and keep running, and nothing at the next start stops them.
+/// `PR_SET_PDEATHSIG` reaches only the agent; its children die through the watcher
+/// of its process group, without waiting for a restart.
 #[test]
-#[ignore = "bug: after SIGKILL of berth serve the agent's own children (its process group) keep running; PDEATHSIG reaches only the direct child"]
 fn an_agents_children_die_with_a_killed_server() {
     let mut b = Berth::new("orphans");
     let outside = TempDir::new("orphans-outside");
