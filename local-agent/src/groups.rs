@@ -169,23 +169,9 @@ impl GroupRecord {
 /// now leads another process, is just deleted.
 pub fn stop_leftovers(dir: &Path) -> StopReport {
     let mut report = StopReport::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return report;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    for file in files {
-        let Ok(handle) = File::open(&file) else {
-            continue;
-        };
-        if rustix::fs::flock(&handle, FlockOperation::NonBlockingLockExclusive).is_err() {
-            report.in_use.push(file);
-            continue;
-        }
+    let abandoned = crate::journal::abandoned(dir, "json");
+    report.in_use = abandoned.in_use;
+    for (file, _lock) in abandoned.files {
         // A torn record (a crash while writing it) names no group to stop.
         let group = std::fs::read_to_string(&file)
             .ok()
