@@ -17,7 +17,6 @@ use super::config::LarkConfig;
 use super::crypto::{self, SignatureError};
 use super::{ChannelMessage, Channels, Thread, header, now_secs, raw_body};
 use crate::api::ApiError;
-use crate::store::ChannelIntake;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -190,12 +189,7 @@ pub(super) async fn receive(
         Ok(m) => m,
         Err(why) => return Ok(Json(json!({ "ok": true, "ignored": why }))),
     };
-    Ok(Json(match ch.take_in(msg).await? {
-        ChannelIntake::Duplicate => json!({ "ok": true, "duplicate": true }),
-        ChannelIntake::Queued {
-            session_id, task, ..
-        } => json!({ "ok": true, "session": session_id, "task": task.id }),
-    }))
+    ch.take_in_reply(msg).await
 }
 
 #[cfg(test)]

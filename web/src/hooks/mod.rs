@@ -124,6 +124,20 @@ impl Channels {
         &self.config
     }
 
+    /// [`Channels::take_in`], answered the way both platforms expect: `duplicate` for
+    /// a retried delivery, else the session and task it became.
+    pub async fn take_in_reply(
+        &self,
+        msg: ChannelMessage,
+    ) -> Result<axum::Json<serde_json::Value>, ApiError> {
+        Ok(axum::Json(match self.take_in(msg).await? {
+            ChannelIntake::Duplicate => serde_json::json!({ "ok": true, "duplicate": true }),
+            ChannelIntake::Queued {
+                session_id, task, ..
+            } => serde_json::json!({ "ok": true, "session": session_id, "task": task.id }),
+        }))
+    }
+
     /// Stores a message as a task of its conversation's session (origin `channel`),
     /// creating the session on the first message, and wakes the scheduler. A retried
     /// delivery stores nothing.

@@ -10,7 +10,6 @@
 use super::crypto::{self, SignatureError};
 use super::{ChannelMessage, Channels, Thread, header, now_secs, raw_body};
 use crate::api::ApiError;
-use crate::store::ChannelIntake;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -134,12 +133,7 @@ pub(super) async fn receive(
                 Ok(m) => m,
                 Err(why) => return Ok(ignored(why)),
             };
-            Ok(Json(match ch.take_in(msg).await? {
-                ChannelIntake::Duplicate => json!({ "ok": true, "duplicate": true }),
-                ChannelIntake::Queued {
-                    session_id, task, ..
-                } => json!({ "ok": true, "session": session_id, "task": task.id }),
-            }))
+            ch.take_in_reply(msg).await
         }
     }
 }
