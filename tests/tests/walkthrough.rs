@@ -115,6 +115,25 @@ fn walk_through() {
     assert!(err.contains("berth serve"), "{err}");
 
     b.serve();
+    // A second server on the same home refuses, naming the running one.
+    let mut second = b
+        .cmd()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = eventually(20, || second.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = second.kill();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+    assert!(
+        err.contains("already running") && err.contains("hint: "),
+        "{err}"
+    );
     b.ok(&[
         "agent",
         "add",
