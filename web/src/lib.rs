@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod clock;
+pub mod daemon;
 pub mod executor;
 pub mod hooks;
 pub mod scheduler;

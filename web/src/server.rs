@@ -86,13 +86,15 @@ impl std::fmt::Debug for ServerOptions {
 }
 
 /// Holds `serve.lock` for the server's lifetime (the OS drops it if the process dies).
+/// `berth daemon` takes the same lock: one home runs a server or a daemon, never both.
 #[derive(Debug)]
-struct InstanceLock {
+pub struct InstanceLock {
     _file: File,
 }
 
 impl InstanceLock {
-    fn acquire(home: &Path) -> Result<InstanceLock, ServerError> {
+    /// Takes the lock of `home`, or says who holds it.
+    pub fn acquire(home: &Path) -> Result<InstanceLock, ServerError> {
         let path = home.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
