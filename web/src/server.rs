@@ -72,6 +72,9 @@ pub struct ServerOptions {
     /// The chat channels' secrets; `None`: [`ChannelConfig::from_env`] with no settings.
     /// `berth serve` passes `ChannelConfig::from_env(&user_settings.channels)`.
     pub channels: Option<ChannelConfig>,
+    /// Accept remote daemons on the web listener (`berth serve --allow-daemons`).
+    /// `berth-server` always accepts them.
+    pub daemons: Option<crate::daemon::DaemonConfig>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -81,6 +84,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("scheduler", &self.scheduler)
             .field("display", &self.display)
             .field("channels", &self.channels)
+            .field("daemons", &self.daemons)
             .finish()
     }
 }

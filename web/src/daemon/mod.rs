@@ -1,3 +1,48 @@
 //! Remote daemons: machines that run tasks for this server (`berth daemon`).
 
 pub mod wire;
+
+use std::time::Duration;
+
+/// The default heartbeat window: a daemon silent this long is offline.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15);
+/// The default longest claim held open.
+pub const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(20);
+
+/// How the server treats remote daemons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// No heartbeat (or claim) for this long: the machine is offline, its running tasks
+    /// end `interrupted` and its sessions' tasks wait. Heartbeats come every third of it.
+    pub window: Duration,
+    /// The longest a claim is held open before answering 204.
+    pub claim_wait: Duration,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            window: DEFAULT_WINDOW,
+            claim_wait: DEFAULT_CLAIM_WAIT,
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// The defaults, overridden by `BERTH_DAEMON_WINDOW_MS` and
+    /// `BERTH_DAEMON_CLAIM_WAIT_MS` (milliseconds; tests shorten them).
+    pub fn from_env() -> DaemonConfig {
+        let ms = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|v| *v > 0)
+                .map(Duration::from_millis)
+        };
+        let d = DaemonConfig::default();
+        DaemonConfig {
+            window: ms("BERTH_DAEMON_WINDOW_MS").unwrap_or(d.window),
+            claim_wait: ms("BERTH_DAEMON_CLAIM_WAIT_MS").unwrap_or(d.claim_wait),
+        }
+    }
+}
