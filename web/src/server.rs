@@ -206,7 +206,17 @@ impl Server {
         };
         let recovery = store.recover().await?;
         let display = opts.display.unwrap_or_else(native_context);
+        let local = opts.executor.as_ref().map(|e| e.machine().0);
         let scheduler = Scheduler::start(store.clone(), opts.executor, opts.scheduler);
+        let daemons = crate::daemon::Daemons::start(
+            store.clone(),
+            opts.daemons.unwrap_or_default(),
+            opts.daemons.is_some(),
+        )
+        .await?;
+        // No daemon is online before it registers: bindings on other machines show it.
+        store.mark_remote_offline(local).await?;
+        scheduler.attach_daemons(daemons.clone());
         let channels = opts
             .channels
             .unwrap_or_else(|| ChannelConfig::from_env(&Default::default()));
@@ -228,6 +238,7 @@ impl Server {
                 display: Arc::new(display),
                 closing: closed,
                 channels,
+                daemons,
             },
             recovery,
             executor_notes,

@@ -5,12 +5,13 @@ use super::Ctx;
 use super::body::JsonBody;
 use super::error::{ApiError, refusal_status};
 use super::views::{SessionDoc, session_doc};
+use crate::daemon::Via;
 use crate::executor::ValidatedDir;
 use crate::store::{ProjectDirRow, ProjectRow, StoredBinding};
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use berth_core::api::{CheckReport, ErrorDetail, LinkRequest};
 use berth_core::binding::{BindMode, BindingState};
 use berth_core::{ErrorCode, Refusal};
@@ -55,12 +56,39 @@ async fn validate(ctx: &Ctx, dir: String) -> Result<Result<ValidatedDir, Refusal
         .map_err(|e| ApiError::Internal(format!("validation failed: {e}")))
 }
 
-/// A validated binding on the executor's machine, ready to store.
+/// A validated binding, ready to store: on the machine of the daemon that forwarded
+/// the request (validated there, natively), else on this server's executor.
 pub(crate) async fn validated(
     ctx: &Ctx,
+    via: Option<&Via>,
     dir: String,
     mode: BindMode,
 ) -> Result<StoredBinding, ApiError> {
+    if let Some(via) = via {
+        let v = via
+            .validated
+            .as_ref()
+            .filter(|v| v.dir == dir)
+            .ok_or_else(|| ApiError::BadRequest {
+                message: format!(
+                    "{dir} was not validated on machine {}: bind directories with the berth CLI \
+                     on that machine, which validates them there",
+                    via.name
+                ),
+            })?;
+        return Ok(StoredBinding {
+            dir: v.canonical.clone(),
+            display: v.display.clone(),
+            identity: Some(crate::executor::DirIdentity {
+                dev: v.dev,
+                ino: v.ino,
+            }),
+            machine: via.machine.clone(),
+            machine_name: via.name.clone(),
+            mode,
+            state: BindingState::Ok,
+        });
+    }
     let v = validate(ctx, dir).await??;
     let (machine, machine_name) = ctx
         .app
@@ -81,8 +109,17 @@ pub(crate) async fn validated(
 
 pub(crate) async fn check(
     State(ctx): State<Ctx>,
+    via: Option<Extension<Via>>,
     JsonBody(req): JsonBody<CheckRequest>,
 ) -> Result<Response, ApiError> {
+    if let Some(Extension(via)) = via {
+        return Err(ApiError::BadRequest {
+            message: format!(
+                "{} is checked on machine {}, by its daemon, not by the server",
+                req.dir, via.name
+            ),
+        });
+    }
     Ok(match validate(&ctx, req.dir).await? {
         Ok(v) => Json(CheckReply {
             report: CheckReport::accepted(v.canonical.as_str().to_owned(), v.display),
@@ -102,6 +139,7 @@ pub(crate) async fn check(
 
 pub(crate) async fn link(
     State(ctx): State<Ctx>,
+    via: Option<Extension<Via>>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<LinkRequest>,
 ) -> Result<Json<SessionDoc>, ApiError> {
@@ -118,7 +156,8 @@ pub(crate) async fn link(
         )
         .into());
     }
-    let binding = validated(&ctx, req.dir, req.mode.unwrap_or_default()).await?;
+    let via = via.map(|Extension(v)| v);
+    let binding = validated(&ctx, via.as_ref(), req.dir, req.mode.unwrap_or_default()).await?;
     let unchanged = session.binding.as_ref().is_some_and(|b| {
         b.dir == binding.dir && b.mode == binding.mode && b.machine == binding.machine
     });
@@ -150,10 +189,12 @@ pub(crate) async fn unlink(
 
 pub(crate) async fn set_project_dir(
     State(ctx): State<Ctx>,
+    via: Option<Extension<Via>>,
     Path(name): Path<String>,
     JsonBody(req): JsonBody<ProjectDirRequest>,
 ) -> Result<(StatusCode, Json<ProjectRow>), ApiError> {
-    let b = validated(&ctx, req.dir, req.mode.unwrap_or_default()).await?;
+    let via = via.map(|Extension(v)| v);
+    let b = validated(&ctx, via.as_ref(), req.dir, req.mode.unwrap_or_default()).await?;
     let row = ctx
         .app
         .store

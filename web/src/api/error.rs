@@ -37,6 +37,16 @@ pub enum ApiError {
         platform: &'static str,
         reason: String,
     },
+    #[error("{0}")]
+    DaemonAuth(#[from] crate::daemon::AuthError),
+    #[error("{0}")]
+    TaskGone(#[from] crate::daemon::Gone),
+    #[error("the server holds {received} events of the task; send the rest before finishing it")]
+    EventsMissing { received: u64 },
+    #[error("a daemon token named {name:?} exists")]
+    TokenExists { name: String },
+    #[error("no daemon token is named {name:?}")]
+    UnknownToken { name: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -127,6 +137,36 @@ impl ApiError {
                 "the request must be signed by the platform with the configured secret, \
                  within 300 s"
                     .into(),
+            ),
+            ApiError::DaemonAuth(_) => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "create a token on the server with `berth daemon token create NAME` and start \
+                 `berth daemon --server URL --token TOKEN` with it; a token serves one machine"
+                    .into(),
+            ),
+            ApiError::TaskGone(_) => (
+                StatusCode::CONFLICT,
+                crate::daemon::wire::TASK_GONE,
+                "stop the agent; the server recorded how the task ended".into(),
+            ),
+            ApiError::EventsMissing { .. } => (
+                StatusCode::CONFLICT,
+                crate::daemon::wire::EVENTS_MISSING,
+                "send the task's events from the number the server holds, then finish again"
+                    .into(),
+            ),
+            ApiError::TokenExists { .. } => (
+                StatusCode::CONFLICT,
+                "token_exists",
+                "choose another name, or revoke the old token first with \
+                 `berth daemon token revoke NAME`"
+                    .into(),
+            ),
+            ApiError::UnknownToken { .. } => (
+                StatusCode::NOT_FOUND,
+                "unknown_token",
+                "`berth daemon token list` shows the tokens".into(),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -100,7 +100,22 @@ pub(crate) async fn health() -> Json<Health> {
     })
 }
 
-pub(crate) async fn capabilities(State(ctx): State<Ctx>) -> Json<Capabilities> {
+pub(crate) async fn capabilities(
+    State(ctx): State<Ctx>,
+    via: Option<axum::Extension<crate::daemon::Via>>,
+) -> Json<Capabilities> {
+    if let Some(axum::Extension(via)) = via {
+        // Through a daemon: that machine is the claimer; its home stays its own.
+        return Json(Capabilities {
+            local_binding: berth_core::LOCAL_BINDING,
+            surface: ctx.surface.as_str().to_owned(),
+            home: None,
+            machine: Some(MachineInfo {
+                id: via.machine.as_str().to_owned(),
+                name: via.name,
+            }),
+        });
+    }
     let local = ctx.surface != Surface::Cloud;
     Json(Capabilities {
         local_binding: berth_core::LOCAL_BINDING && ctx.surface == Surface::Control,
@@ -139,12 +154,14 @@ pub(crate) async fn get_session(
 
 pub(crate) async fn create_session(
     State(ctx): State<Ctx>,
+    via: Option<axum::Extension<crate::daemon::Via>>,
     JsonBody(req): JsonBody<NewSession>,
 ) -> Result<(StatusCode, Json<SessionDoc>), ApiError> {
     #[cfg(feature = "local-binding")]
     let binding = match req.dir {
         Some(dir) => {
-            Some(super::binding::validated(&ctx, dir, req.mode.unwrap_or_default()).await?)
+            let via = via.as_ref().map(|axum::Extension(v)| v);
+            Some(super::binding::validated(&ctx, via, dir, req.mode.unwrap_or_default()).await?)
         }
         None if req.mode.is_some() => {
             return Err(ApiError::BadRequest {
@@ -154,7 +171,10 @@ pub(crate) async fn create_session(
         None => None,
     };
     #[cfg(not(feature = "local-binding"))]
-    let binding = None;
+    let binding = {
+        let _ = via;
+        None
+    };
     let row = ctx
         .app
         .store

@@ -85,6 +85,8 @@ pub struct AppState {
     pub closing: tokio::sync::watch::Receiver<bool>,
     /// The chat webhooks' state.
     pub channels: Arc<crate::hooks::Channels>,
+    /// Remote daemons: tokens, and the machines online.
+    pub daemons: crate::daemon::Daemons,
 }
 
 /// A router's state: the shared state and the surface it serves.
@@ -116,7 +118,15 @@ fn all_routes() -> Router<Ctx> {
         )
         .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
         .route("/api/v1/agents", post(handlers::add_agent))
-        .route("/api/v1/projects", post(handlers::add_project));
+        .route("/api/v1/projects", post(handlers::add_project))
+        .route(
+            crate::daemon::wire::TOKENS,
+            post(crate::daemon::create_token).get(crate::daemon::list_tokens),
+        )
+        .route(
+            &format!("{}/{{name}}", crate::daemon::wire::TOKENS),
+            axum::routing::delete(crate::daemon::revoke_token),
+        );
     #[cfg(feature = "local-binding")]
     let r = r
         .route(
@@ -143,6 +153,16 @@ pub fn control_router(app: AppState) -> Router {
     finish(all_routes(), app, Surface::Control)
 }
 
+/// The daemon routes ([`crate::daemon::wire`]), when the server accepts daemons:
+/// authenticated by daemon tokens, outside the listener's guard.
+fn daemon_routes(app: &AppState) -> Router {
+    if app.daemons.accepts() {
+        crate::daemon::daemon_router(app.clone(), control_router(app.clone()))
+    } else {
+        Router::new()
+    }
+}
+
 /// The read routes and the browser UI ([`crate::ui`]), for the web listener: `Host`
 /// must be one of `allowed_hosts` (`host:port` as the browser sends it, see
 /// [`loopback_hosts`]), and the token must come as `?token=` (answered with an
@@ -154,10 +174,12 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> R
         writes: false,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
+    let daemons = daemon_routes(&app);
     finish(read_routes(), app, Surface::Web)
         .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)
+        .merge(daemons)
 }
 
 /// Every route, for `berth-server`: writes need `Authorization: Bearer <token>`;
@@ -169,7 +191,9 @@ pub fn cloud_router(app: AppState, token: String) -> Router {
         writes: true,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
+    let daemons = daemon_routes(&app);
     finish(all_routes(), app, Surface::Cloud)
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)
+        .merge(daemons)
 }

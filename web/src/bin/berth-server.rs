@@ -71,7 +71,16 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let server = Server::open(&args.home, ServerOptions::default()).await?;
+    // A team's server: daemons on the members' machines run its tasks (never in
+    // place: this build has no binding). Tokens: `POST /api/v1/daemon/tokens`.
+    let server = Server::open(
+        &args.home,
+        ServerOptions {
+            daemons: Some(berth_web::daemon::DaemonConfig::from_env()),
+            ..ServerOptions::default()
+        },
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

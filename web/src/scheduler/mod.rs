@@ -8,9 +8,11 @@
 //! ([`placement::decide`]); the executor reports progress, which the worker stores and
 //! publishes, then the outcome, which it records on the task and the session.
 //!
-//! Remote daemons (a later issue) slot in as more claimers: a task that resolves to
-//! `Wait` stays `waiting_daemon` and its session is re-notified when a machine comes
-//! online.
+//! Remote daemons ([`crate::daemon`]) are more claimers: a session bound on a daemon's
+//! machine runs there only, through that daemon; a task that resolves to `Wait` (its
+//! machine is offline) stays `waiting_daemon` with the machine's name, and every
+//! session waiting is scheduled again when a machine comes online. Unbound work runs
+//! on the embedded executor, or, on a server without one, on the least busy daemon.
 
 pub mod placement;
 
@@ -22,7 +24,7 @@ use berth_core::resolve::Origin;
 use placement::{Claim, Decision};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 /// How many sessions may run a task at the same time, by default.
@@ -77,6 +79,7 @@ struct Inner {
     stopping: AtomicBool,
     workers: watch::Sender<usize>,
     observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
+    daemons: OnceLock<crate::daemon::Daemons>,
 }
 
 impl Inner {
@@ -143,6 +146,7 @@ impl Scheduler {
             stopping: AtomicBool::new(false),
             workers: watch::channel(0).0,
             observers: Mutex::new(Vec::new()),
+            daemons: OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -170,6 +174,30 @@ impl Scheduler {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(observer);
+    }
+
+    /// Attaches the registry of remote daemons (once): their machines become
+    /// claimers, and whenever one comes online every session waiting for a machine is
+    /// scheduled again.
+    pub fn attach_daemons(&self, daemons: crate::daemon::Daemons) {
+        let mut online = daemons.subscribe();
+        if self.inner.daemons.set(daemons).is_err() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while online.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { break };
+                match inner.store.waiting_sessions().await {
+                    Ok(sessions) => {
+                        for s in sessions {
+                            let _ = inner.notify.send(s);
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "could not list waiting sessions"),
+                }
+            }
+        });
     }
 
     /// The attached executor, if any.
@@ -266,7 +294,17 @@ async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
         };
         match run_one(inner, task, prompt, origin).await? {
             Next::Continue => {}
-            Next::Blocked => return Ok(()),
+            Next::Blocked => {
+                // A machine may have come online while this worker decided to wait.
+                let mut sessions = inner
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match sessions.get_mut(session) {
+                    Some(more) if *more => *more = false,
+                    Some(_) | None => return Ok(()),
+                }
+            }
         }
     }
 }
@@ -279,22 +317,35 @@ async fn run_one(
 ) -> Result<Next, StoreError> {
     let store = &inner.store;
     let (session, agent, dirs) = store.run_context(task.session_id.clone()).await?;
-    let online: Vec<MachineId> = inner.machine.iter().cloned().collect();
+    let daemons = inner.daemons.get();
+    let mut online: Vec<MachineId> = inner.machine.iter().cloned().collect();
+    online.extend(daemons.map(|d| d.online()).unwrap_or_default());
+    // The claimer: the bound machine while it is online (nobody else may run the
+    // session), else this server's own executor, else the least busy daemon.
+    let bound = session.binding.as_ref().map(|b| &b.machine);
+    let claimer = match bound {
+        Some(m) if online.contains(m) => Some(m.clone()),
+        _ => inner
+            .machine
+            .clone()
+            .or_else(|| daemons.and_then(|d| d.pick())),
+    };
     let claim = Claim {
         origin,
-        claimer: inner.machine.as_ref(),
+        claimer: claimer.as_ref(),
         online: &online,
     };
     let placement = match placement::decide(&session, &dirs, claim) {
         Decision::Run(p) => p,
         Decision::Wait(reason) => {
-            if task.status != TaskStatus::WaitingDaemon
-                || task.wait_reason.as_ref() != Some(&reason)
-            {
-                store
-                    .set_status(task.id, TaskStatus::WaitingDaemon, Some(reason))
-                    .await?;
-            }
+            let reason = match &session.binding {
+                Some(b) => format!(
+                    "waiting for machine {}: the session is bound there and it is offline",
+                    b.machine_name
+                ),
+                None => reason,
+            };
+            wait(store, &task, reason).await?;
             return Ok(Next::Blocked);
         }
         Decision::Refuse { code, message } => {
@@ -313,13 +364,18 @@ async fn run_one(
             return Ok(Next::Continue);
         }
     };
-    let Some(executor) = inner.executor.clone() else {
-        let reason = "no machine is attached to run tasks; the task waits for one".to_owned();
-        if task.wait_reason.as_ref() != Some(&reason) {
-            store
-                .set_status(task.id, TaskStatus::WaitingDaemon, Some(reason))
-                .await?;
-        }
+    let executor = match (&claimer, &inner.machine) {
+        (Some(c), Some(local)) if c == local => inner.executor.clone(),
+        (Some(c), _) => daemons.map(|d| d.executor(c)),
+        (None, _) => None,
+    };
+    let Some(executor) = executor else {
+        let reason = if daemons.is_some_and(|d| d.accepts()) {
+            "no machine is online to run it; the task waits for a daemon"
+        } else {
+            "no machine is attached to run tasks; the task waits for one"
+        };
+        wait(store, &task, reason.to_owned()).await?;
         return Ok(Next::Blocked);
     };
     let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -351,6 +407,14 @@ async fn run_one(
     };
     let outcome = execute(store, &executor, &task, spec, cancel_rx).await;
     inner.running.lock().await.remove(&task.id);
+    if outcome.status == TaskStatus::WaitingDaemon {
+        // Its machine went offline before starting it: back in line, in order.
+        let reason = outcome
+            .error
+            .unwrap_or_else(|| "the task waits for its machine".to_owned());
+        store.requeue(task.id, reason).await?;
+        return Ok(Next::Blocked);
+    }
     let mut status = outcome.status;
     if interrupted.load(Ordering::SeqCst) && status == TaskStatus::Cancelled {
         status = TaskStatus::Interrupted;
@@ -376,6 +440,16 @@ async fn run_one(
     let done = store.finish(task.id, fin).await?;
     inner.finished(&done);
     Ok(Next::Continue)
+}
+
+/// Shows the task waiting for a machine, with why (once per reason).
+async fn wait(store: &Store, task: &TaskRow, reason: String) -> Result<(), StoreError> {
+    if task.status != TaskStatus::WaitingDaemon || task.wait_reason.as_ref() != Some(&reason) {
+        store
+            .set_status(task.id.clone(), TaskStatus::WaitingDaemon, Some(reason))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Runs the executor, storing what it reports as it happens.

@@ -16,6 +16,7 @@
 
 mod agents;
 mod channels;
+mod daemons;
 mod rows;
 mod schema;
 mod sessions;
@@ -23,6 +24,7 @@ mod tasks;
 
 pub use agents::{ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
+pub use daemons::{TokenChange, TokenRow};
 pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
 pub use tasks::{Finish, Recovery, RunRecord};

@@ -123,9 +123,21 @@ ALTER TABLE sessions ADD COLUMN binding_dev INTEGER;
 ALTER TABLE sessions ADD COLUMN binding_ino INTEGER;
 "#;
 
+/// Remote daemons' tokens, stored as SHA-256 of the token: the token itself is shown
+/// once, at creation. A token is bound to the first machine that registers with it.
+const V4: &str = r#"
+CREATE TABLE daemon_tokens (
+    name        TEXT PRIMARY KEY,
+    hash        TEXT NOT NULL UNIQUE,   -- hex SHA-256 of the token
+    machine     TEXT,                   -- bound at the first register
+    created_at  TEXT NOT NULL,
+    revoked_at  TEXT
+);
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4)])
 }
 
 #[cfg(test)]

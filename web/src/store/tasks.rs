@@ -77,7 +77,11 @@ fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<
     Ok(())
 }
 
-fn status_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<(), StoreError> {
+pub(crate) fn status_event(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    task: &TaskRow,
+) -> Result<(), StoreError> {
     append_event(
         conn,
         outbox,

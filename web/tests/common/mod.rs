@@ -199,6 +199,7 @@ impl TestServer {
             scheduler: berth_web::scheduler::SchedulerConfig { max_parallel },
             display: Some(home_context(home.path())),
             channels: Some(Default::default()),
+            daemons: None,
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();

@@ -1,0 +1,287 @@
+//! The daemon routes on the server's listener (see [`super::wire`] for the protocol),
+//! and the token routes of the control API.
+
+use super::Via;
+use super::registry::{AuthError, Caller, Finished};
+use super::wire::{
+    self, ClaimRequest, CreatedToken, EventBatch, FinishReply, FinishRequest, Heartbeat, NewToken,
+    Register, TokenInfo, Validated,
+};
+use crate::api::{ApiError, AppState, JsonBody};
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post};
+use berth_core::api::TaskStatus;
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// What the daemon routes share.
+#[derive(Clone)]
+struct DaemonCtx {
+    app: AppState,
+    /// The whole control API, for the daemon's forwarded control socket.
+    control: Router,
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn machine(headers: &HeaderMap) -> Option<&str> {
+    headers.get(wire::MACHINE_HEADER)?.to_str().ok()
+}
+
+fn caller(ctx: &DaemonCtx, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    Ok(ctx.app.daemons.caller(bearer(headers), machine(headers))?)
+}
+
+/// The routes a daemon calls, authenticated by its token (not by the listener's
+/// guard). `control` is the control API the daemon's own socket forwards to.
+pub fn daemon_router(app: AppState, control: Router) -> Router {
+    let p = wire::PREFIX;
+    Router::new()
+        .route(&format!("{p}/register"), post(register))
+        .route(&format!("{p}/heartbeat"), post(heartbeat))
+        .route(&format!("{p}/claim"), post(claim))
+        .route(&format!("{p}/tasks/{{id}}/events"), post(events))
+        .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
+        .route(&format!("{p}/api/{{*rest}}"), any(forward))
+        .layer(axum::extract::DefaultBodyLimit::max(crate::api::BODY_LIMIT))
+        .with_state(DaemonCtx { app, control })
+}
+
+async fn register(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<Register>,
+) -> Result<Json<wire::Registered>, ApiError> {
+    if machine(&headers) != Some(req.machine_id.as_str()) {
+        return Err(AuthError::Missing.into());
+    }
+    let name = req.name.trim().to_owned();
+    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+        return Err(ApiError::BadRequest {
+            message: format!("the machine name {name:?} must be 1 to 64 printable characters"),
+        });
+    }
+    let out = ctx
+        .app
+        .daemons
+        .register(bearer(&headers), machine(&headers), name, req.instance)
+        .await??;
+    Ok(Json(out))
+}
+
+async fn heartbeat(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<Heartbeat>,
+) -> Result<Json<wire::HeartbeatReply>, ApiError> {
+    let caller = caller(&ctx, &headers)?;
+    let out = ctx
+        .app
+        .daemons
+        .heartbeat(&caller, &req.instance, &req.running)
+        .await??;
+    Ok(Json(out))
+}
+
+/// The long poll: answers the moment a task waits for this machine, or 204 after the
+/// wait.
+async fn claim(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ClaimRequest>,
+) -> Result<Response, ApiError> {
+    let caller = caller(&ctx, &headers)?;
+    let daemons = &ctx.app.daemons;
+    let cap = daemons.config().claim_wait;
+    let wait = req
+        .wait_ms
+        .map_or(cap, |ms| Duration::from_millis(ms).min(cap));
+    let deadline = Instant::now() + wait;
+    let mut closing = ctx.app.closing.clone();
+    loop {
+        let wake = daemons.claim_wake(&caller, &req.instance)?;
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(task) = daemons.take(&caller, &req.instance) {
+            return Ok(Json(task).into_response());
+        }
+        tokio::select! {
+            () = &mut notified => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(StatusCode::NO_CONTENT.into_response()),
+            _ = closing.wait_for(|c| *c) => return Ok(StatusCode::NO_CONTENT.into_response()),
+        }
+    }
+}
+
+async fn events(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(batch): JsonBody<EventBatch>,
+) -> Result<Json<wire::EventsReply>, ApiError> {
+    let caller = caller(&ctx, &headers)?;
+    Ok(Json(ctx.app.daemons.events(&caller, &id, batch)?))
+}
+
+async fn finish(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<FinishRequest>,
+) -> Result<Json<FinishReply>, ApiError> {
+    let caller = caller(&ctx, &headers)?;
+    if !req.outcome.status.is_final() && req.outcome.status != TaskStatus::WaitingDaemon {
+        return Err(ApiError::BadRequest {
+            message: format!(
+                "a task cannot finish as {}; give a final status",
+                req.outcome.status.as_str()
+            ),
+        });
+    }
+    match ctx.app.daemons.finish(&caller, &id, req)? {
+        Finished::Done(status) => Ok(Json(FinishReply { status })),
+        Finished::Missing { received } => Err(ApiError::EventsMissing { received }),
+    }
+}
+
+/// The daemon's control socket, forwarded: the request goes through the whole
+/// control API as if it came in on this server's own socket, marked with the machine
+/// it came from (and the directory the daemon validated, if any).
+async fn forward(
+    State(ctx): State<DaemonCtx>,
+    Path(rest): Path<String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let caller = caller(&ctx, req.headers())?;
+    if rest == "daemon" || rest.starts_with("daemon/") {
+        return Err(ApiError::NoRoute {
+            path: format!("/api/v1/{rest}"),
+        });
+    }
+    let validated = match req.headers().get(wire::VALIDATED_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| serde_json::from_str::<Validated>(s).ok())
+                .ok_or_else(|| ApiError::BadRequest {
+                    message: format!("the {} header is not valid", wire::VALIDATED_HEADER),
+                })?,
+        ),
+    };
+    let (mut parts, body) = req.into_parts();
+    let uri = match parts.uri.query() {
+        Some(q) => format!("/api/v1/{rest}?{q}"),
+        None => format!("/api/v1/{rest}"),
+    };
+    parts.uri = uri
+        .parse()
+        .map_err(|_| ApiError::NoRoute { path: uri.clone() })?;
+    parts.headers.remove(header::AUTHORIZATION);
+    parts.extensions.insert(Via {
+        machine: caller.machine,
+        name: caller.name,
+        validated,
+    });
+    let resp = ctx
+        .control
+        .oneshot(Request::from_parts(parts, Body::new(body)))
+        .await;
+    match resp {
+        Ok(r) => Ok(r),
+        Err(never) => match never {},
+    }
+}
+
+// ---- the token routes (control API) ----
+
+fn valid_token_name(name: &str) -> Result<(), ApiError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest {
+            message: format!(
+                "the token name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+            ),
+        })
+    }
+}
+
+fn not_through_daemon(via: Option<&axum::Extension<Via>>) -> Result<(), ApiError> {
+    match via {
+        Some(_) => Err(ApiError::NoRoute {
+            path: wire::TOKENS.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn create_token(
+    State(ctx): State<crate::api::Ctx>,
+    via: Option<axum::Extension<Via>>,
+    JsonBody(req): JsonBody<NewToken>,
+) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
+    not_through_daemon(via.as_ref())?;
+    valid_token_name(&req.name)?;
+    use crate::store::TokenChange;
+    match ctx.app.daemons.create_token(req.name.clone()).await? {
+        TokenChange::Done((row, token)) => Ok((
+            StatusCode::CREATED,
+            Json(CreatedToken {
+                name: row.name,
+                token,
+                created_at: row.created_at,
+            }),
+        )),
+        TokenChange::Exists | TokenChange::OtherMachine(_) => {
+            Err(ApiError::TokenExists { name: req.name })
+        }
+        TokenChange::Unknown => Err(ApiError::Internal("the new token was not stored".into())),
+    }
+}
+
+pub(crate) async fn list_tokens(
+    State(ctx): State<crate::api::Ctx>,
+    via: Option<axum::Extension<Via>>,
+) -> Result<Json<Vec<TokenInfo>>, ApiError> {
+    not_through_daemon(via.as_ref())?;
+    Ok(Json(ctx.app.daemons.token_infos().await?))
+}
+
+pub(crate) async fn revoke_token(
+    State(ctx): State<crate::api::Ctx>,
+    via: Option<axum::Extension<Via>>,
+    Path(name): Path<String>,
+) -> Result<Json<TokenInfo>, ApiError> {
+    not_through_daemon(via.as_ref())?;
+    use crate::store::TokenChange;
+    match ctx.app.daemons.revoke_token(name.clone()).await? {
+        TokenChange::Done(_) => ctx
+            .app
+            .daemons
+            .token_infos()
+            .await?
+            .into_iter()
+            .find(|t| t.name == name)
+            .map(Json)
+            .ok_or(ApiError::UnknownToken { name }),
+        TokenChange::Unknown | TokenChange::Exists | TokenChange::OtherMachine(_) => {
+            Err(ApiError::UnknownToken { name })
+        }
+    }
+}
