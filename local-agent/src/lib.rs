@@ -5,11 +5,13 @@
 //! CLI uses [`check::check`] for `berth check` and [`NativeExecutor::replay_leftovers`]
 //! at startup. Everything here that touches a user's directory goes through a
 //! [`pin::PinnedDir`], which only [`validate::validate`] hands out for user paths.
+//! [`daemon`] runs the same executor for a remote server (`berth daemon`).
 
 pub mod adapter;
 pub mod brief;
 pub mod check;
 pub mod config;
+pub mod daemon;
 pub mod executor;
 pub mod groups;
 pub mod journal;

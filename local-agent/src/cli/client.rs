@@ -28,6 +28,24 @@ impl Client {
         }
     }
 
+    /// The id of the machine this home runs on, as bindings name it: `local` for
+    /// `berth serve`'s executor (it writes `serve.json`), else a daemon's machine id
+    /// (its `machine-id` file).
+    pub fn machine(&self) -> String {
+        const LOCAL: &str = "local";
+        if self.home.join(berth_web::server::SERVE_JSON).exists() {
+            return LOCAL.to_owned();
+        }
+        std::fs::read_to_string(
+            self.home
+                .join(berth_local_agent::daemon::machine::MACHINE_ID_FILE),
+        )
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| LOCAL.to_owned())
+    }
+
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, CliError> {
         let stream = UnixStream::connect(&self.socket).await.map_err(|e| {
             use std::io::ErrorKind;

@@ -64,7 +64,7 @@ fn absolute(path: &Path) -> Result<String, CliError> {
     })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -76,7 +76,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
-fn print_json(v: &Value) {
+pub(super) fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
@@ -88,7 +88,7 @@ pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliErro
 
 async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
     match cmd {
-        Command::Serve(_) | Command::Check { .. } => Err(CliError::usage(
+        Command::Serve(_) | Command::Check { .. } | Command::Daemon(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",
         )),
@@ -237,7 +237,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 let suggestion = last_used_dir(c, &s).await;
                 render::unbound_notice(&s, suggestion.as_deref());
             } else {
-                render::header(&s);
+                render::header(&s, &c.machine());
             }
             Ok(0)
         }
@@ -257,7 +257,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 print_json(&s);
                 return Ok(0);
             }
-            render::header(&s);
+            render::header(&s, &c.machine());
             let tasks = c
                 .get(&format!(
                     "/api/v1/tasks?session={}",
@@ -315,7 +315,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                     "session {} is bound; it applies at the next message",
                     short(&s["id"])
                 );
-                render::header(&s);
+                render::header(&s, &c.machine());
             }
             Ok(0)
         }

@@ -3,6 +3,7 @@
 
 mod client;
 mod commands;
+mod daemon;
 mod error;
 mod render;
 mod serve;
@@ -54,6 +55,59 @@ pub enum Command {
     /// Projects and their directories.
     #[command(subcommand)]
     Project(ProjectCmd),
+    /// Run this machine as a remote executor of a Berth server, or manage the tokens
+    /// daemons use (`berth daemon token ...`, on the server's machine).
+    Daemon(DaemonArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct DaemonArgs {
+    #[command(subcommand)]
+    pub command: Option<DaemonCmd>,
+    /// The server's listener, http://HOST:PORT (`berth serve --allow-daemons`).
+    #[arg(long, value_name = "URL", required = true)]
+    pub server: Option<String>,
+    /// The daemon token from `berth daemon token create` (default: $BERTH_DAEMON_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// This machine's name on the server (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// How many tasks run at once.
+    #[arg(long, value_name = "N", default_value_t = berth_local_agent::daemon::DEFAULT_MAX_TASKS)]
+    pub max_tasks: usize,
+    /// Claim every MS milliseconds instead of long-polling (for benchmarks).
+    #[arg(long, value_name = "MS", hide = true)]
+    pub poll_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCmd {
+    /// Create, list and revoke daemon tokens (talks to this machine's `berth serve`).
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Create a token for one machine; it is shown once.
+    Create {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tokens, their machines and whether those are online.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token: its machine is refused from then on.
+    Revoke {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +252,7 @@ pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Check { path, json } => commands::check(cli.home, &path, json),
         Command::Serve(args) => serve::serve(cli.home, args),
+        Command::Daemon(args) => daemon::daemon(cli.home, args),
         other @ (Command::Agent(_)
         | Command::Session(_)
         | Command::Send { .. }
@@ -220,7 +275,16 @@ pub fn run(cli: Cli) -> u8 {
 impl Command {
     fn wants_json(&self) -> bool {
         match self {
-            Command::Serve(_) => false,
+            Command::Serve(_) | Command::Daemon(DaemonArgs { command: None, .. }) => false,
+            Command::Daemon(DaemonArgs {
+                command:
+                    Some(DaemonCmd::Token(
+                        TokenCmd::Create { json, .. }
+                        | TokenCmd::List { json }
+                        | TokenCmd::Revoke { json, .. },
+                    )),
+                ..
+            }) => *json,
             Command::Check { json, .. } | Command::Send { json, .. } => *json,
             Command::Agent(AgentCmd::Add { json, .. } | AgentCmd::List { json })
             | Command::Session(

@@ -37,10 +37,14 @@ pub fn check_report(r: &CheckReport) {
 }
 
 /// The binding's state as the server recorded it, corrected by a look at the
-/// directory now when it is on this machine (a directory deleted since shows
-/// `missing`, one replaced shows `changed`).
-fn live_state(binding: &Value) -> String {
+/// directory now when it is on this machine, `here` (a directory deleted since shows
+/// `missing`, one replaced shows `changed`). A binding on another machine (a daemon's)
+/// is shown as recorded: its path means nothing on this one.
+fn live_state(binding: &Value, here: &str) -> String {
     let recorded = s(&binding["state"]).to_owned();
+    if binding["daemon"].as_str() != Some(here) {
+        return recorded;
+    }
     let Some(dir) = binding["dir"].as_str() else {
         return recorded;
     };
@@ -54,7 +58,8 @@ fn live_state(binding: &Value) -> String {
 }
 
 /// The header of a session: directory (privacy-stripped), mode, machine, state.
-pub fn header(session: &Value) {
+/// `here` is this machine's id (see [`super::client::Client::machine`]).
+pub fn header(session: &Value, here: &str) {
     let b = &session["binding"];
     println!(
         "session   {}  {}",
@@ -64,7 +69,7 @@ pub fn header(session: &Value) {
     if b.is_null() {
         println!("directory (not bound: runs in its scratch directory)");
     } else {
-        let state = live_state(b);
+        let state = live_state(b, here);
         let advice = match state.as_str() {
             "ok" => String::new(),
             "missing" => format!(
@@ -305,4 +310,38 @@ impl Stream {
             eprintln!("{line}");
         }
     }
+}
+
+/// `berth daemon token list`: one row per token, never the token itself.
+pub fn daemon_tokens(tokens: &Value) {
+    let mut rows = vec![vec![
+        "NAME".into(),
+        "MACHINE".into(),
+        "STATE".into(),
+        "LAST SEEN".into(),
+        "REVOKED".into(),
+    ]];
+    for t in tokens.as_array().into_iter().flatten() {
+        let machine = match (t["machine_name"].as_str(), t["machine_id"].as_str()) {
+            (Some(name), Some(id)) => format!("{} ({})", inert(name), short(&Value::from(id))),
+            (Some(name), None) => inert(name),
+            (None, Some(id)) => short(&Value::from(id)),
+            (None, None) => "(not registered yet)".into(),
+        };
+        let state = if !t["revoked_at"].is_null() {
+            "revoked"
+        } else if t["online"].as_bool() == Some(true) {
+            "online"
+        } else {
+            "offline"
+        };
+        rows.push(vec![
+            inert(s(&t["name"])),
+            machine,
+            state.into(),
+            t["last_seen"].as_str().unwrap_or("-").into(),
+            t["revoked_at"].as_str().unwrap_or("-").into(),
+        ]);
+    }
+    table(rows);
 }

@@ -15,12 +15,6 @@ use std::sync::Arc;
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
-    if args.allow_daemons {
-        return Err(CliError::new(
-            "remote daemons are not supported by this build yet",
-            "run `berth serve` without --allow-daemons",
-        ));
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -67,6 +61,9 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         ServerOptions {
             executor: Some(Arc::new(executor)),
             channels: Some(channels),
+            daemons: args
+                .allow_daemons
+                .then(berth_web::daemon::DaemonConfig::from_env),
             ..ServerOptions::default()
         },
     )
@@ -125,6 +122,14 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     println!("  control socket  {}", socket_path.display());
     println!("  web UI          {url}/?token={token}");
     println!("  token           in {}", json_path.display());
+    if args.allow_daemons {
+        println!("  daemons         accepted on {url} (`berth daemon --server {url} --token ...`)");
+        if addr.ip().is_loopback() {
+            println!(
+                "                  only from this machine: other machines need a non-loopback --listen (e.g. --listen 0.0.0.0:4733)"
+            );
+        }
+    }
 
     let stop = server.shutdown_handle();
     tokio::spawn(async move {
@@ -165,7 +170,7 @@ fn server_error(e: berth_web::server::ServerError) -> CliError {
     CliError::new(e.to_string(), hint)
 }
 
-async fn wait_for_signal() {
+pub(super) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

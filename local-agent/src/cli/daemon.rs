@@ -1,0 +1,162 @@
+//! `berth daemon`: run this machine as a remote executor, and `berth daemon token`:
+//! the tokens daemons present, managed on the server's own control socket.
+
+use super::client::{Client, encode};
+use super::commands::{berth_home, print_json, runtime};
+use super::error::CliError;
+use super::render;
+use super::{DaemonArgs, DaemonCmd, TokenCmd};
+use berth_local_agent::ExecutorConfig;
+use berth_local_agent::daemon::url::{ServerUrl, UrlError};
+use berth_local_agent::daemon::{self, DaemonOptions};
+use hyper::Method;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The environment variable read when `--token` is not given.
+const TOKEN_ENV: &str = "BERTH_DAEMON_TOKEN";
+
+pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
+    if let Some(DaemonCmd::Token(cmd)) = args.command {
+        return token(home, cmd);
+    }
+    let Some(server) = args.server else {
+        return Err(CliError::usage(
+            "berth daemon needs --server URL",
+            "pass the server's listener, e.g. berth daemon --server http://10.0.0.5:4733 --token TOKEN",
+        ));
+    };
+    let server = ServerUrl::parse(&server).map_err(|e| match e {
+        UrlError::Tls { .. } => CliError::new(e.to_string(), e.hint()),
+        UrlError::Scheme { .. }
+        | UrlError::Extra { .. }
+        | UrlError::Host { .. }
+        | UrlError::Port { .. } => CliError::usage(e.to_string(), e.hint()),
+    })?;
+    let token = args
+        .token
+        .or_else(|| std::env::var(TOKEN_ENV).ok())
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            CliError::usage(
+                format!("berth daemon needs a daemon token: --token TOKEN or {TOKEN_ENV}"),
+                "create one on the server with `berth daemon token create NAME` and pass it with --token",
+            )
+        })?;
+    if token.chars().any(|c| !c.is_ascii_graphic()) {
+        return Err(CliError::usage(
+            "the daemon token has characters a token never has",
+            "copy the token exactly as `berth daemon token create` printed it",
+        ));
+    }
+    let poll = match args.poll_ms {
+        Some(0) => {
+            return Err(CliError::usage(
+                "--poll-ms must be at least 1",
+                "leave it out to long-poll",
+            ));
+        }
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => None,
+    };
+    if args.max_tasks == 0 {
+        return Err(CliError::usage(
+            "--max-tasks must be at least 1",
+            "leave it out for the default (8)",
+        ));
+    }
+    let name = args.name.map(|n| n.trim().to_owned());
+    if name.as_deref() == Some("") {
+        return Err(CliError::usage(
+            "--name is empty",
+            "leave it out to use the host name",
+        ));
+    }
+    let config = ExecutorConfig::from_env(home)
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    let opts = DaemonOptions {
+        server,
+        token,
+        name,
+        poll,
+        max_tasks: args.max_tasks,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot start the async runtime: {e}"),
+                "check the system's limits",
+            )
+        })?;
+    rt.block_on(daemon::run(config, opts, super::serve::wait_for_signal()))
+        .map_err(|e| CliError::new(e.to_string(), e.hint()))?;
+    Ok(0)
+}
+
+/// `berth daemon token ...` over this home's control socket.
+fn token(home: Option<PathBuf>, cmd: TokenCmd) -> Result<u8, CliError> {
+    let home = berth_home(home)?;
+    let client = Client::new(&home);
+    runtime()?.block_on(token_command(&client, &home, cmd))
+}
+
+async fn token_command(c: &Client, home: &Path, cmd: TokenCmd) -> Result<u8, CliError> {
+    const TOKENS: &str = berth_web::daemon::wire::TOKENS;
+    match cmd {
+        TokenCmd::Create { name, json } => {
+            let created = c.post(TOKENS, &json!({"name": name})).await?;
+            if json {
+                print_json(&created);
+                return Ok(0);
+            }
+            let token = created["token"].as_str().unwrap_or_default();
+            println!("{token}");
+            let url = server_url(home).unwrap_or_else(|| "http://SERVER:PORT".to_owned());
+            eprintln!(
+                "this token for {} is shown only once; on that machine run:",
+                created["name"].as_str().unwrap_or(&name)
+            );
+            eprintln!("  berth daemon --server {url} --token {token}");
+            eprintln!("(or put it in BERTH_DAEMON_TOKEN instead of --token)");
+            Ok(0)
+        }
+        TokenCmd::List { json } => {
+            let tokens = c.get(TOKENS).await?;
+            if json {
+                print_json(&tokens);
+            } else {
+                render::daemon_tokens(&tokens);
+            }
+            Ok(0)
+        }
+        TokenCmd::Revoke { name, json } => {
+            let info = c
+                .call(Method::DELETE, &format!("{TOKENS}/{}", encode(&name)), None)
+                .await?;
+            if json {
+                print_json(&info);
+            } else {
+                let machine = info["machine_name"]
+                    .as_str()
+                    .map(|m| format!(" (machine {})", render::inert(m)))
+                    .unwrap_or_default();
+                println!(
+                    "revoked the daemon token {name}{machine}; its daemon is refused from now on"
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The running server's listener URL, from `serve.json`.
+fn server_url(home: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(home.join(berth_web::server::SERVE_JSON)).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["url"].as_str().map(str::to_owned)
+}

@@ -1,0 +1,159 @@
+//! This machine's identity as a daemon: a uuid created once and kept in
+//! `$BERTH_HOME/machine-id`.
+//!
+//! A daemon token is bound to the first machine id that registers with it, so the id
+//! must survive restarts: it is written whole or not at all (temporary file, fsync,
+//! rename) and never rewritten once it exists.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The file name inside Berth's home.
+pub const MACHINE_ID_FILE: &str = "machine-id";
+
+/// Why the machine id could not be read or created.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineIdError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} does not hold a machine id (found {found:?})")]
+    Corrupt { path: PathBuf, found: String },
+}
+
+impl MachineIdError {
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            MachineIdError::Io { .. } => {
+                "check the permissions of Berth's home (--home / BERTH_HOME)"
+            }
+            MachineIdError::Corrupt { .. } => {
+                "restore the file, or remove it: this machine then registers as a new one and \
+                 needs a new token (`berth daemon token create NAME` on the server)"
+            }
+        }
+    }
+}
+
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> MachineIdError + 'a {
+    move |source| MachineIdError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Creates `home` (0700) if missing.
+pub fn ensure_home(home: &Path) -> Result<(), MachineIdError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .map_err(io_err("create", home))
+}
+
+/// The machine id kept in `home`, created (uuid v4, file mode 0600) on first use.
+pub fn load_or_create(home: &Path) -> Result<String, MachineIdError> {
+    ensure_home(home)?;
+    let path = home.join(MACHINE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => return parse(&path, &text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("read", &path)(e)),
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let tmp = home.join(format!("{MACHINE_ID_FILE}.{}.tmp", std::process::id()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    f.write_all(format!("{id}\n").as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(io_err("write", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io_err("rename into place", &path))?;
+    // The rename itself must survive a crash too.
+    File::open(home)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync", home))?;
+    Ok(id)
+}
+
+fn parse(path: &Path, text: &str) -> Result<String, MachineIdError> {
+    let id = text.trim();
+    match uuid::Uuid::parse_str(id) {
+        Ok(u) => Ok(u.hyphenated().to_string()),
+        Err(_) => Err(MachineIdError::Corrupt {
+            path: path.to_owned(),
+            found: id.chars().take(64).collect(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "berth-machine-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn created_once_private_and_reused() {
+        let home = temp("once").join("nested-home");
+        let first = load_or_create(&home).expect("create");
+        assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
+        assert_eq!(mode(&home), 0o700);
+        assert_eq!(mode(&home.join(MACHINE_ID_FILE)), 0o600);
+        let second = load_or_create(&home).expect("reuse");
+        assert_eq!(first, second);
+        let leftovers: Vec<_> = std::fs::read_dir(&home)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from(MACHINE_ID_FILE)]);
+        let _ = std::fs::remove_dir_all(home.parent().unwrap_or(&home));
+    }
+
+    #[test]
+    fn a_damaged_file_is_not_replaced() {
+        let home = temp("corrupt");
+        ensure_home(&home).expect("home");
+        let path = home.join(MACHINE_ID_FILE);
+        std::fs::write(&path, "not a uuid\n").expect("write");
+        assert!(matches!(
+            load_or_create(&home),
+            Err(MachineIdError::Corrupt { found, .. }) if found == "not a uuid"
+        ));
+        assert_eq!(
+            std::fs::read_to_string(&path).ok().as_deref(),
+            Some("not a uuid\n")
+        );
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}

@@ -1,0 +1,238 @@
+//! One claimed task on the daemon: run it on the executor, stream its events in order,
+//! then report its outcome.
+//!
+//! At most one request per task is in flight; a batch always starts at the first event
+//! the server has not acknowledged, so after any failure the same events simply go
+//! again. The outcome is sent only after every event is acknowledged, and retried until
+//! the server records it (or says it no longer expects the task).
+
+use super::backoff::{Backoff, TASK_BASE, TASK_CAP};
+use super::link::Daemon;
+use super::outbox::{BATCH_BYTES, Outbox};
+use super::remote::{CallError, Remote};
+use berth_web::daemon::wire::{
+    ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE, WireOutcome,
+};
+use berth_web::executor::{TaskOutcome, TaskSpec};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+
+type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What ended the task's streaming.
+enum Ended {
+    /// The executor returned this outcome; events may still be waiting.
+    Ran(TaskOutcome),
+    /// The server no longer expects the task: nothing more is sent.
+    Gone,
+}
+
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+/// Runs one claimed task to the end, holding its slot (`permit`) until the server has
+/// its outcome. A task whose directory does not parse on this machine is reported
+/// `refused` and never run.
+pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemaphorePermit) {
+    let id = claimed.task_id.clone();
+    println!(
+        "task {} claimed (session {}, agent {})",
+        short(&id),
+        short(&claimed.session_id),
+        claimed.agent.name
+    );
+    let (cancel, ran) = d.track(&id);
+    let mut outbox = Outbox::new();
+    let ended = match claimed.into_spec() {
+        Ok(spec) => stream(&d, &id, spec, &cancel, &mut outbox).await,
+        Err(refusal) => Ended::Ran(TaskOutcome::refused(&refusal)),
+    };
+    ran.send_replace(true);
+    match ended {
+        Ended::Ran(outcome) => {
+            let status = outcome.status;
+            if deliver(&d, &id, &mut outbox, outcome.into()).await {
+                println!("task {} {}", short(&id), status.as_str());
+            }
+        }
+        Ended::Gone => println!(
+            "task {} was dropped: the server no longer expects it",
+            short(&id)
+        ),
+    }
+    d.untrack(&id);
+    drop(permit);
+}
+
+fn send_batch(
+    remote: &Remote,
+    id: &str,
+    batch: EventBatch,
+) -> Pending<Result<EventsReply, CallError>> {
+    let remote = remote.clone();
+    let id = id.to_owned();
+    Box::pin(async move { remote.events(&id, &batch).await })
+}
+
+async fn maybe<T>(f: &mut Option<Pending<T>>) -> T {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the task and sends its events while it runs, until the executor returned and
+/// its event channel closed (events may remain to send), or the task is gone.
+async fn stream(
+    d: &Arc<Daemon>,
+    id: &str,
+    spec: TaskSpec,
+    cancel: &watch::Sender<bool>,
+    outbox: &mut Outbox,
+) -> Ended {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let exec = d.executor.clone();
+    let mut run = tokio::spawn({
+        let cancel = cancel.subscribe();
+        async move { exec.run_task(spec, tx, cancel).await }
+    });
+    let mut outcome: Option<TaskOutcome> = None;
+    let mut events_open = true;
+    let mut gone = false;
+    let mut inflight: Option<Pending<Result<EventsReply, CallError>>> = None;
+    let mut retry: Option<Pending<()>> = None;
+    let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
+    loop {
+        if !gone
+            && inflight.is_none()
+            && retry.is_none()
+            && let Some(batch) = outbox.batch(BATCH_BYTES)
+        {
+            inflight = Some(send_batch(&d.remote, id, batch));
+        }
+        if outcome.is_some() && !events_open {
+            break;
+        }
+        tokio::select! {
+            ev = rx.recv(), if events_open => match ev {
+                Some(ev) if !gone => {
+                    outbox.push(ev.into());
+                }
+                Some(_) => {}
+                None => events_open = false,
+            },
+            res = &mut run, if outcome.is_none() => {
+                outcome = Some(res.unwrap_or_else(|e| TaskOutcome {
+                    status: berth_core::api::TaskStatus::Failed,
+                    exit_code: None,
+                    error: Some(format!("the daemon's executor failed: {e}")),
+                    code: None,
+                    work_dir: None,
+                    resume_id: None,
+                    branch: None,
+                }));
+            }
+            res = maybe(&mut inflight), if inflight.is_some() => {
+                inflight = None;
+                match res {
+                    Ok(reply) => {
+                        wait.reset();
+                        d.link_ok();
+                        if reply.cancel {
+                            cancel.send_replace(true);
+                        }
+                        if let Err(lost) = outbox.ack(reply.received) {
+                            eprintln!("task {}: {lost}; stopping it", short(id));
+                            gone = true;
+                        }
+                    }
+                    Err(e) if e.code() == Some(TASK_GONE) => gone = true,
+                    Err(e) => {
+                        if e.is_unauthorized() {
+                            let d = d.clone();
+                            let seen = d.generation();
+                            tokio::spawn(async move { d.reregister(seen).await });
+                        } else {
+                            d.link_lost(&e);
+                        }
+                        let delay = wait.next_delay();
+                        retry = Some(Box::pin(tokio::time::sleep(delay)));
+                    }
+                }
+                if gone {
+                    cancel.send_replace(true);
+                    outbox.clear();
+                }
+            }
+            () = maybe(&mut retry), if retry.is_some() => retry = None,
+        }
+    }
+    match outcome {
+        Some(o) if !gone => Ended::Ran(o),
+        Some(_) | None => Ended::Gone,
+    }
+}
+
+/// Sends what is left of the events, then the outcome, retrying until the server
+/// records it. Returns whether it did (false: the task is gone).
+async fn deliver(d: &Arc<Daemon>, id: &str, outbox: &mut Outbox, outcome: WireOutcome) -> bool {
+    let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
+    loop {
+        let seen = d.generation();
+        let sent = match outbox.batch(BATCH_BYTES) {
+            Some(batch) => d.remote.events(id, &batch).await.map(Some),
+            None => {
+                let body = FinishRequest {
+                    events: outbox.total(),
+                    outcome: outcome.clone(),
+                };
+                d.remote.finish(id, &body).await.map(|_| None)
+            }
+        };
+        let err = match sent {
+            Ok(None) => {
+                d.link_ok();
+                return true;
+            }
+            Ok(Some(reply)) => {
+                wait.reset();
+                d.link_ok();
+                match outbox.ack(reply.received) {
+                    Ok(()) => continue,
+                    Err(lost) => {
+                        eprintln!("task {}: {lost}; its outcome cannot be recorded", short(id));
+                        return false;
+                    }
+                }
+            }
+            Err(e) => e,
+        };
+        match err.code() {
+            Some(TASK_GONE) => return false,
+            Some(EVENTS_MISSING) => {
+                // Ask how many the server holds: an empty batch answers its count.
+                let probe = EventBatch {
+                    first: outbox.acknowledged(),
+                    events: Vec::new(),
+                };
+                match d.remote.events(id, &probe).await {
+                    Ok(reply) => {
+                        if let Err(lost) = outbox.ack(reply.received) {
+                            eprintln!("task {}: {lost}; its outcome cannot be recorded", short(id));
+                            return false;
+                        }
+                        continue;
+                    }
+                    Err(e) if e.code() == Some(TASK_GONE) => return false,
+                    Err(e) => d.link_lost(&e),
+                }
+            }
+            _ if err.is_unauthorized() => d.reregister(seen).await,
+            Some(_) | None => d.link_lost(&err),
+        }
+        tokio::time::sleep(wait.next_delay()).await;
+    }
+}
