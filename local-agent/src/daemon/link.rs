@@ -114,6 +114,13 @@ impl Daemon {
         }
     }
 
+    /// Changes each time the daemon registers (again).
+    pub(super) fn registrations(&self) -> watch::Receiver<Option<Registered>> {
+        let mut rx = self.registered.subscribe();
+        rx.mark_unchanged();
+        rx
+    }
+
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
@@ -217,14 +224,15 @@ impl Daemon {
 
     /// Registers again after a 401, unless another loop already did since `seen`.
     /// A refusal of the token stops the daemon.
-    pub(super) async fn reregister(&self, seen: u64) {
+    pub(super) async fn reregister(&self, seen: u64, refusal: &CallError) {
         let _one = self.registering.lock().await;
         if self.generation() != seen || self.is_stopping() {
             return;
         }
         println!(
-            "the server at {} does not know this daemon any more; registering again",
-            self.remote.url()
+            "the server at {} refused a call ({}); registering again",
+            self.remote.url(),
+            message(refusal)
         );
         match self.register_until_answered().await {
             Ok(Some(_)) => println!("registered again with the server at {}", self.remote.url()),
@@ -233,7 +241,7 @@ impl Daemon {
         }
     }
 
-    fn heartbeat_every(&self) -> Duration {
+    pub(super) fn heartbeat_every(&self) -> Duration {
         self.registered
             .borrow()
             .as_ref()
@@ -268,7 +276,7 @@ impl Daemon {
                 }
                 Err(e) if e.is_unauthorized() => {
                     if !self.is_stopping() {
-                        self.reregister(seen).await;
+                        self.reregister(seen, &e).await;
                     }
                 }
                 Err(e) => self.link_lost(&e),
@@ -312,7 +320,7 @@ impl Daemon {
                 }
                 Err(e) if e.is_unauthorized() => {
                     drop(permit);
-                    self.reregister(seen).await;
+                    self.reregister(seen, &e).await;
                     None
                 }
                 Err(e) => {

@@ -10,6 +10,7 @@ use super::backoff::{Backoff, TASK_BASE, TASK_CAP};
 use super::link::Daemon;
 use super::outbox::{BATCH_BYTES, Outbox};
 use super::remote::{CallError, Remote};
+use berth_core::api::TaskStatus;
 use berth_web::daemon::wire::{
     ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE, WireOutcome,
 };
@@ -52,7 +53,13 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
     };
     ran.send_replace(true);
     match ended {
-        Ended::Ran(outcome) => {
+        Ended::Ran(mut outcome) => {
+            if outcome.status == TaskStatus::Cancelled && d.is_stopping() {
+                // Stopped with the daemon, not by anyone's cancel: as when
+                // `berth serve` stops, the task was interrupted.
+                outcome.status = TaskStatus::Interrupted;
+                outcome.error = Some("berth daemon stopped while the task was running".into());
+            }
             let status = outcome.status;
             if deliver(&d, &id, &mut outbox, outcome.into()).await {
                 println!("task {} {}", short(&id), status.as_str());
@@ -105,13 +112,28 @@ async fn stream(
     let mut inflight: Option<Pending<Result<EventsReply, CallError>>> = None;
     let mut retry: Option<Pending<()>> = None;
     let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
+    // An empty batch asks whether the server still expects this task: after the
+    // daemon registers again (the server restarted, say) and every heartbeat period
+    // of silence, so an agent the server gave up on (it missed the window, say) is
+    // stopped now rather than at its next event.
+    let mut registrations = d.registrations();
+    let every = d.heartbeat_every();
+    let mut quiet = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    quiet.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut probe = false;
+    let mut watching = true;
     loop {
-        if !gone
-            && inflight.is_none()
-            && retry.is_none()
-            && let Some(batch) = outbox.batch(BATCH_BYTES)
-        {
-            inflight = Some(send_batch(&d.remote, id, batch));
+        if !gone && inflight.is_none() && retry.is_none() {
+            let batch = outbox.batch(BATCH_BYTES).or_else(|| {
+                probe.then(|| EventBatch {
+                    first: outbox.acknowledged(),
+                    events: Vec::new(),
+                })
+            });
+            if let Some(batch) = batch {
+                probe = false;
+                inflight = Some(send_batch(&d.remote, id, batch));
+            }
         }
         if outcome.is_some() && !events_open {
             break;
@@ -126,7 +148,7 @@ async fn stream(
             },
             res = &mut run, if outcome.is_none() => {
                 outcome = Some(res.unwrap_or_else(|e| TaskOutcome {
-                    status: berth_core::api::TaskStatus::Failed,
+                    status: TaskStatus::Failed,
                     exit_code: None,
                     error: Some(format!("the daemon's executor failed: {e}")),
                     code: None,
@@ -154,7 +176,7 @@ async fn stream(
                         if e.is_unauthorized() {
                             let d = d.clone();
                             let seen = d.generation();
-                            tokio::spawn(async move { d.reregister(seen).await });
+                            tokio::spawn(async move { d.reregister(seen, &e).await });
                         } else {
                             d.link_lost(&e);
                         }
@@ -168,6 +190,15 @@ async fn stream(
                 }
             }
             () = maybe(&mut retry), if retry.is_some() => retry = None,
+            _ = quiet.tick(), if !gone => {
+                if inflight.is_none() && !outbox.has_pending() {
+                    probe = true;
+                }
+            }
+            changed = registrations.changed(), if watching && !gone => match changed {
+                Ok(()) => probe = true,
+                Err(_) => watching = false,
+            },
         }
     }
     match outcome {
@@ -230,7 +261,7 @@ async fn deliver(d: &Arc<Daemon>, id: &str, outbox: &mut Outbox, outcome: WireOu
                     Err(e) => d.link_lost(&e),
                 }
             }
-            _ if err.is_unauthorized() => d.reregister(seen).await,
+            _ if err.is_unauthorized() => d.reregister(seen, &err).await,
             Some(_) | None => d.link_lost(&err),
         }
         tokio::time::sleep(wait.next_delay()).await;
