@@ -96,6 +96,11 @@ struct Fake {
     lose_answers: bool,
     lost: usize,
     finished: Option<FinishRequest>,
+    /// Tasks handed out and finishes recorded, and the most handed out but not
+    /// finished at any claim.
+    handed: usize,
+    finishes: usize,
+    max_outstanding: usize,
     /// Forwarded control requests: method, path and query, headers, body.
     forwarded: Vec<(Method, String, HeaderMap, Bytes)>,
     /// The live body of a forwarded `.../events` request.
@@ -163,7 +168,15 @@ async fn fake_handle(
         ));
     }
     if rest == "/claim" {
-        let task = fake.lock().map_err(|e| e.to_string())?.claims.pop_front();
+        let task = {
+            let mut f = fake.lock().map_err(|e| e.to_string())?;
+            let task = f.claims.pop_front();
+            if task.is_some() {
+                f.handed += 1;
+                f.max_outstanding = f.max_outstanding.max(f.handed - f.finishes);
+            }
+            task
+        };
         return Ok(match task {
             Some(t) => json_answer(StatusCode::OK, &t),
             None => {
@@ -209,6 +222,7 @@ async fn fake_handle(
             return Ok(json_answer(StatusCode::CONFLICT, &e));
         }
         let status = req.outcome.status;
+        f.finishes += 1;
         f.finished = Some(req);
         return Ok(json_answer(StatusCode::OK, &FinishReply { status }));
     }
@@ -334,6 +348,44 @@ fn texts(events: &[WireEvent]) -> Vec<String> {
         .collect()
 }
 
+/// A task of a `command` agent running `script` in a scratch directory.
+fn scratch_task(n: &str, script: &str) -> ClaimedTask {
+    ClaimedTask {
+        task_id: format!("task-{n}"),
+        session_id: format!("session-{n}"),
+        title: "count".into(),
+        display: None,
+        agent: AgentSpec {
+            name: "count".into(),
+            kind: AgentKind::Command,
+            command: vec!["sh".into(), "-c".into(), script.into()],
+        },
+        prompt: "count".into(),
+        placement: WirePlacement::Scratch,
+        resume_id: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_tasks_run_at_once_than_allowed() {
+    let sandbox = Sandbox::new();
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    for n in ["1", "2", "3", "4"] {
+        fake.lock()
+            .expect("fake")
+            .claims
+            .push_back(scratch_task(n, "sleep 0.3"));
+    }
+    let url = serve_fake(fake.clone()).await;
+    let daemon = start_daemon(&sandbox, &url);
+    until("four finishes", || {
+        fake.lock().is_ok_and(|f| f.finishes == 4)
+    })
+    .await;
+    daemon.stop().await.expect("a clean stop");
+    assert_eq!(fake.lock().expect("fake").max_outstanding, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_survive_lost_answers_in_order_and_once() {
     let sandbox = Sandbox::new();
@@ -341,24 +393,10 @@ async fn events_survive_lost_answers_in_order_and_once() {
         lose_answers: true,
         ..Fake::default()
     }));
-    fake.lock().expect("fake").claims.push_back(ClaimedTask {
-        task_id: "task-1".into(),
-        session_id: "session-1".into(),
-        title: "count".into(),
-        display: None,
-        agent: AgentSpec {
-            name: "count".into(),
-            kind: AgentKind::Command,
-            command: vec![
-                "sh".into(),
-                "-c".into(),
-                "for i in $(seq 1 30); do echo $i; sleep 0.01; done".into(),
-            ],
-        },
-        prompt: "count".into(),
-        placement: WirePlacement::Scratch,
-        resume_id: None,
-    });
+    fake.lock().expect("fake").claims.push_back(scratch_task(
+        "1",
+        "for i in $(seq 1 30); do echo $i; sleep 0.01; done",
+    ));
     let url = serve_fake(fake.clone()).await;
     let daemon = start_daemon(&sandbox, &url);
     until("the finish", || {

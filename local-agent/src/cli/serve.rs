@@ -158,7 +158,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
 fn server_error(e: berth_web::server::ServerError) -> CliError {
     let hint = match &e {
         berth_web::server::ServerError::AlreadyRunning { .. } => {
-            "stop the other `berth serve`, or use another --home"
+            "stop the other `berth serve` or `berth daemon` on this home, or use another --home"
         }
         berth_web::server::ServerError::SocketInUse { .. } => {
             "another server answers on this home's socket; stop it first"

@@ -50,6 +50,9 @@ pub(super) struct Daemon {
     fatal: Mutex<Option<DaemonError>>,
     /// Whether the last call failed to reach the server (printed once per outage).
     lost: AtomicBool,
+    /// Woken when the server answers again after an outage, or accepted a
+    /// registration: a claim loop backing off tries at once.
+    back: tokio::sync::Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -77,6 +80,7 @@ impl Daemon {
             stopping: watch::Sender::new(false),
             fatal: Mutex::new(None),
             lost: AtomicBool::new(false),
+            back: tokio::sync::Notify::new(),
         }
     }
 
@@ -129,6 +133,7 @@ impl Daemon {
     pub(super) fn link_ok(&self) {
         if self.lost.swap(false, Ordering::SeqCst) {
             println!("the server at {} answers again", self.remote.url());
+            self.back.notify_waiters();
         }
     }
 
@@ -166,6 +171,7 @@ impl Daemon {
                     self.lost.store(false, Ordering::SeqCst);
                     self.registered.send_replace(Some(r.clone()));
                     self.generation.fetch_add(1, Ordering::SeqCst);
+                    self.back.notify_waiters();
                     return Ok(Some(r));
                 }
                 Err(e) if e.is_unauthorized() => {
@@ -306,6 +312,10 @@ impl Daemon {
                 r = self.remote.claim(&self.instance, hold) => r,
                 () = self.stopped() => return,
             };
+            // Registered, or the server answering again, ends a backoff early.
+            let back = self.back.notified();
+            tokio::pin!(back);
+            back.as_mut().enable();
             let pause = match claimed {
                 Ok(Some(task)) => {
                     wait.reset();
@@ -328,7 +338,13 @@ impl Daemon {
                     if !matches!(e, CallError::Unreachable(_)) {
                         eprintln!("claiming failed: {e}; retrying");
                     }
-                    Some(wait.next_delay())
+                    let delay = wait.next_delay();
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = &mut back => {}
+                        () = self.stopped() => return,
+                    }
+                    None
                 }
             };
             if let Some(p) = pause {
