@@ -6,6 +6,7 @@
 //! dropped.
 
 pub mod bench;
+pub mod steps;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -152,23 +153,57 @@ impl Berth {
 
     /// Starts `berth serve` on a free loopback port and waits until it answers.
     pub fn serve(&mut self) {
+        self.serve_with(&[]);
+    }
+
+    /// Starts `berth serve --listen 127.0.0.1:<free port> EXTRA…` and waits until it
+    /// answers.
+    pub fn serve_with(&mut self, extra: &[&str]) {
         let port = free_port();
-        let log = std::fs::File::create(self.root.path().join("serve.log")).expect("log file");
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["serve", "--listen", &listen];
+        args.extend_from_slice(extra);
+        self.spawn_server(&args);
+    }
+
+    /// Starts `berth daemon --server URL --token TOKEN --name NAME` in this
+    /// installation's home and waits until the CLI works through it (it registered).
+    pub fn daemon(&mut self, url: &str, token: &str, name: &str) {
+        self.spawn_server(&["daemon", "--server", url, "--token", token, "--name", name]);
+    }
+
+    /// The web listener's URL and token of the running `berth serve`.
+    pub fn serve_info(&self) -> (String, String) {
+        let text = std::fs::read_to_string(self.home.join("serve.json")).expect("serve.json");
+        let v: Value = serde_json::from_str(&text).expect("serve.json is JSON");
+        (
+            v["url"].as_str().expect("url").to_owned(),
+            v["token"].as_str().expect("token").to_owned(),
+        )
+    }
+
+    fn spawn_server(&mut self, args: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join("serve.log"))
+            .expect("log file");
         let child = self
             .cmd()
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("spawn berth serve");
+            .expect("spawn berth");
         self.server = Some(child);
-        self.wait_ready();
+        self.wait_ready(args.first() == Some(&"serve"));
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self, serve_json: bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.home.join("serve.json").exists()
+            if (!serve_json || self.home.join("serve.json").exists())
+                && self.home.join("berth.sock").exists()
                 && self.run(&["agent", "list", "--json"]).status.success()
             {
                 return;
@@ -202,6 +237,13 @@ impl Berth {
         }
         let _ = child.kill();
         child.wait().ok()
+    }
+
+    /// The exit code of the server (or daemon) if it has exited by itself.
+    pub fn server_exit(&mut self) -> Option<i32> {
+        let status = self.server.as_mut()?.try_wait().ok()??;
+        self.server = None;
+        Some(status.code().unwrap_or(-1))
     }
 
     /// The pid of the running server.

@@ -7,12 +7,14 @@
 //! them). Randomness comes from a xorshift generator seeded by the round number, so a
 //! failing round can be replayed.
 
+use berth_tests::steps::{
+    add_command_agent, alive, control, error_code, new_session, raw_http, s, send_detached,
+    wait_final, write_script,
+};
 use berth_tests::{Berth, TempDir, eventually};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -44,10 +46,6 @@ fn rounds(default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(default, |n: u64| n.max(default))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 /// Every entry under `dir`: relative path → file bytes, `None` for a directory,
@@ -107,68 +105,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, body).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn add_command_agent(b: &Berth, name: &str, script: &str) {
-    b.ok(&[
-        "agent",
-        "add",
-        name,
-        "--kind",
-        "command",
-        "--command",
-        "sh",
-        "-c",
-        script,
-    ]);
-}
-
-fn new_session(b: &Berth, agent: &str, dir: Option<&Path>) -> String {
-    let mut args = vec!["session", "new", "--agent", agent, "--json"];
-    if let Some(d) = dir {
-        args.extend(["--dir", s(d)]);
-    }
-    b.json(&args)["id"].as_str().unwrap().to_owned()
-}
-
-fn tasks(b: &Berth, session: &str) -> Vec<Value> {
-    let v = b.json(&["task", "list", "--session", session, "--json"]);
-    v.as_array().cloned().unwrap_or_default()
-}
-
-fn task(b: &Berth, session: &str, id: &str) -> Option<Value> {
-    tasks(b, session).into_iter().find(|t| t["id"] == id)
-}
-
-fn is_final(t: &Value) -> bool {
-    matches!(
-        t["status"].as_str(),
-        Some("succeeded" | "failed" | "cancelled" | "interrupted" | "refused")
-    )
-}
-
-/// Sends without waiting; returns the task id.
-fn send_detached(b: &Berth, session: &str, msg: &str) -> String {
-    let out = b.ok(&["send", session, msg, "--detach", "--json"]);
-    let last = out.lines().last().expect("a line");
-    let v: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"));
-    v["task"]["id"]
-        .as_str()
-        .or_else(|| v["id"].as_str())
-        .unwrap_or_else(|| panic!("no task id in {out}"))
-        .to_owned()
-}
-
-/// Waits for a task to end and returns it.
-fn wait_final(b: &Berth, session: &str, id: &str) -> Value {
-    eventually(60, || task(b, session, id).filter(is_final))
-        .unwrap_or_else(|| panic!("task {id} did not end: {:?}", task(b, session, id)))
-}
-
 fn session_ids(b: &Berth) -> Vec<String> {
     let mut ids: Vec<String> = b
         .json(&["session", "list", "--json"])
@@ -179,16 +115,6 @@ fn session_ids(b: &Berth) -> Vec<String> {
         .collect();
     ids.sort();
     ids
-}
-
-/// Whether a process still exists (and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|st| {
-            st.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 // ---------------------------------------------------------------------------------
@@ -559,73 +485,6 @@ fn two_berth_processes_never_overlap_in_one_directory() {
 
 // ---------------------------------------------------------------------------------
 // 4. The bad-input battery.
-
-/// One raw HTTP/1.1 request over a stream; returns (status, body).
-fn raw_http(stream: &mut (impl Read + Write), head: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let req = format!(
-        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(req.as_bytes()).unwrap();
-    // A server may answer (413) before reading all of a large body.
-    let _ = stream.write_all(body);
-    let mut resp = Vec::new();
-    let _ = stream.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp);
-    let (headers, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = headers
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status: {text}"));
-    let chunked = headers
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        let mut out = String::new();
-        let mut r = rest;
-        while let Some((size, tail)) = r.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            r = &tail[n + 2..];
-        }
-        out.into_bytes()
-    } else {
-        rest.as_bytes().to_vec()
-    };
-    (status, body)
-}
-
-fn control(b: &Berth, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    let mut sock = UnixStream::connect(b.home.join("berth.sock")).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head =
-        format!("{method} {path} HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\n");
-    let (status, body) = raw_http(&mut sock, &head, body);
-    let v = serde_json::from_slice(&body).unwrap_or_else(|e| {
-        panic!(
-            "{method} {path}: not JSON ({e}): {}",
-            String::from_utf8_lossy(&body)
-        )
-    });
-    (status, v)
-}
-
-/// Asserts the contract's error shape and returns its code.
-fn error_code(what: &str, v: &Value) -> String {
-    let e = &v["error"];
-    for k in ["code", "message", "hint"] {
-        assert!(
-            e[k].as_str().is_some_and(|s| !s.is_empty()),
-            "{what}: error.{k} missing: {v}"
-        );
-    }
-    e["code"].as_str().unwrap().to_owned()
-}
 
 fn slack_sign(secret: &str, ts: &str, body: &[u8]) -> String {
     use hmac::{Hmac, KeyInit, Mac};

@@ -1,0 +1,152 @@
+//! The CLI and HTTP steps end-to-end tests share: agents, sessions, tasks, raw
+//! requests to the control socket, process checks.
+
+use crate::{Berth, eventually};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+pub fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+pub fn add_command_agent(b: &Berth, name: &str, script: &str) {
+    b.ok(&[
+        "agent",
+        "add",
+        name,
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        script,
+    ]);
+}
+
+pub fn new_session(b: &Berth, agent: &str, dir: Option<&Path>) -> String {
+    let mut args = vec!["session", "new", "--agent", agent, "--json"];
+    if let Some(d) = dir {
+        args.extend(["--dir", s(d)]);
+    }
+    b.json(&args)["id"].as_str().unwrap().to_owned()
+}
+
+pub fn tasks(b: &Berth, session: &str) -> Vec<Value> {
+    let v = b.json(&["task", "list", "--session", session, "--json"]);
+    v.as_array().cloned().unwrap_or_default()
+}
+
+pub fn task(b: &Berth, session: &str, id: &str) -> Option<Value> {
+    tasks(b, session).into_iter().find(|t| t["id"] == id)
+}
+
+pub fn is_final(t: &Value) -> bool {
+    matches!(
+        t["status"].as_str(),
+        Some("succeeded" | "failed" | "cancelled" | "interrupted" | "refused")
+    )
+}
+
+/// Sends without waiting; returns the task id.
+pub fn send_detached(b: &Berth, session: &str, msg: &str) -> String {
+    let out = b.ok(&["send", session, msg, "--detach", "--json"]);
+    let last = out.lines().last().expect("a line");
+    let v: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["task"]["id"]
+        .as_str()
+        .or_else(|| v["id"].as_str())
+        .unwrap_or_else(|| panic!("no task id in {out}"))
+        .to_owned()
+}
+
+/// Waits for a task to end and returns it.
+pub fn wait_final(b: &Berth, session: &str, id: &str) -> Value {
+    eventually(60, || task(b, session, id).filter(is_final))
+        .unwrap_or_else(|| panic!("task {id} did not end: {:?}", task(b, session, id)))
+}
+
+/// Whether a process still exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// One raw HTTP/1.1 request over a stream; returns (status, body).
+pub fn raw_http(stream: &mut (impl Read + Write), head: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let req = format!(
+        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).unwrap();
+    // A server may answer (413) before reading all of a large body.
+    let _ = stream.write_all(body);
+    let mut resp = Vec::new();
+    let _ = stream.read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp);
+    let (headers, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = headers
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status: {text}"));
+    let chunked = headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        let mut out = String::new();
+        let mut r = rest;
+        while let Some((size, tail)) = r.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            r = &tail[n + 2..];
+        }
+        out.into_bytes()
+    } else {
+        rest.as_bytes().to_vec()
+    };
+    (status, body)
+}
+
+pub fn control(b: &Berth, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let mut sock = UnixStream::connect(b.home.join("berth.sock")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\n");
+    let (status, body) = raw_http(&mut sock, &head, body);
+    let v = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "{method} {path}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    (status, v)
+}
+
+/// Asserts the contract's error shape and returns its code.
+pub fn error_code(what: &str, v: &Value) -> String {
+    let e = &v["error"];
+    for k in ["code", "message", "hint"] {
+        assert!(
+            e[k].as_str().is_some_and(|s| !s.is_empty()),
+            "{what}: error.{k} missing: {v}"
+        );
+    }
+    e["code"].as_str().unwrap().to_owned()
+}
