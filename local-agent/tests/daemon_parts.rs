@@ -518,6 +518,27 @@ async fn the_socket_validates_here_and_forwards_the_rest_live() {
         assert!(headers.get(wire::VALIDATED_HEADER).is_none());
     }
 
+    // A session without a directory goes without the empty binding fields (a cloud
+    // build refuses them), its length matching the rewritten body.
+    let (status, _) = socket_call(
+        &sock,
+        Method::POST,
+        "/api/v1/sessions",
+        Some(json!({"agent": "cat", "dir": null, "mode": null})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    {
+        let f = fake.lock().expect("fake");
+        let (method, path, _, body) = &f.forwarded[2];
+        assert_eq!(
+            (method, path.as_str()),
+            (&Method::POST, "/api/v1/daemon/api/sessions")
+        );
+        let body: Value = serde_json::from_slice(body).expect("json body");
+        assert_eq!(body, json!({"agent": "cat"}));
+    }
+
     // A stream comes through as it is written, not when it ends.
     let resp = socket_send(&sock, Method::GET, "/api/v1/sessions/s1/events", None).await;
     assert_eq!(resp.status(), StatusCode::OK);

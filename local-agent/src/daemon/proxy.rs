@@ -282,9 +282,11 @@ async fn directory(d: &Daemon, req: Request<Incoming>, upstream: String) -> Resp
         Err(resp) => return *resp,
     };
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    // Anything without a string `dir` goes as it is: the server answers a malformed
-    // body, and a session created without a directory needs no validation.
+    // Anything without a string `dir` goes as it is (the server answers a malformed
+    // body), except that a session created without a directory loses its null `dir`
+    // and `mode`: a cloud build knows no such fields and refuses them even empty.
     let Some(dir) = value.get("dir").and_then(|v| v.as_str()).map(str::to_owned) else {
+        let bytes = without_null_binding(&value).unwrap_or(bytes);
         return forward(d, Request::from_parts(parts, full(bytes)), upstream, None).await;
     };
     if d.local_binding() == Some(false) {
@@ -315,6 +317,23 @@ async fn directory(d: &Daemon, req: Request<Incoming>, upstream: String) -> Resp
         }
         Err(r) => refused(&r),
     }
+}
+
+/// The body without its `dir` and `mode` keys when `dir` is null or absent and
+/// `mode` null or absent; `None` when there is nothing to remove.
+pub fn without_null_binding(value: &serde_json::Value) -> Option<Bytes> {
+    let obj = value.as_object()?;
+    let null_or_absent = |k: &str| obj.get(k).is_none_or(serde_json::Value::is_null);
+    if !(null_or_absent("dir") && null_or_absent("mode")) {
+        return None;
+    }
+    if !obj.contains_key("dir") && !obj.contains_key("mode") {
+        return None;
+    }
+    let mut obj = obj.clone();
+    obj.remove("dir");
+    obj.remove("mode");
+    serde_json::to_vec(&obj).ok().map(Bytes::from)
 }
 
 fn full(bytes: Bytes) -> Body {
@@ -352,8 +371,10 @@ async fn forward(
     let mut out = Request::builder().method(parts.method).uri(upstream);
     for (name, value) in &parts.headers {
         // The client never speaks for the daemon: credentials and the validation
-        // result are set here only.
+        // result are set here only. The length is the body's own (it may have been
+        // rewritten), set by the connection.
         let ours = name == header::AUTHORIZATION
+            || name == header::CONTENT_LENGTH
             || name.as_str() == wire::MACHINE_HEADER
             || name.as_str() == wire::VALIDATED_HEADER;
         if !hop_by_hop(name) && !ours {
@@ -472,6 +493,29 @@ mod tests {
         for (method, path, want) in cases {
             assert_eq!(route(&method, path), want, "{method} {path}");
         }
+    }
+
+    #[test]
+    fn a_session_without_a_directory_loses_its_empty_binding_fields() {
+        let strip = |v: serde_json::Value| {
+            without_null_binding(&v).map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        };
+        let agent = serde_json::json!({"agent": "cat"});
+        assert_eq!(
+            strip(serde_json::json!({"agent": "cat", "dir": null, "mode": null})),
+            Some(Some(agent.clone()))
+        );
+        assert_eq!(
+            strip(serde_json::json!({"agent": "cat", "dir": null})),
+            Some(Some(agent))
+        );
+        assert_eq!(strip(serde_json::json!({"agent": "cat"})), None);
+        // A mode without a directory is the server's to refuse.
+        assert_eq!(
+            strip(serde_json::json!({"dir": null, "mode": "worktree"})),
+            None
+        );
+        assert_eq!(strip(serde_json::json!(["dir"])), None);
     }
 
     #[test]
