@@ -163,13 +163,13 @@ impl Berth {
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["serve", "--listen", &listen];
         args.extend_from_slice(extra);
-        self.spawn_server(&args);
+        self.start(&args);
     }
 
     /// Starts `berth daemon --server URL --token TOKEN --name NAME` in this
     /// installation's home and waits until the CLI works through it (it registered).
     pub fn daemon(&mut self, url: &str, token: &str, name: &str) {
-        self.spawn_server(&["daemon", "--server", url, "--token", token, "--name", name]);
+        self.start(&["daemon", "--server", url, "--token", token, "--name", name]);
     }
 
     /// The web listener's URL and token of the running `berth serve`.
@@ -182,7 +182,9 @@ impl Berth {
         )
     }
 
-    fn spawn_server(&mut self, args: &[&str]) {
+    /// Starts a long-running `berth ARGS` (`serve` or `daemon`), logging to
+    /// `serve.log`, and waits until the CLI works through this home's socket.
+    pub fn start(&mut self, args: &[&str]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -277,12 +277,22 @@ fn wrong_revoked_and_other_machines_tokens_are_refused() {
     let mut other = c
         .cmd()
         .args(["daemon", "--server", &url, "--token", &ta, "--name", "c"])
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    assert_eq!(exit_code(&mut other, 30), Some(1), "another machine's token");
+    assert_eq!(
+        exit_code(&mut other, 30),
+        Some(1),
+        "another machine's token"
+    );
     let mut err = String::new();
-    other.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    other
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(err.contains("token"), "{err}");
 
     // The protocol itself: every call without the right token and machine is 401.

@@ -189,6 +189,9 @@ async fn forward(
         .parse()
         .map_err(|_| ApiError::NoRoute { path: uri.clone() })?;
     parts.headers.remove(header::AUTHORIZATION);
+    // A fresh request for the inner router: the outer route's matched parameters
+    // must not reach its extractors.
+    parts.extensions = axum::http::Extensions::new();
     parts.extensions.insert(Via {
         machine: caller.machine,
         name: caller.name,

@@ -1,0 +1,147 @@
+//! Remote claim (issues 6 and 7): from a message accepted to its agent started on a
+//! remote daemon's machine, for a daemon that long-polls (`berth daemon`) against one
+//! that polls every second (`berth daemon --poll-ms 1000`), in the same run.
+//!
+//! The agent is `date +%s%N`: the first thing it does is print the wall clock, so its
+//! one line of output is the moment it started. Both daemons and the server run on
+//! this machine, so that clock is the one the benchmark read just before posting the
+//! message.
+
+use super::http::{Conn, Sse};
+use super::{Config, Goal, Row, percentile_rows, post_message, progress, quantile, socket};
+use crate::Berth;
+use anyhow::{Context as _, Result, bail, ensure};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Messages before the timed ones, per daemon.
+const WARM_UP: usize = 3;
+
+const AGENT: &str = "stamp";
+
+fn now_ns() -> Result<u128> {
+    Ok(SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos())
+}
+
+/// Starts a daemon for `server_url` in a fresh installation, with a token of its own,
+/// and a session bound in a project directory on it; returns both.
+fn daemon(srv: &Berth, url: &str, name: &str, extra: &[&str]) -> Result<(Berth, String)> {
+    let token = srv.json(&["daemon", "token", "create", name, "--json"])["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("token create printed no token")?;
+    let mut d = Berth::new(&format!("bench-{name}"));
+    let mut args = vec!["daemon", "--server", url, "--token", &token, "--name", name];
+    args.extend_from_slice(extra);
+    d.start(&args);
+    let dir = d.user_home.join("code/app");
+    std::fs::create_dir_all(&dir)?;
+    let dir = dir.to_str().context("utf-8 path")?.to_owned();
+    let doc = d.json(&[
+        "session", "new", "--agent", AGENT, "--dir", &dir, "--title", name, "--json",
+    ]);
+    let id = doc["id"].as_str().context("session without id")?.to_owned();
+    ensure!(
+        doc["binding"]["daemon_name"] == name,
+        "the session is not bound on {name}: {doc}"
+    );
+    Ok((d, id))
+}
+
+/// Posts `n` (+ warm-up) messages to `session` one after another; each sample is
+/// the agent's own start time minus the time just before the message was posted.
+fn measure(sock: &Path, conn: &mut Conn, session: &str, n: usize, what: &str) -> Result<Vec<f64>> {
+    let mut sse = Sse::open(sock, session, 0, Duration::from_secs(60))?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..WARM_UP + n {
+        let t0 = now_ns()?;
+        let task = post_message(conn, session, "go")?;
+        let mut started = None;
+        loop {
+            let Some(ev) = sse.next_event()? else {
+                bail!("the stream ended before task {task} finished");
+            };
+            let doc = ev.json()?;
+            if doc["task_id"].as_str() != Some(task.as_str()) {
+                continue;
+            }
+            if doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
+                started = doc["payload"]["text"]
+                    .as_str()
+                    .and_then(|t| t.trim().parse::<u128>().ok());
+            }
+            if ev.event == "task" {
+                let status = &doc["payload"]["task"]["status"];
+                ensure!(status == "succeeded", "task {task} ended {status}");
+                break;
+            }
+        }
+        let started = started.with_context(|| format!("task {task} printed no time"))?;
+        if i >= WARM_UP {
+            out.push(started.saturating_sub(t0) as f64 / 1e6);
+        }
+        if (i + 1) % 100 == 0 {
+            progress(format!("remote claim ({what}): {}/{}", i + 1, WARM_UP + n));
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let mut srv = Berth::new("bench-remote");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    srv.ok(&[
+        "agent",
+        "add",
+        AGENT,
+        "--kind",
+        "command",
+        "--command",
+        "date",
+        "+%s%N",
+    ]);
+    let (_long, long_session) = daemon(&srv, &url, "long-poll", &[])?;
+    let (_poll, poll_session) = daemon(&srv, &url, "poll-1s", &["--poll-ms", "1000"])?;
+    let sock = socket(&srv);
+    let mut conn = Conn::connect(&sock)?;
+    let long = measure(
+        &sock,
+        &mut conn,
+        &long_session,
+        cfg.remote_messages,
+        "long poll",
+    )?;
+    let poll = measure(
+        &sock,
+        &mut conn,
+        &poll_session,
+        cfg.poll_messages,
+        "1 s polling",
+    )?;
+
+    let mut rows = percentile_rows(
+        "remote claim",
+        "long-polling daemon",
+        &long,
+        Some(Goal::AtMost(5.0)),
+    );
+    rows.extend(percentile_rows(
+        "remote claim",
+        "daemon polling every 1 s",
+        &poll,
+        None,
+    ));
+    let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    rows.push(
+        Row::new(
+            "remote claim",
+            "1 s polling p50 / long poll p50",
+            p50(&poll) / p50(&long),
+            "x",
+            None,
+        )
+        .with_note("how much sooner a long-polling daemon starts the agent"),
+    );
+    Ok(rows)
+}
