@@ -3,21 +3,26 @@
 # every benchmark with bounded time (about 10 minutes; --quick about 2), prints a
 # table (one JSON document with --json) and regenerates BENCHMARKS.md at the root.
 #
-#   scripts/bench.sh [--json] [--quick]
+#   scripts/bench.sh [--json] [--quick] [--only GROUP,...]
 #
+# --only runs some of footprint, dispatch, remote, throughput, reads, micro, and leaves
+# BENCHMARKS.md alone.
 # Build output and progress go to stderr; stdout carries only the table or the JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 args=()
-for a in "$@"; do
-  case "$a" in
-    --json|--quick) args+=("$a") ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown argument '$a'" >&2
-       echo "hint: scripts/bench.sh [--json] [--quick]" >&2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --json|--quick) args+=("$1") ;;
+    --only) [[ $# -ge 2 ]] || { echo "error: --only needs a list of groups" >&2; exit 2; }
+            args+=("$1" "$2"); shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument '$1'" >&2
+       echo "hint: scripts/bench.sh [--json] [--quick] [--only GROUP,...]" >&2
        exit 2 ;;
   esac
+  shift
 done
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -270,18 +270,39 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
     rows
 }
 
-/// Every benchmark, in order, as one report.
-pub fn run(cfg: &Config, command: &str) -> Report {
+/// The benchmark groups, in the order they run.
+pub const GROUPS: [&str; 6] = [
+    "footprint",
+    "dispatch",
+    "remote",
+    "throughput",
+    "reads",
+    "micro",
+];
+
+/// Every benchmark (or the groups `only` names), in order, as one report.
+pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     let started = Instant::now();
     let load_before = load_average();
     let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let wanted = |g: &str| only.is_none_or(|o| o.iter().any(|x| x == g));
     let mut rows = Vec::new();
-    rows.extend(guarded("footprint", || footprint::run(cfg)));
-    rows.extend(guarded("dispatch", || dispatch::run(cfg)));
-    rows.extend(guarded("remote claim", || remote::run(cfg)));
-    rows.extend(guarded("throughput", || throughput::run(cfg)));
-    rows.extend(guarded("reads", || reads::run(cfg)));
-    if let Some(times) = cfg.criterion {
+    if wanted("footprint") {
+        rows.extend(guarded("footprint", || footprint::run(cfg)));
+    }
+    if wanted("dispatch") {
+        rows.extend(guarded("dispatch", || dispatch::run(cfg)));
+    }
+    if wanted("remote") {
+        rows.extend(guarded("remote claim", || remote::run(cfg)));
+    }
+    if wanted("throughput") {
+        rows.extend(guarded("throughput", || throughput::run(cfg)));
+    }
+    if wanted("reads") {
+        rows.extend(guarded("reads", || reads::run(cfg)));
+    }
+    if let Some(times) = cfg.criterion.filter(|_| wanted("micro")) {
         rows.extend(guarded("micro", || micro::run(cfg, times)));
     }
     Report {

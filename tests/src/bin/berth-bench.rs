@@ -1,6 +1,8 @@
-//! `berth-bench [--json] [--quick] [--markdown PATH]`: runs Berth's benchmarks against
-//! the release `berth` named by `BERTH_BIN`, prints a table (or one JSON document),
-//! and writes `BENCHMARKS.md`. `scripts/bench.sh` builds everything and runs it.
+//! `berth-bench [--json] [--quick] [--markdown PATH] [--only GROUP,...]`: runs Berth's
+//! benchmarks against the release `berth` named by `BERTH_BIN`, prints a table (or one
+//! JSON document), and writes `BENCHMARKS.md`. `scripts/bench.sh` builds everything
+//! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `remote`,
+//! `throughput`, `reads`, `micro`) and writes no page unless `--markdown` names one.
 
 use anyhow::{Context as _, Result, bail};
 use berth_tests::bench::{self, Config, Verdict};
@@ -22,14 +24,33 @@ fn run() -> Result<ExitCode> {
     let mut json = false;
     let mut quick = false;
     let mut markdown: Option<PathBuf> = None;
+    let mut only: Option<Vec<String>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => json = true,
             "--quick" => quick = true,
             "--markdown" => markdown = Some(args.next().context("--markdown needs a path")?.into()),
+            "--only" => {
+                let groups: Vec<String> = args
+                    .next()
+                    .context("--only needs a list of groups")?
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect();
+                if let Some(bad) = groups.iter().find(|g| !bench::GROUPS.contains(&g.as_str())) {
+                    bail!(
+                        "unknown group {bad:?} (groups: {})",
+                        bench::GROUPS.join(", ")
+                    );
+                }
+                only = Some(groups);
+            }
             other => {
-                bail!("unknown argument {other:?} (expected --json, --quick, --markdown PATH)")
+                bail!(
+                    "unknown argument {other:?} (expected --json, --quick, --markdown PATH, \
+                     --only GROUP,...)"
+                )
             }
         }
     }
@@ -47,11 +68,17 @@ fn run() -> Result<ExitCode> {
         (false, true) => "scripts/bench.sh --json",
         (true, true) => "scripts/bench.sh --json --quick",
     };
-    let report = bench::run(&cfg, command);
-    let path = markdown.unwrap_or_else(|| cfg.workspace.join("BENCHMARKS.md"));
-    std::fs::write(&path, report.markdown())
-        .with_context(|| format!("write {}", path.display()))?;
-    bench::progress(format!("wrote {}", path.display()));
+    let report = bench::run(&cfg, command, only.as_deref());
+    let path = match (markdown, &only) {
+        (Some(p), _) => Some(p),
+        (None, None) => Some(cfg.workspace.join("BENCHMARKS.md")),
+        (None, Some(_)) => None,
+    };
+    if let Some(path) = path {
+        std::fs::write(&path, report.markdown())
+            .with_context(|| format!("write {}", path.display()))?;
+        bench::progress(format!("wrote {}", path.display()));
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
