@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
     --json|--quick) args+=("$1") ;;
     --only) [[ $# -ge 2 ]] || { echo "error: --only needs a list of groups" >&2; exit 2; }
             args+=("$1" "$2"); shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1'" >&2
        echo "hint: scripts/bench.sh [--json] [--quick] [--only GROUP,...]" >&2
        exit 2 ;;
