@@ -7,7 +7,11 @@ mod common;
 use aes::Aes256;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use berth_web::hooks::{ChannelConfig, LarkConfig, Secret, SlackConfig, crypto};
+use berth_web::api::ApiError;
+use berth_web::hooks::{
+    ChannelConfig, ChannelMessage, Intake, LarkConfig, Platform, Secret, SlackConfig, Thread,
+    crypto, read_request,
+};
 use berth_web::server::{Server, ServerOptions};
 use cbc::cipher::block_padding::Pkcs7;
 use cbc::cipher::{BlockModeEncrypt, KeyIvInit};
@@ -412,6 +416,75 @@ async fn forged_stale_and_malformed_slack_requests_do_nothing() {
 
     assert_eq!((rig.sessions().await, rig.tasks().await), (vec![], vec![]));
     assert_eq!(rig.fake.calls(), vec![]);
+}
+
+/// Found by `fuzz/fuzz_targets/webhook_parse.rs`: a conversation is stored as
+/// `channel:thread_ts`, so a channel id holding ':' read back as another conversation
+/// (`C1:X` + `1.1` as `C1` + `X:1.1`), and the answer went there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_channel_id_with_a_colon_is_not_taken_in() {
+    let rig = Rig::start(false, None).await;
+    let body = slack_message("Ev1", "hello", "1.1", None).replace("\"C1\"", "\"C1:X\"");
+    assert!(body.contains("C1:X"));
+    let r = slack_signed(&rig, &body).await;
+    assert_eq!(
+        (r.status, r.json),
+        (200, json!({"ok": true, "ignored": "a channel id with ':'"}))
+    );
+    assert_eq!((rig.sessions().await, rig.tasks().await), (vec![], vec![]));
+}
+
+/// The handlers' intake as a pure function: what a signed request asks, read at a
+/// given time without a server.
+#[test]
+fn read_request_authenticates_and_reads_without_a_server() {
+    let cfg = ChannelConfig {
+        slack: Some(SlackConfig {
+            signing_secret: Secret::new(SLACK_SECRET),
+            bot_token: None,
+            api_url: "http://127.0.0.1:9/slack".into(),
+        }),
+        lark: None,
+        agent: None,
+    };
+    let at = 1_700_000_000;
+    let body = slack_message("Ev1", "hello", "1.1", Some("1.0"));
+    let mut headers = HeaderMap::new();
+    headers.insert("x-slack-request-timestamp", at.to_string().parse().unwrap());
+    headers.insert(
+        "x-slack-signature",
+        slack_sig(SLACK_SECRET, at, &body).parse().unwrap(),
+    );
+    assert_eq!(
+        read_request(Platform::Slack, &cfg, &headers, body.as_bytes(), at).unwrap(),
+        Intake::Message(ChannelMessage {
+            thread: Thread::Slack {
+                channel: "C1".into(),
+                thread_ts: "1.0".into(),
+            },
+            text: "hello".into(),
+            event_id: "Ev1".into(),
+        })
+    );
+    let late = read_request(Platform::Slack, &cfg, &headers, body.as_bytes(), at + 301);
+    assert!(
+        matches!(
+            late,
+            Err(ApiError::BadSignature {
+                platform: "slack",
+                ..
+            })
+        ),
+        "{late:?}"
+    );
+    let lark = read_request(Platform::Lark, &cfg, &headers, b"{}", at);
+    assert!(
+        matches!(
+            lark,
+            Err(ApiError::ChannelNotConfigured { platform: "lark" })
+        ),
+        "{lark:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,13 +15,13 @@
 
 use super::config::LarkConfig;
 use super::crypto::{self, SignatureError};
-use super::{ChannelMessage, Channels, Thread, header, now_secs, raw_body};
+use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
 use crate::api::ApiError;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 const TIMESTAMP: &str = "x-lark-request-timestamp";
@@ -46,7 +46,7 @@ fn bad(message: impl Into<String>) -> ApiError {
 }
 
 /// Checks the signature headers if present: `Ok(true)` when signed and valid.
-fn signed(cfg: &LarkConfig, headers: &HeaderMap, body: &[u8]) -> Result<bool, ApiError> {
+fn signed(cfg: &LarkConfig, headers: &HeaderMap, body: &[u8], now: i64) -> Result<bool, ApiError> {
     let Some(key) = &cfg.encrypt_key else {
         return Ok(false);
     };
@@ -57,7 +57,7 @@ fn signed(cfg: &LarkConfig, headers: &HeaderMap, body: &[u8]) -> Result<bool, Ap
         .ok_or_else(|| refused(SignatureError::MissingHeader("X-Lark-Request-Timestamp")))?;
     let nonce = header(headers, NONCE)
         .ok_or_else(|| refused(SignatureError::MissingHeader("X-Lark-Request-Nonce")))?;
-    crypto::verify_lark(ts, nonce, sig, key.expose(), body, now_secs()).map_err(refused)?;
+    crypto::verify_lark(ts, nonce, sig, key.expose(), body, now).map_err(refused)?;
     Ok(true)
 }
 
@@ -136,8 +136,20 @@ pub(super) async fn receive(
         .as_ref()
         .ok_or(ApiError::ChannelNotConfigured { platform: "lark" })?;
     let body = raw_body(body).await?;
-    let signed = signed(cfg, &headers, &body)?;
-    let payload = plaintext(cfg, &body)?;
+    let intake = read(cfg, &headers, &body, now_secs())?;
+    ch.answer(intake).await
+}
+
+/// Authenticates a request (at `now`, seconds since the epoch) and reads what it asks,
+/// acting on nothing.
+pub(super) fn read(
+    cfg: &LarkConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+) -> Result<Intake, ApiError> {
+    let signed = signed(cfg, headers, body, now)?;
+    let payload = plaintext(cfg, body)?;
     let schema2 = payload.get("schema").and_then(Value::as_str) == Some("2.0");
     let token = if schema2 {
         text_of(&payload, &["header", "token"])
@@ -160,7 +172,7 @@ pub(super) async fn receive(
         }
         let challenge = text_of(&payload, &["challenge"])
             .ok_or_else(|| bad("the URL verification has no challenge"))?;
-        return Ok(Json(json!({ "challenge": challenge })));
+        return Ok(Intake::Challenge(challenge.to_owned()));
     }
     // With an encrypt key, Lark signs every event: an unsigned one is not Lark's.
     if cfg.encrypt_key.is_some() && !signed {
@@ -181,20 +193,18 @@ pub(super) async fn receive(
         .filter(|e| !e.is_empty())
         .ok_or_else(|| bad("the event has no event id (header.event_id or uuid)"))?;
     if !schema2 || kind != Some(MESSAGE_EVENT) {
-        return Ok(Json(
-            json!({ "ok": true, "ignored": "not im.message.receive_v1" }),
-        ));
+        return Ok(Intake::Ignored("not im.message.receive_v1"));
     }
-    let msg = match message(event_id.to_owned(), &payload) {
-        Ok(m) => m,
-        Err(why) => return Ok(Json(json!({ "ok": true, "ignored": why }))),
-    };
-    ch.take_in_reply(msg).await
+    Ok(match message(event_id.to_owned(), &payload) {
+        Ok(m) => Intake::Message(m),
+        Err(why) => Intake::Ignored(why),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn event(message: Value) -> Value {
         json!({"schema": "2.0",

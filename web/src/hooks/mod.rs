@@ -30,6 +30,7 @@ use crate::store::{ChannelIntake, NewChannelMessage, Store};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::Arc;
@@ -103,6 +104,49 @@ pub struct ChannelMessage {
     pub event_id: String,
 }
 
+/// What an authenticated webhook request asks of Berth, read without acting on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intake {
+    /// A URL verification: answered with its challenge.
+    Challenge(String),
+    /// Acknowledged without a task, and why.
+    Ignored(&'static str),
+    /// A message for its conversation's session.
+    Message(ChannelMessage),
+}
+
+/// Authenticates one webhook request of `platform` with `config`'s secrets, at `now`
+/// (seconds since the epoch), and reads what it asks: everything a handler does before
+/// it touches the store, as a pure function of the request's headers and exact body
+/// bytes (so it can be tested and fuzzed without a server). A platform without its
+/// secret is `channel_not_configured`; a request that is not authentic is
+/// `bad_signature`; an authentic one that cannot be read is `bad_request`.
+pub fn read_request(
+    platform: Platform,
+    config: &ChannelConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+) -> Result<Intake, ApiError> {
+    let not_configured = ApiError::ChannelNotConfigured {
+        platform: platform.as_str(),
+    };
+    match platform {
+        Platform::Slack => slack::read(
+            config.slack.as_ref().ok_or(not_configured)?,
+            headers,
+            body,
+            now,
+        ),
+        Platform::Lark => lark::read(
+            config.lark.as_ref().ok_or(not_configured)?,
+            headers,
+            body,
+            now,
+        ),
+    }
+}
+
 /// What the webhook handlers share.
 #[derive(Debug)]
 pub struct Channels {
@@ -136,6 +180,20 @@ impl Channels {
                 session_id, task, ..
             } => serde_json::json!({ "ok": true, "session": session_id, "task": task.id }),
         }))
+    }
+
+    /// Answers an intake: its challenge, the reason it is ignored, or (for a message)
+    /// [`Channels::take_in_reply`].
+    pub async fn answer(&self, intake: Intake) -> Result<axum::Json<serde_json::Value>, ApiError> {
+        match intake {
+            Intake::Challenge(challenge) => {
+                Ok(axum::Json(serde_json::json!({ "challenge": challenge })))
+            }
+            Intake::Ignored(why) => Ok(axum::Json(
+                serde_json::json!({ "ok": true, "ignored": why }),
+            )),
+            Intake::Message(msg) => self.take_in_reply(msg).await,
+        }
     }
 
     /// Stores a message as a task of its conversation's session (origin `channel`),
@@ -218,7 +276,7 @@ fn now_secs() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

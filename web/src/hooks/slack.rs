@@ -7,15 +7,16 @@
 //! message subtypes (edits, joins, the bot's own answers) are acknowledged and
 //! ignored. Retries are dropped by `event_id`.
 
+use super::config::SlackConfig;
 use super::crypto::{self, SignatureError};
-use super::{ChannelMessage, Channels, Thread, header, now_secs, raw_body};
+use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
 use crate::api::ApiError;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 const TIMESTAMP: &str = "x-slack-request-timestamp";
@@ -55,11 +56,6 @@ struct Event {
     thread_ts: Option<String>,
 }
 
-/// Why an event is acknowledged without a task.
-fn ignored(why: &str) -> Json<Value> {
-    Json(json!({ "ok": true, "ignored": why }))
-}
-
 /// The channel message an event carries, or why it carries none.
 fn message(event_id: String, e: Event) -> Result<ChannelMessage, &'static str> {
     if e.kind != "message" {
@@ -72,6 +68,12 @@ fn message(event_id: String, e: Event) -> Result<ChannelMessage, &'static str> {
         return Err("a message subtype");
     }
     let channel = e.channel.filter(|c| !c.is_empty()).ok_or("no channel")?;
+    // The conversation is stored as `channel:thread_ts`. Slack's channel ids hold no
+    // ':'; one that did would read back as another conversation, and the answer would
+    // go there.
+    if channel.contains(':') {
+        return Err("a channel id with ':'");
+    }
     let ts = e.ts.filter(|t| !t.is_empty()).ok_or("no ts")?;
     let text = e.text.unwrap_or_default();
     if text.trim().is_empty() {
@@ -98,6 +100,18 @@ pub(super) async fn receive(
         .as_ref()
         .ok_or(ApiError::ChannelNotConfigured { platform: "slack" })?;
     let body = raw_body(body).await?;
+    let intake = read(cfg, &headers, &body, now_secs())?;
+    ch.answer(intake).await
+}
+
+/// Authenticates a request (at `now`, seconds since the epoch) and reads what it asks,
+/// acting on nothing.
+pub(super) fn read(
+    cfg: &SlackConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+) -> Result<Intake, ApiError> {
     let unsigned = |e: SignatureError| {
         tracing::warn!(reason = %e, "a Slack request was refused");
         ApiError::BadSignature {
@@ -105,35 +119,28 @@ pub(super) async fn receive(
             reason: e.to_string(),
         }
     };
-    let ts = header(&headers, TIMESTAMP)
+    let ts = header(headers, TIMESTAMP)
         .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Request-Timestamp")))?;
-    let sig = header(&headers, SIGNATURE)
+    let sig = header(headers, SIGNATURE)
         .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Signature")))?;
-    crypto::verify_slack(
-        cfg.signing_secret.expose().as_bytes(),
-        ts,
-        sig,
-        &body,
-        now_secs(),
-    )
-    .map_err(unsigned)?;
-    let envelope: Envelope = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
+    crypto::verify_slack(cfg.signing_secret.expose().as_bytes(), ts, sig, body, now)
+        .map_err(unsigned)?;
+    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
         message: format!("not a Slack Events API request: {e}"),
     })?;
     match envelope {
-        Envelope::UrlVerification { challenge } => Ok(Json(json!({ "challenge": challenge }))),
-        Envelope::Other => Ok(ignored("not an event callback")),
+        Envelope::UrlVerification { challenge } => Ok(Intake::Challenge(challenge)),
+        Envelope::Other => Ok(Intake::Ignored("not an event callback")),
         Envelope::EventCallback { event_id, event } => {
             if event_id.is_empty() {
                 return Err(ApiError::BadRequest {
                     message: "the event callback has an empty event_id".into(),
                 });
             }
-            let msg = match message(event_id, event) {
-                Ok(m) => m,
-                Err(why) => return Ok(ignored(why)),
-            };
-            ch.take_in_reply(msg).await
+            Ok(match message(event_id, event) {
+                Ok(m) => Intake::Message(m),
+                Err(why) => Intake::Ignored(why),
+            })
         }
     }
 }
@@ -141,6 +148,7 @@ pub(super) async fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn event(v: Value) -> Event {
         serde_json::from_value(v).expect("event")
@@ -192,6 +200,10 @@ mod tests {
             (
                 json!({"type": "message", "text": "x", "ts": "1"}),
                 "no channel",
+            ),
+            (
+                json!({"type": "message", "channel": "C1:X", "text": "x", "ts": "1"}),
+                "a channel id with ':'",
             ),
         ];
         for (e, why) in cases {
