@@ -23,6 +23,8 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+/// Used only when the wasm bundle is embedded.
+#[cfg_attr(not(berth_ui_pkg), allow(dead_code))]
 const WASM: &str = "application/wasm";
 
 macro_rules! ui_file {

@@ -417,7 +417,8 @@ impl Daemons {
 
     /// A heartbeat: the machine is alive. Claimed tasks the daemon does not list for
     /// longer than the window never reached it (a lost claim answer): back in line if
-    /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop.
+    /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop:
+    /// those cancelled, and those it lists that the server no longer expects.
     pub async fn heartbeat(
         &self,
         caller: &Caller,
@@ -425,21 +426,20 @@ impl Daemons {
         running: &[String],
     ) -> Result<Result<HeartbeatReply, AuthError>, StoreError> {
         let window = self.inner.config.window;
-        let (reply, came_online) = {
+        let reply = {
             let mut state = lock(&self.inner.state);
             let Some(m) = state.machines.get_mut(&caller.machine) else {
                 return Ok(Err(AuthError::NotRegistered {
                     machine: caller.machine.to_string(),
                 }));
             };
-            if m.instance != instance {
+            // A machine taken offline registers again before it counts as back.
+            if m.instance != instance || !m.online {
                 return Ok(Err(AuthError::NotRegistered {
                     machine: caller.machine.to_string(),
                 }));
             }
             m.last_seen = Instant::now();
-            let came = !m.online;
-            m.online = true;
             let lost: Vec<String> = m
                 .runs
                 .iter()
@@ -459,18 +459,24 @@ impl Daemons {
                     let _ = run.link.done.send(out);
                 }
             }
-            let cancel = m
+            // Stop what was cancelled, and what the server no longer expects (it ended
+            // while the daemon was out of reach, or the server restarted).
+            let mut cancel: Vec<String> = m
                 .runs
                 .iter()
                 .filter(|(_, r)| *r.link.cancel.borrow())
                 .map(|(id, _)| id.clone())
                 .collect();
-            (HeartbeatReply { cancel }, came)
+            cancel.extend(
+                running
+                    .iter()
+                    .filter(|id| {
+                        !m.runs.contains_key(*id) && !m.finished.iter().any(|(f, _)| f == *id)
+                    })
+                    .cloned(),
+            );
+            HeartbeatReply { cancel }
         };
-        if came_online {
-            self.sync_bindings(&caller.machine).await?;
-            self.inner.online.send_modify(|n| *n = n.wrapping_add(1));
-        }
         Ok(Ok(reply))
     }
 
@@ -478,7 +484,7 @@ impl Daemons {
     pub fn claim_wake(&self, caller: &Caller, instance: &str) -> Result<Arc<Notify>, AuthError> {
         let mut state = lock(&self.inner.state);
         match state.machines.get_mut(&caller.machine) {
-            Some(m) if m.instance == instance => {
+            Some(m) if m.instance == instance && m.online => {
                 m.last_seen = Instant::now();
                 Ok(m.wake.clone())
             }

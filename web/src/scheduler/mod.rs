@@ -408,12 +408,14 @@ async fn run_one(
     let outcome = execute(store, &executor, &task, spec, cancel_rx).await;
     inner.running.lock().await.remove(&task.id);
     if outcome.status == TaskStatus::WaitingDaemon {
-        // Its machine went offline before starting it: back in line, in order.
+        // Its machine never started it (it went offline, or the claim was lost): back
+        // in line, in order, and resolved again at once — it waits if the machine is
+        // offline, or is handed out again if not.
         let reason = outcome
             .error
             .unwrap_or_else(|| "the task waits for its machine".to_owned());
         store.requeue(task.id, reason).await?;
-        return Ok(Next::Blocked);
+        return Ok(Next::Continue);
     }
     let mut status = outcome.status;
     if interrupted.load(Ordering::SeqCst) && status == TaskStatus::Cancelled {

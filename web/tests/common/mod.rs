@@ -191,6 +191,30 @@ impl TestServer {
     }
 
     pub async fn start_in(home: TempDir, max_parallel: usize) -> TestServer {
+        TestServer::open(home, max_parallel, None).await
+    }
+
+    /// A server that also accepts daemons on a loopback listener; returns it and the
+    /// listener's address.
+    pub async fn with_daemons(
+        config: berth_web::daemon::DaemonConfig,
+    ) -> (TestServer, std::net::SocketAddr) {
+        let t = TestServer::open(TempDir::new(), 4, Some(config)).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let s = t.server.clone();
+        tokio::spawn(async move {
+            s.serve_web(listener, "web-token".into(), vec![addr.to_string()])
+                .await
+        });
+        (t, addr)
+    }
+
+    async fn open(
+        home: TempDir,
+        max_parallel: usize,
+        daemons: Option<berth_web::daemon::DaemonConfig>,
+    ) -> TestServer {
         let exec = ShExecutor {
             scratch: home.path().join("scratch"),
         };
@@ -199,7 +223,7 @@ impl TestServer {
             scheduler: berth_web::scheduler::SchedulerConfig { max_parallel },
             display: Some(home_context(home.path())),
             channels: Some(Default::default()),
-            daemons: None,
+            daemons,
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();
