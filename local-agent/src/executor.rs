@@ -8,7 +8,7 @@
 use crate::adapter::{Adapter, Turn};
 use crate::brief::{self, WorkMode};
 use crate::config::ExecutorConfig;
-use crate::groups::{self, StopReport};
+use crate::groups::{self, StopReport, Watcher};
 use crate::journal::{self, Journal, ReplayReport};
 use crate::lock::{DirLocks, LockError};
 use crate::pin::{PinnedDir, pin_owned};
@@ -59,6 +59,8 @@ struct Inner {
     ctx: Context,
     locks: DirLocks,
     journal: Arc<Journal>,
+    /// One process-group watcher for every agent this executor starts.
+    watcher: Watcher,
 }
 
 /// Where a task runs, pinned.
@@ -114,6 +116,7 @@ impl NativeExecutor {
                 ctx,
                 locks,
                 journal,
+                watcher: Watcher::new(),
             }),
         })
     }
@@ -512,6 +515,7 @@ async fn run(
             env,
             &inner.cfg.agents_dir(),
             place.pinned.display(),
+            &inner.watcher,
         )
         .await
         {

@@ -3,8 +3,11 @@
 //! `PR_SET_PDEATHSIG` reaches only the agent itself; what it started stays in its
 //! process group. Two things cover a Berth that dies mid-run (a SIGKILL, a crash):
 //!
-//! - a [`Watcher`] per agent, a tiny `sh` outside the group that blocks reading a pipe
-//!   only Berth holds; when Berth dies the pipe closes and it kills the group;
+//! - one [`Watcher`] per executor, a tiny `sh` outside every agent's group that reads a
+//!   pipe only Berth holds: each agent registers its group there (`+PGID`, written by
+//!   the agent itself right before its exec, so nothing it starts is unwatched) and
+//!   Berth unregisters it once gone (`-PGID`); when Berth dies the pipe closes and the
+//!   watcher kills every group still registered;
 //! - a [`GroupRecord`] per agent under `$BERTH_HOME/run/agents/`, written and synced
 //!   right after the spawn and held under `flock` for the run, so
 //!   [`stop_leftovers`] at the next start stops whatever the watcher did not.
@@ -20,23 +23,34 @@ use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tokio::process::{Child, ChildStdin, Command};
 
 /// How long a killed group may take to disappear before Berth stops waiting.
 const GONE_WITHIN: Duration = Duration::from_secs(2);
 
-/// The watcher's script. The agent writes its pid (its pgid) into the pipe before its
-/// exec; the watcher notes the leader's start time, blocks until the pipe closes, then
-/// kills the group unless its number now leads another process.
-const WATCH: &str = r#"exec 2>/dev/null; read -r p || exit 0
-start() { [ -r /proc/$p/stat ] && read -r l < /proc/$p/stat && set -- ${l##*") "} && shift 19 && echo "$1"; }
-s=$(start); read -r _; now=$(start)
-[ -z "$now" ] || [ "$now" = "$s" ] || exit 0
-kill -s KILL -- -$p"#;
+/// The watcher's script. Each line is `+PGID` (an agent, about to exec: note its
+/// leader's start time) or `-PGID` (that group is gone: forget the oldest such entry).
+/// At end of file (Berth is gone) it kills each group still noted, unless its number
+/// now leads a process with another start time. Only shell builtins run per line: a
+/// registration costs no fork. `shift` past the end would end the shell, so a stat line
+/// cut short (a command name holding a newline) is checked first: it gives no start
+/// time, like a leader that is gone.
+const WATCH: &str = r#"exec 2>/dev/null; set -f; g=
+start() { t=; [ -r /proc/$1/stat ] && read -r l < /proc/$1/stat && set -- ${l##*") "} && [ $# -ge 20 ] && shift 19 && t=$1; }
+while read -r line; do
+  p=${line#?}
+  case $p in ''|*[!0-9]*) continue;; esac
+  case $line in
+    +*) start "$p"; g="$g $p:$t";;
+    -*) n= d=; for e in $g; do if [ -z "$d" ] && [ "${e%%:*}" = "$p" ]; then d=1; else n="$n $e"; fi; done; g=$n;;
+  esac
+done
+for e in $g; do p=${e%%:*}; s=${e#*:}; start "$p"; { [ -z "$t" ] || [ "$t" = "$s" ]; } && kill -s KILL -- -$p; done"#;
 
 /// The durable record of one agent's process group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,20 +204,60 @@ pub fn stop_leftovers(dir: &Path) -> StopReport {
     report
 }
 
-/// A process outside the agent's group that kills the group should Berth die: it
-/// waits for the end of a pipe that only Berth holds.
-#[derive(Debug)]
+/// The executor's watcher: one process outside every agent's group that kills the
+/// groups still registered should Berth die (it waits for the end of a pipe that only
+/// Berth holds). Started at the first [`Watcher::pipe`], and again there if it died.
+/// Dropping it stops the process without it acting.
+#[derive(Debug, Default)]
 pub struct Watcher {
-    child: Child,
-    _pipe: ChildStdin,
+    running: Mutex<Option<Running>>,
 }
 
+#[derive(Debug)]
+struct Running {
+    child: std::process::Child,
+    pipe: Arc<WatchPipe>,
+}
+
+/// The write end of a watcher's pipe: close-on-exec and non-blocking (a watcher that
+/// stopped reading fails a registration instead of hanging a spawn). It stays open
+/// while any holder lives, so a descriptor number handed to a child is never reused
+/// under it.
+#[derive(Debug)]
+pub struct WatchPipe(OwnedFd);
+
 impl Watcher {
-    /// Starts a watcher waiting for the pid of the group's leader on [`Watcher::pipe`].
-    /// It runs in its own process group, so a terminal's signals to Berth's group leave
-    /// it alone.
-    pub fn start() -> std::io::Result<Watcher> {
-        let mut child = Command::new("/bin/sh")
+    pub fn new() -> Watcher {
+        Watcher::default()
+    }
+
+    /// The pipe of the running watcher, starting one if none runs yet or it died.
+    pub fn pipe(&self) -> std::io::Result<Arc<WatchPipe>> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = running.as_mut()
+            && matches!(r.child.try_wait(), Ok(None))
+        {
+            return Ok(r.pipe.clone());
+        }
+        let fresh = Running::start()?;
+        let pipe = fresh.pipe.clone();
+        // A watcher found dead was reaped by `try_wait`.
+        *running = Some(fresh);
+        Ok(pipe)
+    }
+
+    /// The watcher's pid, if one was started and has not been found dead.
+    pub fn pid(&self) -> Option<u32> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.as_ref().map(|r| r.child.id())
+    }
+}
+
+impl Running {
+    /// Starts the watcher in its own process group, so a terminal's signals to Berth's
+    /// group leave it alone.
+    fn start() -> std::io::Result<Running> {
+        let mut child = std::process::Command::new("/bin/sh")
             .args(["-c", WATCH])
             .env_clear()
             .current_dir("/")
@@ -211,64 +265,108 @@ impl Watcher {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
-            .kill_on_drop(true)
             .spawn()?;
-        let pipe = child
-            .stdin
-            .take()
-            .ok_or_else(|| std::io::Error::other("the watcher has no stdin"))?;
-        Ok(Watcher { child, _pipe: pipe })
-    }
-
-    /// The write end of the watcher's pipe (close-on-exec): the agent writes
-    /// [`pid_line`] of its own pid into it between fork and exec.
-    pub fn pipe(&self) -> i32 {
-        self._pipe.as_raw_fd()
-    }
-
-    /// Stops the watcher without it acting (it is killed before its pipe closes).
-    pub async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
+        let Some(stdin) = child.stdin.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other("the watcher has no stdin"));
+        };
+        let fd = OwnedFd::from(stdin);
+        rustix::fs::fcntl_setfl(&fd, OFlags::NONBLOCK)?;
+        Ok(Running {
+            child,
+            pipe: Arc::new(WatchPipe(fd)),
+        })
     }
 }
 
-/// `pid` in decimal and a newline, in a stack buffer (no allocation: it is written
-/// between fork and exec): the bytes and how many of them are used.
-pub fn pid_line(pid: i32) -> ([u8; 12], usize) {
-    let mut digits = [0u8; 11];
-    let mut n = pid.unsigned_abs();
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
+impl Drop for Running {
+    /// Kills the watcher before its pipe closes, so it does not act.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl WatchPipe {
+    /// The raw descriptor, for a child to write its [`Line::watch`] between fork and
+    /// exec. Valid while `self` lives.
+    pub fn raw(&self) -> i32 {
+        self.0.as_raw_fd()
+    }
+
+    /// Writes `line` in one `write` (atomic: it is shorter than `PIPE_BUF`).
+    pub fn send(&self, line: &Line) -> std::io::Result<()> {
+        let bytes = line.as_bytes();
+        if rustix::io::write(&self.0, bytes)? == bytes.len() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("a short write to the watcher's pipe"))
         }
     }
-    let mut line = [0u8; 12];
-    for i in 0..len {
-        line[i] = digits[len - 1 - i];
+}
+
+/// One line of the watcher's protocol, on the stack (a child writes it between fork and
+/// exec, where nothing may allocate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    bytes: [u8; 12],
+    len: usize,
+}
+
+impl Line {
+    /// `+PGID`: watch this group.
+    pub fn watch(pgid: i32) -> Line {
+        Line::new(b'+', pgid)
     }
-    line[len] = b'\n';
-    (line, len + 1)
+
+    /// `-PGID`: this group is gone; forget it.
+    pub fn forget(pgid: i32) -> Line {
+        Line::new(b'-', pgid)
+    }
+
+    fn new(sign: u8, pgid: i32) -> Line {
+        let mut digits = [0u8; 10];
+        let mut n = pgid.unsigned_abs();
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut bytes = [0u8; 12];
+        bytes[0] = sign;
+        for i in 0..len {
+            bytes[1 + i] = digits[len - 1 - i];
+        }
+        bytes[1 + len] = b'\n';
+        Line {
+            bytes,
+            len: len + 2,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::pid_line;
+    use super::Line;
 
     #[test]
-    fn pid_lines_are_decimal_and_end_in_a_newline() {
-        for (pid, text) in [
-            (1, "1\n"),
-            (10, "10\n"),
-            (4194304, "4194304\n"),
-            (i32::MAX, "2147483647\n"),
+    fn lines_are_a_sign_a_decimal_pgid_and_a_newline() {
+        for (line, text) in [
+            (Line::watch(1), "+1\n"),
+            (Line::forget(10), "-10\n"),
+            (Line::watch(4194304), "+4194304\n"),
+            (Line::forget(i32::MAX), "-2147483647\n"),
         ] {
-            let (line, len) = pid_line(pid);
-            assert_eq!(std::str::from_utf8(&line[..len]), Ok(text));
+            assert_eq!(std::str::from_utf8(line.as_bytes()), Ok(text));
         }
     }
 }

@@ -5,16 +5,18 @@
 //! directory set by `fchdir` to the pinned descriptor (the directory that was
 //! validated, whatever its path leads to now), `PR_SET_PDEATHSIG(SIGKILL)` so it never
 //! outlives Berth, and stdin at `/dev/null` unless the adapter writes to it. What the
-//! agent starts in its group is covered too: its group is recorded and watched (see
-//! [`crate::groups`]) until [`AgentProcess::release`] has seen the group gone.
+//! agent starts in its group is covered too: its group is recorded and registered with
+//! the executor's watcher (see [`crate::groups`]) until [`AgentProcess::release`] has
+//! seen the group gone.
 
 use crate::adapter::Invocation;
-use crate::groups::{self, Group, GroupRecord, Watcher};
+use crate::groups::{self, Group, GroupRecord, Line, WatchPipe, Watcher};
 use rustix::process::{Pid, Signal};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
@@ -60,7 +62,8 @@ pub struct AgentProcess {
     /// Whether the leader was waited for (its pgid may then be reused once empty).
     reaped: bool,
     record: Option<GroupRecord>,
-    watcher: Option<Watcher>,
+    /// The pipe of the watcher the group registered with, to unregister it.
+    watcher: Option<Arc<WatchPipe>>,
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
 }
@@ -90,13 +93,15 @@ pub fn agent_env(
 }
 
 /// Starts `inv` in the directory `dir` with exactly `env`, its process group recorded
-/// under `records` (with `shown`, the directory as the user knows it) and watched.
+/// under `records` (with `shown`, the directory as the user knows it) and registered
+/// with `watcher`.
 pub async fn spawn(
     inv: &Invocation,
     dir: BorrowedFd<'_>,
     env: Vec<(OsString, OsString)>,
     records: &Path,
     shown: &str,
+    watcher: &Watcher,
 ) -> Result<AgentProcess, SpawnError> {
     let mut cmd = Command::new(&inv.program);
     cmd.args(&inv.args)
@@ -114,12 +119,13 @@ pub async fn spawn(
     cmd.current_dir("/");
     let raw_dir = dir.as_raw_fd();
     let parent = rustix::process::getpid();
-    // Watching from before the exec: the agent cannot start anything unwatched.
-    let watcher = Watcher::start().map_err(|source| SpawnError::Record {
+    // Watched from before the exec: the agent cannot start anything unwatched. The
+    // pipe is held until the spawn is done, so its descriptor stays valid in the child.
+    let watcher = watcher.pipe().map_err(|source| SpawnError::Record {
         program: inv.program.clone(),
         source,
     })?;
-    in_child(&mut cmd, raw_dir, parent, watcher.pipe());
+    in_child(&mut cmd, raw_dir, parent, watcher.raw());
     let mut child = cmd.spawn().map_err(|source| SpawnError::Spawn {
         program: inv.program.clone(),
         source,
@@ -161,7 +167,7 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
     // neither allocate nor lock, and errors are built from raw errno values without
     // allocating. `raw_dir` is the pinned directory's descriptor, kept open by the
     // parent for the whole spawn (it is CLOEXEC, so it closes at exec); so is
-    // `watcher`, the write end of the watcher's pipe, and the pid is formatted on the
+    // `watcher`, the write end of the watcher's pipe, and the line is formatted on the
     // stack.
     unsafe {
         cmd.pre_exec(move || {
@@ -173,9 +179,11 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
                 return Err(os(rustix::io::Errno::SRCH));
             }
             rustix::process::fchdir(BorrowedFd::borrow_raw(raw_dir)).map_err(os)?;
-            let (line, len) = groups::pid_line(rustix::process::getpid().as_raw_nonzero().get());
-            let written = rustix::io::write(BorrowedFd::borrow_raw(watcher), &line[..len]);
-            if written.map_err(os)? != len {
+            let line = Line::watch(rustix::process::getpid().as_raw_nonzero().get());
+            let bytes = line.as_bytes();
+            // One write of fewer than PIPE_BUF bytes: atomic beside other children's.
+            let written = rustix::io::write(BorrowedFd::borrow_raw(watcher), bytes);
+            if written.map_err(os)? != bytes.len() {
                 return Err(os(rustix::io::Errno::PIPE));
             }
             Ok(())
@@ -184,7 +192,7 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
 }
 
 impl AgentProcess {
-    /// Records the group durably (its watcher already knows it).
+    /// Records the group durably (the watcher already knows it).
     async fn guard(&mut self, records: &Path, shown: &str) -> std::io::Result<()> {
         let pgid = self
             .pgid()
@@ -205,8 +213,9 @@ impl AgentProcess {
     }
 
     /// Ends the run's hold on its group: kills whatever is left in it, waits until it
-    /// is gone, stops the watcher and deletes the record. Call once the agent is done
-    /// (its output read); kills the agent too if it is still running.
+    /// is gone, unregisters it from the watcher and deletes the record. Call once the
+    /// agent is done (its output read); kills the agent too if it is still running. A
+    /// group that would not go stays registered and recorded.
     pub async fn release(mut self) {
         if !self.reaped {
             if let Some(pgid) = self.pgid {
@@ -227,8 +236,12 @@ impl AgentProcess {
             }
             Some(_) | None => true,
         };
-        if let Some(watcher) = self.watcher.take() {
-            watcher.stop().await;
+        if let (Some(watcher), Some(pgid), true) = (self.watcher.take(), self.pgid(), gone)
+            && let Err(e) = watcher.send(&Line::forget(pgid))
+        {
+            // A watcher that died knows nothing to kill; one that stopped reading may
+            // kill this number's group, checked by its leader's start time.
+            tracing::warn!(pgid, error = %e, "the process-group watcher was not told a group is gone");
         }
         if let Some(record) = self.record.take()
             && gone

@@ -1,12 +1,16 @@
 //! The records of agents' process groups: a group left by a Berth that is gone is
 //! stopped at the next start; a live Berth's group, a group that is gone and a pgid
-//! that now leads another process are left alone; a finished run leaves nothing.
+//! that now leads another process are left alone; a finished run leaves nothing. And
+//! the watcher: it kills the groups registered with it when its owner dies, except
+//! those unregistered as gone, and is started again if it died.
+//!
+//! The test binary re-executes itself (`watcher_owner`) to be the owner that dies.
 
 mod common;
 
 use berth_core::api::TaskStatus;
 use berth_local_agent::groups::{
-    Group, GroupRecord, StopReport, members, start_time, stop_leftovers,
+    Group, GroupRecord, Line, StopReport, Watcher, members, start_time, stop_leftovers,
 };
 use berth_web::executor::{AgentKind, Executor};
 use common::{Sandbox, agent, in_place, run, task};
@@ -158,4 +162,164 @@ async fn a_finished_run_leaves_no_process_and_no_record() {
     });
     assert!(!alive, "the agent's child outlived the run");
     assert_eq!(files(&sb.cfg().agents_dir()), Vec::<String>::new());
+}
+
+const OWNER: &str = "BERTH_TEST_WATCHER_OWNER";
+
+/// A process group whose leader has exited and been reaped, leaving a `sleep`: what a
+/// number looks like to the watcher once a finished agent's group number is taken by
+/// someone else's group (no leader's start time to tell them apart).
+fn leaderless_group() -> i32 {
+    let mut leader = Command::new("sh")
+        .args(["-c", "sleep 30 &"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = leader.id() as i32;
+    leader.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while members(pgid).len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the group never had its one member"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pgid
+}
+
+fn kill_group(pgid: i32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+}
+
+/// Not a test on its own: the owner of a watcher, told which groups to register
+/// (`+`) and which to unregister afterwards (`-`); it writes its watcher's pid to
+/// `BERTH_TEST_READY` and waits to be killed.
+#[test]
+fn watcher_owner() {
+    let Ok(lines) = std::env::var(OWNER) else {
+        return;
+    };
+    let watcher = Watcher::new();
+    let pipe = watcher.pipe().unwrap();
+    for word in lines.split_whitespace() {
+        let (sign, pgid) = word.split_at(1);
+        let pgid: i32 = pgid.parse().unwrap();
+        let line = if sign == "+" {
+            Line::watch(pgid)
+        } else {
+            Line::forget(pgid)
+        };
+        pipe.send(&line).unwrap();
+    }
+    let ready = std::env::var("BERTH_TEST_READY").unwrap();
+    std::fs::write(ready, watcher.pid().unwrap().to_string()).unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+    panic!("the parent should have killed this process");
+}
+
+/// A process leading its own group whose command name holds a newline, which cuts its
+/// `/proc/<pid>/stat` line short.
+fn oddly_named_leader(sb: &Sandbox) -> Child {
+    let link = sb.dir("bin").join("sl\neep");
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    Command::new(&link)
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregistered() {
+    let sb = Sandbox::new();
+    let (mut running, running_pgid) = group_of_two();
+    let left = leaderless_group();
+    let gone = leaderless_group();
+    // Registered first: a watcher that choked on it would protect nothing after it.
+    let mut odd = oddly_named_leader(&sb);
+    let odd_pgid = odd.id() as i32;
+    let ready = sb.root.join("ready");
+    let mut owner = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "watcher_owner",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            OWNER,
+            format!("+{odd_pgid} +{running_pgid} +{gone} +{left} -{gone}"),
+        )
+        .env("BERTH_TEST_READY", &ready)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let watcher: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|t| t.parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the owner never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    owner.kill().unwrap(); // SIGKILL: the pipe closes
+    owner.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // The watcher leads its own group of one: it is done once that group is empty.
+    while !members(watcher).is_empty() {
+        assert!(Instant::now() < deadline, "the watcher never finished");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Killed groups may take a moment to empty; none is waited for before it is read.
+    let registered = [odd_pgid, running_pgid, left];
+    let left_running = || -> Vec<i32> { registered.iter().flat_map(|g| members(*g)).collect() };
+    while !left_running().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let state = (left_running(), members(gone).len());
+    for pgid in [odd_pgid, running_pgid, left, gone] {
+        kill_group(pgid);
+    }
+    let _ = running.wait();
+    let _ = odd.wait();
+    assert_eq!(
+        state,
+        (vec![], 1),
+        "registered groups die, the unregistered one is left alone"
+    );
+}
+
+#[test]
+fn a_watcher_that_died_is_started_again() {
+    let watcher = Watcher::new();
+    assert_eq!(watcher.pid(), None, "started before it was needed");
+    let first_pipe = watcher.pipe().unwrap();
+    let first = watcher.pid().unwrap();
+    let _ = watcher.pipe().unwrap();
+    assert_eq!(watcher.pid(), Some(first), "one watcher, not one per use");
+    let _ = Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let pipe = loop {
+        let pipe = watcher.pipe().unwrap();
+        if watcher.pid() != Some(first) {
+            break pipe;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead watcher was not replaced"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        first_pipe.send(&Line::forget(1)).is_err(),
+        "the dead watcher's pipe still takes lines"
+    );
+    pipe.send(&Line::forget(1)).unwrap();
 }

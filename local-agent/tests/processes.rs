@@ -1,11 +1,13 @@
 //! Proofs across OS processes: two Berth processes never overlap in one directory,
-//! and a Berth killed mid-task leaves a journal that restores the directory.
+//! a Berth killed mid-task leaves a journal that restores the directory, and its one
+//! process-group watcher takes down what every running agent started.
 //!
 //! The test binary re-executes itself (`child_runner`) to be the other processes.
 
 mod common;
 
 use berth_core::api::TaskStatus;
+use berth_local_agent::groups::{members, stop_leftovers};
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::executor::AgentKind;
 use common::{Sandbox, agent, assert_no_overlap, in_place, run, stamping_agent, task, tree};
@@ -90,6 +92,23 @@ fn child_runner() {
                 let _ = run(&exec, task("crashing", "s1", spec, "sleep", in_place(&dir))).await;
                 panic!("the parent should have killed this process");
             }
+            "two_agents" => {
+                let exec = NativeExecutor::new(child_cfg(&root, &which)).unwrap();
+                let script = PathBuf::from(var("BERTH_TEST_SCRIPT"));
+                let mut joins = Vec::new();
+                for lane in ["a", "b"] {
+                    let (exec, script) = (exec.clone(), script.clone());
+                    let dir = dir.join(lane);
+                    joins.push(tokio::spawn(async move {
+                        let spec = agent(AgentKind::Command, &[&script]);
+                        run(&exec, task(lane, lane, spec, "x", in_place(&dir))).await
+                    }));
+                }
+                for j in joins {
+                    let _ = j.await;
+                }
+                panic!("the parent should have killed this process");
+            }
             other => panic!("unknown child mode {other}"),
         }
     });
@@ -169,4 +188,87 @@ fn a_berth_killed_mid_task_is_restored_by_replay() {
             .is_ok_and(|s| s.success());
     }
     assert!(!alive, "the agent outlived the killed Berth");
+}
+
+/// The watcher processes whose parent is `pid`.
+fn watchers_of(pid: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            parent == Some(pid) && String::from_utf8_lossy(&cmdline).contains("read -r line")
+        })
+        .collect()
+}
+
+#[test]
+fn one_watcher_takes_down_every_running_agents_group_when_berth_dies() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work");
+    let pids = sb.dir("pids");
+    for lane in ["a", "b"] {
+        sb.dir(&format!("work/{lane}"));
+    }
+    // The agent (its group's leader) and a `sleep` it leaves in its group, which no
+    // parent-death signal reaches.
+    let script = sb.script(
+        "leaver",
+        &format!(
+            "#!/bin/sh\nsleep 30 &\necho \"$$ $!\" > {0}/$BERTH_TASK_ID.tmp\n\
+             mv {0}/$BERTH_TASK_ID.tmp {0}/$BERTH_TASK_ID\nwait\n",
+            pids.display()
+        ),
+    );
+    let extra = [("BERTH_TEST_SCRIPT", script.display().to_string())];
+    let mut child = spawn_child("two_agents", &sb.root, "owner", &dir, &extra);
+    let read = |lane: &str| -> Option<(i32, i32)> {
+        let text = std::fs::read_to_string(pids.join(lane)).ok()?;
+        let (leader, sleep) = text.trim().split_once(' ')?;
+        Some((leader.parse().ok()?, sleep.parse().ok()?))
+    };
+    let records = child_cfg(&sb.root, "owner").agents_dir();
+    let recorded = || std::fs::read_dir(&records).map_or(0, Iterator::count);
+    let start = Instant::now();
+    let (a, b) = loop {
+        if let (Some(a), Some(b), 2) = (read("a"), read("b"), recorded()) {
+            break (a, b);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agents never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_ne!(a.0, b.0, "the two agents share a group");
+    for (leader, _) in [a, b] {
+        assert_eq!(members(leader).len(), 2, "agent {leader} is not running");
+    }
+    // One watcher for both agents.
+    assert_eq!(watchers_of(child.id()).len(), 1);
+
+    child.kill().unwrap(); // SIGKILL: no cleanup, no drop
+    child.wait().unwrap();
+    let start = Instant::now();
+    while !(members(a.0).is_empty() && members(b.0).is_empty()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "left running: {:?} and {:?}",
+            members(a.0),
+            members(b.0)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The watcher stopped them, not recovery: both records are left, naming groups
+    // that are gone.
+    assert_eq!(recorded(), 2);
+    let report = stop_leftovers(&records);
+    assert_eq!(report.stopped, Vec::<(String, usize)>::new());
+    assert_eq!(report.in_use, Vec::<PathBuf>::new());
+    assert_eq!(recorded(), 0);
 }
