@@ -10,6 +10,7 @@ use crate::store::{NewSessionRow, ProjectRow};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use berth_core::api::{NewSession, Task};
 use serde::{Deserialize, Serialize};
 
@@ -133,15 +134,33 @@ pub(crate) async fn capabilities(
     })
 }
 
-pub(crate) async fn list_sessions(
-    State(ctx): State<Ctx>,
-) -> Result<Json<Vec<SessionDoc>>, ApiError> {
-    let rows = ctx.app.store.list_sessions().await?;
-    Ok(Json(
-        rows.iter()
-            .map(|r| session_doc(ctx.surface, &ctx.app.display, r))
-            .collect(),
-    ))
+/// Every session, serialized on the store's blocking thread straight from the rows
+/// into one buffer: a long list costs the async threads nothing.
+pub(crate) async fn list_sessions(State(ctx): State<Ctx>) -> Result<Response, ApiError> {
+    let (surface, display) = (ctx.surface, ctx.app.display.clone());
+    let body = ctx
+        .app
+        .store
+        .read(move |conn| {
+            let rows = crate::store::list_sessions(conn)?;
+            let mut out = Vec::with_capacity(rows.len() * 256 + 2);
+            out.push(b'[');
+            for (i, row) in rows.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut out, &session_doc(surface, &display, row))
+                    .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
+            }
+            out.push(b']');
+            Ok(out)
+        })
+        .await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 pub(crate) async fn get_session(
