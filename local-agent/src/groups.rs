@@ -8,9 +8,11 @@
 //!   the agent itself right before its exec, so nothing it starts is unwatched) and
 //!   Berth unregisters it once gone (`-PGID`); when Berth dies the pipe closes and the
 //!   watcher kills every group still registered;
-//! - a [`GroupRecord`] per agent under `$BERTH_HOME/run/agents/`, written and synced
-//!   right after the spawn and held under `flock` for the run, so
-//!   [`stop_leftovers`] at the next start stops whatever the watcher did not.
+//! - a [`GroupRecord`] per agent under `$BERTH_HOME/run/agents/`, written right after
+//!   the spawn and held under `flock` for the run, so [`stop_leftovers`] at the next
+//!   start stops whatever the watcher did not. It is not synced: it only matters
+//!   while the agent's processes live, and they live only while the kernel that
+//!   holds the record in its page cache does (a power loss takes both).
 //!
 //! A process group is named by its leader's pid and the leader's start time (field 22
 //! of `/proc/<pid>/stat`): a pgid whose leader now has another start time is someone
@@ -146,7 +148,9 @@ pub fn kill_and_wait(pgid: i32) -> bool {
 }
 
 impl GroupRecord {
-    /// Writes and syncs the record of `group` as `<dir>/<pgid>-<start>.json`, locked.
+    /// Writes the record of `group` as `<dir>/<pgid>-<start>.json`, locked. No fsync:
+    /// a record outlives a crashed Berth in the page cache, and nothing it names
+    /// survives a crash of the machine.
     pub fn create(dir: &Path, group: &Group) -> std::io::Result<GroupRecord> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{}-{}.json", group.pgid, group.start));
@@ -157,8 +161,6 @@ impl GroupRecord {
         )?);
         rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)?;
         file.write_all(serde_json::to_string(group)?.as_bytes())?;
-        file.sync_data()?;
-        File::open(dir)?.sync_all()?;
         Ok(GroupRecord {
             path,
             start: group.start,

@@ -17,7 +17,7 @@
 pub mod placement;
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
-use crate::store::{Finish, RunRecord, Store, StoreError, TaskRow};
+use crate::store::{Finish, RunItem, RunRecord, Store, StoreError, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
@@ -465,36 +465,45 @@ async fn execute(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = tokio::spawn(executor.run(spec, tx, cancel));
     let mut running = false;
-    while let Some(ev) = rx.recv().await {
-        let stored = match ev {
-            ExecEvent::Status {
-                status,
-                wait_reason,
-            } => {
-                running = status == TaskStatus::Running;
-                store
-                    .set_status(task.id.clone(), status, wait_reason)
-                    .await
-                    .map(drop)
-            }
-            ExecEvent::Agent(ev) => {
-                if !running {
-                    running = true;
-                    if let Err(e) = store
-                        .set_status(task.id.clone(), TaskStatus::Running, None)
-                        .await
-                    {
-                        tracing::error!(task = %task.id, error = %e, "could not record status");
+    let mut burst = Vec::new();
+    while let Some(first) = rx.recv().await {
+        // Everything already reported goes into one transaction.
+        burst.push(first);
+        while let Ok(more) = rx.try_recv() {
+            burst.push(more);
+        }
+        let mut items = Vec::with_capacity(burst.len() + 1);
+        for ev in burst.drain(..) {
+            match ev {
+                ExecEvent::Status {
+                    status,
+                    wait_reason,
+                } => {
+                    running = status == TaskStatus::Running;
+                    items.push(RunItem::Status {
+                        status,
+                        wait_reason,
+                    });
+                }
+                ExecEvent::Agent(ev) => {
+                    if !running {
+                        running = true;
+                        items.push(RunItem::Status {
+                            status: TaskStatus::Running,
+                            wait_reason: None,
+                        });
+                    }
+                    match serde_json::to_value(&ev) {
+                        Ok(payload) => items.push(RunItem::Agent(payload)),
+                        Err(e) => {
+                            tracing::error!(task = %task.id, error = %e, "could not encode an event");
+                        }
                     }
                 }
-                match serde_json::to_value(&ev) {
-                    Ok(payload) => store.agent_event(task.clone(), payload).await,
-                    Err(e) => Err(StoreError::Corrupt(e.to_string())),
-                }
             }
-        };
-        if let Err(e) = stored {
-            tracing::error!(task = %task.id, error = %e, "could not record an event");
+        }
+        if let Err(e) = store.run_events(task.clone(), items).await {
+            tracing::error!(task = %task.id, error = %e, "could not record events");
         }
     }
     match handle.await {

@@ -19,6 +19,17 @@ pub struct Recovery {
     pub pending_sessions: Vec<String>,
 }
 
+/// One thing a run reported, for [`Store::run_events`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunItem {
+    Status {
+        status: TaskStatus,
+        wait_reason: Option<String>,
+    },
+    /// An agent event's JSON.
+    Agent(serde_json::Value),
+}
+
 /// How a task ended, as the store records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
@@ -264,6 +275,40 @@ impl Store {
             let task = get_task(tx, &id)?;
             status_event(tx, outbox, &task)?;
             Ok(task)
+        })
+        .await
+    }
+
+    /// Records a burst of what a run reported, in order, in one transaction: status
+    /// changes (each also a transcript event) and agent events. Throughput depends on
+    /// it: an agent's first output usually arrives with its `running` status.
+    pub async fn run_events(&self, task: TaskRow, items: Vec<RunItem>) -> Result<(), StoreError> {
+        self.write(move |tx, outbox| {
+            for item in items {
+                match item {
+                    RunItem::Status {
+                        status,
+                        wait_reason,
+                    } => {
+                        tx.execute(
+                            "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
+                            params![task.id, status.as_str(), wait_reason],
+                        )?;
+                        status_event(tx, outbox, &get_task(tx, &task.id)?)?;
+                    }
+                    RunItem::Agent(payload) => {
+                        append_event(
+                            tx,
+                            outbox,
+                            &task.session_id,
+                            Some(&task.id),
+                            EventKind::Agent,
+                            payload,
+                        )?;
+                    }
+                }
+            }
+            Ok(())
         })
         .await
     }
