@@ -34,6 +34,8 @@ const env = {
   BERTH_HOME: path.join(tmp, "berth"),
   BERTH_CONFIG_DIR: path.join(tmp, "config"),
   BERTH_LOCK_DIR: path.join(tmp, "lock"),
+  // A daemon that stops is offline after 1.5 s rather than 15.
+  BERTH_DAEMON_WINDOW_MS: "1500",
   NO_COLOR: "1",
 };
 
@@ -51,9 +53,9 @@ function sleep(ms) {
 }
 
 /** Runs the CLI; resolves with stdout, rejects with its stderr. */
-function berth(args, timeout = 30000) {
+function berth(args, timeout = 30000, withEnv = env) {
   return new Promise((resolve, reject) => {
-    execFile(BIN, args, { env, timeout, cwd: tmp }, (err, stdout, stderr) => {
+    execFile(BIN, args, { env: withEnv, timeout, cwd: tmp }, (err, stdout, stderr) => {
       if (err) reject(new Error(`berth ${args.join(" ")} failed: ${err.message}\n${stderr}`));
       else resolve(stdout);
     });
@@ -126,12 +128,12 @@ function startProxy(target) {
 }
 
 before(async () => {
-  for (const d of ["code/app", "code/big", "code/tick", "code/shared", "code/moved", "code/moved-to"]) fs.mkdirSync(path.join(home, d), { recursive: true });
+  for (const d of ["code/app", "code/big", "code/tick", "code/shared", "code/moved", "code/moved-to", "code/remote"]) fs.mkdirSync(path.join(home, d), { recursive: true });
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   assert.ok(fs.existsSync(BIN), `no berth binary at ${BIN}: cargo build -p berth-local-agent --bin berth`);
   assert.ok(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}`);
 
-  server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0"], { env, cwd: tmp, stdio: ["ignore", "pipe", "pipe"] });
+  server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--allow-daemons"], { env, cwd: tmp, stdio: ["ignore", "pipe", "pipe"] });
   // Also when the runner is interrupted and `after` does not run.
   process.once("exit", () => server.exitCode == null && server.kill("SIGKILL"));
   server.stdout.on("data", (d) => (serveLog += d));
@@ -503,6 +505,40 @@ uiTest("a session waiting for another's run in its directory says so in its head
   await page.goBack();
   await page.locator(".session-head.state-ok").waitFor({ timeout: 30000 });
   assert.equal(await state.textContent(), "ok");
+  await page.close();
+});
+
+uiTest("a session bound on a machine that went offline shows it waiting for that machine", { timeout: 60000 }, async () => {
+  // A second machine: `berth daemon` in its own home, joined with a token.
+  const { token: daemonToken } = JSON.parse(await berth(["daemon", "token", "create", "laptop-b", "--json"]));
+  const daemonEnv = { ...env, BERTH_HOME: path.join(tmp, "daemon-home") };
+  const daemon = spawn(BIN, ["daemon", "--server", base, "--token", daemonToken, "--name", "laptop-b"], {
+    env: daemonEnv,
+    cwd: tmp,
+    stdio: "ignore",
+  });
+  process.once("exit", () => daemon.exitCode == null && daemon.kill("SIGKILL"));
+  await waitFor("the daemon to register", () => berth(["agent", "list", "--json"], 5000, daemonEnv).then(() => true, () => false));
+  // Bound through that machine's CLI: validated there, bound there.
+  const id = JSON.parse(
+    await berth(["session", "new", "--agent", "tick", "--title", "On laptop-b", "--dir", path.join(home, "code/remote"), "--json"], 30000, daemonEnv),
+  ).id;
+  const { page } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".session-head.state-ok").waitFor();
+  const machine = await page.evaluate(
+    () => [...document.querySelectorAll(".fact")].find((f) => f.querySelector(".fact-label")?.textContent === "machine")?.querySelector(".fact-value")?.textContent,
+  );
+  assert.equal(machine, "laptop-b");
+  const stopped = new Promise((r) => daemon.once("exit", r));
+  daemon.kill("SIGTERM");
+  await stopped;
+  await berth(["send", id, "go", "--detach"]);
+  await page.locator(".session-head.state-machine_offline").waitFor({ timeout: 20000 });
+  assert.equal(await page.locator(".binding-state .fact-value").textContent(), "waiting for machine");
+  await page.waitForFunction(() => document.body.innerText.includes("waiting for machine laptop-b"), null, { timeout: 20000 });
+  await page.screenshot({ path: path.join(ARTIFACTS, "waiting-for-machine.png"), fullPage: true });
+  assert.ok(!(await bodyText(page)).includes(USER));
   await page.close();
 });
 

@@ -161,12 +161,15 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
     }
 }
 
+/// Why a task waits for machine `name`: one wording wherever it is decided, so the
+/// transcript shows the wait once.
+pub fn waiting_for(name: &str) -> String {
+    format!("waiting for machine {name}, which is offline")
+}
+
 /// The outcome that puts a task back in line: not started, waiting for `machine`.
 fn back_in_line(name: &str) -> TaskOutcome {
-    let mut o = outcome(
-        TaskStatus::WaitingDaemon,
-        format!("machine {name} is offline; the task waits for it"),
-    );
+    let mut o = outcome(TaskStatus::WaitingDaemon, waiting_for(name));
     o.code = Some(ErrorCode::DaemonOffline);
     o
 }

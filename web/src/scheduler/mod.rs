@@ -339,10 +339,7 @@ async fn run_one(
         Decision::Run(p) => p,
         Decision::Wait(reason) => {
             let reason = match &session.binding {
-                Some(b) => format!(
-                    "waiting for machine {}: the session is bound there and it is offline",
-                    b.machine_name
-                ),
+                Some(b) => crate::daemon::waiting_for(&b.machine_name),
                 None => reason,
             };
             wait(store, &task, reason).await?;
