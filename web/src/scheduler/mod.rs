@@ -17,10 +17,9 @@
 pub mod placement;
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
-use crate::store::{Finish, RunItem, RunRecord, Store, StoreError, TaskRow};
+use crate::store::{Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
-use berth_core::resolve::Origin;
 use placement::{Claim, Decision};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -279,7 +278,7 @@ async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
         if inner.stopping.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let Some((task, prompt, origin)) = inner.store.next_task(session.to_owned()).await? else {
+        let Some(next) = inner.store.next_run(session.to_owned()).await? else {
             let mut sessions = inner
                 .sessions
                 .lock()
@@ -292,7 +291,7 @@ async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
                 Some(_) | None => return Ok(()),
             }
         };
-        match run_one(inner, task, prompt, origin).await? {
+        match run_one(inner, next).await? {
             Next::Continue => {}
             Next::Blocked => {
                 // A machine may have come online while this worker decided to wait.
@@ -309,14 +308,16 @@ async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
     }
 }
 
-async fn run_one(
-    inner: &Arc<Inner>,
-    task: TaskRow,
-    prompt: String,
-    origin: Origin,
-) -> Result<Next, StoreError> {
+async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> {
     let store = &inner.store;
-    let (session, agent, dirs) = store.run_context(task.session_id.clone()).await?;
+    let NextRun {
+        task,
+        prompt,
+        origin,
+        session,
+        agent,
+        dirs,
+    } = next;
     let daemons = inner.daemons.get();
     let mut online: Vec<MachineId> = inner.machine.iter().cloned().collect();
     online.extend(daemons.map(|d| d.online()).unwrap_or_default());

@@ -84,6 +84,20 @@ pub(crate) fn project_dirs(
     Ok(out)
 }
 
+/// What a run needs besides its task, read on `conn`.
+pub(crate) fn run_context(
+    conn: &Connection,
+    session_id: &str,
+) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
+    let session = super::sessions::get_session(conn, session_id)?;
+    let agent = get_agent(conn, &session.agent)?;
+    let dirs = match &session.project {
+        Some(p) => project_dirs(conn, p)?,
+        None => Vec::new(),
+    };
+    Ok((session, agent, dirs))
+}
+
 impl Store {
     /// What a run needs besides its task: the session, its agent and its project's
     /// directories.
@@ -91,16 +105,7 @@ impl Store {
         &self,
         session_id: String,
     ) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
-        self.read(move |conn| {
-            let session = super::sessions::get_session(conn, &session_id)?;
-            let agent = get_agent(conn, &session.agent)?;
-            let dirs = match &session.project {
-                Some(p) => project_dirs(conn, p)?,
-                None => Vec::new(),
-            };
-            Ok((session, agent, dirs))
-        })
-        .await
+        self.read(move |conn| run_context(conn, &session_id)).await
     }
 
     /// Registers an agent; names are unique.

@@ -27,7 +27,7 @@ pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
-pub use tasks::{Finish, Recovery, RunItem, RunRecord};
+pub use tasks::{Finish, NextRun, Recovery, RunItem, RunRecord};
 
 use crate::transcript::{Hub, TranscriptEvent};
 use rusqlite::{Connection, OpenFlags};

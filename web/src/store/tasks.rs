@@ -225,28 +225,66 @@ impl Store {
         &self,
         session: String,
     ) -> Result<Option<(TaskRow, String, Origin)>, StoreError> {
+        self.read(move |conn| next_task(conn, &session)).await
+    }
+
+    /// The session's next task with everything its run needs, in one read: the
+    /// scheduler's hot path.
+    pub async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
         self.read(move |conn| {
-            let sql = format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1
-                   AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
-                 ORDER BY seq LIMIT 1"
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query([&session])?;
-            let Some(r) = rows.next()? else {
+            let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
             };
-            let task = TaskRow::from_row(r)?;
-            let (text, origin): (String, String) = conn.query_row(
-                "SELECT text, origin FROM messages WHERE id = ?1",
-                [&task.message_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            Ok(Some((task, text, super::parse_enum(&origin)?)))
+            let (session, agent, dirs) = super::agents::run_context(conn, &task.session_id)?;
+            Ok(Some(NextRun {
+                task,
+                prompt,
+                origin,
+                session,
+                agent,
+                dirs,
+            }))
         })
         .await
     }
+}
 
+/// A session's next task and what its run needs ([`Store::next_run`]).
+#[derive(Debug, Clone)]
+pub struct NextRun {
+    pub task: TaskRow,
+    pub prompt: String,
+    pub origin: Origin,
+    pub session: super::SessionRow,
+    pub agent: crate::executor::AgentSpec,
+    pub dirs: Vec<super::ProjectDirRow>,
+}
+
+/// The session's next task to run, with its prompt and origin.
+fn next_task(
+    conn: &Connection,
+    session: &str,
+) -> Result<Option<(TaskRow, String, Origin)>, StoreError> {
+    let sql = format!(
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1
+           AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
+         ORDER BY seq LIMIT 1"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([session])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let task = TaskRow::from_row(r)?;
+    let (text, origin): (String, String) = conn.query_row(
+        "SELECT text, origin FROM messages WHERE id = ?1",
+        [&task.message_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(Some((task, text, super::parse_enum(&origin)?)))
+}
+
+impl Store {
     /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
     pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
         self.write(move |tx, _| {
