@@ -221,6 +221,7 @@ fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
         error,
         code: None,
         work_dir: None,
+        work_dir_display: None,
         resume_id: None,
         branch: None,
     }
@@ -600,6 +601,7 @@ async fn run(
                 error,
                 code: None,
                 work_dir: None,
+                work_dir_display: None,
                 resume_id: ran.state.resume_id.or(resume),
                 branch: None,
             }

@@ -50,6 +50,7 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
             error: None,
             code: None,
             work_dir: Some(d.to_string()),
+            work_dir_display: None,
             resume_id: None,
             branch: None,
         }

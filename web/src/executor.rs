@@ -106,6 +106,10 @@ pub struct TaskOutcome {
     pub code: Option<ErrorCode>,
     /// Where the agent actually worked.
     pub work_dir: Option<String>,
+    /// The same, privacy-stripped for the user of the machine it ran on. A daemon
+    /// sets it (the server does not know that machine's home or account name);
+    /// `None` from the embedded executor: the server strips `work_dir` itself.
+    pub work_dir_display: Option<String>,
     /// The agent's resume id to pass on the next turn (`None` clears it).
     pub resume_id: Option<String>,
     /// For worktree runs, the branch the changes were committed on.
@@ -121,6 +125,7 @@ impl TaskOutcome {
             error: Some(r.message.clone()),
             code: Some(r.code),
             work_dir: None,
+            work_dir_display: None,
             resume_id: None,
             branch: None,
         }

@@ -161,7 +161,10 @@ async fn an_offline_machines_tasks_wait_and_run_in_order_when_it_returns() {
         r.json["placement"],
         json!({"kind": "in_place", "dir": "/home/a/app", "dev": 7, "ino": 9})
     );
-    let finish = json!({"events": 0, "outcome": {"status": "succeeded", "exit_code": 0}});
+    // The daemon's user is not the server's: where it worked is shown in the form
+    // the daemon stripped, or not at all.
+    let finish = json!({"events": 0, "outcome": {"status": "succeeded", "exit_code": 0,
+                        "work_dir": "/home/bob/app", "work_dir_display": "~/app"}});
     let r = fake
         .call(
             "POST",
@@ -172,6 +175,40 @@ async fn an_offline_machines_tasks_wait_and_run_in_order_when_it_returns() {
     assert_eq!(r.status, 200, "{}", r.text);
     let r = fake.claim(2000).await;
     assert_eq!(r.json["task_id"], second.as_str(), "{}", r.text);
+    let finish =
+        json!({"events": 0, "outcome": {"status": "succeeded", "work_dir": "/home/bob/app"}});
+    fake.call(
+        "POST",
+        &format!("/api/v1/daemon/tasks/{second}/finish"),
+        finish,
+    )
+    .await;
+    until(&t, &second, "succeeded").await;
+    let web = |path: String| {
+        let addr = fake.addr;
+        async move {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let sep = if path.contains('?') { '&' } else { '?' };
+            let path = format!("{path}{sep}token=web-token");
+            let host = addr.to_string();
+            request(stream, "GET", &path, &[("host", host.as_str())], None).await
+        }
+    };
+    let r = web(format!("/api/v1/tasks/{first}")).await;
+    assert_eq!(r.json["work_dir"], "~/app", "{}", r.text);
+    let r = web(format!("/api/v1/tasks/{second}")).await;
+    assert_eq!(
+        r.json["work_dir"], "a directory on machine laptop-a",
+        "{}",
+        r.text
+    );
+    let r = web(format!("/api/v1/sessions/{session}")).await;
+    assert!(!r.text.contains("bob"), "{}", r.text);
+    let r = t.call("GET", &format!("/api/v1/tasks/{first}"), None).await;
+    assert_eq!(
+        r.json["work_dir"], "/home/bob/app",
+        "the control socket keeps the real path"
+    );
     let s = t
         .call("GET", &format!("/api/v1/sessions/{session}"), None)
         .await;

@@ -60,6 +60,14 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
                 outcome.status = TaskStatus::Interrupted;
                 outcome.error = Some("berth daemon stopped while the task was running".into());
             }
+            // The server never sees this machine's home or account name: where the
+            // agent worked goes with its display form, stripped here.
+            if let Some(dir) = outcome.work_dir.as_deref() {
+                let ctx = d.executor.context();
+                outcome.work_dir_display = berth_core::LocalPath::parse(ctx.platform, dir)
+                    .ok()
+                    .map(|p| berth_core::display::display(ctx, &p));
+            }
             let status = outcome.status;
             if deliver(&d, &id, &mut outbox, outcome.into()).await {
                 println!("task {} {}", short(&id), status.as_str());
@@ -153,6 +161,7 @@ async fn stream(
                     error: Some(format!("the daemon's executor failed: {e}")),
                     code: None,
                     work_dir: None,
+                    work_dir_display: None,
                     resume_id: None,
                     branch: None,
                 }));

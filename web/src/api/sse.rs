@@ -49,11 +49,19 @@ struct Feed {
 
 fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
     let mut payload = ev.payload.clone();
+    // Where the run worked, as the machine it ran on displays it (a daemon's).
+    let shown = payload
+        .get("work_dir_display")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
     if ev.kind == "task"
         && let Some(task) = payload.get_mut("task")
         && let Ok(mut t) = serde_json::from_value::<berth_core::api::Task>(task.clone())
     {
-        web_task(feed.surface, &feed.display, &mut t);
+        match (feed.surface, shown) {
+            (Surface::Web, Some(shown)) => t.work_dir = Some(shown),
+            (surface, _) => web_task(surface, &feed.display, &mut t),
+        }
         if let Ok(v) = serde_json::to_value(&t) {
             *task = v;
         }

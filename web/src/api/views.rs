@@ -50,7 +50,10 @@ pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> 
             agent: row.agent.clone(),
             origin: row.origin,
             project: row.project.clone(),
-            work_dir: row.work_dir.as_deref().and_then(|p| strip_path(ctx, p)),
+            work_dir: row
+                .work_dir_display
+                .clone()
+                .or_else(|| row.work_dir.as_deref().and_then(|p| strip_path(ctx, p))),
             created_at: row.created_at.clone(),
             updated_at: row.updated_at.clone(),
             #[cfg(feature = "local-binding")]
@@ -61,6 +64,12 @@ pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> 
 
 pub(crate) fn task_doc(surface: Surface, ctx: &Context, row: &TaskRow) -> Task {
     let mut task = row.to_api();
+    if surface == Surface::Web
+        && let Some(display) = &row.work_dir_display
+    {
+        task.work_dir = Some(display.clone());
+        return task;
+    }
     web_task(surface, ctx, &mut task);
     task
 }

@@ -156,6 +156,7 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
         error: Some(error),
         code: None,
         work_dir: None,
+        work_dir_display: None,
         resume_id: None,
         branch: None,
     }
@@ -810,10 +811,16 @@ impl Executor for RemoteExecutor {
             loop {
                 tokio::select! {
                     out = &mut finished => {
-                        return out.unwrap_or_else(|_| outcome(
+                        let mut out = out.unwrap_or_else(|_| outcome(
                             TaskStatus::Interrupted,
                             format!("the server lost track of the task on machine {name}"),
                         ));
+                        // Never show another machine's real path where only display
+                        // forms may appear: without the daemon's own, name the machine.
+                        if out.work_dir.is_some() && out.work_dir_display.is_none() {
+                            out.work_dir_display = Some(format!("a directory on machine {name}"));
+                        }
+                        return out;
                     }
                     changed = cancel.changed(), if watching => {
                         if changed.is_err() {

@@ -300,6 +300,9 @@ pub struct WireOutcome {
     pub code: Option<ErrorCode>,
     #[serde(default)]
     pub work_dir: Option<String>,
+    /// `work_dir` privacy-stripped on the daemon, for its own user.
+    #[serde(default)]
+    pub work_dir_display: Option<String>,
     #[serde(default)]
     pub resume_id: Option<String>,
     #[serde(default)]
@@ -314,6 +317,7 @@ impl From<TaskOutcome> for WireOutcome {
             error: o.error,
             code: o.code,
             work_dir: o.work_dir,
+            work_dir_display: o.work_dir_display,
             resume_id: o.resume_id,
             branch: o.branch,
         }
@@ -328,6 +332,7 @@ impl From<WireOutcome> for TaskOutcome {
             error: o.error,
             code: o.code,
             work_dir: o.work_dir,
+            work_dir_display: o.work_dir_display,
             resume_id: o.resume_id,
             branch: o.branch,
         }

@@ -353,6 +353,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 error: Some(message),
                 error_code: Some(code.as_str().to_owned()),
                 work_dir: None,
+                work_dir_display: None,
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
@@ -431,9 +432,11 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         }),
         error_code: outcome.code.map(|c| c.as_str().to_owned()),
         work_dir: outcome.work_dir.clone(),
+        work_dir_display: outcome.work_dir_display.clone(),
         record: Some(RunRecord {
             binding_rev: session.binding_rev,
             work_dir: outcome.work_dir,
+            work_dir_display: outcome.work_dir_display,
             resume_id: outcome.resume_id,
         }),
     };
@@ -512,6 +515,7 @@ async fn execute(
             error: Some(format!("the executor failed: {e}")),
             code: None,
             work_dir: None,
+            work_dir_display: None,
             resume_id: None,
             branch: None,
         },

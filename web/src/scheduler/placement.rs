@@ -154,6 +154,7 @@ mod tests {
             }),
             binding_rev: 0,
             work_dir: None,
+            work_dir_display: None,
             resume_id: None,
         }
     }

@@ -36,6 +36,9 @@ pub struct SessionRow {
     pub binding: Option<StoredBinding>,
     pub binding_rev: i64,
     pub work_dir: Option<String>,
+    /// `work_dir` privacy-stripped by the machine the run was on (see
+    /// `TaskOutcome::work_dir_display`); `None`: strip it here.
+    pub work_dir_display: Option<String>,
     pub resume_id: Option<String>,
 }
 
@@ -53,7 +56,7 @@ pub struct NewSessionRow {
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
-    s.binding_dev, s.binding_ino";
+    s.binding_dev, s.binding_ino, s.work_dir_display";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -120,6 +123,7 @@ impl SessionRow {
             binding,
             binding_rev: r.get(12)?,
             work_dir: r.get(13)?,
+            work_dir_display: r.get(18)?,
             resume_id: r.get(14)?,
         })
     }
@@ -175,6 +179,8 @@ pub struct TaskRow {
     pub status: TaskStatus,
     pub wait_reason: Option<String>,
     pub work_dir: Option<String>,
+    /// See [`SessionRow::work_dir_display`].
+    pub work_dir_display: Option<String>,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
     pub error_code: Option<String>,
@@ -184,7 +190,8 @@ pub struct TaskRow {
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
-    work_dir, exit_code, error, error_code, created_at, started_at, finished_at";
+    work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
+    work_dir_display";
 
 impl TaskRow {
     pub(crate) fn from_row(r: &Row<'_>) -> Result<TaskRow, StoreError> {
@@ -203,6 +210,7 @@ impl TaskRow {
             created_at: r.get(10)?,
             started_at: r.get(11)?,
             finished_at: r.get(12)?,
+            work_dir_display: r.get(13)?,
         })
     }
 

@@ -135,9 +135,16 @@ CREATE TABLE daemon_tokens (
 );
 "#;
 
+/// Where a run worked, privacy-stripped by the machine it ran on: a daemon's
+/// directories are under a home (and an account name) the server does not know.
+const V5: &str = r#"
+ALTER TABLE tasks ADD COLUMN work_dir_display TEXT;
+ALTER TABLE sessions ADD COLUMN work_dir_display TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)])
 }
 
 #[cfg(test)]

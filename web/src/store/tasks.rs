@@ -38,6 +38,7 @@ pub struct Finish {
     pub error: Option<String>,
     pub error_code: Option<String>,
     pub work_dir: Option<String>,
+    pub work_dir_display: Option<String>,
     /// Recorded on the session only while its binding revision is still this one.
     pub record: Option<RunRecord>,
 }
@@ -47,6 +48,7 @@ pub struct Finish {
 pub struct RunRecord {
     pub binding_rev: i64,
     pub work_dir: Option<String>,
+    pub work_dir_display: Option<String>,
     pub resume_id: Option<String>,
 }
 
@@ -83,7 +85,11 @@ fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<
         &task.session_id,
         Some(&task.id),
         EventKind::Task,
-        serde_json::json!({ "task": task.to_api(), "code": task.error_code }),
+        serde_json::json!({
+            "task": task.to_api(),
+            "code": task.error_code,
+            "work_dir_display": task.work_dir_display,
+        }),
     )?;
     Ok(())
 }
@@ -379,16 +385,17 @@ impl Store {
             tx.execute(
                 "UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
-                   started_at = COALESCE(started_at, ?7)
+                   started_at = COALESCE(started_at, ?7), work_dir_display = ?8
                  WHERE id = ?1",
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, fin.error_code, fin.work_dir, now],
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, fin.error_code, fin.work_dir, now, fin.work_dir_display],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
                 tx.execute(
-                    "UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4
+                    "UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
+                       work_dir_display = CASE WHEN ?2 IS NULL THEN work_dir_display ELSE ?6 END
                      WHERE id = ?1 AND binding_rev = ?5",
-                    params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev],
+                    params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
                 )?;
             }
             let state = match fin.error_code.as_deref() {

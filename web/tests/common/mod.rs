@@ -72,6 +72,7 @@ impl Executor for ShExecutor {
                 error,
                 code: None,
                 work_dir: Some(dir.display().to_string()),
+                work_dir_display: None,
                 resume_id: Some(format!("resume-{}", task.task_id)),
                 branch: None,
             };
