@@ -230,3 +230,108 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
         )
     );
 }
+
+/// Finishes every task at once, without a process: the scheduler's own path, as fast
+/// as it goes.
+#[derive(Debug)]
+struct Instant;
+
+impl berth_web::executor::Executor for Instant {
+    fn machine(&self) -> (berth_core::binding::MachineId, String) {
+        (
+            berth_core::binding::MachineId::new("m-instant"),
+            "instant".into(),
+        )
+    }
+
+    fn run(
+        &self,
+        _task: berth_web::executor::TaskSpec,
+        _events: tokio::sync::mpsc::UnboundedSender<berth_web::executor::ExecEvent>,
+        _cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> berth_web::executor::BoxFuture<'static, berth_web::executor::TaskOutcome> {
+        Box::pin(async {
+            berth_web::executor::TaskOutcome {
+                status: TaskStatus::Succeeded,
+                exit_code: Some(0),
+                error: None,
+                code: None,
+                work_dir: None,
+                work_dir_display: None,
+                resume_id: None,
+                branch: None,
+            }
+        })
+    }
+
+    #[cfg(feature = "local-binding")]
+    fn validate(
+        &self,
+        dir: &str,
+    ) -> Result<berth_web::executor::ValidatedDir, berth_core::Refusal> {
+        Err(berth_core::Refusal::new(
+            berth_core::ErrorCode::NotFound,
+            format!("{dir}: this executor validates nothing"),
+            "use another executor",
+        ))
+    }
+}
+
+/// A message sent the moment its session's previous task ended lands while that
+/// session's worker is deciding whether to leave: it must start a new worker, not be
+/// left queued. (It was, about once in a thousand, before the worker left its entry
+/// under the lock where it saw no more work.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
+    use berth_core::resolve::Origin;
+    use berth_web::scheduler::{Scheduler, SchedulerConfig};
+    let home = common::TempDir::new();
+    let store = berth_web::store::Store::open(home.path()).await.unwrap();
+    store
+        .add_agent(berth_web::executor::AgentSpec {
+            name: "a".into(),
+            kind: berth_web::executor::AgentKind::Command,
+            command: vec!["true".into()],
+        })
+        .await
+        .unwrap();
+    let session = store
+        .create_session(berth_web::store::NewSessionRow {
+            title: None,
+            agent: Some("a".into()),
+            origin: Origin::Desktop,
+            project: None,
+            binding: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    let scheduler = Scheduler::start(
+        store.clone(),
+        Some(std::sync::Arc::new(Instant)),
+        SchedulerConfig::default(),
+    );
+    let mut events = store.hub().subscribe(&session);
+    for i in 0..1500 {
+        let (task, _) = store
+            .add_message(session.clone(), Origin::Desktop, format!("m{i}"))
+            .await
+            .unwrap();
+        scheduler.notify(&session);
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match events.recv().await {
+                    Ok(ev) if ev.kind == "task" && ev.task_id.as_deref() == Some(&task.id) => break,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(e) => panic!("the transcript closed: {e}"),
+                }
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "message {i} was left {:?}",
+            store.task(&task.id).await.unwrap().status
+        );
+    }
+}

@@ -111,16 +111,46 @@ enum Next {
 struct WorkerGuard {
     inner: Arc<Inner>,
     session: String,
+    /// The worker left the session's entry itself, under the lock where it saw no
+    /// more work; otherwise (an error, a panic, shutdown) the guard removes it.
+    left: AtomicBool,
 }
 
 impl Drop for WorkerGuard {
     fn drop(&mut self) {
-        self.inner
+        if !self.left.load(Ordering::SeqCst) {
+            self.inner
+                .sessions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.session);
+        }
+        self.inner.workers.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl WorkerGuard {
+    /// Whether to go on: `true` if work arrived since the worker last looked (the
+    /// flag is reset); otherwise the worker leaves the session's entry **under the
+    /// same lock**, so a message notified right after starts a new worker instead of
+    /// setting the flag of one that is leaving.
+    fn more_or_leave(&self) -> bool {
+        let mut sessions = self
+            .inner
             .sessions
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.session);
-        self.inner.workers.send_modify(|n| *n = n.saturating_sub(1));
+            .unwrap_or_else(PoisonError::into_inner);
+        match sessions.get_mut(&self.session) {
+            Some(more) if *more => {
+                *more = false;
+                true
+            }
+            Some(_) | None => {
+                sessions.remove(&self.session);
+                self.left.store(true, Ordering::SeqCst);
+                false
+            }
+        }
     }
 }
 
@@ -257,9 +287,10 @@ fn dispatch(inner: &Arc<Inner>, session: String) {
     let guard = WorkerGuard {
         inner: inner.clone(),
         session: session.clone(),
+        left: AtomicBool::new(false),
     };
     tokio::spawn(async move {
-        if let Err(e) = drain(&guard.inner, &session).await {
+        if let Err(e) = drain(&guard).await {
             tracing::error!(session = %session, error = %e, "scheduling stopped for the session");
         }
         drop(guard);
@@ -267,7 +298,8 @@ fn dispatch(inner: &Arc<Inner>, session: String) {
 }
 
 /// Runs a session's waiting tasks in order until none is left.
-async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
+async fn drain(guard: &WorkerGuard) -> Result<(), StoreError> {
+    let (inner, session) = (&guard.inner, guard.session.as_str());
     loop {
         if inner.stopping.load(Ordering::SeqCst) {
             return Ok(());
@@ -279,31 +311,16 @@ async fn drain(inner: &Arc<Inner>, session: &str) -> Result<(), StoreError> {
             return Ok(());
         }
         let Some(next) = inner.store.next_run(session.to_owned()).await? else {
-            let mut sessions = inner
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match sessions.get_mut(session) {
-                Some(more) if *more => {
-                    *more = false;
-                    continue;
-                }
-                Some(_) | None => return Ok(()),
+            if guard.more_or_leave() {
+                continue;
             }
+            return Ok(());
         };
         match run_one(inner, next).await? {
             Next::Continue => {}
-            Next::Blocked => {
-                // A machine may have come online while this worker decided to wait.
-                let mut sessions = inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match sessions.get_mut(session) {
-                    Some(more) if *more => *more = false,
-                    Some(_) | None => return Ok(()),
-                }
-            }
+            // A machine may have come online while this worker decided to wait.
+            Next::Blocked if guard.more_or_leave() => {}
+            Next::Blocked => return Ok(()),
         }
     }
 }
