@@ -57,7 +57,14 @@ fn measure(sock: &Path, conn: &mut Conn, session: &str, n: usize, what: &str) ->
         let t0 = now_ns()?;
         let task = post_message(conn, session, "go")?;
         let mut started = None;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
+            // Keep-alives reset the stream's read timeout: a task that never ends
+            // fails the benchmark instead of hanging it.
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "task {task} did not end within 60 s"
+            );
             let Some(ev) = sse.next_event()? else {
                 bail!("the stream ended before task {task} finished");
             };
