@@ -159,6 +159,9 @@ fn a_bound_session_runs_only_on_its_machine_and_waits_for_it() {
 
     // A goes away. Its session's tasks wait for it, naming it; B never takes them.
     assert_eq!(a.stop("-TERM").and_then(|s| s.code()), Some(0));
+    // A daemon that stops cleanly says so: offline at once, not after the window.
+    let shown = session(&srv, &id);
+    assert_eq!(shown["binding"]["state"], "machine_offline", "{shown}");
     let t2 = send_detached(&b, &id, "two");
     let t3 = send_detached(&b, &id, "three");
     let waiting = eventually(20, || {

@@ -66,8 +66,12 @@ impl Fake {
 }
 
 async fn setup() -> (TestServer, Fake, String) {
+    setup_with(WINDOW).await
+}
+
+async fn setup_with(window: Duration) -> (TestServer, Fake, String) {
     let (t, addr) = TestServer::with_daemons(DaemonConfig {
-        window: WINDOW,
+        window,
         claim_wait: Duration::from_secs(2),
     })
     .await;
@@ -305,5 +309,37 @@ async fn a_cancel_reaches_the_daemon_and_an_unclaimed_task_is_cancelled_at_once(
     assert_eq!(
         (r.status, r.json["error"]["code"].as_str()),
         (401, Some("unauthorized"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_leaves_is_offline_at_once_not_after_the_window() {
+    let (t, fake, session) = setup_with(Duration::from_secs(60)).await;
+    let r = fake
+        .call(
+            "POST",
+            "/api/v1/daemon/leave",
+            json!({"instance": fake.instance}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let s = t
+        .call("GET", &format!("/api/v1/sessions/{session}"), None)
+        .await;
+    assert_eq!(s.json["binding"]["state"], "machine_offline", "{}", s.text);
+    // Well inside the 60 s window, a new message waits for the machine.
+    let id = post(&t, &session, "after leaving").await;
+    let waiting = until(&t, &id, "waiting_daemon").await;
+    assert!(
+        waiting["wait_reason"]
+            .as_str()
+            .unwrap()
+            .contains("laptop-a"),
+        "{waiting}"
+    );
+    assert_eq!(
+        fake.claim(0).await.status,
+        401,
+        "it registers again to come back"
     );
 }

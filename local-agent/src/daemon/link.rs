@@ -419,6 +419,18 @@ impl Daemon {
                 "berth daemon: could not report every task's outcome to the server; it marks them interrupted"
             );
         }
+        // Leaving at once, rather than at the end of the heartbeat window, lets the
+        // server show this machine's sessions waiting for it now. Best effort: an
+        // unreachable server finds out from the window.
+        let leave = berth_web::daemon::wire::Leave {
+            instance: self.instance.clone(),
+        };
+        if let Ok(Err(e)) = tokio::time::timeout(SEND_WAIT, self.remote.leave(&leave)).await {
+            eprintln!(
+                "berth daemon: could not tell the server it stops: {}",
+                message(&e)
+            );
+        }
     }
 }
 

@@ -233,6 +233,13 @@ impl Remote {
         self.post_doc("/heartbeat", body).await
     }
 
+    /// Says this process stops: the server takes the machine offline at once.
+    pub async fn leave(&self, body: &berth_web::daemon::wire::Leave) -> Result<(), CallError> {
+        self.post_doc::<_, serde_json::Value>("/leave", body)
+            .await
+            .map(drop)
+    }
+
     /// A claim held open up to `wait` (plus slack for the answer to travel).
     pub async fn claim(
         &self,

@@ -592,6 +592,27 @@ impl Daemons {
         Ok(Finished::Done(status))
     }
 
+    /// A daemon stopping cleanly: its machine is offline at once. Whatever it still
+    /// held (it reports its tasks before leaving) ends as for a missed window.
+    pub async fn leave(&self, caller: &Caller, instance: &str) -> Result<(), StoreError> {
+        let left = {
+            let mut state = lock(&self.inner.state);
+            let window = self.inner.config.window;
+            match state.machines.get_mut(&caller.machine) {
+                Some(m) if m.instance == instance && m.online => {
+                    take_offline(m, window);
+                    true
+                }
+                Some(_) | None => false,
+            }
+        };
+        if left {
+            tracing::info!(machine = %caller.machine, "a daemon left");
+            self.sync_bindings(&caller.machine).await?;
+        }
+        Ok(())
+    }
+
     /// Takes machines silent for longer than the window offline.
     async fn expire(&self) {
         let window = self.inner.config.window;

@@ -50,6 +50,7 @@ pub fn daemon_router(app: AppState, control: Router) -> Router {
         .route(&format!("{p}/register"), post(register))
         .route(&format!("{p}/heartbeat"), post(heartbeat))
         .route(&format!("{p}/claim"), post(claim))
+        .route(&format!("{p}/leave"), post(leave))
         .route(&format!("{p}/tasks/{{id}}/events"), post(events))
         .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
         .route(&format!("{p}/api/{{*rest}}"), any(forward))
@@ -91,6 +92,16 @@ async fn heartbeat(
         .heartbeat(&caller, &req.instance, &req.running)
         .await??;
     Ok(Json(out))
+}
+
+async fn leave(
+    State(ctx): State<DaemonCtx>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<wire::Leave>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let caller = caller(&ctx, &headers)?;
+    ctx.app.daemons.leave(&caller, &req.instance).await?;
+    Ok(Json(serde_json::json!({})))
 }
 
 /// The long poll: answers the moment a task waits for this machine, or 204 after the

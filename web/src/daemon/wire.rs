@@ -14,6 +14,7 @@
 //! | `POST claim` | [`ClaimRequest`] | 200 [`ClaimedTask`], or 204 after the wait |
 //! | `POST tasks/{id}/events` | [`EventBatch`] | [`EventsReply`] |
 //! | `POST tasks/{id}/finish` | [`FinishRequest`] | [`FinishReply`] |
+//! | `POST leave` | [`Leave`] | `{}` |
 //! | `ANY api/{rest}` | the control API's own | the control API's own |
 //!
 //! - **claim** is a long poll: the server answers the moment a task resolves to this
@@ -29,6 +30,8 @@
 //! - A task the server no longer expects (it ended `interrupted` after the daemon
 //!   missed its heartbeat window, or was cancelled) answers 409 `task_gone`: the daemon
 //!   stops the agent and drops its events.
+//! - **leave** is a daemon stopping cleanly, after reporting its tasks: its machine is
+//!   offline at once (its sessions' tasks wait) rather than at the end of the window.
 //! - **api/{rest}** forwards the daemon's control socket: the CLI on that machine works
 //!   through it as against `berth serve`. A request that carries a directory
 //!   (`PUT sessions/{id}/binding`, `POST sessions` with `dir`, `PUT projects/{n}/dir`)
@@ -99,6 +102,13 @@ pub struct HeartbeatReply {
     /// Running tasks the daemon must stop (cancelled by a user).
     #[serde(default)]
     pub cancel: Vec<String>,
+}
+
+/// `POST leave`: this process stops; its machine is offline from now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Leave {
+    pub instance: String,
 }
 
 /// `POST claim`.
