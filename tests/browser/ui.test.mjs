@@ -537,6 +537,8 @@ uiTest("a session bound on a machine that went offline shows it waiting for that
   await page.locator(".session-head.state-machine_offline").waitFor({ timeout: 20000 });
   assert.equal(await page.locator(".binding-state .fact-value").textContent(), "waiting for machine");
   await page.waitForFunction(() => document.body.innerText.includes("waiting for machine laptop-b"), null, { timeout: 20000 });
+  // The preview follows: the next message, too, would wait for that machine.
+  await page.waitForFunction(() => document.querySelector(".preview")?.innerText.includes("waits for machine laptop-b"), null, { timeout: 10000 });
   await page.screenshot({ path: path.join(ARTIFACTS, "waiting-for-machine.png"), fullPage: true });
   assert.ok(!(await bodyText(page)).includes(USER));
   await page.close();

@@ -65,6 +65,8 @@ export function mountPreview(box, session, facts) {
   let platform = homePlatform;
   let mode = session.binding?.mode ?? "in-place";
   let wasm = null;
+  /** The status of the session's latest task, as the page last saw it. */
+  let latestStatus = null;
 
   const fieldId = (n) => `preview-${n}`;
   const radio = (name, value, checked, onPick) =>
@@ -139,9 +141,13 @@ export function mountPreview(box, session, facts) {
   }
 
   function resolve(binding, origin) {
-    const claimer = session.binding?.daemon ?? facts.machine;
+    // As the scheduler does: the bound machine claims while it is online, else this
+    // server's. It is offline when its binding says so, or, live, when the session's
+    // latest task waits for it.
+    const offline = session.binding?.state === "machine_offline" || latestStatus === "waiting_daemon";
+    const claimer = session.binding && !offline ? session.binding.daemon : facts.machine;
     const online = [facts.machine];
-    if (session.binding && session.binding.state !== "machine_offline") online.push(session.binding.daemon);
+    if (session.binding && !offline) online.push(session.binding.daemon);
     return parse(wasm.preview(JSON.stringify({ origin, binding, claimer, online })));
   }
 
@@ -248,8 +254,9 @@ export function mountPreview(box, session, facts) {
   }
 
   return {
-    update(s) {
+    update(s, latest) {
       session = s;
+      latestStatus = latest?.status ?? null;
       run();
     },
   };
