@@ -95,8 +95,10 @@ pub enum ExecEvent {
     Agent(AgentEvent),
 }
 
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq)]
+/// How a task ended. A daemon sends it as JSON (`finish`); every field but `status`
+/// may be left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TaskOutcome {
     /// `succeeded`, `failed`, `cancelled`, `refused` or `interrupted`.
     pub status: TaskStatus,

@@ -172,6 +172,34 @@ pub fn native_context() -> Context {
     }
 }
 
+/// Writes `bytes` as the private file `path` (mode 0600), never seen half-written: a
+/// temporary file beside it, synced, renamed into place, and the directory synced so
+/// the rename survives a crash too.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("a file path without a directory"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("a path without a file name"))?;
+    let tmp = dir.join(format!(
+        "{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
 /// A fresh random token (256 bits, hex) for `serve.json`.
 pub fn new_token() -> io::Result<String> {
     let mut bytes = [0u8; 32];
@@ -353,23 +381,11 @@ impl Server {
     /// Writes `serve.json` (0600, replaced atomically).
     pub fn write_serve_json(&self, info: &ServeInfo) -> Result<PathBuf, ServerError> {
         let path = self.home.join(SERVE_JSON);
-        let tmp = self
-            .home
-            .join(format!("{SERVE_JSON}.{}", std::process::id()));
         let text = serde_json::to_string_pretty(info).map_err(|e| ServerError::Io {
             path: path.clone(),
             source: io::Error::other(e),
         })?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io_err(&tmp))?;
-        f.write_all(text.as_bytes()).map_err(io_err(&tmp))?;
-        f.sync_all().map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        write_private(&path, text.as_bytes()).map_err(io_err(&path))?;
         Ok(path)
     }
 }

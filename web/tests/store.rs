@@ -96,9 +96,9 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
     assert_eq!(events[0].payload["text"], "one");
     assert_eq!(events[3].payload["task"]["status"], "interrupted");
     // The queued task is next, the interrupted one is never returned again.
-    let (next, prompt, origin) = store.next_task(session.id.clone()).await.unwrap().unwrap();
+    let next = store.next_run(session.id.clone()).await.unwrap().unwrap();
     assert_eq!(
-        (next.id, prompt, origin),
+        (next.task.id, next.prompt, next.origin),
         (queued.id, "two".to_owned(), Origin::Desktop)
     );
     // A second recovery finds nothing more.

@@ -179,17 +179,7 @@ impl Client {
 }
 
 /// Percent-encodes one path segment (ids are plain, but a prefix is user input).
-pub fn encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use berth_local_agent::daemon::remote::encode;
 
 /// One Server-Sent Event.
 #[derive(Debug, Clone, PartialEq)]

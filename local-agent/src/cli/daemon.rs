@@ -83,17 +83,8 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
         poll,
         max_tasks: args.max_tasks,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                format!("cannot start the async runtime: {e}"),
-                "check the system's limits",
-            )
-        })?;
-    rt.block_on(daemon::run(config, opts, super::serve::wait_for_signal()))
+    super::serve::runtime()?
+        .block_on(daemon::run(config, opts, super::serve::wait_for_signal()))
         .map_err(|e| CliError::new(e.to_string(), e.hint()))?;
     Ok(0)
 }

@@ -15,7 +15,13 @@ use std::sync::Arc;
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    runtime()?.block_on(run(config, args))
+}
+
+/// The runtime of the long-running commands (`serve`, `daemon`): two workers, one
+/// per core of the machines Berth is sized for.
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
@@ -24,8 +30,7 @@ pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
                 format!("cannot start the async runtime: {e}"),
                 "check the system's limits",
             )
-        })?;
-    rt.block_on(run(config, args))
+        })
 }
 
 async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {

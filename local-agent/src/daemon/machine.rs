@@ -5,9 +5,9 @@
 //! must survive restarts: it is written whole or not at all (temporary file, fsync,
 //! rename) and never rewritten once it exists.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// The file name inside Berth's home.
@@ -72,23 +72,8 @@ pub fn load_or_create(home: &Path) -> Result<String, MachineIdError> {
         Err(e) => return Err(io_err("read", &path)(e)),
     }
     let id = uuid::Uuid::new_v4().to_string();
-    let tmp = home.join(format!("{MACHINE_ID_FILE}.{}.tmp", std::process::id()));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
-    f.write_all(format!("{id}\n").as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(io_err("write", &tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, &path).map_err(io_err("rename into place", &path))?;
-    // The rename itself must survive a crash too.
-    File::open(home)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("sync", home))?;
+    berth_web::server::write_private(&path, format!("{id}\n").as_bytes())
+        .map_err(io_err("write", &path))?;
     Ok(id)
 }
 

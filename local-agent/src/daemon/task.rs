@@ -12,7 +12,7 @@ use super::outbox::{BATCH_BYTES, Outbox};
 use super::remote::{CallError, Remote};
 use berth_core::api::TaskStatus;
 use berth_web::daemon::wire::{
-    ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE, WireOutcome,
+    ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE,
 };
 use berth_web::executor::{TaskOutcome, TaskSpec};
 use std::future::Future;
@@ -69,7 +69,7 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
                     .map(|p| berth_core::display::display(ctx, &p));
             }
             let status = outcome.status;
-            if deliver(&d, &id, &mut outbox, outcome.into()).await {
+            if deliver(&d, &id, &mut outbox, outcome).await {
                 println!("task {} {}", short(&id), status.as_str());
             }
         }
@@ -218,7 +218,7 @@ async fn stream(
 
 /// Sends what is left of the events, then the outcome, retrying until the server
 /// records it. Returns whether it did (false: the task is gone).
-async fn deliver(d: &Arc<Daemon>, id: &str, outbox: &mut Outbox, outcome: WireOutcome) -> bool {
+async fn deliver(d: &Arc<Daemon>, id: &str, outbox: &mut Outbox, outcome: TaskOutcome) -> bool {
     let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
     loop {
         let seen = d.generation();

@@ -271,7 +271,9 @@ pub(crate) async fn list_agents(State(ctx): State<Ctx>) -> Result<Json<Vec<Agent
     Ok(Json(ctx.app.store.list_agents().await?))
 }
 
-fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
+/// A name of something the API stores (agent, project, daemon token): 1 to 64 ASCII
+/// letters, digits, `-`, `_` or `.`.
+pub(crate) fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&name.len())
         && name
             .chars()

@@ -30,6 +30,7 @@ pub use auth::{TOKEN_COOKIE, loopback_hosts};
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use body::{BODY_LIMIT, JsonBody};
 pub use error::{ApiError, refusal_status};
+pub(crate) use handlers::valid_name;
 pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
 pub use views::{SessionDoc, WebSession, strip_path};
 

@@ -423,88 +423,61 @@ impl Daemons {
     /// longer than the window never reached it (a lost claim answer): back in line if
     /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop:
     /// those cancelled, and those it lists that the server no longer expects.
-    pub async fn heartbeat(
+    pub fn heartbeat(
         &self,
         caller: &Caller,
         instance: &str,
         running: &[String],
-    ) -> Result<Result<HeartbeatReply, AuthError>, StoreError> {
+    ) -> Result<HeartbeatReply, AuthError> {
         let window = self.inner.config.window;
-        let reply = {
-            let mut state = lock(&self.inner.state);
-            let Some(m) = state.machines.get_mut(&caller.machine) else {
-                return Ok(Err(AuthError::NotRegistered {
-                    machine: caller.machine.to_string(),
-                }));
-            };
-            // A machine taken offline registers again before it counts as back.
-            if m.instance != instance || !m.online {
-                return Ok(Err(AuthError::NotRegistered {
-                    machine: caller.machine.to_string(),
-                }));
+        let mut state = lock(&self.inner.state);
+        let m = current(&mut state, caller, instance)?;
+        let lost: Vec<String> = m
+            .runs
+            .iter()
+            .filter(|(id, r)| r.claimed_at.elapsed() > window && !running.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lost {
+            if let Some(run) = m.runs.remove(&id) {
+                let out = if run.received == 0 {
+                    back_in_line(&m.name)
+                } else {
+                    outcome(
+                        TaskStatus::Interrupted,
+                        format!("machine {} lost the task while it ran", m.name),
+                    )
+                };
+                let _ = run.link.done.send(out);
             }
-            m.last_seen = Instant::now();
-            let lost: Vec<String> = m
-                .runs
+        }
+        // Stop what was cancelled, and what the server no longer expects (it ended
+        // while the daemon was out of reach, or the server restarted).
+        let mut cancel: Vec<String> = m
+            .runs
+            .iter()
+            .filter(|(_, r)| *r.link.cancel.borrow())
+            .map(|(id, _)| id.clone())
+            .collect();
+        cancel.extend(
+            running
                 .iter()
-                .filter(|(id, r)| r.claimed_at.elapsed() > window && !running.contains(id))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in lost {
-                if let Some(run) = m.runs.remove(&id) {
-                    let out = if run.received == 0 {
-                        back_in_line(&m.name)
-                    } else {
-                        outcome(
-                            TaskStatus::Interrupted,
-                            format!("machine {} lost the task while it ran", m.name),
-                        )
-                    };
-                    let _ = run.link.done.send(out);
-                }
-            }
-            // Stop what was cancelled, and what the server no longer expects (it ended
-            // while the daemon was out of reach, or the server restarted).
-            let mut cancel: Vec<String> = m
-                .runs
-                .iter()
-                .filter(|(_, r)| *r.link.cancel.borrow())
-                .map(|(id, _)| id.clone())
-                .collect();
-            cancel.extend(
-                running
-                    .iter()
-                    .filter(|id| {
-                        !m.runs.contains_key(*id) && !m.finished.iter().any(|(f, _)| f == *id)
-                    })
-                    .cloned(),
-            );
-            HeartbeatReply { cancel }
-        };
-        Ok(Ok(reply))
+                .filter(|id| !m.runs.contains_key(*id) && !m.finished.iter().any(|(f, _)| f == *id))
+                .cloned(),
+        );
+        Ok(HeartbeatReply { cancel })
     }
 
     /// What a claim waits on, and whether `instance` is the machine's current one.
     pub fn claim_wake(&self, caller: &Caller, instance: &str) -> Result<Arc<Notify>, AuthError> {
         let mut state = lock(&self.inner.state);
-        match state.machines.get_mut(&caller.machine) {
-            Some(m) if m.instance == instance && m.online => {
-                m.last_seen = Instant::now();
-                Ok(m.wake.clone())
-            }
-            _ => Err(AuthError::NotRegistered {
-                machine: caller.machine.to_string(),
-            }),
-        }
+        Ok(current(&mut state, caller, instance)?.wake.clone())
     }
 
     /// Takes the machine's next waiting task, if any, and holds it as running.
     pub fn take(&self, caller: &Caller, instance: &str) -> Option<ClaimedTask> {
         let mut state = lock(&self.inner.state);
-        let m = state.machines.get_mut(&caller.machine)?;
-        if m.instance != instance || !m.online {
-            return None;
-        }
+        let m = current(&mut state, caller, instance).ok()?;
         while let Some(p) = m.queue.pop_front() {
             if p.link.done.is_closed() {
                 continue;
@@ -532,13 +505,8 @@ impl Daemons {
         batch: EventBatch,
     ) -> Result<EventsReply, Gone> {
         let mut state = lock(&self.inner.state);
-        let gone = || Gone {
-            task: task.to_owned(),
-            machine: caller.name.clone(),
-        };
-        let m = state.machines.get_mut(&caller.machine).ok_or_else(gone)?;
-        m.last_seen = Instant::now();
-        let run = m.runs.get_mut(task).ok_or_else(gone)?;
+        let m = holding(&mut state, caller, task)?;
+        let run = m.runs.get_mut(task).ok_or_else(|| gone(caller, task))?;
         if batch.first <= run.received {
             let skip = usize::try_from(run.received - batch.first).unwrap_or(usize::MAX);
             for ev in batch.events.into_iter().skip(skip) {
@@ -561,19 +529,14 @@ impl Daemons {
         req: FinishRequest,
     ) -> Result<Finished, Gone> {
         let mut state = lock(&self.inner.state);
-        let gone = || Gone {
-            task: task.to_owned(),
-            machine: caller.name.clone(),
-        };
-        let m = state.machines.get_mut(&caller.machine).ok_or_else(gone)?;
-        m.last_seen = Instant::now();
+        let m = holding(&mut state, caller, task)?;
         let Some(run) = m.runs.get(task) else {
             return m
                 .finished
                 .iter()
                 .find(|(id, _)| id == task)
                 .map(|(_, s)| Finished::Done(*s))
-                .ok_or_else(gone);
+                .ok_or_else(|| gone(caller, task));
         };
         if run.received < req.events {
             return Ok(Finished::Missing {
@@ -581,10 +544,10 @@ impl Daemons {
             });
         }
         let Some(run) = m.runs.remove(task) else {
-            return Err(gone());
+            return Err(gone(caller, task));
         };
         let status = req.outcome.status;
-        let _ = run.link.done.send(req.outcome.into());
+        let _ = run.link.done.send(req.outcome);
         m.finished.push_back((task.to_owned(), status));
         if m.finished.len() > FINISHED_MEMORY {
             m.finished.pop_front();
@@ -767,6 +730,41 @@ impl Daemons {
                 }
             })
             .collect())
+    }
+}
+
+/// The caller's machine as its current process (`instance`) may use it, marked seen:
+/// registered, online and not since registered again by another process.
+fn current<'a>(
+    state: &'a mut State,
+    caller: &Caller,
+    instance: &str,
+) -> Result<&'a mut Machine, AuthError> {
+    match state.machines.get_mut(&caller.machine) {
+        Some(m) if m.instance == instance && m.online => {
+            m.last_seen = Instant::now();
+            Ok(m)
+        }
+        _ => Err(AuthError::NotRegistered {
+            machine: caller.machine.to_string(),
+        }),
+    }
+}
+
+/// The caller's machine, marked seen, for a call about one of its tasks.
+fn holding<'a>(state: &'a mut State, caller: &Caller, task: &str) -> Result<&'a mut Machine, Gone> {
+    let m = state
+        .machines
+        .get_mut(&caller.machine)
+        .ok_or_else(|| gone(caller, task))?;
+    m.last_seen = Instant::now();
+    Ok(m)
+}
+
+fn gone(caller: &Caller, task: &str) -> Gone {
+    Gone {
+        task: task.to_owned(),
+        machine: caller.name.clone(),
     }
 }
 

@@ -86,12 +86,11 @@ async fn heartbeat(
     JsonBody(req): JsonBody<Heartbeat>,
 ) -> Result<Json<wire::HeartbeatReply>, ApiError> {
     let caller = caller(&ctx, &headers)?;
-    let out = ctx
-        .app
-        .daemons
-        .heartbeat(&caller, &req.instance, &req.running)
-        .await??;
-    Ok(Json(out))
+    Ok(Json(ctx.app.daemons.heartbeat(
+        &caller,
+        &req.instance,
+        &req.running,
+    )?))
 }
 
 async fn leave(
@@ -220,22 +219,6 @@ async fn forward(
 
 // ---- the token routes (control API) ----
 
-fn valid_token_name(name: &str) -> Result<(), ApiError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest {
-            message: format!(
-                "the token name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
-            ),
-        })
-    }
-}
-
 fn not_through_daemon(via: Option<&axum::Extension<Via>>) -> Result<(), ApiError> {
     match via {
         Some(_) => Err(ApiError::NoRoute {
@@ -251,7 +234,7 @@ pub(crate) async fn create_token(
     JsonBody(req): JsonBody<NewToken>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     not_through_daemon(via.as_ref())?;
-    valid_token_name(&req.name)?;
+    crate::api::valid_name("the token", &req.name)?;
     use crate::store::TokenChange;
     match ctx.app.daemons.create_token(req.name.clone()).await? {
         TokenChange::Done((row, token)) => Ok((

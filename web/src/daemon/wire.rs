@@ -40,7 +40,6 @@
 //!   machine. The server never validates another machine's path itself.
 
 use crate::executor::{AgentSpec, ExecEvent, Placement, SessionFacts, TaskOutcome, TaskSpec};
-use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;
 use serde::{Deserialize, Serialize};
@@ -206,7 +205,7 @@ impl ClaimedTask {
             #[cfg(not(feature = "local-binding"))]
             WirePlacement::InPlace { dir, .. } | WirePlacement::Worktree { dir, .. } => {
                 return Err(berth_core::Refusal::new(
-                    ErrorCode::OriginCannotBind,
+                    berth_core::ErrorCode::OriginCannotBind,
                     format!("this build cannot run in the local directory {dir}"),
                     "run tasks bound to a directory with `berth daemon` from the full build",
                 ));
@@ -297,65 +296,14 @@ pub struct EventsReply {
     pub cancel: bool,
 }
 
-/// How a task ended on the daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WireOutcome {
-    pub status: TaskStatus,
-    #[serde(default)]
-    pub exit_code: Option<i32>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub code: Option<ErrorCode>,
-    #[serde(default)]
-    pub work_dir: Option<String>,
-    /// `work_dir` privacy-stripped on the daemon, for its own user.
-    #[serde(default)]
-    pub work_dir_display: Option<String>,
-    #[serde(default)]
-    pub resume_id: Option<String>,
-    #[serde(default)]
-    pub branch: Option<String>,
-}
-
-impl From<TaskOutcome> for WireOutcome {
-    fn from(o: TaskOutcome) -> WireOutcome {
-        WireOutcome {
-            status: o.status,
-            exit_code: o.exit_code,
-            error: o.error,
-            code: o.code,
-            work_dir: o.work_dir,
-            work_dir_display: o.work_dir_display,
-            resume_id: o.resume_id,
-            branch: o.branch,
-        }
-    }
-}
-
-impl From<WireOutcome> for TaskOutcome {
-    fn from(o: WireOutcome) -> TaskOutcome {
-        TaskOutcome {
-            status: o.status,
-            exit_code: o.exit_code,
-            error: o.error,
-            code: o.code,
-            work_dir: o.work_dir,
-            work_dir_display: o.work_dir_display,
-            resume_id: o.resume_id,
-            branch: o.branch,
-        }
-    }
-}
-
 /// `POST tasks/{id}/finish`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FinishRequest {
     /// How many events the daemon sent for the task in all.
     pub events: u64,
-    pub outcome: WireOutcome,
+    /// How it ended: the executor's own outcome, as JSON.
+    pub outcome: TaskOutcome,
 }
 
 /// The answer to `finish`.

@@ -99,15 +99,6 @@ pub(crate) fn run_context(
 }
 
 impl Store {
-    /// What a run needs besides its task: the session, its agent and its project's
-    /// directories.
-    pub async fn run_context(
-        &self,
-        session_id: String,
-    ) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
-        self.read(move |conn| run_context(conn, &session_id)).await
-    }
-
     /// Registers an agent; names are unique.
     pub async fn add_agent(&self, spec: AgentSpec) -> Result<AgentSpec, StoreError> {
         self.write(move |tx, _| {

@@ -167,11 +167,6 @@ impl Store {
         self.write(move |tx, _| insert_session(tx, new)).await
     }
 
-    /// Every session, oldest first.
-    pub async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        self.read(list_sessions).await
-    }
-
     /// The session `prefix` names uniquely.
     pub async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
         let prefix = prefix.to_owned();

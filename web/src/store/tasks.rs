@@ -114,6 +114,23 @@ pub(crate) fn status_event(
     Ok(())
 }
 
+/// Records a non-final status change and appends it to the transcript.
+fn record_status(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    id: &str,
+    status: TaskStatus,
+    wait_reason: Option<String>,
+) -> Result<TaskRow, StoreError> {
+    conn.execute(
+        "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
+        params![id, status.as_str(), wait_reason],
+    )?;
+    let task = get_task(conn, id)?;
+    status_event(conn, outbox, &task)?;
+    Ok(task)
+}
+
 /// Startup recovery, in one transaction.
 pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery, StoreError> {
     let sql = format!(
@@ -225,15 +242,6 @@ impl Store {
             .await
     }
 
-    /// The session's next task to run, with its prompt and origin: the lowest `seq`
-    /// still waiting. A task that was claimed is never returned again.
-    pub async fn next_task(
-        &self,
-        session: String,
-    ) -> Result<Option<(TaskRow, String, Origin)>, StoreError> {
-        self.read(move |conn| next_task(conn, &session)).await
-    }
-
     /// The session's next task with everything its run needs, in one read: the
     /// scheduler's hot path.
     pub async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
@@ -266,7 +274,8 @@ pub struct NextRun {
     pub dirs: Vec<super::ProjectDirRow>,
 }
 
-/// The session's next task to run, with its prompt and origin.
+/// The session's next task to run, with its prompt and origin: the lowest `seq`
+/// still waiting. A task that was claimed is never returned again.
 fn next_task(
     conn: &Connection,
     session: &str,
@@ -311,16 +320,8 @@ impl Store {
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
-        self.write(move |tx, outbox| {
-            tx.execute(
-                "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
-                params![id, status.as_str(), wait_reason],
-            )?;
-            let task = get_task(tx, &id)?;
-            status_event(tx, outbox, &task)?;
-            Ok(task)
-        })
-        .await
+        self.write(move |tx, outbox| record_status(tx, outbox, &id, status, wait_reason))
+            .await
     }
 
     /// Records a burst of what a run reported, in order, in one transaction: status
@@ -334,11 +335,7 @@ impl Store {
                         status,
                         wait_reason,
                     } => {
-                        tx.execute(
-                            "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
-                            params![task.id, status.as_str(), wait_reason],
-                        )?;
-                        status_event(tx, outbox, &get_task(tx, &task.id)?)?;
+                        record_status(tx, outbox, &task.id, status, wait_reason)?;
                     }
                     RunItem::Agent(payload) => {
                         append_event(
@@ -352,26 +349,6 @@ impl Store {
                     }
                 }
             }
-            Ok(())
-        })
-        .await
-    }
-
-    /// Appends one agent event to the task's session transcript.
-    pub async fn agent_event(
-        &self,
-        task: TaskRow,
-        payload: serde_json::Value,
-    ) -> Result<(), StoreError> {
-        self.write(move |tx, outbox| {
-            append_event(
-                tx,
-                outbox,
-                &task.session_id,
-                Some(&task.id),
-                EventKind::Agent,
-                payload,
-            )?;
             Ok(())
         })
         .await
