@@ -1,5 +1,5 @@
-//! The browser UI: one page and its modules, embedded in the binary so `berth serve`
-//! works from any directory after `cargo install`.
+//! The browser UI: one page, its modules and the wasm bundle, embedded in the binary so
+//! `berth serve` works from any directory after `cargo install`.
 //!
 //! [`ui_router`] answers `/` and `/sessions/{id}` with the page (the page routes on the
 //! client, so a bookmark or a reload lands on the same view) and `/ui/...` with the
@@ -23,8 +23,6 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
-/// Used only when the wasm bundle is embedded.
-#[cfg_attr(not(berth_ui_pkg), allow(dead_code))]
 const WASM: &str = "application/wasm";
 
 macro_rules! ui_file {
@@ -54,7 +52,10 @@ struct Asset {
 
 const INDEX: &[u8] = ui_file!("index.html");
 
-/// The hand-written assets, always present.
+/// Every file under `/ui/`: the hand-written modules, and the wasm bundle that
+/// `scripts/build-wasm.sh` generates from `core/` and `wasm/` into `web/ui/pkg/`. The
+/// bundle is checked in (CI rebuilds it and fails if it differs), so every build of the
+/// binary, `cargo install` included, serves a working binding preview.
 const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
     asset!("dom.js", JS),
@@ -64,16 +65,9 @@ const ASSETS: &[Asset] = &[
     asset!("transcript.js", JS),
     asset!("preview.js", JS),
     asset!("style.css", CSS),
-];
-
-/// The generated wasm bundle (`scripts/build-wasm.sh`), when it existed at build time.
-#[cfg(berth_ui_pkg)]
-const PKG: Option<&[Asset]> = Some(&[
     asset!("pkg/berth_wasm.js", JS),
     asset!("pkg/berth_wasm_bg.wasm", WASM),
-]);
-#[cfg(not(berth_ui_pkg))]
-const PKG: Option<&[Asset]> = None;
+];
 
 /// The routes of the UI; merge into the web listener's router behind its guard.
 pub fn ui_router() -> Router {
@@ -116,19 +110,10 @@ async fn index() -> Response {
 }
 
 async fn asset(Path(path): Path<String>) -> Response {
-    if let Some(a) = ASSETS.iter().find(|a| a.path == path) {
-        return file(a);
+    match ASSETS.iter().find(|a| a.path == path) {
+        Some(a) => file(a),
+        None => not_found(&path),
     }
-    if path.starts_with("pkg/") {
-        return match PKG {
-            Some(pkg) => match pkg.iter().find(|a| a.path == path) {
-                Some(a) => file(a),
-                None => not_found(&path),
-            },
-            None => not_built(),
-        };
-    }
-    not_found(&path)
 }
 
 fn file(a: &Asset) -> Response {
@@ -152,17 +137,6 @@ fn not_found(path: &str) -> Response {
         "not_found_route",
         format!("no UI file /ui/{path}"),
         "open the page at / and let it load its own files",
-    )
-}
-
-/// The answer for the wasm bundle when this binary was built without it.
-fn not_built() -> Response {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ui_not_built",
-        "this binary was built without the browser's wasm bundle, so the binding preview is unavailable"
-            .to_owned(),
-        "run scripts/build-wasm.sh",
     )
 }
 
@@ -264,12 +238,15 @@ mod tests {
         assert_eq!((a.status, a.content_type.as_str()), (StatusCode::OK, CSS));
     }
 
-    /// Every file the page or a module names is embedded: a module added to `web/ui`
-    /// but not to [`ASSETS`] would load nowhere.
+    /// Every file the page or a hand-written module names is embedded: a module added
+    /// to `web/ui` but not to [`ASSETS`] would load nowhere. (The generated bundle is
+    /// not read: its glue quotes the wasm's import namespace, `"./berth_wasm_bg.js"`,
+    /// which is no file.)
     #[tokio::test]
     async fn every_file_the_page_names_is_served() {
         let mut named = Vec::new();
-        let texts = std::iter::once(INDEX).chain(ASSETS.iter().map(|a| a.body));
+        let written = ASSETS.iter().filter(|a| !a.path.starts_with("pkg/"));
+        let texts = std::iter::once(INDEX).chain(written.map(|a| a.body));
         for text in texts.map(|t| String::from_utf8_lossy(t).into_owned()) {
             for quote in text.split('"').skip(1).step_by(2) {
                 if let Some(file) = quote.strip_prefix("/ui/").or(quote.strip_prefix("./")) {
@@ -301,34 +278,23 @@ mod tests {
         );
     }
 
-    #[cfg(berth_ui_pkg)]
+    /// The bundle is embedded in every build (no build flag, no generated-file check):
+    /// the binding preview must work in a binary from `cargo install --path local-agent`.
     #[tokio::test]
-    async fn the_wasm_bundle_is_served_as_wasm() {
+    async fn the_wasm_bundle_is_always_served() {
         let a = get("/ui/pkg/berth_wasm_bg.wasm").await;
         assert_eq!(
-            (a.status, a.content_type.as_str(), &a.body[..4]),
-            (StatusCode::OK, WASM, b"\0asm".as_slice())
+            (a.status, a.content_type.as_str(), a.body.get(..4)),
+            (StatusCode::OK, WASM, Some(b"\0asm".as_slice()))
         );
         let a = get("/ui/pkg/berth_wasm.js").await;
         assert_eq!((a.status, a.content_type.as_str()), (StatusCode::OK, JS));
-    }
-
-    #[cfg(not(berth_ui_pkg))]
-    #[tokio::test]
-    async fn without_the_bundle_the_wasm_routes_say_how_to_build_it() {
-        let a = get("/ui/pkg/berth_wasm_bg.wasm").await;
-        let body: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-        assert_eq!(
-            (
-                a.status,
-                body["error"]["code"].as_str(),
-                body["error"]["hint"].as_str()
-            ),
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some("ui_not_built"),
-                Some("run scripts/build-wasm.sh")
-            )
+        let glue = String::from_utf8(a.body).unwrap();
+        assert!(
+            glue.contains("berth_wasm_bg.wasm"),
+            "the glue does not load the bundle"
         );
+        let a = get("/ui/pkg/other.wasm").await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND);
     }
 }
