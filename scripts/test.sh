@@ -13,15 +13,18 @@ quick=""
 
 ensure_wasm_toolchain
 ensure_node
+ensure_agent_clis
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
 say "formatting"
 cargo fmt --all -- --check
 
-# The browser bundle first: berth-web embeds it, so the server's tests see the real UI.
-say "the browser bundle"
-scripts/build-wasm.sh
+# The browser bundle is checked in (web/ui/pkg) and embedded by berth-web as it is:
+# rebuild it from core/ and wasm/ into a temporary directory and fail unless it matches
+# byte for byte. Early, as it is quick and a stale bundle is a common slip.
+say "the checked-in browser bundle matches its sources"
+scripts/build-wasm.sh --check
 
 say "clippy, default features"
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -133,6 +133,13 @@ pub struct Task {
     pub work_dir: Option<String>,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
+    /// A stable code on every refused, failed or interrupted task (an [`ErrorCode`]
+    /// spelling), for scripts to act on; `null` otherwise.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// One entry per action the agent's own permission system denied, in order.
+    #[serde(default)]
+    pub denials: Vec<Denial>,
     /// When the task was accepted, started and ended (RFC 3339, UTC). Extends the
     /// contract, for durations.
     #[serde(default)]
@@ -141,6 +148,15 @@ pub struct Task {
     pub started_at: Option<String>,
     #[serde(default)]
     pub finished_at: Option<String>,
+}
+
+/// One action an agent's own permission system denied: the tool, and what it was
+/// aimed at (a file, a command), as the agent reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    pub tool: String,
+    #[serde(default)]
+    pub target: String,
 }
 
 /// `berth check --json` and `POST check`.
@@ -286,7 +302,8 @@ mod tests {
             "path_empty path_not_absolute path_invalid system_root home_directory \
              credential_directory berth_state not_found not_a_directory not_owner not_writable \
              path_changed not_a_git_repo origin_cannot_bind daemon_offline daemon_mismatch \
-             unknown_session unknown_agent"
+             unknown_session unknown_agent agent_not_found agent_start_failed agent_exited \
+             agent_error permission_denied prepare_failed lock_failed interrupted internal"
         );
         for c in ErrorCode::ALL {
             assert_eq!(

@@ -28,11 +28,31 @@ pub enum ErrorCode {
     DaemonMismatch,
     UnknownSession,
     UnknownAgent,
+    // Extension: why a task failed or did not finish, on every failed task.
+    /// The agent's program is not installed (not on `PATH`).
+    AgentNotFound,
+    /// The agent's program could not be started for another reason.
+    AgentStartFailed,
+    /// The agent exited with a non-zero code (or a signal) without reporting why.
+    AgentExited,
+    /// The agent reported that its turn failed (an error result, a failed turn).
+    AgentError,
+    /// The agent's own permission system denied what it tried, and nothing it tried
+    /// to change went through.
+    PermissionDenied,
+    /// The settings could not be read, or Berth's files could not be put in place.
+    PrepareFailed,
+    /// The directory's lock could not be taken.
+    LockFailed,
+    /// The task was running when its server or machine stopped.
+    Interrupted,
+    /// Berth itself failed (a bug): the message says where.
+    Internal,
 }
 
 impl ErrorCode {
     /// Every code, in contract order.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::PathEmpty,
         ErrorCode::PathNotAbsolute,
         ErrorCode::PathInvalid,
@@ -51,6 +71,15 @@ impl ErrorCode {
         ErrorCode::DaemonMismatch,
         ErrorCode::UnknownSession,
         ErrorCode::UnknownAgent,
+        ErrorCode::AgentNotFound,
+        ErrorCode::AgentStartFailed,
+        ErrorCode::AgentExited,
+        ErrorCode::AgentError,
+        ErrorCode::PermissionDenied,
+        ErrorCode::PrepareFailed,
+        ErrorCode::LockFailed,
+        ErrorCode::Interrupted,
+        ErrorCode::Internal,
     ];
 
     /// The code as written in JSON and on the command line.
@@ -74,6 +103,15 @@ impl ErrorCode {
             ErrorCode::DaemonMismatch => "daemon_mismatch",
             ErrorCode::UnknownSession => "unknown_session",
             ErrorCode::UnknownAgent => "unknown_agent",
+            ErrorCode::AgentNotFound => "agent_not_found",
+            ErrorCode::AgentStartFailed => "agent_start_failed",
+            ErrorCode::AgentExited => "agent_exited",
+            ErrorCode::AgentError => "agent_error",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::PrepareFailed => "prepare_failed",
+            ErrorCode::LockFailed => "lock_failed",
+            ErrorCode::Interrupted => "interrupted",
+            ErrorCode::Internal => "internal",
         }
     }
 

@@ -6,6 +6,7 @@
 
 use crate::context::Context;
 use crate::path::{LocalPath, Root};
+use std::borrow::Cow;
 
 /// The placeholder that stands wherever a user name would have been.
 ///
@@ -67,6 +68,118 @@ pub fn display(ctx: &Context, path: &LocalPath) -> String {
         }
     }
     out
+}
+
+/// Free text (an agent's output, a tool's input, an error message) with the same
+/// rule applied to every path in it: the home directory becomes `~`, another user's
+/// home under `/home/` or `/Users/` shows `…` for the name, and the account name is
+/// replaced wherever it appears, as in [`display`].
+///
+/// This is the one redaction rule of everything served outside the control socket.
+/// Guarantees: the result never contains the context's user name (compared without
+/// regard to case) nor the text of its home directory. Text with nothing to redact is
+/// returned as it is, without copying.
+pub fn redact_text<'a>(ctx: &Context, text: &'a str) -> Cow<'a, str> {
+    let name = ctx.user_name();
+    let home = ctx
+        .home
+        .as_ref()
+        .map(LocalPath::as_str)
+        .filter(|h| h.len() > 1);
+    let has_home = home.is_some_and(|h| text.contains(h));
+    let has_homes = text.contains("/home/") || text.contains("/Users/");
+    let has_name = name.is_some_and(|n| contains_folded(text, n));
+    if !(has_home || has_homes || has_name) {
+        return Cow::Borrowed(text);
+    }
+    let mut step = Cow::Borrowed(text);
+    if let (true, Some(home)) = (has_home, home) {
+        step = Cow::Owned(replace_home(&step, home));
+    }
+    if has_homes {
+        step = Cow::Owned(mask_other_homes(&step));
+    }
+    let mut out = String::with_capacity(step.len());
+    push_redacted(&mut out, &step, name);
+    Cow::Owned(out)
+}
+
+/// Every string value inside `value` (not its object keys) through [`redact_text`].
+pub fn redact_json(ctx: &Context, value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => {
+            if let Cow::Owned(r) = redact_text(ctx, s) {
+                *s = r;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| redact_json(ctx, v)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| redact_json(ctx, v)),
+        serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+    }
+}
+
+/// A character that can continue a path component: after the home's text it means the
+/// text names another directory (`/home/alice2`), not the home.
+fn continues_name(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+fn replace_home(text: &str, home: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(home) {
+        let after = &rest[at + home.len()..];
+        out.push_str(&rest[..at]);
+        if after.chars().next().is_some_and(continues_name) {
+            out.push_str(home);
+        } else {
+            out.push('~');
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `/home/<name>` and `/Users/<name>` with the name masked, shared folders kept.
+fn mask_other_homes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let found = ["/home/", "/Users/"]
+            .iter()
+            .filter_map(|m| rest.find(m).map(|at| (at, m.len())))
+            .min();
+        let Some((at, len)) = found else { break };
+        out.push_str(&rest[..at + len]);
+        let tail = &rest[at + len..];
+        let end = tail
+            .find(|c: char| !continues_name(c))
+            .unwrap_or(tail.len());
+        let who = &tail[..end];
+        if who.is_empty() || SHARED_HOMES.iter().any(|s| s.eq_ignore_ascii_case(who)) {
+            rest = tail;
+            continue;
+        }
+        out.push_str(USER_PLACEHOLDER);
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `text` contains `name`, compared without regard to case.
+fn contains_folded(text: &str, name: &str) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    if name.is_ascii() {
+        let (hay, needle) = (text.as_bytes(), name.as_bytes());
+        return hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle));
+    }
+    text.to_lowercase().contains(&name.to_lowercase())
 }
 
 /// Whether the path lies under `/home/<x>`, `/Users/<x>` or `<drive>:\Users\<x>` with
@@ -176,6 +289,39 @@ mod tests {
         assert_eq!(show(&c, "/srv/x"), "/srv/x");
     }
 
+    #[test]
+    fn free_text_table() {
+        let c = ctx(Platform::Linux, "/home/alice");
+        let cases = [
+            ("wrote /home/alice/code/app/a.rs", "wrote ~/code/app/a.rs"),
+            ("HOME=/home/alice PWD=/home/alice/x", "HOME=~ PWD=~/x"),
+            ("\"cwd\":\"/home/alice\"", "\"cwd\":\"~\""),
+            ("/home/alice2/x", "/home/…/x"),
+            (
+                "see /home/bob/notes and /Users/Shared/x",
+                "see /home/…/notes and /Users/Shared/x",
+            ),
+            ("hello Alice, bye", "hello …, bye"),
+            ("nothing to see", "nothing to see"),
+            ("/srv/app", "/srv/app"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact_text(&c, input), want, "{input}");
+        }
+        assert!(matches!(redact_text(&c, "plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_strings_are_redacted_and_keys_kept() {
+        let c = ctx(Platform::Linux, "/home/alice").with_user("alice");
+        let mut v = serde_json::json!({"alice": ["/home/alice/a", 1, {"k": "alice"}], "n": null});
+        redact_json(&c, &mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"alice": ["~/a", 1, {"k": "…"}], "n": null})
+        );
+    }
+
     fn name() -> impl Strategy<Value = String> {
         "[a-zA-Z_][a-zA-Z0-9_.-]{1,12}"
     }
@@ -211,6 +357,22 @@ mod tests {
                 let shown = display(&c, &path);
                 prop_assert!(!shown.to_lowercase().contains(&user.to_lowercase()), "{text} -> {shown}");
             }
+        }
+
+        /// Free text never keeps the user's name or home, whatever surrounds them.
+        #[test]
+        fn redacted_text_never_contains_the_user_name(
+            user in name(),
+            words in proptest::collection::vec("[a-zA-Z0-9 /._:\"=-]{0,12}", 0..6),
+        ) {
+            let c = ctx(Platform::Linux, &format!("/home/{user}"));
+            let mut text = String::new();
+            for (i, w) in words.iter().enumerate() {
+                text.push_str(w);
+                if i % 2 == 0 { text.push_str(&format!("/home/{user}")); } else { text.push_str(&user.to_uppercase()); }
+            }
+            let shown = redact_text(&c, &text);
+            prop_assert!(!shown.to_lowercase().contains(&user.to_lowercase()), "{text} -> {shown}");
         }
     }
 }

@@ -38,8 +38,21 @@ pub enum AgentEvent {
         #[serde(default)]
         is_error: bool,
     },
-    /// A line the agent wrote to stderr.
+    /// A diagnostic line: what the agent's CLI wrote to stderr (progress, reconnect
+    /// notices), or a warning of Berth's own (prefixed `berth:`). Never the agent's
+    /// words: surfaces show it apart, dimmed.
     Stderr { line: String },
+    /// An error the agent's CLI reported without ending the turn (Codex's `error`
+    /// items), or with it.
+    Error { message: String },
+    /// An action the agent's own permission system denied: the tool and its target.
+    Denied {
+        tool: String,
+        #[serde(default)]
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// The agent's final result for the turn.
     Result {
         ok: bool,

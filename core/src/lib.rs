@@ -18,6 +18,7 @@ pub mod display;
 pub mod event;
 pub mod path;
 pub mod platform;
+pub mod policy;
 pub mod quote;
 pub mod resolve;
 pub mod rules;
@@ -27,6 +28,7 @@ pub use code::{ErrorCode, Refusal};
 pub use context::Context;
 pub use path::LocalPath;
 pub use platform::Platform;
+pub use policy::Permissions;
 
 /// Whether this build carries local-path bindings (`local-binding`).
 pub const LOCAL_BINDING: bool = cfg!(feature = "local-binding");

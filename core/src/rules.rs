@@ -222,7 +222,16 @@ fn hint_for(code: ErrorCode) -> &'static str {
         | ErrorCode::DaemonOffline
         | ErrorCode::DaemonMismatch
         | ErrorCode::UnknownSession
-        | ErrorCode::UnknownAgent => "choose another directory",
+        | ErrorCode::UnknownAgent
+        | ErrorCode::AgentNotFound
+        | ErrorCode::AgentStartFailed
+        | ErrorCode::AgentExited
+        | ErrorCode::AgentError
+        | ErrorCode::PermissionDenied
+        | ErrorCode::PrepareFailed
+        | ErrorCode::LockFailed
+        | ErrorCode::Interrupted
+        | ErrorCode::Internal => "choose another directory",
     }
 }
 

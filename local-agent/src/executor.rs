@@ -20,6 +20,7 @@ use crate::{scratch, settings, validate};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
+use berth_core::policy::Policy;
 use berth_core::{Context, ErrorCode, LocalPath, Refusal};
 use berth_web::executor::{
     BoxFuture, DirIdentity, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
@@ -82,11 +83,13 @@ struct Prepared {
     brief_text: String,
     env: std::collections::BTreeMap<String, String>,
     warnings: Vec<String>,
+    /// The run's permission policy, and where it came from.
+    policy: Policy,
 }
 
 enum Stop {
     Refused(Refusal),
-    Failed(String),
+    Failed(ErrorCode, String),
 }
 
 impl From<Refusal> for Stop {
@@ -224,13 +227,14 @@ fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
         work_dir_display: None,
         resume_id: None,
         branch: None,
+        denials: Vec::new(),
     }
 }
 
 fn stopped(stop: Stop) -> TaskOutcome {
     match stop {
         Stop::Refused(r) => TaskOutcome::refused(&r),
-        Stop::Failed(msg) => outcome(TaskStatus::Failed, Some(msg)),
+        Stop::Failed(code, msg) => TaskOutcome::failed(code, msg),
     }
 }
 
@@ -255,7 +259,7 @@ fn session_component(id: &str) -> Result<&str, Refusal> {
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Stop> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Stop::Failed(format!("internal error: {e}")))
+        .map_err(|e| Stop::Failed(ErrorCode::Internal, format!("internal error: {e}")))
 }
 
 /// A binding stores the canonical path it was validated as, and the directory's
@@ -313,7 +317,7 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
             let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
                 |e| match e.refusal(bound.display()) {
                     Some(r) => Stop::Refused(r),
-                    None => Stop::Failed(e.to_string()),
+                    None => Stop::Failed(ErrorCode::PrepareFailed, e.to_string()),
                 },
             )?;
             Ok(Place {
@@ -325,8 +329,12 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
         }
         Placement::Scratch => {
             let session = session_component(&task.session.id)?;
-            let dir = scratch::ensure(&inner.cfg.berth_home, session)
-                .map_err(|e| Stop::Failed(format!("cannot create the scratch directory: {e}")))?;
+            let dir = scratch::ensure(&inner.cfg.berth_home, session).map_err(|e| {
+                Stop::Failed(
+                    ErrorCode::PrepareFailed,
+                    format!("cannot create the scratch directory: {e}"),
+                )
+            })?;
             Ok(Place {
                 pinned: pin_owned(ctx, &dir)?,
                 bound: None,
@@ -339,13 +347,26 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
 
 fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, Stop> {
     let settings = settings::load(&inner.ctx, &inner.cfg.config_dir, place.bound.as_ref())
-        .map_err(|e| Stop::Failed(e.to_string()))?;
+        .map_err(|e| Stop::Failed(ErrorCode::PrepareFailed, e.to_string()))?;
     let mut warnings: Vec<String> = settings
         .warnings
         .iter()
         .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
         .collect();
     let adapter = Adapter::for_kind(task.agent.kind);
+    let policy = Policy::decide(
+        task.agent.permissions,
+        settings.permissions,
+        settings.permissions_limit,
+    );
+    if let Some(limit) = settings.permissions_limit
+        && limit > policy.requested
+    {
+        warnings.push(format!(
+            "the project settings ask for permissions {limit}; a project layer can only narrow them, so the agent keeps {}",
+            policy.requested
+        ));
+    }
     let mut sidecars = Sidecars::new(&inner.journal, &task.task_id);
     let result = (|| {
         let mut skills = Vec::new();
@@ -395,6 +416,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             brief_text,
             env: settings.env,
             warnings,
+            policy,
         }),
         Err(e) => {
             let undone = sidecars.cleanup(&place.pinned);
@@ -402,7 +424,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             if let Err(u) = undone {
                 msg.push_str(&format!("; {u}"));
             }
-            Err(Stop::Failed(msg))
+            Err(Stop::Failed(ErrorCode::PrepareFailed, msg))
         }
     }
 }
@@ -444,7 +466,7 @@ async fn run(
     let _lock = match lock {
         Ok(l) => l,
         Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
-        Err(e) => return outcome(TaskStatus::Failed, Some(e.to_string())),
+        Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
     };
     if let Err(r) = place.pinned.recheck() {
         return TaskOutcome::refused(&r);
@@ -465,6 +487,15 @@ async fn run(
         warn(format!("warning: {w}"));
     }
     let adapter = Adapter::for_kind(task.agent.kind);
+    if let Some(limit) = prepared.policy.narrowed_by_project {
+        warn(format!(
+            "permissions {limit}: the project settings narrow the agent's {}",
+            prepared.policy.requested
+        ));
+    }
+    if let Some(note) = adapter.unenforced(&task.agent, prepared.policy.effective) {
+        warn(note);
+    }
     let work_dir = place.pinned.canonical().as_str().to_owned();
     let mut resume = task.resume_id.clone();
     if let Err(r) = place.pinned.recheck() {
@@ -476,18 +507,22 @@ async fn run(
         let _ = finish(place, prepared.sidecars, &task.task_id).await;
         return outcome(TaskStatus::Cancelled, None);
     }
-    let mut result: Result<Ran, String> = Err("the agent did not start".to_owned());
+    let mut result: Result<Ran, (ErrorCode, String)> = Err((
+        ErrorCode::AgentStartFailed,
+        "the agent did not start".to_owned(),
+    ));
     for _attempt in 0..2 {
         let turn = Turn {
             prompt: &task.prompt,
             brief: prepared.brief_arg.as_deref(),
             resume_id: resume.as_deref(),
             work_dir: place.pinned.path(),
+            permissions: prepared.policy.effective,
         };
         let inv = match adapter.invocation(&task.agent, &turn) {
             Ok(i) => i,
             Err(e) => {
-                result = Err(e.to_string());
+                result = Err((ErrorCode::AgentStartFailed, e.to_string()));
                 break;
             }
         };
@@ -522,7 +557,7 @@ async fn run(
         {
             Ok(p) => p,
             Err(e) => {
-                result = Err(e.to_string());
+                result = Err((e.code(), e.to_string()));
                 break;
             }
         };
@@ -559,53 +594,13 @@ async fn run(
             None,
             Some(match stop {
                 Stop::Refused(r) => r.message,
-                Stop::Failed(m) => m,
+                Stop::Failed(_, m) => m,
             }),
         ),
     };
     let mut out = match result {
-        Err(msg) => outcome(TaskStatus::Failed, Some(msg)),
-        Ok(ran) => {
-            let ok = adapter.succeeded(&ran.state, ran.exit_code);
-            let status = if ran.cancelled {
-                TaskStatus::Cancelled
-            } else if ok {
-                TaskStatus::Succeeded
-            } else {
-                TaskStatus::Failed
-            };
-            let error = match status {
-                TaskStatus::Failed => {
-                    Some(
-                        ran.state
-                            .error
-                            .clone()
-                            .unwrap_or_else(|| match ran.exit_code {
-                                Some(c) => format!("the agent exited with code {c}"),
-                                None => "the agent was killed by a signal".to_owned(),
-                            }),
-                    )
-                }
-                TaskStatus::Queued
-                | TaskStatus::WaitingLock
-                | TaskStatus::WaitingDaemon
-                | TaskStatus::Running
-                | TaskStatus::Succeeded
-                | TaskStatus::Cancelled
-                | TaskStatus::Interrupted
-                | TaskStatus::Refused => None,
-            };
-            TaskOutcome {
-                status,
-                exit_code: ran.exit_code,
-                error,
-                code: None,
-                work_dir: None,
-                work_dir_display: None,
-                resume_id: ran.state.resume_id.or(resume),
-                branch: None,
-            }
-        }
+        Err((code, msg)) => TaskOutcome::failed(code, msg),
+        Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
     };
     out.work_dir = Some(work_dir);
     out.branch = branch;
@@ -613,6 +608,68 @@ async fn run(
         out.error = Some(e);
     }
     out
+}
+
+/// How a turn that ran ended: its status, stable code, error, and denials.
+///
+/// A turn in which the agent's permission system denied actions and nothing that
+/// could change files went through is `permission_denied`, whatever the agent said:
+/// it must not look like a clean success.
+fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) -> TaskOutcome {
+    let ok = adapter.succeeded(&ran.state, ran.exit_code);
+    let (status, code, error) = if ran.cancelled {
+        (TaskStatus::Cancelled, None, None)
+    } else if ran.state.all_denied() {
+        let what: Vec<String> = ran
+            .state
+            .denials
+            .iter()
+            .take(3)
+            .map(|d| format!("{} {}", d.tool, d.target).trim_end().to_owned())
+            .collect();
+        let more = ran.state.denials.len().saturating_sub(what.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        (
+            TaskStatus::Failed,
+            Some(ErrorCode::PermissionDenied),
+            Some(format!(
+                "the agent {agent:?} was denied {}{more}, and nothing it tried to change went through",
+                what.join(", ")
+            )),
+        )
+    } else if ok {
+        (TaskStatus::Succeeded, None, None)
+    } else {
+        let code = if ran.state.error.is_some() || ran.state.ok == Some(false) {
+            ErrorCode::AgentError
+        } else {
+            ErrorCode::AgentExited
+        };
+        let error = ran
+            .state
+            .error
+            .clone()
+            .unwrap_or_else(|| match ran.exit_code {
+                Some(c) => format!("the agent exited with code {c}"),
+                None => "the agent was killed by a signal".to_owned(),
+            });
+        (TaskStatus::Failed, Some(code), Some(error))
+    };
+    TaskOutcome {
+        status,
+        exit_code: ran.exit_code,
+        error,
+        code,
+        work_dir: None,
+        work_dir_display: None,
+        resume_id: ran.state.resume_id.or(resume),
+        branch: None,
+        denials: ran.state.denials,
+    }
 }
 
 /// Cleans up after the agent: re-checks the pin (a swap is reported, and cleanup goes
@@ -641,4 +698,79 @@ async fn finish(
         (branch, problems)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapter::TurnState;
+
+    fn replay(adapter: Adapter, stdout: &str) -> TurnState {
+        let mut st = TurnState::default();
+        for l in stdout.lines() {
+            adapter.stdout_line(l, false, &mut st);
+        }
+        st
+    }
+
+    #[test]
+    fn a_turn_whose_every_write_was_denied_fails_with_permission_denied() {
+        let state = replay(
+            Adapter::Claude,
+            include_str!("../tests/fixtures/real/claude-write-denied.jsonl"),
+        );
+        let ran = Ran {
+            state,
+            exit_code: Some(0),
+            cancelled: false,
+        };
+        let out = ran_outcome(Adapter::Claude, "claude", ran, None);
+        assert_eq!(
+            (out.status, out.code, out.error.as_deref()),
+            (
+                TaskStatus::Failed,
+                Some(ErrorCode::PermissionDenied),
+                Some(
+                    "the agent \"claude\" was denied Write /home/alice/code/app/hello.txt, and nothing it tried to change went through"
+                )
+            )
+        );
+        assert_eq!(out.denials.len(), 1);
+    }
+
+    #[test]
+    fn failures_carry_their_codes() {
+        let ran = |state: TurnState, exit_code| Ran {
+            state,
+            exit_code,
+            cancelled: false,
+        };
+        let ok = replay(
+            Adapter::Claude,
+            include_str!("../tests/fixtures/real/claude-write-ok.jsonl"),
+        );
+        let out = ran_outcome(Adapter::Claude, "c", ran(ok, Some(0)), None);
+        assert_eq!((out.status, out.code), (TaskStatus::Succeeded, None));
+        let out = ran_outcome(
+            Adapter::Command,
+            "c",
+            ran(TurnState::default(), Some(2)),
+            None,
+        );
+        assert_eq!(
+            (out.status, out.code, out.error.as_deref()),
+            (
+                TaskStatus::Failed,
+                Some(ErrorCode::AgentExited),
+                Some("the agent exited with code 2")
+            )
+        );
+        let failed = TurnState {
+            ok: Some(false),
+            error: Some("API Error: 529".into()),
+            ..TurnState::default()
+        };
+        let out = ran_outcome(Adapter::Claude, "c", ran(failed, Some(1)), None);
+        assert_eq!(out.code, Some(ErrorCode::AgentError));
+    }
 }

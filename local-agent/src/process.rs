@@ -21,8 +21,10 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-/// Variables passed through from Berth's environment to every agent.
-const PASS: [&str; 12] = [
+/// Variables passed through from Berth's environment to every agent: the basics of a
+/// login, and how to reach the network (proxies, and the CA bundles that a company
+/// proxy's certificate needs). README lists them; keep the two in step.
+pub const PASS: [&str; 23] = [
     "PATH",
     "USER",
     "LOGNAME",
@@ -34,7 +36,18 @@ const PASS: [&str; 12] = [
     "TZ",
     "TMPDIR",
     "SHELL",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
     "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
 ];
 
 /// Why the agent could not be started.
@@ -52,6 +65,19 @@ pub enum SpawnError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl SpawnError {
+    /// The task's stable code: a program that is not there is `agent_not_found`.
+    pub fn code(&self) -> berth_core::ErrorCode {
+        match self {
+            SpawnError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                berth_core::ErrorCode::AgentNotFound
+            }
+            SpawnError::Spawn { .. } => berth_core::ErrorCode::AgentStartFailed,
+            SpawnError::Record { .. } => berth_core::ErrorCode::Internal,
+        }
+    }
 }
 
 /// A running agent: the leader of its own process group.

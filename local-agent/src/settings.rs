@@ -32,20 +32,28 @@ pub fn load(
     bound: Option<&LocalPath>,
 ) -> Result<Settings, SettingsLoadError> {
     let mut layers = Vec::new();
+    let mut user_permissions = None;
+    let mut project_permissions = None;
     if let Some(file) = local(&config_dir.join(settings::SETTINGS_FILE))
         && let Some(layer) = read_layer(ctx, &file)?
     {
+        user_permissions = layer.permissions;
         layers.push(layer);
     }
     if let Some(bound) = bound {
         for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
             if let Some(layer) = read_layer(ctx, &file)? {
+                project_permissions = layer.permissions;
                 layers.push(layer);
                 break;
             }
         }
     }
-    Ok(settings::merge(&layers))
+    let mut merged = settings::merge(&layers);
+    // The user layer sets a default; a project layer can only narrow (core's Policy).
+    merged.permissions = user_permissions;
+    merged.permissions_limit = project_permissions;
+    Ok(merged)
 }
 
 fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, SettingsLoadError> {

@@ -70,8 +70,11 @@ pub(crate) async fn stream(
             line = async { lossy(err.as_mut()?.next_segment().await) }, if err.is_some() => {
                 match line {
                     Some(line) => {
-                        adapter.stderr_line(&line, resumed, &mut st);
+                        let extra = adapter.stderr_line(&line, resumed, &mut st);
                         let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr { line }));
+                        if let Some(ev) = extra {
+                            let _ = events.send(ExecEvent::Agent(ev));
+                        }
                     }
                     None => err = None,
                 }

@@ -53,6 +53,7 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
             work_dir_display: None,
             resume_id: None,
             branch: None,
+            denials: Vec::new(),
         }
     );
     let text = |t: String| AgentEvent::Text { text: t };
@@ -144,18 +145,20 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     );
     let first = &calls(&log)[0];
     let argv: Vec<String> = serde_json::from_value(first["argv"].clone()).unwrap();
+    // The default policy, `edit`, lets Claude Code accept edits in the directory.
     assert_eq!(
-        &argv[..5],
+        &argv[..6],
         [
             "-p",
             "--output-format",
             "stream-json",
             "--verbose",
+            "--permission-mode=acceptEdits",
             "--append-system-prompt"
         ]
     );
-    assert!(argv[5].starts_with("# Berth session"), "{argv:?}");
-    assert_eq!(argv.len(), 6, "the prompt is not an argument: {argv:?}");
+    assert!(argv[6].starts_with("# Berth session"), "{argv:?}");
+    assert_eq!(argv.len(), 7, "the prompt is not an argument: {argv:?}");
     assert_eq!(first["stdin"], "fix it");
     assert_eq!(first["cwd"], dir.display().to_string());
     assert_eq!(
@@ -170,7 +173,7 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     let (out2, _) = run(&exec, t2).await;
     assert_eq!(out2.status, TaskStatus::Succeeded);
     let argv: Vec<String> = serde_json::from_value(calls(&log)[1]["argv"].clone()).unwrap();
-    assert_eq!(&argv[6..], ["--resume", "claude-sess-1"]);
+    assert_eq!(&argv[7..], ["--resume", "claude-sess-1"]);
 
     // A stale id: detected, cleared, and the turn retried fresh once.
     let mut t3 = task("t3", "s1", spec, "again", in_place(&dir));
@@ -241,7 +244,7 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
     let argv: Vec<String> = serde_json::from_value(first["argv"].clone()).unwrap();
     let d = dir.display().to_string();
     assert_eq!(
-        &argv[..7],
+        &argv[..9],
         [
             "exec",
             "--json",
@@ -249,10 +252,12 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
             d.as_str(),
             "--sandbox",
             "workspace-write",
+            "-c",
+            "approval_policy=\"never\"",
             "--skip-git-repo-check"
         ]
     );
-    let prompt = &argv[7];
+    let prompt = &argv[9];
     assert!(
         prompt.starts_with("<berth-brief>\n# Berth session"),
         "{prompt}"
@@ -269,7 +274,7 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
     let all = calls(&log);
     let stale: Vec<String> = serde_json::from_value(all[1]["argv"].clone()).unwrap();
     assert_eq!(
-        &stale[7..9],
+        &stale[9..11],
         ["resume", STALE],
         "-C and --sandbox come before resume"
     );
@@ -282,8 +287,8 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
     assert_eq!(out3.status, TaskStatus::Succeeded);
     let last = &calls(&log)[3];
     let argv: Vec<String> = serde_json::from_value(last["argv"].clone()).unwrap();
-    assert_eq!(&argv[7..9], ["resume", "codex-thread-1"]);
+    assert_eq!(&argv[9..11], ["resume", "codex-thread-1"]);
     // The brief leads the prompt, so even a prompt starting with `-` is no flag.
-    assert!(argv[9].starts_with("<berth-brief>") && argv[9].ends_with("\n\n-starts with a dash"));
+    assert!(argv[11].starts_with("<berth-brief>") && argv[11].ends_with("\n\n-starts with a dash"));
     assert_eq!(last["stdin"], "");
 }

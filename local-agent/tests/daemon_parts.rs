@@ -359,6 +359,7 @@ fn scratch_task(n: &str, script: &str) -> ClaimedTask {
             name: "count".into(),
             kind: AgentKind::Command,
             command: vec!["sh".into(), "-c".into(), script.into()],
+            permissions: None,
         },
         prompt: "count".into(),
         placement: WirePlacement::Scratch,

@@ -6,6 +6,7 @@
 //! dropped.
 
 pub mod bench;
+pub mod fake_models;
 pub mod steps;
 
 use serde_json::Value;
@@ -282,5 +283,48 @@ pub fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
             return None;
         }
         std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+impl Berth {
+    /// `GET PATH` on the running `berth serve`'s web listener with its token; returns the
+    /// status code and the body as the browser would receive it. An event stream is read
+    /// until it goes quiet for a second (its stored backlog arrives at once).
+    pub fn web_get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let (url, token) = self.serve_info();
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect to the web listener");
+        s.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("read timeout");
+        let sep = if path.contains('?') { '&' } else { '?' };
+        write!(
+            s,
+            "GET {path}{sep}token={token} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send the request");
+        let mut raw = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut buf = [0u8; 8192];
+        while Instant::now() < deadline {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
     }
 }

@@ -30,6 +30,10 @@ pub struct AgentSpec {
     /// The program and its arguments. For `claude`/`codex`, the program to run
     /// (default `claude`/`codex`) plus extra arguments; for `command`, the command.
     pub command: Vec<String>,
+    /// What the agent may do; `None` takes the user settings' default, else
+    /// [`berth_core::Permissions::DEFAULT`].
+    #[serde(default)]
+    pub permissions: Option<berth_core::Permissions>,
 }
 
 /// A directory's identity on its machine, (device, inode), taken when it was validated
@@ -116,6 +120,9 @@ pub struct TaskOutcome {
     pub resume_id: Option<String>,
     /// For worktree runs, the branch the changes were committed on.
     pub branch: Option<String>,
+    /// What the agent's own permission system denied, one entry per action.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<berth_core::api::Denial>,
 }
 
 impl TaskOutcome {
@@ -130,6 +137,22 @@ impl TaskOutcome {
             work_dir_display: None,
             resume_id: None,
             branch: None,
+            denials: Vec::new(),
+        }
+    }
+
+    /// A task that failed before or without the agent, with its stable code.
+    pub fn failed(code: ErrorCode, error: impl Into<String>) -> TaskOutcome {
+        TaskOutcome {
+            status: TaskStatus::Failed,
+            exit_code: None,
+            error: Some(error.into()),
+            code: Some(code),
+            work_dir: None,
+            work_dir_display: None,
+            resume_id: None,
+            branch: None,
+            denials: Vec::new(),
         }
     }
 }

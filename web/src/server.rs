@@ -252,7 +252,11 @@ impl Server {
         for w in &channel_warnings {
             tracing::warn!("{w}");
         }
-        scheduler.observe(Arc::new(Replier::new(store.clone(), channels.clone())));
+        scheduler.observe(Arc::new(Replier::new(
+            store.clone(),
+            channels.clone(),
+            Arc::new(display.clone()),
+        )));
         let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
         for session in &recovery.pending_sessions {
             scheduler.notify(session);

@@ -63,7 +63,7 @@ async fn control_socket_basics() {
     let r = t.call("GET", "/api/v1/agents", None).await;
     assert_eq!(
         r.json,
-        json!([{"name": "cat", "kind": "command", "command": ["cat"]}])
+        json!([{"name": "cat", "kind": "command", "command": ["cat"], "permissions": null}])
     );
 
     let r = t
@@ -495,4 +495,90 @@ async fn one_server_per_home_and_stale_sockets_are_replaced() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&t2.socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
+}
+
+/// Whatever an agent prints, and whatever names a path under the home (an agent's
+/// command, a task's error, an unknown id), the web listener serves it with the home
+/// as `~`: documents, lists, errors and the event stream alike. The control socket
+/// keeps the real text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_web_listener_answer_passes_the_display_rule() {
+    let t = TestServer::start(8).await;
+    let home = t.home.path().to_str().unwrap().to_owned();
+    let name = t
+        .home
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // The agent's command names the home; its output names it three ways.
+    let cmd = format!(
+        "{home}/bin/x 2>/dev/null; pwd; echo \"HOME is {home}\"; echo \"I am {name}\"; exit 3"
+    );
+    add_agent(&t, "leaky", &cmd).await;
+    let s = new_session(&t, "leaky").await;
+    let task = send(&t, &s, "hi").await;
+    let done = t.wait_task(&task).await;
+    assert_eq!(done["status"], "failed");
+
+    let control = t.call("GET", "/api/v1/agents", None).await;
+    assert!(
+        control.text.contains(&home),
+        "the control socket keeps real text"
+    );
+    let control = t.call("GET", &format!("/api/v1/tasks/{task}"), None).await;
+    assert!(control.text.contains(&home), "{}", control.text);
+
+    let (addr, token) = web(&t).await;
+    let host = format!("localhost:{}", addr.port());
+    let jar = format!("berth_token={token}");
+    let with_cookie = [("host", host.as_str()), ("cookie", jar.as_str())];
+    let leaks = |text: &str| text.contains(&home) || text.contains(&name);
+    for path in [
+        "/api/v1/agents".to_owned(),
+        "/api/v1/tasks".to_owned(),
+        format!("/api/v1/tasks/{task}"),
+        "/api/v1/sessions".to_owned(),
+        format!("/api/v1/sessions/{s}"),
+        format!("/api/v1/sessions/{}", home.replace('/', "%2F")),
+    ] {
+        let r = web_call(addr, "GET", &path, &with_cookie).await;
+        assert!(!leaks(&r.text), "GET {path} leaked the home: {}", r.text);
+        assert!(
+            r.json.is_object() || r.json.is_array(),
+            "GET {path}: {}",
+            r.text
+        );
+    }
+    let r = web_call(addr, "GET", "/api/v1/agents", &with_cookie).await;
+    assert_eq!(
+        r.json[0]["command"][0].as_str().unwrap(),
+        cmd.replace(&home, "~").replace(&name, "…")
+    );
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let evs = sse(
+        stream,
+        &format!("/api/v1/sessions/{s}/events"),
+        &with_cookie,
+        |e| e.iter().any(|e| e.event == "task"),
+    )
+    .await;
+    let texts: Vec<String> = evs
+        .iter()
+        .filter(|e| e.event == "agent")
+        .map(|e| e.data["payload"]["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            format!("~/scratch/{s}"),
+            "HOME is ~".to_owned(),
+            "I am …".to_owned()
+        ]
+    );
+    for e in &evs {
+        assert!(!leaks(&e.data.to_string()), "{:?}", e.data);
+    }
 }

@@ -260,6 +260,7 @@ async fn a_signed_slack_message_runs_in_scratch_and_the_answer_goes_to_its_threa
     assert_eq!(
         done,
         json!({"id": task, "session_id": session, "status": "succeeded", "wait_reason": null,
+               "error_code": null, "denials": [],
                "work_dir": scratch.display().to_string(), "exit_code": 0, "error": null})
     );
     let s = rig

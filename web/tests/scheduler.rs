@@ -260,6 +260,7 @@ impl berth_web::executor::Executor for Instant {
                 work_dir_display: None,
                 resume_id: None,
                 branch: None,
+                denials: Vec::new(),
             }
         })
     }
@@ -292,6 +293,7 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
             name: "a".into(),
             kind: berth_web::executor::AgentKind::Command,
             command: vec!["true".into()],
+            permissions: None,
         })
         .await
         .unwrap();

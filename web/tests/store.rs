@@ -13,6 +13,7 @@ fn agent() -> AgentSpec {
         name: "echo".into(),
         kind: AgentKind::Command,
         command: vec!["cat".into()],
+        permissions: None,
     }
 }
 

@@ -33,7 +33,14 @@ export function bindingState(binding, latest) {
   }
 }
 
-function header(s, latest) {
+/** The agent's permission policy as the header shows it. */
+function policyText(agent) {
+  if (!agent) return "—";
+  if (agent.kind === "command") return "not enforced (command agent)";
+  return agent.permissions ?? "edit (default)";
+}
+
+function header(s, latest, agent) {
   const b = s.binding;
   const st = bindingState(b, latest?.status);
   const fact = (label, value, cls) =>
@@ -56,6 +63,7 @@ function header(s, latest) {
       fact("machine", b ? b.daemon_name || b.daemon : "—"),
       fact("binding", st.text, `binding-state state-${st.key}`),
       fact("agent", s.agent),
+      fact("permissions", policyText(agent), "policy"),
       fact("session", s.id, "mono"),
       s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
     ),
@@ -101,12 +109,14 @@ function tasksTable(tasks, clock) {
         const [start, end] = clock.span(t);
         const running = statusTone(t.status) === "run";
         const ms = start ? (end ?? (running ? now : null)) - start : null;
-        const exit = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error || null, t.wait_reason || null].filter(Boolean).join(" · ");
+        const exit = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error_code ? `[${t.error_code}]` : null, t.error || null, t.wait_reason || null].filter(Boolean).join(" · ");
+        const denied = t.denials?.length ?? 0;
+        const deniedTitle = (t.denials ?? []).map((d) => `${d.tool} ${d.target ?? ""}`.trim()).join("\n");
         return h(
           "tr",
-          { data: { task: t.id, status: t.status } },
+          { class: denied ? "has-denials" : "", data: { task: t.id, status: t.status, denials: String(denied) } },
           h("td", { class: "mono", text: t.id.slice(0, 8), attrs: { title: t.id } }),
-          h("td", {}, badge(t.status)),
+          h("td", {}, badge(t.status), denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null),
           h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
           h("td", { class: "exit", text: exit || "—" }),
         );
@@ -126,6 +136,7 @@ export function showSession(main, id) {
   let tickTimer = 0;
   let backoff = 500;
   let session = null;
+  let agent = null;
   let tasks = [];
   const clock = new TaskClock();
 
@@ -146,7 +157,7 @@ export function showSession(main, id) {
 
   function paint() {
     const latest = tasks[tasks.length - 1];
-    replace(headBox, header(session, latest));
+    replace(headBox, header(session, latest, agent));
     replace(tasksBox, tasksTable(tasks, clock));
     preview?.update(session, latest);
     tick();
@@ -165,13 +176,15 @@ export function showSession(main, id) {
   }
 
   async function refresh() {
-    const [sr, tr] = await Promise.all([
+    const [sr, tr, ar] = await Promise.all([
       getJSON(`/api/v1/sessions/${encodeURIComponent(id)}`, abort.signal),
       getJSON(`/api/v1/tasks?session=${encodeURIComponent(id)}`, abort.signal),
+      getJSON("/api/v1/agents", abort.signal),
     ]);
     if (stopped) return;
     if (sr.ok) session = sr.body;
     if (tr.ok) tasks = tr.body;
+    if (ar.ok && session) agent = ar.body.find((a) => a.name === session.agent) ?? null;
     paint();
   }
 

@@ -37,7 +37,12 @@ function agentBody(p) {
     case "tool_result":
       return { cls: p.is_error ? "agent-tool-result is-error" : "agent-tool-result", who: p.is_error ? "tool error" : "tool result", parts: [plain(p.output)] };
     case "stderr":
-      return { cls: "agent-stderr", who: "stderr", parts: [plain(p.line)] };
+      // Diagnostics: the CLI's own chatter and Berth's warnings, never the agent's words.
+      return { cls: "agent-stderr", who: "diagnostic", parts: [plain(p.line)] };
+    case "error":
+      return { cls: "agent-error is-error", who: "agent error", parts: [plain(p.message)] };
+    case "denied":
+      return { cls: "agent-denied", who: "denied", parts: [`${plain(p.tool)} ${plain(p.target ?? "")}`.trim() + (p.message ? ` — ${plain(p.message)}` : "")] };
     case "started":
       return { cls: "agent-meta", who: "agent", parts: [`started${p.model ? ` (${plain(p.model)})` : ""}${p.resume_id ? `, resume id ${plain(p.resume_id)}` : ""}`] };
     case "result":
@@ -65,7 +70,9 @@ function describe(ev) {
       const bits = [`task ${short(t.id ?? ev.task_id)} ended: ${plain(t.status)}`];
       if (t.exit_code != null) bits.push(`exit code ${t.exit_code}`);
       if (t.work_dir) bits.push(`in ${plain(t.work_dir)}`);
+      if (t.error_code) bits.push(`[${plain(t.error_code)}]`);
       if (t.error) bits.push(plain(t.error));
+      if (t.denials?.length) bits.push(`${t.denials.length} action${t.denials.length === 1 ? "" : "s"} denied`);
       return { cls: `task tone-${t.status === "succeeded" ? "ok" : "bad"}`, who: "task", parts: [bits.join(" · ")] };
     }
     case "binding_changed":

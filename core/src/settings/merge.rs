@@ -106,6 +106,8 @@ mod tests {
             settings,
             Settings {
                 agent: Some("claude".to_owned()),
+                permissions: None,
+                permissions_limit: None,
                 prompt: Prompt {
                     append: Some("Run cargo test.".to_owned()),
                 },
@@ -211,7 +213,7 @@ mod tests {
             line: 1,
             column: 3,
             message: format!(
-                "unknown key \"{key}\"; known keys: agent, prompt, env, plugins, channels"
+                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels"
             ),
         };
         assert_eq!(

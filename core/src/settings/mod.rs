@@ -144,6 +144,9 @@ pub struct Layer {
     /// The directory holding the file; relative plugin paths were resolved against it.
     pub dir: LocalPath,
     pub agent: Option<String>,
+    /// The permission policy this layer names: a default in the user layer, a limit in
+    /// a project layer (which can only narrow).
+    pub permissions: Option<crate::policy::Permissions>,
     pub prompt: Prompt,
     pub env: BTreeMap<String, String>,
     pub plugins: Vec<PluginEntry>,
@@ -158,6 +161,7 @@ impl Layer {
             file: file.to_owned(),
             dir: dir.clone(),
             agent: None,
+            permissions: None,
             prompt: Prompt::default(),
             env: BTreeMap::new(),
             plugins: Vec::new(),
@@ -174,6 +178,12 @@ impl Layer {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Settings {
     pub agent: Option<String>,
+    /// The user layer's default permission policy (for agents registered without one).
+    /// [`merge`] leaves it unset: only the caller knows which layer is the user's.
+    pub permissions: Option<crate::policy::Permissions>,
+    /// The project layer's limit on the policy: it narrows, never widens. Set by the
+    /// caller like `permissions`.
+    pub permissions_limit: Option<crate::policy::Permissions>,
     pub prompt: Prompt,
     pub env: BTreeMap<String, String>,
     pub plugins: Vec<Plugin>,
@@ -239,7 +249,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, prompt, env, plugins, channels",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels",
                 ),
                 diag(
                     Severity::Error,

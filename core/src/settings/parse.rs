@@ -13,7 +13,14 @@ use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 5] = ["agent", "prompt", "env", "plugins", "channels"];
+const TOP_KEYS: [&str; 6] = [
+    "agent",
+    "permissions",
+    "prompt",
+    "env",
+    "plugins",
+    "channels",
+];
 /// The keys of the `prompt` object.
 const PROMPT_KEYS: [&str; 1] = ["append"];
 /// The keys of an object in the `plugins` array.
@@ -215,6 +222,21 @@ impl Reader<'_> {
                             );
                         } else {
                             self.layer.agent = Some(agent);
+                        }
+                    }
+                }
+                "permissions" => {
+                    if let Some(text) = self.string("permissions", value) {
+                        match crate::policy::Permissions::from_name(&text) {
+                            Some(p) => self.layer.permissions = Some(p),
+                            None => self.error(
+                                SettingsErrorKind::InvalidValue,
+                                value.range().start,
+                                format!(
+                                    "\"permissions\" is {}; use \"read-only\", \"edit\" or \"full\"",
+                                    q(&text)
+                                ),
+                            ),
                         }
                     }
                 }

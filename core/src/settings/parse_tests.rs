@@ -48,6 +48,7 @@ fn comments_and_trailing_commas_parse() {
 // Berth settings for app
 {
   "agent": "claude", // the default
+  "permissions": "read-only",
   /* a block
      comment */
   "prompt": { "append": "Run the tests.", },
@@ -66,6 +67,7 @@ fn comments_and_trailing_commas_parse() {
         file: FILE.to_owned(),
         dir: dir(),
         agent: Some("claude".to_owned()),
+        permissions: Some(crate::policy::Permissions::ReadOnly),
         prompt: Prompt {
             append: Some("Run the tests.".to_owned()),
         },
@@ -370,7 +372,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, prompt, env, plugins, channels",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels",
         ),
         warning(
             3,
@@ -395,7 +397,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, prompt, env, plugins, channels",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels",
         ),
     ];
     assert_eq!(parse(FILE, &dir(), text), Ok(want));

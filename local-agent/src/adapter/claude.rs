@@ -3,8 +3,14 @@
 //! The prompt goes on stdin (flags such as `--allowedTools` swallow a trailing
 //! positional prompt); the brief goes in `--append-system-prompt`, so nothing is
 //! written into the directory. See `agent-protocols.md` §1.
+//!
+//! Permissions: print mode cannot ask, so whatever Claude Code would ask about is
+//! denied. Berth's policy is mapped onto its own controls (see [`permission_args`]);
+//! every denial it reports becomes a [`AgentEvent::Denied`].
 
 use super::{Invocation, Turn, TurnState, program};
+use berth_core::Permissions;
+use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
 use berth_web::executor::AgentSpec;
 use serde_json::Value;
@@ -12,11 +18,74 @@ use serde_json::Value;
 /// What claude prints for an unknown `--resume` id.
 const STALE: &str = "No conversation found with session ID";
 
+/// Claude Code's tools that change files or run commands.
+const CHANGING_TOOLS: [&str; 5] = ["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"];
+
+/// Claude Code's file-editing tools, denied outright under `read-only`.
+const EDIT_TOOLS: &str = "Write,Edit,MultiEdit,NotebookEdit";
+
+/// Every tool allowed without asking under `full`. `--permission-mode
+/// bypassPermissions` would say the same, but Claude Code refuses it under root.
+const ALL_TOOLS: &str = "Bash,Write,Edit,MultiEdit,NotebookEdit,WebFetch,WebSearch";
+
+/// Flags in an agent's own command that choose permissions themselves: Berth then
+/// adds none of its own.
+const OWN_PERMISSION_FLAGS: [&str; 5] = [
+    "--permission-mode",
+    "--dangerously-skip-permissions",
+    "--allowedTools",
+    "--allowed-tools",
+    "--disallowedTools",
+];
+
+/// Whether the agent's own arguments choose its permissions.
+pub(crate) fn chooses_permissions(extra: &[String]) -> bool {
+    extra.iter().any(|a| {
+        OWN_PERMISSION_FLAGS
+            .iter()
+            .any(|f| a == f || a.starts_with(&format!("{f}=")))
+    })
+}
+
+/// Claude Code's flags for a policy. Each value is one argument joined with `=`, so a
+/// multi-value flag can never swallow what follows it.
+pub(crate) fn permission_args(p: Permissions) -> Vec<String> {
+    match p {
+        Permissions::ReadOnly => vec![
+            "--permission-mode=default".into(),
+            format!("--disallowedTools={EDIT_TOOLS}"),
+        ],
+        Permissions::Edit => vec!["--permission-mode=acceptEdits".into()],
+        Permissions::Full => vec![
+            "--permission-mode=acceptEdits".into(),
+            format!("--allowedTools={ALL_TOOLS}"),
+        ],
+    }
+}
+
+/// What a policy means for Claude Code, in a sentence for `agent add` and `agent list`.
+pub(crate) fn policy_note(p: Permissions) -> &'static str {
+    match p {
+        Permissions::ReadOnly => {
+            "reads only: its file-editing tools are removed and shell commands are denied"
+        }
+        Permissions::Edit => {
+            "edits files in the directory (acceptEdits); shell commands are denied: use --permissions full to allow them"
+        }
+        Permissions::Full => {
+            "every tool without asking, shell included (--allowedTools; bypassPermissions is refused under root)"
+        }
+    }
+}
+
 pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     let (program, extra) = program(spec, "claude");
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)
         .to_vec();
+    if !chooses_permissions(&extra) {
+        args.extend(permission_args(turn.permissions));
+    }
     if let Some(brief) = turn.brief {
         args.push("--append-system-prompt".to_owned());
         args.push(brief.to_owned());
@@ -36,6 +105,23 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
 
 pub(super) fn is_stale(text: &str) -> bool {
     text.contains(STALE)
+}
+
+/// What a tool call was aimed at, from its input: the file, the command, the URL.
+pub(crate) fn target_of(input: &Value) -> String {
+    [
+        "file_path",
+        "notebook_path",
+        "path",
+        "command",
+        "url",
+        "pattern",
+        "query",
+    ]
+    .iter()
+    .find_map(|k| input.get(k).and_then(Value::as_str))
+    .map(str::to_owned)
+    .unwrap_or_default()
 }
 
 fn text_of(content: &Value) -> String {
@@ -64,6 +150,26 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
     let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let mut out = Vec::new();
     match v.get("type").and_then(Value::as_str) {
+        Some("system") if str_of(&v, "subtype").as_deref() == Some("permission_denied") => {
+            let id = str_of(&v, "tool_use_id");
+            // The event names the call, not its input: the target was seen with the call.
+            let target = v
+                .get("tool_input")
+                .map(target_of)
+                .or_else(|| id.as_ref().and_then(|i| st.targets.get(i).cloned()))
+                .unwrap_or_default();
+            let denial = Denial {
+                tool: str_of(&v, "tool_name").unwrap_or_default(),
+                target,
+            };
+            if let Some(AgentEvent::Denied { tool, target, .. }) = st.deny(id.as_deref(), denial) {
+                out.push(AgentEvent::Denied {
+                    tool,
+                    target,
+                    message: str_of(&v, "message"),
+                });
+            }
+        }
         Some("system") if str_of(&v, "subtype").as_deref() == Some("init") => {
             let id = str_of(&v, "session_id");
             if id.is_some() {
@@ -84,11 +190,22 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                     Some("thinking") => out.push(AgentEvent::Thinking {
                         text: str_of(item, "thinking").unwrap_or_default(),
                     }),
-                    Some("tool_use") => out.push(AgentEvent::ToolUse {
-                        id: str_of(item, "id"),
-                        name: str_of(item, "name").unwrap_or_default(),
-                        input: item.get("input").cloned().unwrap_or(Value::Null),
-                    }),
+                    Some("tool_use") => {
+                        let name = str_of(item, "name").unwrap_or_default();
+                        let id = str_of(item, "id");
+                        let input = item.get("input").unwrap_or(&Value::Null);
+                        if let Some(id) = &id {
+                            st.targets.insert(id.clone(), target_of(input));
+                            if CHANGING_TOOLS.contains(&name.as_str()) {
+                                st.pending_changes.insert(id.clone());
+                            }
+                        }
+                        out.push(AgentEvent::ToolUse {
+                            id,
+                            name,
+                            input: item.get("input").cloned().unwrap_or(Value::Null),
+                        });
+                    }
                     Some(_) | None => {}
                 }
             }
@@ -97,13 +214,21 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
             let items = v.pointer("/message/content").and_then(Value::as_array);
             for item in items.into_iter().flatten() {
                 if item.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    let id = str_of(item, "tool_use_id");
+                    let is_error = item
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    if let Some(id) = &id
+                        && st.pending_changes.remove(id)
+                        && !is_error
+                    {
+                        st.changes_applied += 1;
+                    }
                     out.push(AgentEvent::ToolResult {
-                        id: str_of(item, "tool_use_id"),
+                        id,
                         output: text_of(item.get("content").unwrap_or(&Value::Null)),
-                        is_error: item
-                            .get("is_error")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false),
+                        is_error,
                     });
                 }
             }
@@ -121,6 +246,20 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
             }
             if let Some(id) = str_of(&v, "session_id") {
                 st.resume_id = Some(id);
+            }
+            // The final list repeats the denials reported as they happened; older
+            // builds report them only here.
+            for d in v
+                .get("permission_denials")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let denial = Denial {
+                    tool: str_of(d, "tool_name").unwrap_or_default(),
+                    target: target_of(d.get("tool_input").unwrap_or(&Value::Null)),
+                };
+                out.extend(st.deny(str_of(d, "tool_use_id").as_deref(), denial));
             }
             st.ok = Some(!is_error);
             let text =

@@ -10,9 +10,52 @@
 //! `agent-protocols.md` §2.
 
 use super::{Invocation, Turn, TurnState, program};
+use berth_core::Permissions;
+use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
 use berth_web::executor::AgentSpec;
 use serde_json::Value;
+
+/// Codex's sandbox for a policy; approvals are always off (`exec` cannot ask).
+pub(crate) fn sandbox(p: Permissions) -> &'static str {
+    match p {
+        Permissions::ReadOnly => "read-only",
+        Permissions::Edit => "workspace-write",
+        Permissions::Full => "danger-full-access",
+    }
+}
+
+/// What a policy means for Codex, in a sentence for `agent add` and `agent list`.
+pub(crate) fn policy_note(p: Permissions) -> &'static str {
+    match p {
+        Permissions::ReadOnly => "sandbox read-only: commands run, writes fail",
+        Permissions::Edit => {
+            "sandbox workspace-write: edits and commands inside the directory, no network"
+        }
+        Permissions::Full => "sandbox danger-full-access: no sandbox at all",
+    }
+}
+
+/// Whether the agent's own arguments choose the sandbox.
+pub(crate) fn chooses_permissions(extra: &[String]) -> bool {
+    extra.iter().any(|a| {
+        matches!(
+            a.as_str(),
+            "-s" | "--sandbox" | "--dangerously-bypass-approvals-and-sandbox" | "--yolo"
+        ) || a.starts_with("--sandbox=")
+    })
+}
+
+/// What a sandbox's refusal looks like in a command's output.
+fn sandbox_refused(output: &str) -> bool {
+    [
+        "Read-only file system",
+        "Operation not permitted",
+        "Permission denied",
+    ]
+    .iter()
+    .any(|m| output.contains(m))
+}
 
 /// The longest prompt passed as an argument (Linux caps one argument at 128 KiB).
 const MAX_ARG: usize = 96 * 1024;
@@ -22,14 +65,11 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     let mut args: Vec<String> = vec!["exec".into(), "--json".into()];
     args.push("-C".into());
     args.push(turn.work_dir.display().to_string());
-    let chooses_sandbox = extra.iter().any(|a| {
-        matches!(
-            a.as_str(),
-            "-s" | "--sandbox" | "--dangerously-bypass-approvals-and-sandbox" | "--yolo"
-        ) || a.starts_with("--sandbox=")
-    });
-    if !chooses_sandbox {
-        args.extend(["--sandbox".to_owned(), "workspace-write".to_owned()]);
+    if !chooses_permissions(&extra) {
+        args.push("--sandbox".to_owned());
+        args.push(sandbox(turn.permissions).to_owned());
+        args.push("-c".to_owned());
+        args.push("approval_policy=\"never\"".to_owned());
     }
     args.push("--skip-git-repo-check".into());
     args.extend(extra);
@@ -60,6 +100,32 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     }
 }
 
+/// A denial Codex reports only on stderr: its tool router's refusal of a patch or a
+/// command under the sandbox, e.g. `ERROR codex_core::tools::router: error=patch
+/// rejected: writing is blocked by read-only sandbox; rejected by user approval
+/// settings` (codex-cli 0.171; no JSON item is emitted for it).
+pub(super) fn stderr_denial(line: &str, st: &mut TurnState) -> Option<AgentEvent> {
+    let (_, error) = line.split_once("codex_core::tools::router: error=")?;
+    let refused = error.contains("rejected by user approval settings")
+        || error.contains("sandbox")
+        || error.contains("declined");
+    if !refused {
+        return None;
+    }
+    let tool = if error.starts_with("patch rejected") {
+        "apply_patch"
+    } else {
+        "command"
+    };
+    st.deny(
+        None,
+        Denial {
+            tool: tool.to_owned(),
+            target: error.trim().to_owned(),
+        },
+    )
+}
+
 pub(super) fn is_stale(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     lower.contains("no saved session found") || lower.contains("no rollout found")
@@ -88,11 +154,16 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
             });
         }
         Some("item.started") => match item_type {
-            "command_execution" => out.push(AgentEvent::ToolUse {
-                id: str_of(&item, "id"),
-                name: "command".to_owned(),
-                input: serde_json::json!({ "command": item.get("command") }),
-            }),
+            "command_execution" => {
+                if let Some(id) = str_of(&item, "id") {
+                    st.pending_changes.insert(id);
+                }
+                out.push(AgentEvent::ToolUse {
+                    id: str_of(&item, "id"),
+                    name: "command".to_owned(),
+                    input: serde_json::json!({ "command": item.get("command") }),
+                });
+            }
             "mcp_tool_call" => out.push(AgentEvent::ToolUse {
                 id: str_of(&item, "id"),
                 name: format!(
@@ -112,6 +183,8 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
         Some("item.completed") => {
             let status = str_of(&item, "status");
             let failed = matches!(status.as_deref(), Some("failed" | "declined"));
+            let id = str_of(&item, "id");
+            let was_pending = id.as_ref().is_some_and(|i| st.pending_changes.remove(i));
             match item_type {
                 "agent_message" => out.push(AgentEvent::Text {
                     text: str_of(&item, "text").unwrap_or_default(),
@@ -119,19 +192,60 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 "reasoning" => out.push(AgentEvent::Thinking {
                     text: str_of(&item, "text").unwrap_or_default(),
                 }),
-                "command_execution" => out.push(AgentEvent::ToolResult {
-                    id: str_of(&item, "id"),
-                    output: str_of(&item, "aggregated_output").unwrap_or_default(),
-                    is_error: failed
+                "command_execution" => {
+                    let output = str_of(&item, "aggregated_output").unwrap_or_default();
+                    let is_error = failed
                         || item
                             .get("exit_code")
                             .and_then(Value::as_i64)
-                            .is_some_and(|c| c != 0),
-                }),
-                "file_change" => out.push(AgentEvent::ToolUse {
-                    id: str_of(&item, "id"),
-                    name: "file_change".to_owned(),
-                    input: item.get("changes").cloned().unwrap_or(Value::Null),
+                            .is_some_and(|c| c != 0);
+                    let command = item
+                        .get("command")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    out.push(AgentEvent::ToolResult {
+                        id: id.clone(),
+                        output: output.clone(),
+                        is_error,
+                    });
+                    if status.as_deref() == Some("declined")
+                        || (is_error && sandbox_refused(&output))
+                    {
+                        let denial = Denial {
+                            tool: "command".to_owned(),
+                            target: command,
+                        };
+                        out.extend(st.deny(id.as_deref(), denial));
+                    } else if !is_error && was_pending {
+                        st.changes_applied += 1;
+                    }
+                }
+                "file_change" => {
+                    let paths: Vec<&str> = item
+                        .get("changes")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c.get("path").and_then(Value::as_str))
+                        .collect();
+                    out.push(AgentEvent::ToolUse {
+                        id: id.clone(),
+                        name: "file_change".to_owned(),
+                        input: item.get("changes").cloned().unwrap_or(Value::Null),
+                    });
+                    if failed {
+                        let denial = Denial {
+                            tool: "file_change".to_owned(),
+                            target: paths.join(", "),
+                        };
+                        out.extend(st.deny(id.as_deref(), denial));
+                    } else {
+                        st.changes_applied += 1;
+                    }
+                }
+                "error" => out.push(AgentEvent::Error {
+                    message: str_of(&item, "message").unwrap_or_default(),
                 }),
                 "mcp_tool_call" => out.push(AgentEvent::ToolResult {
                     id: str_of(&item, "id"),
@@ -175,7 +289,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 return out;
             }
             st.error = Some(msg.clone());
-            out.push(AgentEvent::Stderr { line: msg });
+            out.push(AgentEvent::Error { message: msg });
         }
         Some(_) | None => {}
     }

@@ -9,8 +9,11 @@ pub mod claude;
 pub mod codex;
 pub mod command;
 
+use berth_core::Permissions;
+use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
 use berth_web::executor::{AgentKind, AgentSpec};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// Why an agent cannot be started.
@@ -29,6 +32,8 @@ pub struct Turn<'a> {
     pub brief: Option<&'a str>,
     pub resume_id: Option<&'a str>,
     pub work_dir: &'a Path,
+    /// The run's effective permission policy.
+    pub permissions: Permissions,
 }
 
 /// What to run for one turn.
@@ -54,6 +59,40 @@ pub struct TurnState {
     pub stale_resume: bool,
     /// The agent's own error text, if any.
     pub error: Option<String>,
+    /// What the agent's own permission system denied, in order, once per action.
+    pub denials: Vec<Denial>,
+    /// The tool-call ids already counted as denied (a denial is reported twice by
+    /// Claude Code: as it happens and again in the final result).
+    pub denied_ids: HashSet<String>,
+    /// Tool calls that could change files, by id, until their result arrives.
+    pub pending_changes: HashSet<String>,
+    /// What each tool call was aimed at, by id, for a denial reported without it.
+    pub targets: HashMap<String, String>,
+    /// How many actions that could change files went through.
+    pub changes_applied: u32,
+}
+
+impl TurnState {
+    /// Records a denial once per tool-call id (every call without an id counts).
+    pub fn deny(&mut self, id: Option<&str>, denial: Denial) -> Option<AgentEvent> {
+        if let Some(id) = id
+            && !self.denied_ids.insert(id.to_owned())
+        {
+            return None;
+        }
+        self.denials.push(denial.clone());
+        Some(AgentEvent::Denied {
+            tool: denial.tool,
+            target: denial.target,
+            message: None,
+        })
+    }
+
+    /// Whether every action that could have changed something was denied: a turn that
+    /// must not look like a clean success.
+    pub fn all_denied(&self) -> bool {
+        !self.denials.is_empty() && self.changes_applied == 0
+    }
 }
 
 /// How an agent kind is driven.
@@ -92,6 +131,41 @@ impl Adapter {
         }
     }
 
+    /// What `permissions` means for this kind of agent, in one sentence.
+    pub fn policy_note(self, permissions: Permissions) -> &'static str {
+        match self {
+            Adapter::Claude => claude::policy_note(permissions),
+            Adapter::Codex => codex::policy_note(permissions),
+            Adapter::Command => {
+                "not enforced: a command agent has no permission system of its own and can do whatever its program does"
+            }
+        }
+    }
+
+    /// Why `permissions` will not be honoured for `spec`, if it will not: a command
+    /// agent has no permission system, and an agent whose own arguments choose its
+    /// permissions keeps them.
+    pub fn unenforced(self, spec: &AgentSpec, permissions: Permissions) -> Option<String> {
+        let (_, extra) = program(spec, "");
+        match self {
+            Adapter::Command => spec.permissions.map(|p| {
+                format!(
+                    "permissions {p} are not enforced for the command agent {:?}: it has no permission system of its own",
+                    spec.name
+                )
+            }),
+            Adapter::Claude if claude::chooses_permissions(&extra) => Some(format!(
+                "permissions {permissions} are not applied: the agent {:?} chooses its own with its arguments",
+                spec.name
+            )),
+            Adapter::Codex if codex::chooses_permissions(&extra) => Some(format!(
+                "permissions {permissions} are not applied: the agent {:?} chooses its own sandbox with its arguments",
+                spec.name
+            )),
+            Adapter::Claude | Adapter::Codex => None,
+        }
+    }
+
     /// The invocation for one turn.
     pub fn invocation(self, spec: &AgentSpec, turn: &Turn<'_>) -> Result<Invocation, AdapterError> {
         match self {
@@ -112,19 +186,22 @@ impl Adapter {
         }
     }
 
-    /// Looks at one stderr line (forwarded as `Stderr` by the executor).
-    pub fn stderr_line(self, line: &str, resumed: bool, st: &mut TurnState) {
+    /// Looks at one stderr line (forwarded as a diagnostic by the executor); returns
+    /// what it tells beyond that, e.g. a denial Codex reports only there.
+    pub fn stderr_line(self, line: &str, resumed: bool, st: &mut TurnState) -> Option<AgentEvent> {
         match self {
-            Adapter::Command => {}
+            Adapter::Command => None,
             Adapter::Claude => {
                 if resumed && claude::is_stale(line) {
                     st.stale_resume = true;
                 }
+                None
             }
             Adapter::Codex => {
                 if resumed && codex::is_stale(line) {
                     st.stale_resume = true;
                 }
+                codex::stderr_denial(line, st)
             }
         }
     }
@@ -220,16 +297,147 @@ mod tests {
             name: "x".into(),
             kind: AgentKind::Command,
             command: vec![],
+            permissions: None,
         };
         let turn = Turn {
             prompt: "p",
             brief: None,
             resume_id: None,
             work_dir: Path::new("/w"),
+            permissions: Permissions::Edit,
         };
         assert!(matches!(
             Adapter::Command.invocation(&spec, &turn),
             Err(AdapterError::EmptyCommand { .. })
         ));
+    }
+
+    /// Output recorded from the real CLIs against the fake model server
+    /// (`local-agent/tests/fixtures/real/README.md` says how).
+    fn replay(adapter: Adapter, stdout: &str, stderr: &str) -> (Vec<AgentEvent>, TurnState) {
+        let mut st = TurnState::default();
+        let mut events: Vec<AgentEvent> = stdout
+            .lines()
+            .flat_map(|l| adapter.stdout_line(l, false, &mut st))
+            .collect();
+        events.extend(
+            stderr
+                .lines()
+                .filter_map(|l| adapter.stderr_line(l, false, &mut st)),
+        );
+        (events, st)
+    }
+
+    fn denied(events: &[AgentEvent]) -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Denied { tool, target, .. } => Some((tool.clone(), target.clone())),
+                AgentEvent::Started { .. }
+                | AgentEvent::Text { .. }
+                | AgentEvent::Thinking { .. }
+                | AgentEvent::ToolUse { .. }
+                | AgentEvent::ToolResult { .. }
+                | AgentEvent::Stderr { .. }
+                | AgentEvent::Error { .. }
+                | AgentEvent::Result { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn real_claude_denial_is_one_denial_with_its_file() {
+        let (events, st) = replay(
+            Adapter::Claude,
+            include_str!("../../tests/fixtures/real/claude-write-denied.jsonl"),
+            "",
+        );
+        let want = Denial {
+            tool: "Write".into(),
+            target: "/home/alice/code/app/hello.txt".into(),
+        };
+        assert_eq!(st.denials, vec![want.clone()]);
+        assert_eq!(
+            denied(&events),
+            vec![(want.tool.clone(), want.target.clone())],
+            "reported once, though the result repeats it"
+        );
+        // Claude Code calls the turn a success and exits 0: only the denial tells.
+        assert!(Adapter::Claude.succeeded(&st, Some(0)));
+        assert!(st.all_denied());
+    }
+
+    #[test]
+    fn real_claude_write_counts_as_a_change() {
+        let (events, st) = replay(
+            Adapter::Claude,
+            include_str!("../../tests/fixtures/real/claude-write-ok.jsonl"),
+            "",
+        );
+        assert_eq!((st.denials.len(), st.changes_applied), (0, 1));
+        assert!(denied(&events).is_empty() && !st.all_denied());
+        assert!(Adapter::Claude.succeeded(&st, Some(0)));
+    }
+
+    #[test]
+    fn real_codex_write_and_read_only_refusal() {
+        let (_, st) = replay(
+            Adapter::Codex,
+            include_str!("../../tests/fixtures/real/codex-write-ok.jsonl"),
+            include_str!("../../tests/fixtures/real/codex-write-ok.stderr"),
+        );
+        assert_eq!((st.denials.len(), st.changes_applied), (0, 1));
+        let (events, st) = replay(
+            Adapter::Codex,
+            include_str!("../../tests/fixtures/real/codex-read-only.jsonl"),
+            include_str!("../../tests/fixtures/real/codex-read-only.stderr"),
+        );
+        assert_eq!(
+            denied(&events),
+            vec![(
+                "apply_patch".to_owned(),
+                "patch rejected: writing is blocked by read-only sandbox; rejected by user approval settings".to_owned()
+            )]
+        );
+        assert!(st.all_denied() && Adapter::Codex.succeeded(&st, Some(0)));
+    }
+
+    #[test]
+    fn real_codex_error_items_are_errors_and_its_chatter_is_not_an_event() {
+        let (events, st) = replay(
+            Adapter::Codex,
+            include_str!("../../tests/fixtures/real/codex-unknown-model-read-only.jsonl"),
+            include_str!("../../tests/fixtures/real/codex-unknown-model-read-only.stderr"),
+        );
+        let errors: Vec<&AgentEvent> = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Error { .. }))
+            .collect();
+        assert_eq!(
+            errors,
+            vec![&AgentEvent::Error {
+                message: "Model metadata for `gpt-fake` not found. Defaulting to fallback metadata; this can degrade performance and cause issues.".into()
+            }]
+        );
+        assert!(
+            st.ok == Some(true) && st.error.is_none(),
+            "an error item does not fail the turn"
+        );
+        let mut st = TurnState::default();
+        assert_eq!(
+            Adapter::Codex.stderr_line("Reading additional input from stdin...", false, &mut st),
+            None
+        );
+        let (_, st) = replay(
+            Adapter::Codex,
+            "",
+            include_str!("../../tests/fixtures/real/codex-stale-resume.stderr"),
+        );
+        assert!(!st.stale_resume, "only a resumed turn can be stale");
+        let mut st = TurnState::default();
+        for l in include_str!("../../tests/fixtures/real/codex-stale-resume.stderr").lines() {
+            Adapter::Codex.stderr_line(l, true, &mut st);
+        }
+        assert!(st.stale_resume);
     }
 }

@@ -95,14 +95,21 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         Command::Agent(AgentCmd::Add {
             name,
             kind,
+            permissions,
             command,
             json,
         }) => {
+            let adapter = match kind {
+                Kind::Claude => berth_local_agent::adapter::Adapter::Claude,
+                Kind::Codex => berth_local_agent::adapter::Adapter::Codex,
+                Kind::Command => berth_local_agent::adapter::Adapter::Command,
+            };
             let kind = match kind {
                 Kind::Claude => "claude",
                 Kind::Codex => "codex",
                 Kind::Command => "command",
             };
+            let permissions = permissions.map(super::Policy::permissions);
             if kind == "command" && command.is_empty() {
                 return Err(CliError::usage(
                     "a command agent needs --command CMD [ARG...]",
@@ -112,7 +119,8 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             let agent = c
                 .post(
                     "/api/v1/agents",
-                    &json!({"name": name, "kind": kind, "command": command}),
+                    &json!({"name": name, "kind": kind, "command": command,
+                            "permissions": permissions.map(|p| p.as_str())}),
                 )
                 .await?;
             if json {
@@ -122,6 +130,21 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
                     "added agent {} ({kind})",
                     agent["name"].as_str().unwrap_or(&name)
                 );
+                let shown = permissions.unwrap_or(berth_core::Permissions::DEFAULT);
+                let origin = if permissions.is_some() {
+                    ""
+                } else {
+                    " (the default; the user settings' \"permissions\" may change it)"
+                };
+                println!(
+                    "permissions {shown}{origin}: {}",
+                    adapter.policy_note(shown)
+                );
+                if let Ok(spec) = serde_json::from_value(agent.clone())
+                    && let Some(note) = adapter.unenforced(&spec, shown)
+                {
+                    eprintln!("warning: {note}");
+                }
             }
             Ok(0)
         }
@@ -237,7 +260,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 let suggestion = last_used_dir(c, &s).await;
                 render::unbound_notice(&s, suggestion.as_deref());
             } else {
-                render::header(&s, &c.machine());
+                render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
             }
             Ok(0)
         }
@@ -257,7 +280,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 print_json(&s);
                 return Ok(0);
             }
-            render::header(&s, &c.machine());
+            render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
             let tasks = c
                 .get(&format!(
                     "/api/v1/tasks?session={}",
@@ -315,7 +338,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                     "session {} is bound; it applies at the next message",
                     short(&s["id"])
                 );
-                render::header(&s, &c.machine());
+                render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
             }
             Ok(0)
         }
@@ -347,6 +370,18 @@ async fn last_used_dir(c: &Client, new: &Value) -> Option<String> {
         }
     }
     best.map(|(_, d)| d)
+}
+
+/// The session's agent's permission policy as the header shows it: `edit`, or
+/// `edit (default)` when the agent names none.
+async fn agent_policy(c: &Client, session: &Value) -> Option<String> {
+    let name = session["agent"].as_str()?;
+    let agents = c.get("/api/v1/agents").await.ok()?;
+    let agent = agents.as_array()?.iter().find(|a| a["name"] == name)?;
+    Some(match agent["permissions"].as_str() {
+        Some(p) => p.to_owned(),
+        None => format!("{} (default)", berth_core::Permissions::DEFAULT),
+    })
 }
 
 /// The first 8 characters of an id.

@@ -142,6 +142,24 @@ impl Mode {
     }
 }
 
+/// `--permissions`: core's [`berth_core::Permissions`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    ReadOnly,
+    Edit,
+    Full,
+}
+
+impl Policy {
+    pub fn permissions(self) -> berth_core::Permissions {
+        match self {
+            Policy::ReadOnly => berth_core::Permissions::ReadOnly,
+            Policy::Edit => berth_core::Permissions::Edit,
+            Policy::Full => berth_core::Permissions::Full,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AgentCmd {
     /// Register an agent.
@@ -149,6 +167,10 @@ pub enum AgentCmd {
         name: String,
         #[arg(long, value_enum)]
         kind: Kind,
+        /// What the agent may do: read-only, edit (the default, or the user settings'
+        /// `permissions`) or full. Mapped onto the agent's own controls.
+        #[arg(long, value_enum)]
+        permissions: Option<Policy>,
         /// The program and its arguments (everything after --command).
         #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<String>,

@@ -59,7 +59,7 @@ fn live_state(binding: &Value, here: &str) -> String {
 
 /// The header of a session: directory (privacy-stripped), mode, machine, state.
 /// `here` is this machine's id (see [`super::client::Client::machine`]).
-pub fn header(session: &Value, here: &str) {
+pub fn header(session: &Value, here: &str, policy: Option<&str>) {
     let b = &session["binding"];
     println!(
         "session   {}  {}",
@@ -89,6 +89,9 @@ pub fn header(session: &Value, here: &str) {
         println!("state     {state}{advice}");
     }
     println!("agent     {}", s(&session["agent"]));
+    if let Some(policy) = policy {
+        println!("may       {policy}");
+    }
 }
 
 /// `session new` without `--dir`: say that nothing is bound, and suggest (only
@@ -129,7 +132,12 @@ fn table(rows: Vec<Vec<String>>) {
 }
 
 pub fn agents(agents: &Value) {
-    let mut rows = vec![vec!["NAME".into(), "KIND".into(), "COMMAND".into()]];
+    let mut rows = vec![vec![
+        "NAME".into(),
+        "KIND".into(),
+        "PERMISSIONS".into(),
+        "COMMAND".into(),
+    ]];
     for a in agents.as_array().into_iter().flatten() {
         let cmd: Vec<&str> = a["command"]
             .as_array()
@@ -137,10 +145,16 @@ pub fn agents(agents: &Value) {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
+        let permissions = match (a["kind"].as_str(), a["permissions"].as_str()) {
+            (Some("command"), _) => "(not enforced)".to_owned(),
+            (_, Some(p)) => p.to_owned(),
+            (_, None) => format!("{} (default)", berth_core::Permissions::DEFAULT),
+        };
         rows.push(vec![
             s(&a["name"]).into(),
             s(&a["kind"]).into(),
-            cmd.join(" "),
+            permissions,
+            inert(&cmd.join(" ")),
         ]);
     }
     table(rows);
@@ -241,6 +255,15 @@ impl Stream {
         }
     }
 
+    /// Something the user must see: an error the agent reported, a denied action.
+    fn alert(&self, text: &str) {
+        if self.color {
+            eprintln!("\x1b[1;33m{text}\x1b[0m");
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
     /// One transcript event of this task (`data` is `{seq, task_id, kind, at, payload}`).
     pub fn event(&mut self, kind: &str, data: &Value) {
         if self.json {
@@ -284,6 +307,14 @@ impl Stream {
                     self.note(&format!("{mark} {}", inert(&out)));
                 }
                 "stderr" => self.note(&inert(s(&p["line"]))),
+                "error" => self.alert(&format!("error: {}", inert(s(&p["message"])))),
+                "denied" => {
+                    self.alert(&format!(
+                        "denied: {} {}",
+                        inert(s(&p["tool"])),
+                        inert(s(&p["target"]))
+                    ));
+                }
                 _ => {}
             },
             _ => {}
@@ -301,6 +332,9 @@ impl Stream {
         if let Some(c) = task["exit_code"].as_i64() {
             line.push_str(&format!(" (exit {c})"));
         }
+        if let Some(code) = task["error_code"].as_str() {
+            line.push_str(&format!(" [{code}]"));
+        }
         if let Some(e) = task["error"].as_str() {
             line.push_str(&format!(": {}", inert(e)));
         }
@@ -308,6 +342,22 @@ impl Stream {
             self.note(&line);
         } else {
             eprintln!("{line}");
+        }
+        let denials: Vec<&Value> = task["denials"].as_array().into_iter().flatten().collect();
+        if !denials.is_empty() {
+            let what: Vec<String> = denials
+                .iter()
+                .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
+                .collect();
+            self.alert(&format!(
+                "warning: the agent's permission system denied {} action{}: {}",
+                denials.len(),
+                if denials.len() == 1 { "" } else { "s" },
+                what.join("; ")
+            ));
+            self.alert(
+                "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
+            );
         }
     }
 }

@@ -155,15 +155,11 @@ async fn stream(
                 None => events_open = false,
             },
             res = &mut run, if outcome.is_none() => {
-                outcome = Some(res.unwrap_or_else(|e| TaskOutcome {
-                    status: TaskStatus::Failed,
-                    exit_code: None,
-                    error: Some(format!("the daemon's executor failed: {e}")),
-                    code: None,
-                    work_dir: None,
-                    work_dir_display: None,
-                    resume_id: None,
-                    branch: None,
+                outcome = Some(res.unwrap_or_else(|e| {
+                    TaskOutcome::failed(
+                        berth_core::ErrorCode::Internal,
+                        format!("the daemon's executor failed: {e}"),
+                    )
                 }));
             }
             res = maybe(&mut inflight), if inflight.is_some() => {

@@ -72,6 +72,7 @@ pub fn agent(kind: AgentKind, command: &[&Path]) -> AgentSpec {
         name: "test".into(),
         kind,
         command: command.iter().map(|p| p.display().to_string()).collect(),
+        permissions: None,
     }
 }
 

@@ -77,6 +77,14 @@ pub fn refusal_status(code: ErrorCode) -> StatusCode {
         ErrorCode::DaemonOffline => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DaemonMismatch => StatusCode::CONFLICT,
         ErrorCode::UnknownSession | ErrorCode::UnknownAgent => StatusCode::NOT_FOUND,
+        ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+        ErrorCode::LockFailed | ErrorCode::Interrupted => StatusCode::CONFLICT,
+        ErrorCode::AgentNotFound
+        | ErrorCode::AgentStartFailed
+        | ErrorCode::AgentExited
+        | ErrorCode::AgentError
+        | ErrorCode::PrepareFailed
+        | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

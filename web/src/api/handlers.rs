@@ -72,6 +72,9 @@ pub struct NewAgent {
     pub kind: AgentKind,
     #[serde(default)]
     pub command: Vec<String>,
+    /// `read-only`, `edit` or `full`; absent: the user settings' default, else `edit`.
+    #[serde(default)]
+    pub permissions: Option<berth_core::Permissions>,
 }
 
 /// `POST projects`.
@@ -307,6 +310,7 @@ pub(crate) async fn add_agent(
         name: req.name,
         kind: req.kind,
         command: req.command,
+        permissions: req.permissions,
     };
     Ok((
         StatusCode::CREATED,

@@ -22,6 +22,7 @@ mod binding;
 mod body;
 mod error;
 mod handlers;
+mod redact;
 mod sse;
 mod views;
 
@@ -176,7 +177,12 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> R
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app);
+    let display = app.display.clone();
     finish(read_routes(), app, Surface::Web)
+        .layer(axum::middleware::map_response_with_state(
+            display,
+            redact::redact_answer,
+        ))
         .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)

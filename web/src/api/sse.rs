@@ -66,13 +66,17 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
             *task = v;
         }
     }
-    let data = serde_json::json!({
+    let mut data = serde_json::json!({
         "seq": ev.seq,
         "task_id": ev.task_id,
         "kind": ev.kind,
         "at": ev.at,
         "payload": payload,
     });
+    if feed.surface == Surface::Web {
+        // The display rule on every string (see `super::redact`).
+        berth_core::display::redact_json(&feed.display, &mut data);
+    }
     Event::default()
         .id(ev.seq.to_string())
         .event(ev.kind.as_str())

@@ -154,11 +154,12 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
         status,
         exit_code: None,
         error: Some(error),
-        code: None,
+        code: (status == TaskStatus::Interrupted).then_some(berth_core::ErrorCode::Interrupted),
         work_dir: None,
         work_dir_display: None,
         resume_id: None,
         branch: None,
+        denials: Vec::new(),
     }
 }
 

@@ -42,7 +42,9 @@ pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
         | AgentEvent::Thinking { .. }
         | AgentEvent::ToolUse { .. }
         | AgentEvent::ToolResult { .. }
-        | AgentEvent::Stderr { .. } => None,
+        | AgentEvent::Stderr { .. }
+        | AgentEvent::Error { .. }
+        | AgentEvent::Denied { .. } => None,
     });
     if result.is_some() {
         return result;
@@ -65,7 +67,9 @@ pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
             | AgentEvent::Thinking { .. }
             | AgentEvent::ToolUse { .. }
             | AgentEvent::ToolResult { .. }
-            | AgentEvent::Stderr { .. } => None,
+            | AgentEvent::Stderr { .. }
+            | AgentEvent::Error { .. }
+            | AgentEvent::Denied { .. } => None,
         })
         .collect();
     let text = lines.join("\n");
@@ -106,16 +110,20 @@ pub struct Replier {
 struct Inner {
     store: Store,
     config: ChannelConfig,
+    /// Whose home and name a reply must never show (the display rule).
+    display: Arc<berth_core::Context>,
     /// Lark's tenant access token and when to fetch a new one.
     lark_token: tokio::sync::Mutex<Option<(String, Instant)>>,
 }
 
 impl Replier {
-    pub fn new(store: Store, config: ChannelConfig) -> Replier {
+    /// `display`: the user whose home and name every reply is stripped of.
+    pub fn new(store: Store, config: ChannelConfig, display: Arc<berth_core::Context>) -> Replier {
         Replier {
             inner: Arc::new(Inner {
                 store,
                 config,
+                display,
                 lark_token: tokio::sync::Mutex::new(None),
             }),
         }
@@ -138,6 +146,7 @@ impl Replier {
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect();
         let text = reply_text(&task, final_answer(&events));
+        let text = berth_core::display::redact_text(&self.inner.display, &text).into_owned();
         match thread {
             Thread::Slack { channel, thread_ts } => {
                 self.post_slack(&channel, &thread_ts, &text).await

@@ -18,6 +18,7 @@ pub mod placement;
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
 use crate::store::{Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
+use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use placement::{Claim, Decision};
@@ -371,6 +372,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 error_code: Some(code.as_str().to_owned()),
                 work_dir: None,
                 work_dir_display: None,
+                denials: Vec::new(),
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
@@ -450,6 +452,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         error_code: outcome.code.map(|c| c.as_str().to_owned()),
         work_dir: outcome.work_dir.clone(),
         work_dir_display: outcome.work_dir_display.clone(),
+        denials: outcome.denials,
         record: Some(RunRecord {
             binding_rev: session.binding_rev,
             work_dir: outcome.work_dir,
@@ -526,15 +529,6 @@ async fn execute(
     }
     match handle.await {
         Ok(outcome) => outcome,
-        Err(e) => TaskOutcome {
-            status: TaskStatus::Failed,
-            exit_code: None,
-            error: Some(format!("the executor failed: {e}")),
-            code: None,
-            work_dir: None,
-            work_dir_display: None,
-            resume_id: None,
-            branch: None,
-        },
+        Err(e) => TaskOutcome::failed(ErrorCode::Internal, format!("the executor failed: {e}")),
     }
 }

@@ -35,11 +35,18 @@ fn kind_str(kind: AgentKind) -> &'static str {
 fn agent_from_row(r: &rusqlite::Row<'_>) -> Result<AgentSpec, StoreError> {
     let kind: String = r.get(1)?;
     let command: String = r.get(2)?;
+    let permissions: Option<String> = r.get(3)?;
     Ok(AgentSpec {
         name: r.get(0)?,
         kind: parse_enum(&kind)?,
         command: serde_json::from_str(&command)
             .map_err(|e| StoreError::Corrupt(format!("agent command {command:?}: {e}")))?,
+        permissions: permissions
+            .map(|p| {
+                berth_core::Permissions::from_name(&p)
+                    .ok_or_else(|| StoreError::Corrupt(format!("agent permissions {p:?}")))
+            })
+            .transpose()?,
     })
 }
 
@@ -52,7 +59,8 @@ pub(crate) fn agent_names(conn: &Connection) -> Result<Vec<String>, StoreError> 
 }
 
 pub(crate) fn get_agent(conn: &Connection, name: &str) -> Result<AgentSpec, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT name, kind, command FROM agents WHERE name = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT name, kind, command, permissions FROM agents WHERE name = ?1")?;
     let mut rows = stmt.query([name])?;
     match rows.next()? {
         Some(r) => agent_from_row(r),
@@ -105,9 +113,16 @@ impl Store {
             let command = serde_json::to_string(&spec.command)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let inserted = tx.execute(
-                "INSERT INTO agents (name, kind, command, created_at) VALUES (?1, ?2, ?3, ?4)
+                "INSERT INTO agents (name, kind, command, created_at, permissions)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (name) DO NOTHING",
-                params![spec.name, kind_str(spec.kind), command, clock::now()],
+                params![
+                    spec.name,
+                    kind_str(spec.kind),
+                    command,
+                    clock::now(),
+                    spec.permissions.map(|p| p.as_str())
+                ],
             )?;
             if inserted == 0 {
                 return Err(StoreError::AgentExists { name: spec.name });
@@ -121,7 +136,7 @@ impl Store {
     pub async fn list_agents(&self) -> Result<Vec<AgentSpec>, StoreError> {
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT name, kind, command FROM agents ORDER BY created_at, name",
+                "SELECT name, kind, command, permissions FROM agents ORDER BY created_at, name",
             )?;
             let mut rows = stmt.query([])?;
             let mut out = Vec::new();

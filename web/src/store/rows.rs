@@ -184,6 +184,8 @@ pub struct TaskRow {
     pub exit_code: Option<i32>,
     pub error: Option<String>,
     pub error_code: Option<String>,
+    /// What the agent was denied, as stored (a JSON array; empty when none).
+    pub denials: Vec<berth_core::api::Denial>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -191,7 +193,7 @@ pub struct TaskRow {
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display";
+    work_dir_display, denials";
 
 impl TaskRow {
     pub(crate) fn from_row(r: &Row<'_>) -> Result<TaskRow, StoreError> {
@@ -211,6 +213,11 @@ impl TaskRow {
             started_at: r.get(11)?,
             finished_at: r.get(12)?,
             work_dir_display: r.get(13)?,
+            denials: match r.get::<_, Option<String>>(14)? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("task denials {text:?}: {e}")))?,
+                None => Vec::new(),
+            },
         })
     }
 
@@ -224,6 +231,8 @@ impl TaskRow {
             work_dir: self.work_dir.clone(),
             exit_code: self.exit_code,
             error: self.error.clone(),
+            error_code: self.error_code.clone(),
+            denials: self.denials.clone(),
             created_at: Some(self.created_at.clone()),
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),

@@ -142,9 +142,23 @@ ALTER TABLE tasks ADD COLUMN work_dir_display TEXT;
 ALTER TABLE sessions ADD COLUMN work_dir_display TEXT;
 "#;
 
+/// Agents' permission policies (`null`: the user settings' default, else `edit`), and
+/// what each task's agent was denied (a JSON array of `{tool, target}`).
+const V6: &str = r#"
+ALTER TABLE agents ADD COLUMN permissions TEXT;
+ALTER TABLE tasks ADD COLUMN denials TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)])
+    Migrations::new(vec![
+        M::up(V1),
+        M::up(V2),
+        M::up(V3),
+        M::up(V4),
+        M::up(V5),
+        M::up(V6),
+    ])
 }
 
 #[cfg(test)]

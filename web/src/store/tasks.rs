@@ -39,6 +39,7 @@ pub struct Finish {
     pub error_code: Option<String>,
     pub work_dir: Option<String>,
     pub work_dir_display: Option<String>,
+    pub denials: Vec<berth_core::api::Denial>,
     /// Recorded on the session only while its binding revision is still this one.
     pub record: Option<RunRecord>,
 }
@@ -131,6 +132,23 @@ fn record_status(
     Ok(task)
 }
 
+/// The code of a task that ended badly without a more precise one: every failed,
+/// refused or interrupted task carries a stable code (an executor that reported none
+/// failed in a way nobody named — a bug).
+fn default_code(status: TaskStatus) -> Option<String> {
+    let code = match status {
+        TaskStatus::Interrupted => berth_core::ErrorCode::Interrupted,
+        TaskStatus::Failed | TaskStatus::Refused => berth_core::ErrorCode::Internal,
+        TaskStatus::Queued
+        | TaskStatus::WaitingLock
+        | TaskStatus::WaitingDaemon
+        | TaskStatus::Running
+        | TaskStatus::Succeeded
+        | TaskStatus::Cancelled => return None,
+    };
+    Some(code.as_str().to_owned())
+}
+
 /// Startup recovery, in one transaction.
 pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery, StoreError> {
     let sql = format!(
@@ -153,7 +171,8 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     for t in stale {
         conn.execute(
             "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = ?2,
-               error = 'the server stopped while the task was running; it was not run again'
+               error = 'the server stopped while the task was running; it was not run again',
+               error_code = 'interrupted'
              WHERE id = ?1",
             params![t.id, now],
         )?;
@@ -359,12 +378,17 @@ impl Store {
     pub async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
         self.write(move |tx, outbox| {
             let now = clock::now();
+            let error_code = fin.error_code.clone().or_else(|| default_code(fin.status));
+            let denials = (!fin.denials.is_empty())
+                .then(|| serde_json::to_string(&fin.denials))
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.execute(
                 "UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
-                   started_at = COALESCE(started_at, ?7), work_dir_display = ?8
+                   started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9
                  WHERE id = ?1",
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, fin.error_code, fin.work_dir, now, fin.work_dir_display],
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
@@ -375,7 +399,7 @@ impl Store {
                     params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
                 )?;
             }
-            let state = match fin.error_code.as_deref() {
+            let state = match error_code.as_deref() {
                 Some("not_found") => Some("missing"),
                 Some("path_changed") => Some("changed"),
                 _ => None,

@@ -75,6 +75,7 @@ impl Executor for ShExecutor {
                 work_dir_display: None,
                 resume_id: Some(format!("resume-{}", task.task_id)),
                 branch: None,
+                denials: Vec::new(),
             };
             let _ = events.send(ExecEvent::Status {
                 status: TaskStatus::Running,

@@ -1,0 +1,126 @@
+//! What an agent may do where it runs: one policy for every kind of agent.
+//!
+//! Each agent CLI has its own controls (Claude Code's permission modes and tool
+//! rules, Codex's sandbox); Berth speaks one vocabulary above them, so two kinds of
+//! agent registered with the same policy may do the same things. The adapters map it
+//! onto each CLI; where a CLI cannot honour it exactly, the adapter says so.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An agent's permission policy, ordered from narrowest to widest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Permissions {
+    /// Read and run nothing that changes files.
+    ReadOnly,
+    /// Edit files in the working directory (the default: a bound session exists so the
+    /// agent can change that directory).
+    Edit,
+    /// Everything the agent's CLI can do, shell commands included, without asking.
+    Full,
+}
+
+impl Permissions {
+    /// The policy of an agent registered without one, when the user settings name none.
+    pub const DEFAULT: Permissions = Permissions::Edit;
+
+    /// Every policy, narrowest first.
+    pub const ALL: [Permissions; 3] = [Permissions::ReadOnly, Permissions::Edit, Permissions::Full];
+
+    /// The policy as written on the command line, in settings and in JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Permissions::ReadOnly => "read-only",
+            Permissions::Edit => "edit",
+            Permissions::Full => "full",
+        }
+    }
+
+    /// Parses the spelling of [`Permissions::as_str`].
+    pub fn from_name(name: &str) -> Option<Permissions> {
+        Permissions::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// `self` narrowed by `limit`: never wider than either.
+    pub fn narrowed(self, limit: Option<Permissions>) -> Permissions {
+        limit.map_or(self, |l| self.min(l))
+    }
+}
+
+impl fmt::Display for Permissions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the policy of one run came from, for what Berth shows the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// What runs.
+    pub effective: Permissions,
+    /// What the agent (or the user settings' default) asked for.
+    pub requested: Permissions,
+    /// The project layer's narrowing, if it narrowed anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowed_by_project: Option<Permissions>,
+}
+
+impl Policy {
+    /// The policy of a run: the agent's own (else the user default, else
+    /// [`Permissions::DEFAULT`]), narrowed by the project layer. A project layer can
+    /// never widen it.
+    pub fn decide(
+        agent: Option<Permissions>,
+        user_default: Option<Permissions>,
+        project: Option<Permissions>,
+    ) -> Policy {
+        let requested = agent.or(user_default).unwrap_or(Permissions::DEFAULT);
+        let effective = requested.narrowed(project);
+        Policy {
+            effective,
+            requested,
+            narrowed_by_project: project.filter(|p| *p < requested),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Permissions::{Edit, Full, ReadOnly};
+
+    #[test]
+    fn spellings_round_trip() {
+        for p in Permissions::ALL {
+            assert_eq!(Permissions::from_name(p.as_str()), Some(p));
+            assert_eq!(
+                serde_json::to_value(p).unwrap(),
+                serde_json::json!(p.as_str())
+            );
+        }
+        assert_eq!(Permissions::from_name("write"), None);
+    }
+
+    #[test]
+    fn a_project_layer_only_narrows() {
+        let table = [
+            // (agent, user default, project) -> (effective, narrowed_by_project)
+            ((None, None, None), (Edit, None)),
+            ((None, Some(Full), None), (Full, None)),
+            ((Some(ReadOnly), Some(Full), None), (ReadOnly, None)),
+            ((Some(Edit), None, Some(Full)), (Edit, None)),
+            ((Some(Full), None, Some(Edit)), (Edit, Some(Edit))),
+            ((None, None, Some(ReadOnly)), (ReadOnly, Some(ReadOnly))),
+            ((Some(ReadOnly), None, Some(ReadOnly)), (ReadOnly, None)),
+        ];
+        for ((a, u, p), (effective, narrowed)) in table {
+            let d = Policy::decide(a, u, p);
+            assert_eq!(
+                (d.effective, d.narrowed_by_project),
+                (effective, narrowed),
+                "{a:?} {u:?} {p:?}"
+            );
+        }
+    }
+}

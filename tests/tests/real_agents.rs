@@ -1,0 +1,316 @@
+//! The real `claude` and `codex` binaries (the pinned npm releases that
+//! `scripts/test.sh` installs) working in place through Berth, against the fake model
+//! APIs on loopback (`berth_tests::fake_models`): a default agent of each kind edits
+//! the bound directory and resumes its conversation; a narrower policy's denials land
+//! in the task's `denials` with `permission_denied`; nothing the web listener serves
+//! names the user.
+
+use berth_tests::fake_models::FakeModels;
+use berth_tests::steps::s;
+use berth_tests::{Berth, FAKE_USER};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// The installed CLI `name`: `$BERTH_AGENT_CLIS/node_modules/.bin/NAME`, by default
+/// under `~/.cache/berth-agents`.
+fn cli(name: &str) -> PathBuf {
+    let dir = std::env::var_os("BERTH_AGENT_CLIS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berth-agents")))
+        .expect("BERTH_AGENT_CLIS or HOME");
+    let bin = dir.join("node_modules/.bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} is not installed; run scripts/test.sh, which installs the pinned agent CLIs",
+        bin.display()
+    );
+    bin
+}
+
+/// A Berth whose agents reach only `fake`: the credentials and switches go into the
+/// server's environment, where the agents' pass-through takes them from.
+fn berth_for(tag: &str, fake: &FakeModels) -> Berth {
+    let mut b = Berth::new(tag);
+    let mut env = fake.claude_env(&b.user_home).expect("claude's environment");
+    env.extend(fake.codex_env(&b.user_home).expect("codex's configuration"));
+    for (k, v) in env {
+        if k != "HOME" {
+            b.env(&k, &v);
+        }
+    }
+    b.serve();
+    b
+}
+
+/// `berth send --json SESSION TEXT`: the exit code, the events and the final task.
+fn send(b: &Berth, session: &str, text: &str) -> (i32, Vec<Value>, Value) {
+    let out = b.run(&["send", "--json", session, text]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lines.pop().expect("the final task line");
+    let task = last["task"].clone();
+    assert!(
+        task.is_object(),
+        "the last line is the task: {last}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), lines, task)
+}
+
+fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "agent" && e["payload"]["type"] == kind)
+        .map(|e| &e["payload"])
+        .collect()
+}
+
+/// The texts the fake's model turns carried, for asserting a resumed conversation.
+fn turn_bodies(fake: &FakeModels) -> Vec<String> {
+    fake.model_turns()
+        .iter()
+        .map(|r| r.raw_body.clone())
+        .collect()
+}
+
+/// Nothing the web listener serves for `session` (the session, its tasks, its whole
+/// transcript, the agents) names the user, though the agent printed paths under home.
+fn assert_web_never_names_the_user(b: &Berth, session: &str) {
+    for path in [
+        format!("/api/v1/sessions/{session}"),
+        format!("/api/v1/tasks?session={session}"),
+        format!("/api/v1/sessions/{session}/events"),
+        "/api/v1/agents".to_owned(),
+    ] {
+        let (status, body) = b.web_get(&path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        assert!(
+            !body.contains(FAKE_USER),
+            "GET {path} names the user {FAKE_USER}: {body}"
+        );
+    }
+}
+
+#[test]
+fn real_claude_edits_in_place_resumes_and_reports_denials() {
+    let fake = FakeModels::start();
+    let b = berth_for("real-claude", &fake);
+    let claude = cli("claude");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+
+    // A default agent: `edit`.
+    b.ok(&[
+        "agent",
+        "add",
+        "claude",
+        "--kind",
+        "claude",
+        "--command",
+        s(&claude),
+    ]);
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "claude",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events, task) = send(
+        &b,
+        &session,
+        "Please write the greeting.\nberth-fake: write hello.txt hello from claude",
+    );
+    assert_eq!(
+        (code, &task["status"]),
+        (0, &Value::from("succeeded")),
+        "{task}"
+    );
+    assert_eq!(task["denials"], serde_json::json!([]));
+    assert_eq!(
+        std::fs::read_to_string(app.join("hello.txt"))
+            .ok()
+            .as_deref(),
+        Some("hello from claude")
+    );
+    let results = agent_events(&events, "result");
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("done: hello.txt"),
+        "the final text is shown: {results:?}"
+    );
+
+    // The second message resumes the same conversation: the model sees the first.
+    let before = turn_bodies(&fake).len();
+    let (code, _, task) = send(&b, &session, "And now?\nberth-fake: say still here");
+    assert_eq!(code, 0, "{task}");
+    let later = turn_bodies(&fake);
+    assert!(later.len() > before);
+    assert!(
+        later[before..]
+            .iter()
+            .all(|body| body.contains("Please write the greeting.")),
+        "the second turn carries the first: resumed"
+    );
+
+    // A read-only agent is denied what it tries; the task says so with a stable code.
+    b.ok(&[
+        "agent",
+        "add",
+        "claude-ro",
+        "--kind",
+        "claude",
+        "--permissions",
+        "read-only",
+        "--command",
+        s(&claude),
+    ]);
+    let ro = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "claude-ro",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events, task) = send(&b, &ro, "Change it.\nberth-fake: run rm hello.txt");
+    assert_eq!(code, 1, "{task}");
+    assert_eq!(
+        (&task["status"], &task["error_code"]),
+        (&Value::from("failed"), &Value::from("permission_denied"))
+    );
+    assert_eq!(
+        task["denials"],
+        serde_json::json!([{"tool": "Bash", "target": "rm hello.txt"}])
+    );
+    assert_eq!(agent_events(&events, "denied").len(), 1);
+    assert!(app.join("hello.txt").exists(), "nothing went through");
+    let listed = b.json(&["task", "list", "--session", &ro, "--json"]);
+    assert_eq!(listed[0]["denials"], task["denials"]);
+
+    assert_web_never_names_the_user(&b, &session);
+    assert_web_never_names_the_user(&b, &ro);
+}
+
+#[test]
+fn real_codex_edits_in_place_resumes_and_reports_denials() {
+    let fake = FakeModels::start();
+    let b = berth_for("real-codex", &fake);
+    let codex = cli("codex");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+
+    b.ok(&[
+        "agent",
+        "add",
+        "codex",
+        "--kind",
+        "codex",
+        "--command",
+        s(&codex),
+    ]);
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "codex",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events, task) = send(
+        &b,
+        &session,
+        "Please write the greeting.\nberth-fake: write hello.txt hello from codex",
+    );
+    assert_eq!(
+        (code, &task["status"]),
+        (0, &Value::from("succeeded")),
+        "{task}"
+    );
+    // apply_patch writes one line per line, newline included.
+    assert_eq!(
+        std::fs::read_to_string(app.join("hello.txt"))
+            .ok()
+            .as_deref(),
+        Some("hello from codex\n")
+    );
+    let texts = agent_events(&events, "text");
+    assert!(
+        texts.iter().any(|t| t["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("done: hello.txt")),
+        "the final text is shown: {texts:?}"
+    );
+    // Codex's chatter on stderr is a diagnostic, never the agent's words.
+    assert!(
+        texts.iter().all(|t| !t["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Reading additional input")),
+        "{texts:?}"
+    );
+
+    let before = turn_bodies(&fake).len();
+    let (code, _, task) = send(&b, &session, "And now?\nberth-fake: say still here");
+    assert_eq!(code, 0, "{task}");
+    let later = turn_bodies(&fake);
+    assert!(later.len() > before);
+    assert!(
+        later[before..]
+            .iter()
+            .all(|body| body.contains("Please write the greeting.")),
+        "the second turn carries the first: resumed"
+    );
+
+    b.ok(&[
+        "agent",
+        "add",
+        "codex-ro",
+        "--kind",
+        "codex",
+        "--permissions",
+        "read-only",
+        "--command",
+        s(&codex),
+    ]);
+    let ro = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "codex-ro",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events, task) = send(&b, &ro, "Write.\nberth-fake: write other.txt nope");
+    assert_eq!(code, 1, "{task}");
+    assert_eq!(task["error_code"], "permission_denied", "{task}");
+    assert_eq!(task["denials"][0]["tool"], "apply_patch", "{task}");
+    assert_eq!(agent_events(&events, "denied").len(), 1);
+    assert!(!app.join("other.txt").exists());
+
+    assert_web_never_names_the_user(&b, &session);
+    assert_web_never_names_the_user(&b, &ro);
+}
