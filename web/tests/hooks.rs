@@ -127,6 +127,16 @@ struct Rig {
 
 impl Rig {
     async fn start(cloud: bool, channels: Option<ChannelConfig>) -> Rig {
+        Rig::start_full(cloud, channels, "echo answer").await
+    }
+
+    /// A rig whose channel agent, `bot`, runs `sh -c BOT` (with `HOME_DIR`, the server
+    /// user's home, in its environment).
+    async fn start_with_bot(cloud: bool, bot: &str) -> Rig {
+        Rig::start_full(cloud, None, bot).await
+    }
+
+    async fn start_full(cloud: bool, channels: Option<ChannelConfig>, bot: &str) -> Rig {
         let (fake_addr, fake) = Fake::start().await;
         let home = TempDir::new();
         let opts = ServerOptions {
@@ -157,7 +167,8 @@ impl Rig {
             server,
             socket,
         };
-        add_agent(&t, "bot", "echo answer").await;
+        let bot = format!("HOME_DIR='{}'; {bot}", t.home.path().display());
+        add_agent(&t, "bot", &bot).await;
         Rig { t, addr, fake }
     }
 
@@ -750,4 +761,23 @@ async fn without_its_agent_a_message_is_refused_whole_and_its_retry_succeeds_lat
     assert_eq!(rig.t.wait_task(&task).await["status"], "succeeded");
     let s = rig.sessions().await;
     assert_eq!((s.len(), &s[0]["agent"]), (1, &json!("later")));
+}
+
+/// A channel reply passes the display rule: the agent printed where it worked (its
+/// scratch directory, under the server user's home) and the user's name; the post
+/// shows `~` and `…`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_reply_never_names_the_user() {
+    let rig = Rig::start_with_bot(false, "pwd; echo \"I am $(basename $HOME_DIR)\"").await;
+    let body = slack_message("Ev9", "where are you?", "1700000000.000900", None);
+    let r = slack_signed(&rig, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.json["session"].as_str().expect("a session").to_owned();
+    let calls = rig.fake.wait_for(1).await;
+    let name = rig.t.home.path().file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        calls[0].body["text"],
+        format!("~/scratch/{session}\nI am …"),
+        "the home and the name ({name}) never reach the channel"
+    );
 }
