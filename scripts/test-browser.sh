@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The web UI in a real browser: headless Chromium (Debian's package) driven by
 # playwright-core, against `berth serve` with fake agents. Installs what it needs on a
-# fresh machine, builds the wasm bundle and the `berth` binary, then runs
-# tests/browser/ui.test.mjs. Screenshots land in tests/artifacts/.
+# fresh machine, builds the `berth` binary (which embeds the UI and the checked-in wasm
+# bundle, web/ui/pkg; scripts/test.sh checks that bundle against its sources), then
+# runs tests/browser/ui.test.mjs. Screenshots land in tests/artifacts/.
 #
 #   scripts/test-browser.sh
 #   BERTH_BIN=/path/to/berth scripts/test-browser.sh   (skip building the binary)
@@ -20,10 +21,8 @@ if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
   (cd tests/browser && npm ci --no-audit --no-fund)
 fi
 
-say "the browser bundle"
-scripts/build-wasm.sh
 if [[ -z "${BERTH_BIN:-}" ]]; then
-  say "the berth binary (embeds the UI and the bundle)"
+  say "the berth binary (embeds the UI and the checked-in bundle)"
   cargo build -p berth-local-agent --bin berth --locked
   target_dir="${CARGO_TARGET_DIR:-target}"
   [[ "$target_dir" == /* ]] || target_dir="$PWD/$target_dir"

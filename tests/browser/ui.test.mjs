@@ -561,6 +561,251 @@ uiTest("linking from the CLI shows in the open page at once", { timeout: 30000 }
   await page.close();
 });
 
+/** Everything `page` shows and holds: its visible text and its HTML. */
+async function pageTexts(page) {
+  return { text: await bodyText(page), html: await page.content() };
+}
+
+/**
+ * Asserts `text` (named `what`) holds neither the fake user's name, in any case, nor
+ * the text of a home directory: the test's fake home or the runner's real one.
+ */
+function assertPrivate(what, text) {
+  assert.ok(!text.toLowerCase().includes(USER.toLowerCase()), `${what} contains the user name ${USER}`);
+  assert.ok(!text.includes(home), `${what} contains the home directory ${home}`);
+  const realHome = os.homedir();
+  if (realHome && realHome.length > 1) assert.ok(!text.includes(realHome), `${what} contains the runner's home ${realHome}`);
+}
+
+/** The value of the header fact labelled `label`. */
+const fact = (page, label) =>
+  page.evaluate(
+    (l) => [...document.querySelectorAll(".fact")].find((f) => f.querySelector(".fact-label")?.textContent === l)?.querySelector(".fact-value")?.textContent,
+    label,
+  );
+
+/** Waits until the last task of `session` has ended; returns it. */
+const finished = (session) =>
+  waitFor(`the task of ${session} to end`, async () => {
+    const t = (await api(`/api/v1/tasks?session=${session}`)).at(-1);
+    return t && ["succeeded", "failed", "cancelled"].includes(t.status) ? t : null;
+  });
+
+uiTest("an agent that prints $PWD and $HOME is shown with ~", { timeout: 60000 }, async () => {
+  // The script lives in the fake home too, so the agent's own command is a home path.
+  const dir = path.join(home, "code", "where", "deep");
+  fs.mkdirSync(dir, { recursive: true });
+  const script = path.join(home, "bin", "where.sh");
+  fs.mkdirSync(path.dirname(script), { recursive: true });
+  fs.writeFileSync(
+    script,
+    `#!/bin/sh
+cat >/dev/null
+echo "pwd=$PWD"
+echo "home=$HOME"
+echo "me=$USER"
+echo "shout=$(echo "$USER" | tr a-z A-Z)"
+echo "script=$0"
+echo "in $HOME/code/where and $(pwd)/file.txt" >&2
+`,
+    { mode: 0o755 },
+  );
+  await berth(["agent", "add", "where", "--kind", "command", "--command", "sh", script]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "where", "--title", "Where am I", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "where are you?"]);
+
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".transcript .ev-task").waitFor();
+  await page.locator('.tasks tbody tr[data-status="succeeded"]').waitFor();
+  const said = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-text .ev-text")].map((e) => e.textContent));
+  assert.deepEqual(said, ["pwd=~/code/where/deep", "home=~", "me=…", "shout=…", "script=~/bin/where.sh"]);
+  assert.equal(
+    await page.locator(".transcript .ev-agent-stderr .ev-text").textContent(),
+    "in ~/code/where and ~/code/where/deep/file.txt",
+  );
+  assert.equal(await page.locator(".where-dir").textContent(), "~/code/where/deep");
+  assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /in ~\/code\/where\/deep/);
+  const { text, html } = await pageTexts(page);
+  assertPrivate("the page's text", text);
+  assertPrivate("the page's HTML", html);
+
+  // What the listener serves the page, fetched from it with its cookie: the JSON
+  // documents and the event stream, read until the task's final event.
+  const served = await page.evaluate(async (sid) => {
+    const get = async (u) => {
+      const r = await fetch(u);
+      return { url: u, status: r.status, type: r.headers.get("content-type"), body: await r.text() };
+    };
+    const docs = await Promise.all([
+      get("/api/v1/agents"),
+      get(`/api/v1/sessions/${sid}`),
+      get(`/api/v1/tasks?session=${sid}`),
+      get("/api/v1/capabilities"),
+    ]);
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), 10000);
+    const r = await fetch(`/api/v1/sessions/${sid}/events`, { signal: ctl.signal });
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let sse = "";
+    try {
+      // Up to the blank line that ends the task's event.
+      while (!/^event: ?task\r?\n[^]*?\r?\n\r?\n/m.test(sse)) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        sse += dec.decode(value, { stream: true });
+      }
+    } catch {
+      // Aborted: what was read is checked below.
+    }
+    clearTimeout(timer);
+    ctl.abort();
+    return { docs, sse: { status: r.status, type: r.headers.get("content-type"), body: sse } };
+  }, id);
+  for (const d of served.docs) {
+    assert.equal(d.status, 200, `${d.url}: ${d.body}`);
+    assert.match(d.type, /^application\/json/, d.url);
+    JSON.parse(d.body);
+    assertPrivate(`GET ${d.url}`, d.body);
+  }
+  const agents = JSON.parse(served.docs[0].body);
+  assert.deepEqual(agents.find((a) => a.name === "where")?.command, ["sh", "~/bin/where.sh"], "the agent's command in display form");
+  assert.equal(served.sse.status, 200);
+  assert.match(served.sse.type, /^text\/event-stream/);
+  assert.match(served.sse.body, /^event: ?task$/m, "the stream was read to the task's end");
+  const data = served.sse.body
+    .split("\n")
+    .filter((l) => l.startsWith("data:"))
+    .map((l) => JSON.parse(l.slice(5)));
+  const lines = data.filter((e) => e.kind === "agent").map((e) => e.payload.text ?? e.payload.line);
+  assert.ok(lines.includes("pwd=~/code/where/deep") && lines.includes("home=~") && lines.includes("me=…"), JSON.stringify(lines));
+  assertPrivate("the event stream", served.sse.body);
+
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-home-redacted.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+uiTest("denials and diagnostics are marked", { timeout: 60000 }, async () => {
+  // A command agent: says one line, complains on stderr, fails with code 3.
+  fs.mkdirSync(path.join(home, "code/diag"), { recursive: true });
+  const failing = agentScript("failing", `echo "the agent's own words"\necho "warning: the cache is cold" >&2\nexit 3`);
+  await berth(["agent", "add", "failing", "--kind", "command", "--command", "sh", failing]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "failing", "--title", "Fails with code 3", "--dir", path.join(home, "code/diag"), "--json"])).id;
+  await berth(["send", id, "try", "--detach"]);
+  const task = await finished(id);
+  assert.equal(task.status, "failed");
+  assert.equal(task.error_code, "agent_exited");
+
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".transcript .ev-task").waitFor();
+
+  // The stderr line is a dimmed diagnostic, apart from the agent's words.
+  const diag = page.locator(".transcript .ev-agent-stderr");
+  assert.equal(await diag.count(), 1);
+  assert.equal(await diag.locator(".ev-text").textContent(), "warning: the cache is cold");
+  assert.equal(await diag.locator(".ev-who").textContent(), "diagnostic");
+  const words = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-text .ev-text")].map((e) => e.textContent));
+  assert.deepEqual(words, ["the agent's own words"], "the diagnostic is not shown as the agent's text");
+  const look = await page.evaluate(() => {
+    const style = (sel) => getComputedStyle(document.querySelector(sel));
+    const muted = document.body.appendChild(Object.assign(document.createElement("span"), { className: "muted" }));
+    const out = {
+      diag: style(".ev-agent-stderr .ev-text").color,
+      text: style(".ev-agent-text .ev-text").color,
+      muted: getComputedStyle(muted).color,
+      diagSize: parseFloat(style(".ev-agent-stderr .ev-text").fontSize),
+      textSize: parseFloat(style(".ev-agent-text .ev-text").fontSize),
+    };
+    muted.remove();
+    return out;
+  });
+  assert.notEqual(look.diag, look.text, "the diagnostic is dimmed");
+  assert.equal(look.diag, look.muted, "in the muted colour");
+  assert.ok(look.diagSize < look.textSize, "and smaller");
+
+  // The failed task: its code and error code in the Exit column, no denial mark.
+  const row = page.locator(`.tasks tbody tr[data-task="${task.id}"]`);
+  await page.locator(`.tasks tbody tr[data-task="${task.id}"][data-status="failed"]`).waitFor();
+  const exit = await row.locator("td.exit").textContent();
+  assert.ok(exit.startsWith("code 3 · [agent_exited]"), exit);
+  assert.equal(await row.getAttribute("data-denials"), "0");
+  assert.equal(await page.locator(".tasks tr.has-denials, [data-testid=denied]").count(), 0);
+  assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /ended: failed · exit code 3 · .*\[agent_exited\]/);
+
+  // The permissions fact: a command agent has no permission system.
+  assert.equal(await fact(page, "permissions"), "not enforced (command agent)");
+  assert.equal(await page.locator(".fact.policy .fact-value").textContent(), "not enforced (command agent)");
+  assertPrivate("the page's text", await bodyText(page));
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-diagnostic-failed.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+uiTest("a denial reported by the agent's CLI marks the transcript and the task", { timeout: 60000 }, async () => {
+  // A `claude` agent whose program is a script printing what Claude Code's print mode
+  // prints when its permission system denies a write (`--output-format stream-json`):
+  // Berth's own Claude adapter parses it. It stands in for the CLI, not for Berth; the
+  // real CLI's denials are tested in tests/tests/real_clis.rs.
+  const dir = path.join(home, "code", "denied");
+  fs.mkdirSync(dir, { recursive: true });
+  const fake = agentScript(
+    "fake-claude",
+    `for a in "$@"; do case "$a" in --permission-mode*|--disallowedTools*) echo "claude flag $a" >&2;; esac; done
+f="$PWD/notes.md"
+echo '{"type":"system","subtype":"init","session_id":"fake-session-1","model":"fake-model"}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"I will write the notes."}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1","name":"Write","input":{"file_path":"'"$f"'","content":"notes"}}]}}'
+echo '{"type":"system","subtype":"permission_denied","tool_use_id":"toolu_1","tool_name":"Write","message":"Claude requested permissions to write to '"$f"', but you have not granted it yet."}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":true,"content":"Claude requested permissions to write to '"$f"', but you have not granted it yet."}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"I could not write the notes."}]}}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"I could not write the notes.","session_id":"fake-session-1","permission_denials":[{"tool_name":"Write","tool_use_id":"toolu_1","tool_input":{"file_path":"'"$f"'"}}]}'`,
+  );
+  await berth(["agent", "add", "careful", "--kind", "claude", "--permissions", "read-only", "--command", fake]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "careful", "--title", "Denied a write", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "write the notes", "--detach"]);
+  const task = await finished(id);
+  assert.equal(task.status, "failed", JSON.stringify(task));
+  assert.equal(task.error_code, "permission_denied");
+  assert.deepEqual(task.denials, [{ tool: "Write", target: "~/code/denied/notes.md" }]);
+  assert.ok(!fs.existsSync(path.join(dir, "notes.md")));
+
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".transcript .ev-task").waitFor();
+
+  // The transcript: the denial as its own row, the CLI's flags as diagnostics.
+  const denied = page.locator(".transcript .ev-agent-denied");
+  assert.equal(await denied.count(), 1, "one denial, though the CLI reported it twice");
+  assert.equal(await denied.locator(".ev-who").textContent(), "denied");
+  assert.equal(
+    await denied.locator(".ev-text").textContent(),
+    "Write ~/code/denied/notes.md — Claude requested permissions to write to ~/code/denied/notes.md, but you have not granted it yet.",
+  );
+  const diags = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-stderr .ev-text")].map((e) => e.textContent));
+  assert.deepEqual(diags, ["claude flag --permission-mode=default", "claude flag --disallowedTools=Write,Edit,MultiEdit,NotebookEdit"], "read-only reached the CLI");
+  assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /ended: failed .*\[permission_denied\].* · 1 action denied$/);
+
+  // The task: marked, counted, with the denial in the badge's title.
+  const row = page.locator(`.tasks tbody tr[data-task="${task.id}"]`);
+  await page.locator(`.tasks tbody tr.has-denials[data-task="${task.id}"]`).waitFor();
+  assert.equal(await row.getAttribute("data-denials"), "1");
+  const badge = row.locator("[data-testid=denied]");
+  assert.equal(await badge.textContent(), "1 denied");
+  assert.equal(await badge.getAttribute("title"), "Write ~/code/denied/notes.md");
+  assert.match(await row.locator("td.exit").textContent(), /^code 0 · \[permission_denied\] · the agent "careful" was denied Write ~\/code\/denied\/notes\.md/);
+
+  assert.equal(await fact(page, "permissions"), "read-only");
+  const { text, html } = await pageTexts(page);
+  assertPrivate("the page's text", text);
+  assertPrivate("the page's HTML", html);
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-denied.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 uiTest("a session with 5,000 events renders (timing printed, not asserted)", { timeout: 90000 }, async () => {
   const { page } = await openPage();
   // Three loads, each from navigation start to the 5,000th line in the DOM; the

@@ -136,14 +136,15 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
                 } else {
                     " (the default; the user settings' \"permissions\" may change it)"
                 };
-                println!(
-                    "permissions {shown}{origin}: {}",
-                    adapter.policy_note(shown)
-                );
-                if let Ok(spec) = serde_json::from_value(agent.clone())
-                    && let Some(note) = adapter.unenforced(&spec, shown)
-                {
-                    eprintln!("warning: {note}");
+                let unenforced = serde_json::from_value(agent.clone())
+                    .ok()
+                    .and_then(|spec| adapter.unenforced(&spec, shown));
+                match unenforced {
+                    Some(note) => eprintln!("warning: {note}"),
+                    None => println!(
+                        "permissions {shown}{origin}: {}",
+                        adapter.policy_note(shown)
+                    ),
                 }
             }
             Ok(0)
@@ -378,10 +379,15 @@ async fn agent_policy(c: &Client, session: &Value) -> Option<String> {
     let name = session["agent"].as_str()?;
     let agents = c.get("/api/v1/agents").await.ok()?;
     let agent = agents.as_array()?.iter().find(|a| a["name"] == name)?;
-    Some(match agent["permissions"].as_str() {
-        Some(p) => p.to_owned(),
-        None => format!("{} (default)", berth_core::Permissions::DEFAULT),
-    })
+    Some(
+        match (agent["kind"].as_str(), agent["permissions"].as_str()) {
+            (Some("command"), _) => {
+                "anything its command does (a command agent is not restricted)".to_owned()
+            }
+            (_, Some(p)) => p.to_owned(),
+            (_, None) => format!("{} (default)", berth_core::Permissions::DEFAULT),
+        },
+    )
 }
 
 /// The first 8 characters of an id.
