@@ -693,13 +693,18 @@ uiTest("denials and diagnostics are marked", { timeout: 60000 }, async () => {
   const failing = agentScript("failing", `echo "the agent's own words"\necho "warning: the cache is cold" >&2\nexit 3`);
   await berth(["agent", "add", "failing", "--kind", "command", "--command", "sh", failing]);
   const id = JSON.parse(await berth(["session", "new", "--agent", "failing", "--title", "Fails with code 3", "--dir", path.join(home, "code/diag"), "--json"])).id;
+
+  // The permissions fact, on a session that has not run yet (no event refreshes it).
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".live[data-state=live]").waitFor();
+  await page.locator(".tasks-box p.muted").waitFor();
+  assert.equal(await page.locator(".fact.policy .fact-value").textContent(), "not enforced (command agent)");
+
   await berth(["send", id, "try", "--detach"]);
   const task = await finished(id);
   assert.equal(task.status, "failed");
   assert.equal(task.error_code, "agent_exited");
-
-  const { page, errors } = await openPage();
-  await page.goto(`${base}/sessions/${id}`);
   await page.locator(".transcript .ev-task").waitFor();
 
   // The stderr line is a dimmed diagnostic, apart from the agent's words.

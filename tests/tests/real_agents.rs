@@ -6,7 +6,7 @@
 //! names the user.
 
 use berth_tests::fake_models::FakeModels;
-use berth_tests::steps::s;
+use berth_tests::steps::{new_session, s};
 use berth_tests::{Berth, FAKE_USER};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -94,6 +94,20 @@ fn assert_web_never_names_the_user(b: &Berth, session: &str) {
     }
 }
 
+/// A second message in `session` resumes its conversation: every model turn it makes
+/// carries the first message's text.
+fn assert_second_message_resumes(b: &Berth, fake: &FakeModels, session: &str, first: &str) {
+    let before = turn_bodies(fake).len();
+    let (code, _, task) = send(b, session, "And now?\nberth-fake: say still here");
+    assert_eq!(code, 0, "{task}");
+    let later = turn_bodies(fake);
+    assert!(later.len() > before, "the second message reached the model");
+    assert!(
+        later[before..].iter().all(|body| body.contains(first)),
+        "the second turn carries the first: resumed"
+    );
+}
+
 #[test]
 fn real_claude_edits_in_place_resumes_and_reports_denials() {
     let fake = FakeModels::start();
@@ -112,18 +126,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
         "--command",
         s(&claude),
     ]);
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "claude",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "claude", Some(&app));
     let (code, events, task) = send(
         &b,
         &session,
@@ -150,18 +153,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
         "the final text is shown: {results:?}"
     );
 
-    // The second message resumes the same conversation: the model sees the first.
-    let before = turn_bodies(&fake).len();
-    let (code, _, task) = send(&b, &session, "And now?\nberth-fake: say still here");
-    assert_eq!(code, 0, "{task}");
-    let later = turn_bodies(&fake);
-    assert!(later.len() > before);
-    assert!(
-        later[before..]
-            .iter()
-            .all(|body| body.contains("Please write the greeting.")),
-        "the second turn carries the first: resumed"
-    );
+    assert_second_message_resumes(&b, &fake, &session, "Please write the greeting.");
 
     // A read-only agent is denied what it tries; the task says so with a stable code.
     b.ok(&[
@@ -175,18 +167,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
         "--command",
         s(&claude),
     ]);
-    let ro = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "claude-ro",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let ro = new_session(&b, "claude-ro", Some(&app));
     let (code, events, task) = send(&b, &ro, "Change it.\nberth-fake: run rm hello.txt");
     assert_eq!(code, 1, "{task}");
     assert_eq!(
@@ -223,18 +204,7 @@ fn real_codex_edits_in_place_resumes_and_reports_denials() {
         "--command",
         s(&codex),
     ]);
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "codex",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "codex", Some(&app));
     let (code, events, task) = send(
         &b,
         &session,
@@ -269,17 +239,7 @@ fn real_codex_edits_in_place_resumes_and_reports_denials() {
         "{texts:?}"
     );
 
-    let before = turn_bodies(&fake).len();
-    let (code, _, task) = send(&b, &session, "And now?\nberth-fake: say still here");
-    assert_eq!(code, 0, "{task}");
-    let later = turn_bodies(&fake);
-    assert!(later.len() > before);
-    assert!(
-        later[before..]
-            .iter()
-            .all(|body| body.contains("Please write the greeting.")),
-        "the second turn carries the first: resumed"
-    );
+    assert_second_message_resumes(&b, &fake, &session, "Please write the greeting.");
 
     b.ok(&[
         "agent",
@@ -292,18 +252,7 @@ fn real_codex_edits_in_place_resumes_and_reports_denials() {
         "--command",
         s(&codex),
     ]);
-    let ro = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "codex-ro",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let ro = new_session(&b, "codex-ro", Some(&app));
     let (code, events, task) = send(&b, &ro, "Write.\nberth-fake: write other.txt nope");
     assert_eq!(code, 1, "{task}");
     assert_eq!(task["error_code"], "permission_denied", "{task}");

@@ -247,9 +247,10 @@ export function showSession(main, id) {
   // is the bulk of what there is to load. The id may be a prefix; the server resolves it.
   connect();
   (async () => {
-    const [sr, tr, facts] = await Promise.all([
+    const [sr, tr, ar, facts] = await Promise.all([
       getJSON(`/api/v1/sessions/${encodeURIComponent(id)}`, abort.signal),
       getJSON(`/api/v1/tasks?session=${encodeURIComponent(id)}`, abort.signal),
+      getJSON("/api/v1/agents", abort.signal),
       serverFacts(),
     ]);
     if (stopped) return;
@@ -275,6 +276,8 @@ export function showSession(main, id) {
     }
     session = sr.body;
     tasks = tr.ok ? tr.body : [];
+    // The header's permissions fact, also for a session no event has refreshed yet.
+    agent = ar.ok ? ar.body.find((a) => a.name === session.agent) ?? null : null;
     document.title = `${session.title || session.id.slice(0, 8)} · Berth`;
     preview = mountPreview(previewBox, session, facts);
     replace(
