@@ -666,8 +666,11 @@ echo "in $HOME/code/where and $(pwd)/file.txt" >&2
   for (const d of served.docs) {
     assert.equal(d.status, 200, `${d.url}: ${d.body}`);
     assert.match(d.type, /^application\/json/, d.url);
-    JSON.parse(d.body);
-    assertPrivate(`GET ${d.url}`, d.body);
+    const doc = JSON.parse(d.body);
+    // Capabilities' `home` is the one place the page is told the home (README,
+    // "Contract extensions"): the preview's path check needs it. Nothing else may.
+    if (d.url === "/api/v1/capabilities") delete doc.home;
+    assertPrivate(`GET ${d.url}`, JSON.stringify(doc));
   }
   const agents = JSON.parse(served.docs[0].body);
   assert.deepEqual(agents.find((a) => a.name === "where")?.command, ["sh", "~/bin/where.sh"], "the agent's command in display form");
@@ -800,6 +803,20 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"I could no
   const badge = row.locator("[data-testid=denied]");
   assert.equal(await badge.textContent(), "1 denied");
   assert.equal(await badge.getAttribute("title"), "Write ~/code/denied/notes.md");
+  // A denial's long target stays inside the panel, and the mark on one line.
+  const fit = await page.evaluate((tid) => {
+    const rect = (el) => el.getBoundingClientRect();
+    const row = document.querySelector(`.tasks tbody tr[data-task="${tid}"]`);
+    return {
+      page: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+      table: rect(document.querySelector("table.tasks")).right - rect(document.querySelector(".tasks-box")).right,
+      badge: rect(row.querySelector("[data-testid=denied]")).height,
+      status: rect(row.querySelector(".badge:not(.denied)")).height,
+    };
+  }, task.id);
+  assert.ok(fit.page <= 0, `the page does not scroll sideways (${fit.page} px too wide)`);
+  assert.ok(fit.table <= 1, `the tasks table fits its panel (${fit.table} px over)`);
+  assert.ok(fit.badge <= fit.status + 2, `"1 denied" is on one line (${fit.badge} px high, the status ${fit.status} px)`);
   assert.match(await row.locator("td.exit").textContent(), /^code 0 · \[permission_denied\] · the agent "careful" was denied Write ~\/code\/denied\/notes\.md/);
 
   assert.equal(await fact(page, "permissions"), "read-only");

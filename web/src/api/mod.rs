@@ -179,9 +179,9 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> R
     let daemons = daemon_routes(&app);
     let display = app.display.clone();
     finish(read_routes(), app, Surface::Web)
-        .layer(axum::middleware::map_response_with_state(
+        .layer(axum::middleware::from_fn_with_state(
             display,
-            redact::redact_answer,
+            redact::redact_layer,
         ))
         .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))

@@ -6,10 +6,14 @@
 //! users' names as `…`. It is applied to the whole answer as a layer of the web
 //! router, not per route, so a route added later cannot forget it. The control socket
 //! keeps the real text.
+//!
+//! One field is let through: `home` of `GET capabilities`, which the browser's binding
+//! preview needs to apply the home rules to what the user types (it is never shown).
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
 use axum::response::Response;
 use berth_core::Context;
 use std::sync::Arc;
@@ -19,9 +23,23 @@ use std::sync::Arc;
 /// served unredacted.
 const MAX_JSON: usize = 64 * 1024 * 1024;
 
+/// The route whose `home` the preview needs as it is.
+const CAPABILITIES: &str = "/api/v1/capabilities";
+
+/// The layer: runs the request, then redacts its answer.
+pub(crate) async fn redact_layer(
+    State(ctx): State<Arc<Context>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let keep_home = req.uri().path() == CAPABILITIES;
+    let res = next.run(req).await;
+    redact_answer(&ctx, res, keep_home).await
+}
+
 /// Rewrites a JSON answer with every string redacted; other answers (the UI's assets,
 /// the event stream, which redacts per event) pass unchanged.
-pub(crate) async fn redact_answer(State(ctx): State<Arc<Context>>, res: Response) -> Response {
+async fn redact_answer(ctx: &Context, res: Response, keep_home: bool) -> Response {
     let is_json = res
         .headers()
         .get(header::CONTENT_TYPE)
@@ -37,7 +55,11 @@ pub(crate) async fn redact_answer(State(ctx): State<Arc<Context>>, res: Response
     let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         return withheld(parts);
     };
-    berth_core::display::redact_json(&ctx, &mut value);
+    let home = keep_home.then(|| value.get("home").cloned()).flatten();
+    berth_core::display::redact_json(ctx, &mut value);
+    if let (Some(home), Some(obj)) = (home, value.as_object_mut()) {
+        obj.insert("home".to_owned(), home);
+    }
     let Ok(out) = serde_json::to_vec(&value) else {
         return withheld(parts);
     };
