@@ -24,7 +24,7 @@ use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 /// Variables passed through from Berth's environment to every agent: the basics of a
 /// login, and how to reach the network (proxies, and the CA bundles that a company
 /// proxy's certificate needs). README lists them; keep the two in step.
-pub const PASS: [&str; 23] = [
+const PASS: [&str; 23] = [
     "PATH",
     "USER",
     "LOGNAME",

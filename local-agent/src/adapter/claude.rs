@@ -162,13 +162,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 tool: str_of(&v, "tool_name").unwrap_or_default(),
                 target,
             };
-            if let Some(AgentEvent::Denied { tool, target, .. }) = st.deny(id.as_deref(), denial) {
-                out.push(AgentEvent::Denied {
-                    tool,
-                    target,
-                    message: str_of(&v, "message"),
-                });
-            }
+            out.extend(st.deny(id.as_deref(), denial, str_of(&v, "message")));
         }
         Some("system") if str_of(&v, "subtype").as_deref() == Some("init") => {
             let id = str_of(&v, "session_id");
@@ -259,7 +253,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                     tool: str_of(d, "tool_name").unwrap_or_default(),
                     target: target_of(d.get("tool_input").unwrap_or(&Value::Null)),
                 };
-                out.extend(st.deny(str_of(d, "tool_use_id").as_deref(), denial));
+                out.extend(st.deny(str_of(d, "tool_use_id").as_deref(), denial, None));
             }
             st.ok = Some(!is_error);
             let text =

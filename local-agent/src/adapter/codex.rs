@@ -123,6 +123,7 @@ pub(super) fn stderr_denial(line: &str, st: &mut TurnState) -> Option<AgentEvent
             tool: tool.to_owned(),
             target: error.trim().to_owned(),
         },
+        None,
     )
 }
 
@@ -216,7 +217,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                             tool: "command".to_owned(),
                             target: command,
                         };
-                        out.extend(st.deny(id.as_deref(), denial));
+                        out.extend(st.deny(id.as_deref(), denial, None));
                     } else if !is_error && was_pending {
                         st.changes_applied += 1;
                     }
@@ -239,7 +240,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                             tool: "file_change".to_owned(),
                             target: paths.join(", "),
                         };
-                        out.extend(st.deny(id.as_deref(), denial));
+                        out.extend(st.deny(id.as_deref(), denial, None));
                     } else {
                         st.changes_applied += 1;
                     }

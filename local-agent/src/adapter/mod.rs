@@ -73,8 +73,14 @@ pub struct TurnState {
 }
 
 impl TurnState {
-    /// Records a denial once per tool-call id (every call without an id counts).
-    pub fn deny(&mut self, id: Option<&str>, denial: Denial) -> Option<AgentEvent> {
+    /// Records a denial once per tool-call id (every call without an id counts); the
+    /// event to report, unless this call's denial was already reported.
+    pub fn deny(
+        &mut self,
+        id: Option<&str>,
+        denial: Denial,
+        message: Option<String>,
+    ) -> Option<AgentEvent> {
         if let Some(id) = id
             && !self.denied_ids.insert(id.to_owned())
         {
@@ -84,7 +90,7 @@ impl TurnState {
         Some(AgentEvent::Denied {
             tool: denial.tool,
             target: denial.target,
-            message: None,
+            message,
         })
     }
 
