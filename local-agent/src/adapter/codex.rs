@@ -46,17 +46,6 @@ pub(crate) fn chooses_permissions(extra: &[String]) -> bool {
     })
 }
 
-/// What a sandbox's refusal looks like in a command's output.
-fn sandbox_refused(output: &str) -> bool {
-    [
-        "Read-only file system",
-        "Operation not permitted",
-        "Permission denied",
-    ]
-    .iter()
-    .any(|m| output.contains(m))
-}
-
 /// The longest prompt passed as an argument (Linux caps one argument at 128 KiB).
 const MAX_ARG: usize = 96 * 1024;
 
@@ -210,9 +199,10 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                         output: output.clone(),
                         is_error,
                     });
-                    if status.as_deref() == Some("declined")
-                        || (is_error && sandbox_refused(&output))
-                    {
+                    // Only Codex's own verdict is a denial: a command that merely failed
+                    // (even with "Permission denied" in its output) is the agent's business,
+                    // and one its sandbox blocks is reported on stderr, not here.
+                    if status.as_deref() == Some("declined") {
                         let denial = Denial {
                             tool: "command".to_owned(),
                             target: command,
@@ -235,14 +225,17 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                         name: "file_change".to_owned(),
                         input: item.get("changes").cloned().unwrap_or(Value::Null),
                     });
-                    if failed {
-                        let denial = Denial {
-                            tool: "file_change".to_owned(),
-                            target: paths.join(", "),
-                        };
-                        out.extend(st.deny(id.as_deref(), denial, None));
-                    } else {
-                        st.changes_applied += 1;
+                    match status.as_deref() {
+                        Some("declined") => {
+                            let denial = Denial {
+                                tool: "file_change".to_owned(),
+                                target: paths.join(", "),
+                            };
+                            out.extend(st.deny(id.as_deref(), denial, None));
+                        }
+                        Some("completed") => st.changes_applied += 1,
+                        // A patch that failed to apply changed nothing and was not denied.
+                        Some(_) | None => {}
                     }
                 }
                 "error" => out.push(AgentEvent::Error {

@@ -446,4 +446,26 @@ mod tests {
         }
         assert!(st.stale_resume);
     }
+
+    #[test]
+    fn only_codexs_own_verdict_is_a_denial() {
+        let (events, st) = replay(
+            Adapter::Codex,
+            concat!(
+                r#"{"type":"item.started","item":{"id":"c1","type":"command_execution","command":"cat /root/x","status":"in_progress"}}"#,
+                "\n",
+                r#"{"type":"item.completed","item":{"id":"c1","type":"command_execution","command":"cat /root/x","aggregated_output":"cat: /root/x: Permission denied","exit_code":1,"status":"failed"}}"#,
+                "\n",
+                r#"{"type":"item.completed","item":{"id":"p1","type":"file_change","changes":[{"path":"a.rs","kind":"update"}],"status":"failed"}}"#,
+                "\n",
+                r#"{"type":"item.completed","item":{"id":"p2","type":"file_change","changes":[{"path":"b.rs","kind":"add"}],"status":"declined"}}"#,
+            ),
+            "",
+        );
+        assert_eq!(
+            denied(&events),
+            vec![("file_change".to_owned(), "b.rs".to_owned())]
+        );
+        assert_eq!(st.changes_applied, 0);
+    }
 }
