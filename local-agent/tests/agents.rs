@@ -292,3 +292,115 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
     assert!(argv[11].starts_with("<berth-brief>") && argv[11].ends_with("\n\n-starts with a dash"));
     assert_eq!(last["stdin"], "");
 }
+
+/// The stderr diagnostics of a run (Berth's own warnings among them).
+fn diagnostics(events: &[ExecEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ExecEvent::Agent(AgentEvent::Stderr { line }) => Some(line.clone()),
+            ExecEvent::Agent(_) | ExecEvent::Status { .. } => None,
+        })
+        .collect()
+}
+
+/// The policy of a run: the agent's own, else the user settings' default; a project
+/// layer narrows it and can never widen it, and both are said in the transcript.
+#[tokio::test]
+async fn the_user_layer_sets_the_default_policy_and_a_project_layer_only_narrows() {
+    use berth_core::Permissions::{Edit, Full};
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    let (bin, log) = fakes::claude(&sb);
+    let exec = sb.executor();
+    let config = exec.config().config_dir.clone();
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("settings.jsonc"),
+        r#"{ "permissions": "read-only" }"#,
+    )
+    .unwrap();
+    let project = dir.join(".berth");
+    std::fs::create_dir_all(&project).unwrap();
+    let argv = |n: usize| -> Vec<String> {
+        serde_json::from_value(calls(&log)[n]["argv"].clone()).unwrap()
+    };
+    let with = |p| {
+        let mut spec = agent(AgentKind::Claude, &[&bin]);
+        spec.permissions = p;
+        spec
+    };
+
+    // No policy of its own: the user default, read-only.
+    let (out, _) = run(&exec, task("t1", "s1", with(None), "x", in_place(&dir))).await;
+    assert_eq!(out.status, TaskStatus::Succeeded, "{out:?}");
+    assert_eq!(
+        &argv(0)[4..6],
+        [
+            "--permission-mode=default",
+            "--disallowedTools=Write,Edit,MultiEdit,NotebookEdit"
+        ]
+    );
+
+    // `full`, narrowed to `edit` by the project, visibly.
+    std::fs::write(
+        project.join("settings.jsonc"),
+        r#"{ "permissions": "edit" }"#,
+    )
+    .unwrap();
+    let (_, events) = run(
+        &exec,
+        task("t2", "s2", with(Some(Full)), "x", in_place(&dir)),
+    )
+    .await;
+    assert_eq!(argv(1)[4], "--permission-mode=acceptEdits");
+    assert!(
+        !argv(1).iter().any(|a| a.starts_with("--allowedTools")),
+        "{:?}",
+        argv(1)
+    );
+    assert!(
+        diagnostics(&events).contains(
+            &"berth: permissions edit: the project settings narrow the agent's full".to_owned()
+        ),
+        "{:?}",
+        diagnostics(&events)
+    );
+
+    // A project asking for more than the agent has gets nothing, and a warning.
+    std::fs::write(
+        project.join("settings.jsonc"),
+        r#"{ "permissions": "full" }"#,
+    )
+    .unwrap();
+    let (_, events) = run(
+        &exec,
+        task("t3", "s3", with(Some(Edit)), "x", in_place(&dir)),
+    )
+    .await;
+    assert_eq!(
+        &argv(2)[4..6],
+        ["--permission-mode=acceptEdits", "--append-system-prompt"]
+    );
+    assert!(
+        diagnostics(&events).iter().any(|l| l.contains(
+            "the project settings ask for permissions full; a project layer can only narrow them, so the agent keeps edit"
+        )),
+        "{:?}",
+        diagnostics(&events)
+    );
+
+    // A command agent's policy cannot be enforced, and the run says so.
+    let script = sb.script("ok.sh", "#!/bin/sh\necho ok\n");
+    let mut spec = agent(AgentKind::Command, &[&script]);
+    spec.permissions = Some(Full);
+    std::fs::remove_file(project.join("settings.jsonc")).unwrap();
+    let (_, events) = run(&exec, task("t4", "s4", spec, "x", in_place(&dir))).await;
+    assert!(
+        diagnostics(&events).iter().any(|l| l.contains(
+            "permissions full are not enforced for the command agent \"test\""
+        )),
+        "{:?}",
+        diagnostics(&events)
+    );
+}
