@@ -276,6 +276,20 @@ fn turns_with(fake: &FakeModels, needle: &str) -> Vec<Recorded> {
         .collect()
 }
 
+/// Turn two's requests (a tool call and the final answer) carry the first exchange in
+/// their conversation field (`messages` for claude, `input` for codex): resumed.
+fn assert_turn_two_carries(fake: &FakeModels, field: &str, earlier: &[&str]) {
+    let turns = turns_with(fake, "turn two");
+    assert_eq!(turns.len(), 2, "a tool call and the final answer");
+    let conversation = turns[0].body[field].to_string();
+    for e in earlier {
+        assert!(
+            conversation.contains(e),
+            "turn two lacks {e:?}: {conversation}"
+        );
+    }
+}
+
 fn assert_no_unknown_routes(fake: &FakeModels) {
     let unknown: Vec<String> = fake
         .unknown_requests()
@@ -491,15 +505,11 @@ fn claude_resume_continues_the_conversation() {
         "{second}"
     );
     // The second turn's requests carry the first exchange: the same conversation.
-    let turns = turns_with(&fake, "turn two");
-    assert_eq!(turns.len(), 2, "a tool call and the final answer");
-    let messages = turns[0].body["messages"].to_string();
-    for earlier in ["turn one", "File created successfully", "done: hello.txt"] {
-        assert!(
-            messages.contains(earlier),
-            "turn two lacks {earlier:?}: {messages}"
-        );
-    }
+    assert_turn_two_carries(
+        &fake,
+        "messages",
+        &["turn one", "File created successfully", "done: hello.txt"],
+    );
 }
 
 #[test]
@@ -764,15 +774,11 @@ fn codex_resume_continues_the_conversation() {
         commands[0]["aggregated_output"], "hello from codex\n",
         "{second}"
     );
-    let turns = turns_with(&fake, "turn two");
-    assert_eq!(turns.len(), 2, "a tool call and the final answer");
-    let input = turns[0].body["input"].to_string();
-    for earlier in ["turn one", "*** Add File:", "done: hello.txt"] {
-        assert!(
-            input.contains(earlier),
-            "turn two lacks {earlier:?}: {input}"
-        );
-    }
+    assert_turn_two_carries(
+        &fake,
+        "input",
+        &["turn one", "*** Add File:", "done: hello.txt"],
+    );
 }
 
 #[test]
