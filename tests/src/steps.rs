@@ -150,3 +150,22 @@ pub fn error_code(what: &str, v: &Value) -> String {
     }
     e["code"].as_str().unwrap().to_owned()
 }
+
+/// `berth send --json SESSION TEXT`: the exit code, the transcript events it printed,
+/// and the final task document (its last line).
+pub fn send_json(b: &Berth, session: &str, text: &str) -> (i32, Vec<Value>, Value) {
+    let out = b.run(&["send", "--json", session, text]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lines.pop().expect("the final task line");
+    let task = last["task"].clone();
+    assert!(
+        task.is_object(),
+        "the last line is the task: {last}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), lines, task)
+}

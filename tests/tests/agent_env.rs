@@ -2,20 +2,9 @@
 //! tasks that fail before or without the agent.
 
 use berth_tests::Berth;
-use berth_tests::steps::{add_command_agent, new_session, s};
+use berth_tests::steps::{add_command_agent, new_session, s, send_json};
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-/// `berth send --json`: the final task document.
-fn send(b: &Berth, session: &str) -> (i32, Vec<Value>, Value) {
-    let out = b.run(&["send", "--json", session, "go"]);
-    let mut lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON document per line"))
-        .collect();
-    let task = lines.pop().expect("the task line")["task"].clone();
-    (out.status.code().unwrap_or(-1), lines, task)
-}
 
 #[test]
 fn agents_get_the_proxy_and_ca_variables_and_nothing_unlisted() {
@@ -41,7 +30,7 @@ fn agents_get_the_proxy_and_ca_variables_and_nothing_unlisted() {
     std::fs::create_dir_all(&dir).unwrap();
     add_command_agent(&b, "env", "env");
     let session = new_session(&b, "env", Some(&dir));
-    let (code, events, task) = send(&b, &session);
+    let (code, events, task) = send_json(&b, &session, "go");
     assert_eq!(code, 0, "{task}");
     let seen: BTreeMap<String, String> = events
         .iter()
@@ -83,14 +72,14 @@ fn failed_tasks_carry_stable_codes() {
     ]);
     add_command_agent(&b, "three", "exit 3");
     let ghost = new_session(&b, "ghost", None);
-    let (code, _, task) = send(&b, &ghost);
+    let (code, _, task) = send_json(&b, &ghost, "go");
     assert_eq!(
         (code, &task["status"], &task["error_code"]),
         (1, &Value::from("failed"), &Value::from("agent_not_found")),
         "{task}"
     );
     let three = new_session(&b, "three", None);
-    let (code, _, task) = send(&b, &three);
+    let (code, _, task) = send_json(&b, &three, "go");
     assert_eq!(
         (code, &task["error_code"], &task["exit_code"]),
         (1, &Value::from("agent_exited"), &Value::from(3)),

@@ -6,7 +6,7 @@
 //! names the user.
 
 use berth_tests::fake_models::FakeModels;
-use berth_tests::steps::{new_session, s};
+use berth_tests::steps::{new_session, s, send_json as send};
 use berth_tests::{Berth, FAKE_USER};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -40,24 +40,6 @@ fn berth_for(tag: &str, fake: &FakeModels) -> Berth {
     }
     b.serve();
     b
-}
-
-/// `berth send --json SESSION TEXT`: the exit code, the events and the final task.
-fn send(b: &Berth, session: &str, text: &str) -> (i32, Vec<Value>, Value) {
-    let out = b.run(&["send", "--json", session, text]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    let last = lines.pop().expect("the final task line");
-    let task = last["task"].clone();
-    assert!(
-        task.is_object(),
-        "the last line is the task: {last}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), lines, task)
 }
 
 fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
