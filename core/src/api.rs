@@ -171,6 +171,10 @@ pub struct CheckReport {
     /// What to do instead, when refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// What the directory's project layer would do, and what it could not do without
+    /// trust (native checks of an accepted directory that has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_layer: Option<crate::settings::trust::ProjectLayerReport>,
 }
 
 impl CheckReport {
@@ -183,6 +187,7 @@ impl CheckReport {
             canonical: Some(canonical),
             display: Some(display),
             hint: None,
+            project_layer: None,
         }
     }
 
@@ -196,6 +201,7 @@ impl CheckReport {
             canonical,
             display,
             hint: Some(r.hint.clone()),
+            project_layer: None,
         }
     }
 }

@@ -53,6 +53,21 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// Keys of the bound directory's project layer that Berth did not apply (an
+    /// untrusted directory's `env`, a widening of permissions, a variable never taken
+    /// from a project layer), with the command that trusts the directory. Berth's own
+    /// event, sent before the agent starts.
+    Ignored {
+        /// The settings file, as displayed.
+        file: String,
+        /// The directory trust is given to, as displayed.
+        dir: String,
+        trust: crate::settings::trust::Trust,
+        keys: Vec<crate::settings::trust::KeyVerdict>,
+        /// `berth trust DIR`, when trust would apply something ignored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
+    },
     /// The agent's final result for the turn.
     Result {
         ok: bool,

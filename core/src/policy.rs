@@ -64,23 +64,35 @@ pub struct Policy {
     /// The project layer's narrowing, if it narrowed anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub narrowed_by_project: Option<Permissions>,
+    /// A trusted project layer's widening, if it widened the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub widened_by_project: Option<Permissions>,
+    /// What an untrusted project layer asked for beyond `requested`, and did not get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub widening_ignored: Option<Permissions>,
 }
 
 impl Policy {
     /// The policy of a run: the agent's own (else the user default, else
-    /// [`Permissions::DEFAULT`]), narrowed by the project layer. A project layer can
-    /// never widen it.
+    /// [`Permissions::DEFAULT`]), then the project layer's. An untrusted project layer
+    /// only narrows it; a trusted one sets it, wider or narrower.
     pub fn decide(
         agent: Option<Permissions>,
         user_default: Option<Permissions>,
         project: Option<Permissions>,
+        project_trusted: bool,
     ) -> Policy {
         let requested = agent.or(user_default).unwrap_or(Permissions::DEFAULT);
-        let effective = requested.narrowed(project);
+        let effective = match project {
+            Some(p) if project_trusted => p,
+            Some(_) | None => requested.narrowed(project),
+        };
         Policy {
             effective,
             requested,
-            narrowed_by_project: project.filter(|p| *p < requested),
+            narrowed_by_project: Some(effective).filter(|e| *e < requested),
+            widened_by_project: Some(effective).filter(|e| *e > requested),
+            widening_ignored: project.filter(|p| !project_trusted && *p > requested),
         }
     }
 }
@@ -103,23 +115,59 @@ mod tests {
     }
 
     #[test]
-    fn a_project_layer_only_narrows() {
+    fn a_project_layer_narrows_and_widens_only_when_trusted() {
         let table = [
-            // (agent, user default, project) -> (effective, narrowed_by_project)
-            ((None, None, None), (Edit, None)),
-            ((None, Some(Full), None), (Full, None)),
-            ((Some(ReadOnly), Some(Full), None), (ReadOnly, None)),
-            ((Some(Edit), None, Some(Full)), (Edit, None)),
-            ((Some(Full), None, Some(Edit)), (Edit, Some(Edit))),
-            ((None, None, Some(ReadOnly)), (ReadOnly, Some(ReadOnly))),
-            ((Some(ReadOnly), None, Some(ReadOnly)), (ReadOnly, None)),
+            // (agent, user default, project, trusted) -> (effective, narrowed, widened, ignored)
+            ((None, None, None, false), (Edit, None, None, None)),
+            ((None, Some(Full), None, false), (Full, None, None, None)),
+            (
+                (Some(ReadOnly), Some(Full), None, false),
+                (ReadOnly, None, None, None),
+            ),
+            (
+                (Some(Edit), None, Some(Full), false),
+                (Edit, None, None, Some(Full)),
+            ),
+            (
+                (None, None, Some(Full), false),
+                (Edit, None, None, Some(Full)),
+            ),
+            (
+                (None, None, Some(Full), true),
+                (Full, None, Some(Full), None),
+            ),
+            (
+                (Some(ReadOnly), None, Some(Edit), true),
+                (Edit, None, Some(Edit), None),
+            ),
+            (
+                (Some(Full), None, Some(Edit), false),
+                (Edit, Some(Edit), None, None),
+            ),
+            (
+                (Some(Full), None, Some(Edit), true),
+                (Edit, Some(Edit), None, None),
+            ),
+            (
+                (None, None, Some(ReadOnly), false),
+                (ReadOnly, Some(ReadOnly), None, None),
+            ),
+            (
+                (Some(ReadOnly), None, Some(ReadOnly), false),
+                (ReadOnly, None, None, None),
+            ),
         ];
-        for ((a, u, p), (effective, narrowed)) in table {
-            let d = Policy::decide(a, u, p);
+        for ((a, u, p, t), want) in table {
+            let d = Policy::decide(a, u, p, t);
             assert_eq!(
-                (d.effective, d.narrowed_by_project),
-                (effective, narrowed),
-                "{a:?} {u:?} {p:?}"
+                (
+                    d.effective,
+                    d.narrowed_by_project,
+                    d.widened_by_project,
+                    d.widening_ignored
+                ),
+                want,
+                "{a:?} {u:?} {p:?} {t}"
             );
         }
     }

@@ -16,6 +16,22 @@ pub fn q(s: &str) -> Quoted<'_> {
     Quoted(s)
 }
 
+/// `s` as one word of a POSIX shell command line, for hints the user can paste: as
+/// it is when it holds nothing the shell would read, else in single quotes. A leading
+/// `~/` stays outside the quotes, so the shell still expands it.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./+-,:@%=".contains(c);
+    let (prefix, rest) = match s.strip_prefix("~/") {
+        Some(rest) => ("~/", rest),
+        None if s == "~" => return s.to_owned(),
+        None => ("", s),
+    };
+    if !rest.is_empty() && rest.chars().all(plain) {
+        return s.to_owned();
+    }
+    format!("{prefix}'{}'", rest.replace('\'', "'\\''"))
+}
+
 fn is_control(c: char) -> bool {
     let n = c as u32;
     n < 0x20 || (0x7f..=0x9f).contains(&n)
@@ -56,6 +72,22 @@ impl fmt::Display for QuotedChar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_words() {
+        let cases = [
+            ("~/code/app", "~/code/app"),
+            ("/srv/app-1", "/srv/app-1"),
+            ("~/my app", "~/'my app'"),
+            ("/it's", "'/it'\\''s'"),
+            ("~", "~"),
+            ("", "''"),
+            ("/a;rm -rf", "'/a;rm -rf'"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(shell_word(input), want, "{input}");
+        }
+    }
 
     #[test]
     fn quoting() {

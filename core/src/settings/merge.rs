@@ -108,6 +108,7 @@ mod tests {
                 agent: Some("claude".to_owned()),
                 permissions: None,
                 permissions_limit: None,
+                project_trusted: false,
                 prompt: Prompt {
                     append: Some("Run cargo test.".to_owned()),
                 },

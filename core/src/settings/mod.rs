@@ -16,6 +16,7 @@ mod layers;
 mod merge;
 mod parse;
 mod plugin;
+pub mod trust;
 
 pub use layers::{PROJECT_DIR, SETTINGS_FILE, project_layer_candidates, user_layer_file};
 pub use merge::merge;
@@ -152,6 +153,17 @@ pub struct Layer {
     pub plugins: Vec<PluginEntry>,
     pub channels: BTreeMap<String, String>,
     pub warnings: Vec<Diagnostic>,
+    /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
+    /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
+    /// 1-based line and column of the key, for messages about keys that are not applied.
+    pub places: BTreeMap<String, Pos>,
+}
+
+/// A 1-based line and column in a settings file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub struct Pos {
+    pub line: usize,
+    pub column: usize,
 }
 
 impl Layer {
@@ -167,7 +179,16 @@ impl Layer {
             plugins: Vec::new(),
             channels: BTreeMap::new(),
             warnings: Vec::new(),
+            places: BTreeMap::new(),
         }
+    }
+
+    /// Where `key` was written, if it was (line 1, column 1 otherwise).
+    pub fn place(&self, key: &str) -> Pos {
+        self.places
+            .get(key)
+            .copied()
+            .unwrap_or(Pos { line: 1, column: 1 })
     }
 }
 
@@ -181,9 +202,12 @@ pub struct Settings {
     /// The user layer's default permission policy (for agents registered without one).
     /// [`merge`] leaves it unset: only the caller knows which layer is the user's.
     pub permissions: Option<crate::policy::Permissions>,
-    /// The project layer's limit on the policy: it narrows, never widens. Set by the
-    /// caller like `permissions`.
+    /// The project layer's policy: without trust a limit (it narrows, never widens);
+    /// from a trusted directory the policy itself. Set by the caller like `permissions`.
     pub permissions_limit: Option<crate::policy::Permissions>,
+    /// Whether the project layer's directory is trusted (`berth trust`), so its
+    /// `permissions` may widen the policy. Set by the caller.
+    pub project_trusted: bool,
     pub prompt: Prompt,
     pub env: BTreeMap<String, String>,
     pub plugins: Vec<Plugin>,

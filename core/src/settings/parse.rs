@@ -127,6 +127,12 @@ impl Reader<'_> {
         });
     }
 
+    /// Records where `key` is written, for later messages about it.
+    fn mark(&mut self, key: String, offset: usize) {
+        let (line, column) = self.lines.position(offset);
+        self.layer.places.insert(key, super::Pos { line, column });
+    }
+
     fn wrong_type(&mut self, key: &str, want: &str, value: &Value<'_>) {
         let message = format!("{} must be {want}, found {}", q(key), describe(value));
         self.error(SettingsErrorKind::WrongType, value.range().start, message);
@@ -210,6 +216,9 @@ impl Reader<'_> {
     fn top(&mut self, object: &Object<'_>) {
         for prop in self.props(object, "") {
             let value = &prop.value;
+            if matches!(prop.name.as_str(), "agent" | "permissions") {
+                self.mark(prop.name.as_str().to_owned(), prop.range.start);
+            }
             match prop.name.as_str() {
                 "agent" => {
                     if let Some(agent) = self.string("agent", value) {
@@ -264,7 +273,10 @@ impl Reader<'_> {
     fn prompt(&mut self, object: &Object<'_>) {
         for prop in self.props(object, "prompt") {
             match prop.name.as_str() {
-                "append" => self.layer.prompt.append = self.string("prompt.append", &prop.value),
+                "append" => {
+                    self.mark("prompt.append".to_owned(), prop.range.start);
+                    self.layer.prompt.append = self.string("prompt.append", &prop.value);
+                }
                 _ => self.unknown(prop, "prompt", &PROMPT_KEYS),
             }
         }
@@ -304,6 +316,7 @@ impl Reader<'_> {
                 );
                 continue;
             }
+            self.mark(key, prop.range.start);
             env.insert(name.to_owned(), value);
         }
         env
@@ -314,7 +327,9 @@ impl Reader<'_> {
         let mut channels = BTreeMap::new();
         for prop in self.props(object, "channels") {
             let name = prop.name.as_str();
-            if let Some(value) = self.string(&scoped("channels", name), &prop.value) {
+            let key = scoped("channels", name);
+            if let Some(value) = self.string(&key, &prop.value) {
+                self.mark(key, prop.range.start);
                 channels.insert(name.to_owned(), value);
             }
         }
@@ -329,6 +344,7 @@ impl Reader<'_> {
         let mut entries = Vec::with_capacity(array.elements.len());
         for (index, item) in array.elements.iter().enumerate() {
             if let Some(entry) = self.plugin(index, item) {
+                self.mark(format!("plugins[{}]", entries.len()), item.range().start);
                 entries.push(entry);
             }
         }

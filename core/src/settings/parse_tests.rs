@@ -87,6 +87,22 @@ fn comments_and_trailing_commas_parse() {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .into(),
         warnings: vec![],
+        places: [
+            ("agent", 4, 3),
+            ("permissions", 5, 3),
+            ("prompt.append", 8, 15),
+            ("env.RUST_LOG", 9, 12),
+            ("env.CI", 9, 33),
+            ("plugins[0]", 11, 5),
+            ("plugins[1]", 12, 5),
+            ("plugins[2]", 13, 5),
+            ("plugins[3]", 14, 5),
+            ("plugins[4]", 15, 5),
+            ("channels.slack_bot_token", 17, 17),
+            ("channels.channel_agent", 17, 46),
+        ]
+        .map(|(k, line, column)| (k.to_owned(), crate::settings::Pos { line, column }))
+        .into(),
     };
     assert_eq!(parse(FILE, &dir(), text), Ok(want));
 }
@@ -400,6 +416,14 @@ fn unknown_and_repeated_keys_are_warnings() {
             "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels",
         ),
     ];
+    // The place of a repeated key is that of the value kept.
+    want.places = [
+        ("agent", 5, 3),
+        ("prompt.append", 3, 29),
+        ("plugins[0]", 6, 15),
+    ]
+    .map(|(k, line, column)| (k.to_owned(), crate::settings::Pos { line, column }))
+    .into();
     assert_eq!(parse(FILE, &dir(), text), Ok(want));
 }
 
@@ -413,6 +437,14 @@ fn later_duplicate_wins_even_when_the_earlier_is_wrong() {
         3,
         "\"agent\" is set again on line 1; this value is ignored",
     )];
+    want.places = [(
+        "agent".to_owned(),
+        crate::settings::Pos {
+            line: 1,
+            column: 15,
+        },
+    )]
+    .into();
     assert_eq!(parse(FILE, &dir(), text), Ok(want));
 }
 
