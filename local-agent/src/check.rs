@@ -1,9 +1,12 @@
 //! `berth check PATH`: full native validation without a server.
 
 use crate::config::ExecutorConfig;
+use crate::settings;
+use crate::trust::TrustStore;
 use crate::validate::validate;
 use berth_core::api::CheckReport;
 use berth_core::display::display;
+use berth_core::settings::trust::ProjectLayerReport;
 use berth_core::{LocalPath, rules};
 use std::path::Path;
 
@@ -19,6 +22,7 @@ pub fn check(input: &str, cwd: &Path) -> CheckReport {
             canonical: None,
             display: None,
             hint: Some("fix the environment variable and try again".to_owned()),
+            project_layer: None,
         },
     }
 }
@@ -32,10 +36,24 @@ pub fn check_with(cfg: &ExecutorConfig, input: &str, cwd: &Path) -> CheckReport 
         cwd.join(input).to_string_lossy().into_owned()
     };
     match validate(&ctx, &absolute) {
-        Ok(pinned) => CheckReport::accepted(
-            pinned.canonical().as_str().to_owned(),
-            pinned.display().to_owned(),
-        ),
+        Ok(pinned) => {
+            let mut report = CheckReport::accepted(
+                pinned.canonical().as_str().to_owned(),
+                pinned.display().to_owned(),
+            );
+            // What the project layer would do in a run bound here.
+            let trust = TrustStore::new(&cfg.berth_home);
+            match settings::load(&ctx, &cfg.config_dir, Some(pinned.canonical()), &trust) {
+                Ok(loaded) => report.project_layer = loaded.project,
+                Err(e) => {
+                    report.message.push_str(&format!(
+                        "; but its settings cannot be used, and every run would fail: {e}"
+                    ));
+                    report.hint = Some("fix the settings file".to_owned());
+                }
+            }
+            report
+        }
         Err(r) => {
             let lexical: Option<LocalPath> = rules::check_str(&ctx, &absolute).ok().or_else(|| {
                 LocalPath::parse_with_home(ctx.platform, &absolute, ctx.home.as_ref()).ok()
@@ -44,4 +62,17 @@ pub fn check_with(cfg: &ExecutorConfig, input: &str, cwd: &Path) -> CheckReport 
             CheckReport::refused(&r, lexical.map(|p| p.as_str().to_owned()), shown)
         }
     }
+}
+
+/// What the project layer of a session bound to `dir` (canonical) does, under the
+/// trust recorded now: `Ok(None)` when the directory has no project layer.
+pub fn project_layer(
+    cfg: &ExecutorConfig,
+    dir: &str,
+) -> Result<Option<ProjectLayerReport>, String> {
+    let bound = LocalPath::parse(berth_core::Platform::native(), dir).map_err(|r| r.message)?;
+    let trust = TrustStore::new(&cfg.berth_home);
+    settings::load(&cfg.context(), &cfg.config_dir, Some(&bound), &trust)
+        .map(|loaded| loaded.project)
+        .map_err(|e| e.to_string())
 }

@@ -21,6 +21,7 @@ use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
 use berth_core::policy::Policy;
+use berth_core::settings::trust::Trust;
 use berth_core::{Context, ErrorCode, LocalPath, Refusal};
 use berth_web::executor::{
     BoxFuture, DirIdentity, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
@@ -85,6 +86,8 @@ struct Prepared {
     warnings: Vec<String>,
     /// The run's permission policy, and where it came from.
     policy: Policy,
+    /// What became of the project layer's keys, when one was read.
+    project: Option<berth_core::settings::trust::ProjectLayerReport>,
 }
 
 enum Stop {
@@ -346,27 +349,47 @@ fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
 }
 
 fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, Stop> {
-    let settings = settings::load(&inner.ctx, &inner.cfg.config_dir, place.bound.as_ref())
-        .map_err(|e| Stop::Failed(ErrorCode::PrepareFailed, e.to_string()))?;
-    let mut warnings: Vec<String> = settings
+    let trust = crate::trust::TrustStore::new(&inner.cfg.berth_home);
+    let mut loaded = settings::load(
+        &inner.ctx,
+        &inner.cfg.config_dir,
+        place.bound.as_ref(),
+        &trust,
+    )
+    .map_err(|e| Stop::Failed(ErrorCode::PrepareFailed, e.to_string()))?;
+    let mut warnings: Vec<String> = loaded
+        .settings
         .warnings
         .iter()
         .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+        .chain(loaded.notes.iter().cloned())
         .collect();
     let adapter = Adapter::for_kind(task.agent.kind);
     let policy = Policy::decide(
         task.agent.permissions,
-        settings.permissions,
-        settings.permissions_limit,
+        loaded.settings.permissions,
+        loaded.settings.permissions_limit,
+        loaded.settings.project_trusted,
     );
-    if let Some(limit) = settings.permissions_limit
-        && limit > policy.requested
-    {
-        warnings.push(format!(
-            "the project settings ask for permissions {limit}; a project layer can only narrow them, so the agent keeps {}",
-            policy.requested
-        ));
+    if let (Some(asked), Some(report)) = (policy.widening_ignored, &loaded.project) {
+        let at = report
+            .keys
+            .iter()
+            .find(|k| k.key == "permissions")
+            .map(|k| (k.line, k.column))
+            .unwrap_or((1, 1));
+        let message =
+            berth_core::settings::trust::widening_ignored(asked, policy.effective, report.trust);
+        loaded.add_ignored(berth_core::settings::trust::KeyVerdict {
+            key: "permissions".to_owned(),
+            line: at.0,
+            column: at.1,
+            verdict: berth_core::settings::trust::Verdict::NeedsTrust,
+            message,
+        });
     }
+    let project = loaded.project;
+    let settings = loaded.settings;
     let mut sidecars = Sidecars::new(&inner.journal, &task.task_id);
     let result = (|| {
         let mut skills = Vec::new();
@@ -417,6 +440,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             env: settings.env,
             warnings,
             policy,
+            project,
         }),
         Err(e) => {
             let undone = sidecars.cleanup(&place.pinned);
@@ -487,9 +511,26 @@ async fn run(
         warn(format!("warning: {w}"));
     }
     let adapter = Adapter::for_kind(task.agent.kind);
+    if let Some(report) = &prepared.project
+        && (report.trust == Trust::Replaced || report.ignored().next().is_some())
+    {
+        let _ = events.send(ExecEvent::Agent(AgentEvent::Ignored {
+            file: report.file.clone(),
+            dir: report.dir.clone(),
+            trust: report.trust,
+            keys: report.ignored().cloned().collect(),
+            hint: report.hint.clone(),
+        }));
+    }
     if let Some(limit) = prepared.policy.narrowed_by_project {
         warn(format!(
             "permissions {limit}: the project settings narrow the agent's {}",
+            prepared.policy.requested
+        ));
+    }
+    if let Some(wider) = prepared.policy.widened_by_project {
+        warn(format!(
+            "permissions {wider}: the trusted project settings widen the agent's {}",
             prepared.policy.requested
         ));
     }

@@ -21,11 +21,12 @@ pub mod process;
 pub mod scratch;
 pub mod settings;
 pub mod sidecar;
+pub mod trust;
 mod turn;
 pub mod validate;
 pub mod worktree;
 
-pub use check::{check, check_with};
+pub use check::{check, check_with, project_layer};
 pub use config::ExecutorConfig;
 pub use executor::{ExecutorError, NativeExecutor};
 pub use journal::{Journal, ReplayReport, replay_leftovers};

@@ -4,13 +4,49 @@
 //! directory), then the project layer (the first existing of core's candidates for the
 //! bound directory), merged by core. Linking or unlinking therefore applies at the
 //! next message, with no reload.
+//!
+//! The project layer is sorted by trust first ([`berth_core::settings::trust::gate`],
+//! with the trust list of [`crate::trust`]): what an untrusted directory may not set
+//! never reaches the merge, and the report says which keys were left out and why.
 
 use crate::config::local;
+use crate::trust::{TrustStore, identity_of};
 use berth_core::display::display;
-use berth_core::settings::{self, Layer, Settings, SettingsError};
-use berth_core::{Context, LocalPath};
+use berth_core::settings::trust::{
+    Gated, KeyVerdict, ProjectLayerReport, Trust, Verdict, gate, outside_project, trust_command,
+};
+use berth_core::settings::{self, Layer, PluginEntry, Settings, SettingsError};
+use berth_core::{Context, LocalPath, Platform};
 use std::io::ErrorKind;
 use std::path::Path;
+
+/// The settings in force for one exchange, and what became of the project layer.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub settings: Settings,
+    /// The project layer read, if any: its directory's trust and every key's verdict.
+    pub project: Option<ProjectLayerReport>,
+    /// Problems that made Berth treat the directory as untrusted (a damaged trust
+    /// list), for the user to see.
+    pub notes: Vec<String>,
+}
+
+impl Loaded {
+    /// Adds a verdict found after loading (a widening the policy refused), and the hint
+    /// that goes with it.
+    pub fn add_ignored(&mut self, key: KeyVerdict) {
+        if let Some(report) = &mut self.project {
+            report.keys.push(key);
+            set_hint(report);
+        }
+    }
+}
+
+fn set_hint(report: &mut ProjectLayerReport) {
+    if report.keys.iter().any(|k| k.verdict == Verdict::NeedsTrust) {
+        report.hint = Some(trust_command(&report.dir));
+    }
+}
 
 /// Why the settings could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -25,35 +61,136 @@ pub enum SettingsLoadError {
     Invalid(#[from] SettingsError),
 }
 
-/// Loads and merges the layers for a task bound to `bound` (none for scratch runs).
+/// Loads and merges the layers for a task bound to `bound` (none for scratch runs),
+/// the project layer sorted under the trust `trust` records for its directory.
 pub fn load(
     ctx: &Context,
     config_dir: &Path,
     bound: Option<&LocalPath>,
-) -> Result<Settings, SettingsLoadError> {
+    trust: &TrustStore,
+) -> Result<Loaded, SettingsLoadError> {
     let mut layers = Vec::new();
     let mut user_permissions = None;
-    let mut project_permissions = None;
+    let mut loaded = Loaded::default();
     if let Some(file) = local(&config_dir.join(settings::SETTINGS_FILE))
         && let Some(layer) = read_layer(ctx, &file)?
     {
         user_permissions = layer.permissions;
         layers.push(layer);
     }
+    let mut project_permissions = None;
+    let mut project_trusted = false;
     if let Some(bound) = bound {
         for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
             if let Some(layer) = read_layer(ctx, &file)? {
-                project_permissions = layer.permissions;
-                layers.push(layer);
+                let (gated, report) = sort_project_layer(ctx, layer, trust, &mut loaded.notes);
+                project_permissions = gated.permissions;
+                project_trusted = report.trust == Trust::Trusted;
+                loaded.project = Some(report);
+                layers.push(gated);
                 break;
             }
         }
     }
     let mut merged = settings::merge(&layers);
-    // The user layer sets a default; a project layer can only narrow (core's Policy).
+    // The user layer sets a default; a project layer narrows it, or, trusted, sets it
+    // (core's Policy).
     merged.permissions = user_permissions;
     merged.permissions_limit = project_permissions;
-    Ok(merged)
+    merged.project_trusted = project_trusted;
+    loaded.settings = merged;
+    Ok(loaded)
+}
+
+/// The trust in the project directory holding `layer`, the layer with only what that
+/// trust allows, and the report of every key.
+fn sort_project_layer(
+    ctx: &Context,
+    layer: Layer,
+    store: &TrustStore,
+    notes: &mut Vec<String>,
+) -> (Layer, ProjectLayerReport) {
+    // The project is the directory holding `.berth`; the bound path is canonical, so
+    // is every ancestor.
+    let root = layer.dir.parent().unwrap_or_else(|| layer.dir.clone());
+    let trust = match store.trust_of(root.as_str(), identity_of(root.as_str())) {
+        Ok(t) => t,
+        Err(e) => {
+            notes.push(format!(
+                "{e}; the project layer {} is treated as untrusted ({})",
+                layer.file,
+                e.hint()
+            ));
+            Trust::Untrusted
+        }
+    };
+    let mut gated = gate(&layer, trust);
+    if trust != Trust::Trusted {
+        escape_check(ctx, &root, &layer, &mut gated, trust);
+    }
+    let mut report = ProjectLayerReport {
+        file: layer.file.clone(),
+        dir: display(ctx, &root),
+        trust,
+        keys: gated.keys,
+        hint: None,
+    };
+    set_hint(&mut report);
+    (gated.layer, report)
+}
+
+/// Plugins of an untrusted project layer must stay inside the project once symbolic
+/// links are resolved: a `review.md` that links to `~/.ssh/...` is not text of the
+/// repository's. Such a plugin is dropped and its verdict becomes "needs trust".
+fn escape_check(
+    ctx: &Context,
+    root: &LocalPath,
+    original: &Layer,
+    gated: &mut Gated,
+    trust: Trust,
+) {
+    let real_root = std::fs::canonicalize(root.as_str()).ok();
+    for (i, entry) in original.plugins.iter().enumerate() {
+        let PluginEntry::Add(plugin) = entry else {
+            continue;
+        };
+        let key = format!("plugins[{i}]");
+        let Some(verdict) = gated
+            .keys
+            .iter_mut()
+            .find(|k| k.key == key && k.verdict == Verdict::Applied)
+        else {
+            continue;
+        };
+        let real = std::fs::canonicalize(plugin.path.as_str()).ok();
+        let inside = match (&real, &real_root) {
+            // Missing: nothing is read, and the brief reports the missing file.
+            (None, _) => true,
+            (Some(real), Some(real_root)) => real.starts_with(real_root),
+            (Some(_), None) => false,
+        };
+        if inside {
+            continue;
+        }
+        let shown = real
+            .as_ref()
+            .and_then(|r| r.to_str())
+            .and_then(|r| LocalPath::parse(Platform::native(), r).ok())
+            .map_or_else(|| display(ctx, &plugin.path), |r| display(ctx, &r));
+        verdict.verdict = Verdict::NeedsTrust;
+        verdict.message = outside_project(&key, &shown, trust);
+        if let Some(at) = gated.layer.plugins.iter().position(|e| e == entry) {
+            gated.layer.plugins.remove(at);
+        }
+    }
+}
+
+/// The project layer file a session bound to `bound` reads: the nearest existing
+/// candidate. The directory holding its `.berth` is the one trust is given to.
+pub fn project_layer_file(ctx: &Context, bound: &LocalPath) -> Option<LocalPath> {
+    settings::project_layer_candidates(bound, ctx.home.as_ref())
+        .into_iter()
+        .find(|file| std::path::Path::new(file.as_str()).is_file())
 }
 
 fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, SettingsLoadError> {

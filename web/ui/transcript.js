@@ -43,6 +43,15 @@ function agentBody(p) {
       return { cls: "agent-error is-error", who: "agent error", parts: [plain(p.message)] };
     case "denied":
       return { cls: "agent-denied", who: "denied", parts: [`${plain(p.tool)} ${plain(p.target ?? "")}`.trim() + (p.message ? ` — ${plain(p.message)}` : "")] };
+    case "ignored": {
+      // Berth's own notice: project settings it did not apply, and how to trust them.
+      const keys = p.keys ?? [];
+      const trust = p.trust === "replaced" ? "not trusted: the directory was replaced since it was trusted" : p.trust === "trusted" ? "trusted" : "not trusted";
+      const lines = [`${plain(p.file)} (${trust}): ${keys.length} setting${keys.length === 1 ? "" : "s"} ignored`];
+      for (const k of keys) lines.push(`${k.line}:${k.column} ${plain(k.message)}`);
+      if (p.hint) lines.push(`to apply what needs trust, run in your own shell: ${plain(p.hint)}`);
+      return { cls: "agent-ignored", who: "settings ignored", parts: [lines.join("\n")] };
+    }
     case "started":
       return { cls: "agent-meta", who: "agent", parts: [`started${p.model ? ` (${plain(p.model)})` : ""}${p.resume_id ? `, resume id ${plain(p.resume_id)}` : ""}`] };
     case "result":

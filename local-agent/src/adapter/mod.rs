@@ -346,7 +346,8 @@ mod tests {
                 | AgentEvent::ToolResult { .. }
                 | AgentEvent::Stderr { .. }
                 | AgentEvent::Error { .. }
-                | AgentEvent::Result { .. } => None,
+                | AgentEvent::Result { .. }
+                | AgentEvent::Ignored { .. } => None,
             })
             .collect()
     }

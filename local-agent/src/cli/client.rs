@@ -31,6 +31,11 @@ impl Client {
     /// The id of the machine this home runs on, as bindings name it: `local` for
     /// `berth serve`'s executor (it writes `serve.json`), else a daemon's machine id
     /// (its `machine-id` file).
+    /// The Berth home this client talks to.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
     pub fn machine(&self) -> String {
         const LOCAL: &str = "local";
         if self.home.join(berth_web::server::SERVE_JSON).exists() {

@@ -88,10 +88,9 @@ pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliErro
 
 async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
     match cmd {
-        Command::Serve(_) | Command::Check { .. } | Command::Daemon(_) => Err(CliError::usage(
-            "this command does not talk to a server",
-            "run it directly",
-        )),
+        Command::Serve(_) | Command::Check { .. } | Command::Daemon(_) | Command::Trust(_) => Err(
+            CliError::usage("this command does not talk to a server", "run it directly"),
+        ),
         Command::Agent(AgentCmd::Add {
             name,
             kind,
@@ -234,6 +233,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             dir,
             mode,
             project,
+            trust,
             json,
         } => {
             if mode.is_some() && dir.is_none() {
@@ -247,8 +247,17 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 "agent": agent, "title": title, "project": project,
                 "dir": dir, "mode": mode.map(Mode::as_str),
             });
-            let s = c.post("/api/v1/sessions", &body).await?;
+            let mut s = c.post("/api/v1/sessions", &body).await?;
+            let trusted = if trust {
+                Some(trust_bound(c, &s)?)
+            } else {
+                None
+            };
+            add_project_layer(c, &mut s);
             if json {
+                if let Some(t) = &trusted {
+                    s["trusted"] = json!(t);
+                }
                 print_json(&s);
                 return Ok(0);
             }
@@ -261,7 +270,13 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 let suggestion = last_used_dir(c, &s).await;
                 render::unbound_notice(&s, suggestion.as_deref());
             } else {
+                if let Some(t) = &trusted {
+                    super::trust::print_trusted(t);
+                }
                 render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
+                if trusted.is_none() {
+                    project_layer_lines(&s);
+                }
             }
             Ok(0)
         }
@@ -276,12 +291,14 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             Ok(0)
         }
         SessionCmd::Show { id, json } => {
-            let s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
+            let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
+            add_project_layer(c, &mut s);
             if json {
                 print_json(&s);
                 return Ok(0);
             }
             render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
+            project_layer_lines(&s);
             let tasks = c
                 .get(&format!(
                     "/api/v1/tasks?session={}",
@@ -296,6 +313,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             path: _,
             mode: _,
             unlink: true,
+            trust: _,
             json,
         }
         | SessionCmd::Unlink { id, json } => {
@@ -321,28 +339,103 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             path,
             mode,
             unlink: false,
+            trust,
             json,
         } => {
             let dir = absolute(&path.unwrap_or_else(|| PathBuf::from(".")))?;
             let body = json!({"dir": dir, "mode": mode.map(Mode::as_str)});
-            let s = c
+            let mut s = c
                 .call(
                     Method::PUT,
                     &format!("/api/v1/sessions/{}/binding", encode(&id)),
                     Some(&body),
                 )
                 .await?;
+            let trusted = if trust {
+                Some(trust_bound(c, &s)?)
+            } else {
+                None
+            };
+            add_project_layer(c, &mut s);
             if json {
+                if let Some(t) = &trusted {
+                    s["trusted"] = json!(t);
+                }
                 print_json(&s);
             } else {
                 println!(
                     "session {} is bound; it applies at the next message",
                     short(&s["id"])
                 );
+                if let Some(t) = &trusted {
+                    super::trust::print_trusted(t);
+                }
                 render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
+                if trusted.is_none() {
+                    project_layer_lines(&s);
+                }
             }
             Ok(0)
         }
+    }
+}
+
+/// The canonical directory of a session's binding, when it is on this machine: only
+/// there can its project layer be read, or trusted.
+fn local_binding_dir(c: &Client, session: &Value) -> Option<String> {
+    let b = &session["binding"];
+    (b["daemon"].as_str() == Some(c.machine().as_str()))
+        .then(|| b["dir"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+/// `--trust`: trusts, from this shell, the project layer the new binding reads.
+fn trust_bound(c: &Client, session: &Value) -> Result<super::trust::Trusted, CliError> {
+    let id = short(&session["id"]);
+    let dir = local_binding_dir(c, session).ok_or_else(|| {
+        CliError::new(
+            format!("session {id} is bound, but not on this machine, so --trust cannot reach its directory"),
+            "run berth trust PATH on the machine that holds the directory",
+        )
+    })?;
+    let config = ExecutorConfig::from_env(Some(c.home().to_owned()))
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    super::trust::trust_binding(&config, &dir).map_err(|e| CliError {
+        message: format!(
+            "session {id} is bound, but trusting its directory failed: {}",
+            e.message
+        ),
+        ..e
+    })
+}
+
+/// Adds `project_layer` to a session's JSON: what the bound directory's project layer
+/// does under the trust recorded now (`null` when it has none, or it is elsewhere).
+fn add_project_layer(c: &Client, session: &mut Value) {
+    let Some(dir) = local_binding_dir(c, session) else {
+        return;
+    };
+    let Ok(config) = ExecutorConfig::from_env(Some(c.home().to_owned())) else {
+        return;
+    };
+    session["project_layer"] = match berth_local_agent::project_layer(&config, &dir) {
+        Ok(report) => json!(report),
+        Err(e) => json!({"error": e}),
+    };
+}
+
+/// The header's lines about the project layer: its file and trust, what is ignored,
+/// and the command that would apply it.
+fn project_layer_lines(session: &Value) {
+    let layer = &session["project_layer"];
+    if let Some(e) = layer["error"].as_str() {
+        println!("settings  cannot be used: {}", render::inert(e));
+        return;
+    }
+    if let Ok(report) =
+        serde_json::from_value::<berth_core::settings::trust::ProjectLayerReport>(layer.clone())
+    {
+        render::project_layer(&report, false);
     }
 }
 

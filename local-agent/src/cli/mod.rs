@@ -7,6 +7,7 @@ mod daemon;
 mod error;
 mod render;
 mod serve;
+mod trust;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -55,6 +56,10 @@ pub enum Command {
     /// Projects and their directories.
     #[command(subcommand)]
     Project(ProjectCmd),
+    /// Trust a directory's project layer (its env, wider permissions), revoke that
+    /// trust, or list trusted directories. Only this command (and `session link
+    /// --trust`) grants it.
+    Trust(TrustArgs),
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
@@ -80,6 +85,30 @@ pub struct DaemonArgs {
     /// Claim every MS milliseconds instead of long-polling (for benchmarks).
     #[arg(long, value_name = "MS", hide = true)]
     pub poll_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct TrustArgs {
+    #[command(subcommand)]
+    pub command: Option<TrustCmd>,
+    /// The directory (a directory named `list` is `./list`).
+    #[arg(required = true, value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Take the trust back.
+    #[arg(long)]
+    pub revoke: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrustCmd {
+    /// The trusted directories, and whether each is still the one trusted.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,6 +227,9 @@ pub enum SessionCmd {
         mode: Option<Mode>,
         #[arg(long)]
         project: Option<String>,
+        /// Also trust the directory's project layer (as `berth trust` does).
+        #[arg(long, requires = "dir")]
+        trust: bool,
         #[arg(long)]
         json: bool,
     },
@@ -219,8 +251,11 @@ pub enum SessionCmd {
         #[arg(long, value_enum)]
         mode: Option<Mode>,
         /// Remove the binding instead.
-        #[arg(long, conflicts_with_all = ["path", "mode"])]
+        #[arg(long, conflicts_with_all = ["path", "mode", "trust"])]
         unlink: bool,
+        /// Also trust the project layer the binding reads (as `berth trust` does).
+        #[arg(long)]
+        trust: bool,
         #[arg(long)]
         json: bool,
     },
@@ -275,6 +310,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Check { path, json } => commands::check(cli.home, &path, json),
         Command::Serve(args) => serve::serve(cli.home, args),
         Command::Daemon(args) => daemon::daemon(cli.home, args),
+        Command::Trust(args) => trust::run(cli.home, args),
         other @ (Command::Agent(_)
         | Command::Session(_)
         | Command::Send { .. }
@@ -308,6 +344,11 @@ impl Command {
                 ..
             }) => *json,
             Command::Check { json, .. } | Command::Send { json, .. } => *json,
+            Command::Trust(TrustArgs {
+                command: Some(TrustCmd::List { json }),
+                ..
+            }) => *json,
+            Command::Trust(TrustArgs { json, .. }) => *json,
             Command::Agent(AgentCmd::Add { json, .. } | AgentCmd::List { json })
             | Command::Session(
                 SessionCmd::New { json, .. }

@@ -3,6 +3,7 @@
 
 use super::commands::short;
 use berth_core::api::CheckReport;
+use berth_core::settings::trust::{KeyVerdict, ProjectLayerReport, Trust, Verdict};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 
@@ -34,6 +35,76 @@ pub fn check_report(r: &CheckReport) {
     if let Some(d) = &r.display {
         println!("  display:   {d}");
     }
+    if let Some(report) = &r.project_layer {
+        project_layer(report, true);
+    }
+}
+
+/// How a directory's trust reads in a sentence.
+fn trust_words(trust: Trust) -> &'static str {
+    match trust {
+        Trust::Trusted => "trusted",
+        Trust::Untrusted => "not trusted",
+        Trust::Replaced => "not trusted: the directory was replaced since you trusted it",
+    }
+}
+
+/// A project layer's keys and what becomes of them (`all`), or only the ignored ones,
+/// then the command that trusts the directory when that would apply more.
+pub fn project_layer(report: &ProjectLayerReport, all: bool) {
+    println!(
+        "project layer {} ({})",
+        inert(&report.file),
+        trust_words(report.trust)
+    );
+    for k in &report.keys {
+        if !all && !k.verdict.ignored() {
+            continue;
+        }
+        let (label, text) = match k.verdict {
+            Verdict::Applied => ("applies", format!("{}: {}", k.key, k.message)),
+            Verdict::Trusted => ("trusted", format!("{}: {}", k.key, k.message)),
+            Verdict::NeedsTrust | Verdict::Never | Verdict::UserLayerOnly => {
+                ("ignored", k.message.clone())
+            }
+        };
+        println!(
+            "  {:<7} {label:<8} {}",
+            format!("{}:{}", k.line, k.column),
+            inert(&text)
+        );
+    }
+    if let Some(hint) = &report.hint {
+        println!("hint: {} applies what needs trust", inert(hint));
+    } else if all && report.keys.iter().any(|k| k.verdict == Verdict::Trusted) {
+        println!(
+            "note: the keys marked trusted are ignored without trust (berth trust --revoke {})",
+            inert(&report.dir)
+        );
+    }
+}
+
+/// The lines `berth send` prints for an `ignored` event (alerts, on stderr).
+pub fn ignored_lines(report: &ProjectLayerReport) -> Vec<String> {
+    let ignored: Vec<&KeyVerdict> = report.ignored().collect();
+    let mut lines = vec![format!(
+        "warning: {} setting{} of {} {} ignored ({}):",
+        ignored.len(),
+        if ignored.len() == 1 { "" } else { "s" },
+        inert(&report.file),
+        if ignored.len() == 1 { "is" } else { "are" },
+        trust_words(report.trust)
+    )];
+    for k in ignored {
+        lines.push(format!("  {}:{}: {}", k.line, k.column, inert(&k.message)));
+    }
+    if let Some(hint) = &report.hint {
+        lines.push(format!(
+            "hint: to apply what needs trust, after reading that file: {}",
+            inert(hint)
+        ));
+    }
+    lines
 }
 
 /// The binding's state as the server recorded it, corrected by a look at the
@@ -109,7 +180,7 @@ pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
     }
 }
 
-fn table(rows: Vec<Vec<String>>) {
+pub(super) fn table(rows: Vec<Vec<String>>) {
     let Some(first) = rows.first() else { return };
     let mut widths = vec![0; first.len()];
     for r in &rows {
@@ -308,6 +379,14 @@ impl Stream {
                 }
                 "stderr" => self.note(&inert(s(&p["line"]))),
                 "error" => self.alert(&format!("error: {}", inert(s(&p["message"])))),
+                "ignored" => match serde_json::from_value::<ProjectLayerReport>(p.clone()) {
+                    Ok(report) => {
+                        for line in ignored_lines(&report) {
+                            self.alert(&line);
+                        }
+                    }
+                    Err(_) => self.alert("warning: some project settings were ignored"),
+                },
                 "denied" => {
                     self.alert(&format!(
                         "denied: {} {}",

@@ -38,15 +38,19 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     // Chat-channel secrets: the environment first, then `channels` in the user
     // settings. A broken settings file stops the server with its line:column rather
     // than starting with channels silently off.
-    let user_settings =
-        berth_local_agent::settings::load(&config.context(), &config.config_dir, None).map_err(
-            |e| {
-                CliError::new(
-                    e.to_string(),
-                    "fix the settings file, then start berth serve again",
-                )
-            },
-        )?;
+    let user_settings = berth_local_agent::settings::load(
+        &config.context(),
+        &config.config_dir,
+        None,
+        &berth_local_agent::trust::TrustStore::new(&config.berth_home),
+    )
+    .map_err(|e| {
+        CliError::new(
+            e.to_string(),
+            "fix the settings file, then start berth serve again",
+        )
+    })?
+    .settings;
     for w in &user_settings.warnings {
         eprintln!("warning: {}:{}:{}: {}", w.file, w.line, w.column, w.message);
     }

@@ -158,8 +158,13 @@ pub(crate) async fn link(
     }
     let via = via.map(|Extension(v)| v);
     let binding = validated(&ctx, via.as_ref(), req.dir, req.mode.unwrap_or_default()).await?;
+    // The same path holding another directory (replaced since) is a change: linking
+    // again is how the user accepts the new directory.
     let unchanged = session.binding.as_ref().is_some_and(|b| {
-        b.dir == binding.dir && b.mode == binding.mode && b.machine == binding.machine
+        b.dir == binding.dir
+            && b.mode == binding.mode
+            && b.machine == binding.machine
+            && b.identity == binding.identity
     });
     let row = if unchanged
         && session

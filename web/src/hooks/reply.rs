@@ -44,7 +44,8 @@ pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
         | AgentEvent::ToolResult { .. }
         | AgentEvent::Stderr { .. }
         | AgentEvent::Error { .. }
-        | AgentEvent::Denied { .. } => None,
+        | AgentEvent::Denied { .. }
+        | AgentEvent::Ignored { .. } => None,
     });
     if result.is_some() {
         return result;
@@ -69,7 +70,8 @@ pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
             | AgentEvent::ToolResult { .. }
             | AgentEvent::Stderr { .. }
             | AgentEvent::Error { .. }
-            | AgentEvent::Denied { .. } => None,
+            | AgentEvent::Denied { .. }
+            | AgentEvent::Ignored { .. } => None,
         })
         .collect();
     let text = lines.join("\n");
