@@ -533,3 +533,35 @@ fn no_http_route_grants_trust() {
     assert!(!b.home.join("trust.json").exists(), "nothing was trusted");
     assert_untrusted(&run(&b, &session), &b, &dir, "untrusted");
 }
+
+#[test]
+fn a_daemon_reads_its_own_machines_trust_never_the_servers() {
+    let mut srv = Berth::new("trust-srv");
+    srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut laptop = Berth::new("trust-laptop");
+    laptop.daemon(&url, &token, "laptop");
+    let dir = hostile_checkout(&laptop);
+    add_command_agent(&laptop, "rec", RECORDER);
+    let session = new_session(&laptop, "rec", Some(&dir));
+
+    // Trust given on the server's machine (its own state) is not the laptop's.
+    srv.ok(&["trust", s(&dir)]);
+    let r = run(&laptop, &session);
+    assert_untrusted(&r, &laptop, &dir, "untrusted");
+    assert!(!laptop.home.join("trust.json").exists());
+
+    // The laptop's own word applies, on the laptop.
+    laptop.ok(&["trust", s(&dir)]);
+    let r = run(&laptop, &session);
+    assert_eq!(
+        r.env.get("PROJECT_FLAG").map(String::as_str),
+        Some("from-the-project")
+    );
+    assert_fixed_set_kept(&r, &laptop, &dir);
+}

@@ -156,7 +156,9 @@ pub struct Layer {
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
     /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
     /// 1-based line and column of the key, for messages about keys that are not applied.
-    pub places: BTreeMap<String, Pos>,
+    /// In file order. (A list, not a map: the browser bundle parses settings too, and a
+    /// map of another value type costs it kilobytes.)
+    pub places: Vec<(String, Pos)>,
 }
 
 /// A 1-based line and column in a settings file.
@@ -179,16 +181,16 @@ impl Layer {
             plugins: Vec::new(),
             channels: BTreeMap::new(),
             warnings: Vec::new(),
-            places: BTreeMap::new(),
+            places: Vec::new(),
         }
     }
 
     /// Where `key` was written, if it was (line 1, column 1 otherwise).
     pub fn place(&self, key: &str) -> Pos {
         self.places
-            .get(key)
-            .copied()
-            .unwrap_or(Pos { line: 1, column: 1 })
+            .iter()
+            .rfind(|(k, _)| k == key)
+            .map_or(Pos { line: 1, column: 1 }, |(_, at)| *at)
     }
 }
 

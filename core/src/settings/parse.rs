@@ -130,7 +130,7 @@ impl Reader<'_> {
     /// Records where `key` is written, for later messages about it.
     fn mark(&mut self, key: String, offset: usize) {
         let (line, column) = self.lines.position(offset);
-        self.layer.places.insert(key, super::Pos { line, column });
+        self.layer.places.push((key, super::Pos { line, column }));
     }
 
     fn wrong_type(&mut self, key: &str, want: &str, value: &Value<'_>) {

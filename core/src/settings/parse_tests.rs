@@ -418,8 +418,8 @@ fn unknown_and_repeated_keys_are_warnings() {
     ];
     // The place of a repeated key is that of the value kept.
     want.places = [
-        ("agent", 5, 3),
         ("prompt.append", 3, 29),
+        ("agent", 5, 3),
         ("plugins[0]", 6, 15),
     ]
     .map(|(k, line, column)| (k.to_owned(), crate::settings::Pos { line, column }))
