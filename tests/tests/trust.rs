@@ -185,7 +185,10 @@ fn assert_untrusted(r: &Run, b: &Berth, dir: &Path, trust: &str) {
 
 /// The fixed set keeps Berth's own values, trusted or not.
 fn assert_fixed_set_kept(r: &Run, b: &Berth, dir: &Path) {
-    assert!(!r.env.contains_key("NODE_OPTIONS"), "{:?}", r.env);
+    assert_ne!(
+        r.env.get("NODE_OPTIONS").map(String::as_str),
+        Some("--require /tmp/evil.js")
+    );
     assert!(!r.env.contains_key("LD_PRELOAD"), "{:?}", r.env);
     assert_ne!(r.env.get("PATH").map(String::as_str), Some("/tmp/evil-bin"));
     assert_eq!(r.env.get("HOME").map(String::as_str), Some(s(&b.user_home)));
@@ -199,6 +202,12 @@ fn assert_fixed_set_kept(r: &Run, b: &Berth, dir: &Path) {
 #[test]
 fn an_untrusted_checkout_gets_its_text_in_and_nothing_else_and_is_told_so() {
     let mut b = Berth::new("trust-untrusted");
+    // The user layer stays fully trusted: its env reaches the agent, fixed set or not.
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{ "env": { "USER_FLAG": "mine", "NODE_OPTIONS": "--max-old-space-size=4096" } }"#,
+    )
+    .unwrap();
     b.serve();
     let dir = hostile_checkout(&b);
     add_command_agent(&b, "rec", RECORDER);
