@@ -304,10 +304,10 @@ fn diagnostics(events: &[ExecEvent]) -> Vec<String> {
         .collect()
 }
 
-/// The policy of a run: the agent's own, else the user settings' default; a project
-/// layer narrows it and can never widen it, and both are said in the transcript.
+/// The policy of a run: the agent's own, else the user settings' default; an untrusted
+/// project layer narrows it and can never widen it, and both are said in the transcript.
 #[tokio::test]
-async fn the_user_layer_sets_the_default_policy_and_a_project_layer_only_narrows() {
+async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_only_narrows() {
     use berth_core::Permissions::{Edit, Full};
     let sb = Sandbox::new();
     let dir = sb.dir("work/app");
@@ -367,7 +367,8 @@ async fn the_user_layer_sets_the_default_policy_and_a_project_layer_only_narrows
         diagnostics(&events)
     );
 
-    // A project asking for more than the agent has gets nothing, and a warning.
+    // An untrusted project asking for more than the agent has gets nothing, and the
+    // run names the key, its place and the command that would trust the directory.
     std::fs::write(
         project.join("settings.jsonc"),
         r#"{ "permissions": "full" }"#,
@@ -382,12 +383,29 @@ async fn the_user_layer_sets_the_default_policy_and_a_project_layer_only_narrows
         &argv(2)[4..6],
         ["--permission-mode=acceptEdits", "--append-system-prompt"]
     );
+    let ignored: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ExecEvent::Agent(AgentEvent::Ignored { keys, hint, .. }) => {
+                Some((keys.clone(), hint.clone()))
+            }
+            ExecEvent::Agent(_) | ExecEvent::Status { .. } => None,
+        })
+        .collect();
+    assert_eq!(ignored.len(), 1, "{events:?}");
+    let (keys, hint) = &ignored[0];
+    assert_eq!(
+        (keys[0].key.as_str(), keys[0].line, keys[0].column),
+        ("permissions", 1, 3)
+    );
+    assert_eq!(
+        keys[0].message,
+        "\"permissions\": \"full\" is ignored: it would widen the agent's edit, and the directory is not trusted"
+    );
     assert!(
-        diagnostics(&events).iter().any(|l| l.contains(
-            "the project settings ask for permissions full; a project layer can only narrow them, so the agent keeps edit"
-        )),
-        "{:?}",
-        diagnostics(&events)
+        hint.as_deref()
+            .is_some_and(|h| h.starts_with("berth trust ")),
+        "{hint:?}"
     );
 
     // A command agent's policy cannot be enforced, and the run says so.

@@ -262,17 +262,7 @@ fn an_untrusted_checkout_gets_its_text_in_and_nothing_else_and_is_told_so() {
     let check = b.json(&["check", s(&dir), "--json"]);
     let layer = &check["project_layer"];
     assert_eq!(layer["trust"], "untrusted");
-    let verdicts: BTreeMap<String, String> = layer["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| {
-            (
-                k["key"].as_str().unwrap().to_owned(),
-                k["verdict"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let verdicts: BTreeMap<String, String> = keys_of(layer).into_iter().collect();
     assert_eq!(verdicts["prompt.append"], "applied");
     assert_eq!(verdicts["plugins[0]"], "applied");
     assert_eq!(verdicts["plugins[1]"], "needs_trust");

@@ -146,7 +146,7 @@ pub struct Layer {
     pub dir: LocalPath,
     pub agent: Option<String>,
     /// The permission policy this layer names: a default in the user layer, a limit in
-    /// a project layer (which can only narrow).
+    /// a project layer (which only narrows it unless its directory is trusted).
     pub permissions: Option<crate::policy::Permissions>,
     pub prompt: Prompt,
     pub env: BTreeMap<String, String>,

@@ -43,7 +43,7 @@ pub fn berth_home(home: Option<PathBuf>) -> Result<PathBuf, CliError> {
 
 /// A path from the command line, made absolute against the current directory (the
 /// server cannot know the client's directory). `~` is the shell's business.
-fn absolute(path: &Path) -> Result<String, CliError> {
+pub(super) fn absolute(path: &Path) -> Result<String, CliError> {
     let abs = if path.is_absolute() {
         path.to_owned()
     } else {

@@ -3,6 +3,7 @@
 //! nowhere else. No server route takes part, so neither the web listener, a channel
 //! nor a daemon's server can grant it.
 
+use super::commands::absolute;
 use super::error::CliError;
 use super::render;
 use super::{TrustArgs, TrustCmd};
@@ -13,7 +14,7 @@ use berth_local_agent::ExecutorConfig;
 use berth_local_agent::trust::{EntryState, TrustChange, TrustError, TrustStore, describe};
 use serde::Serialize;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A directory just trusted, and what that changes.
 #[derive(Debug, Serialize)]
@@ -49,34 +50,13 @@ fn store_error(e: &TrustError) -> CliError {
     }
 }
 
-fn utf8(path: &Path) -> Result<String, CliError> {
-    let abs = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| {
-                CliError::new(
-                    format!("cannot read the current directory: {e}"),
-                    "give an absolute path",
-                )
-            })?
-            .join(path)
-    };
-    abs.into_os_string().into_string().map_err(|p| {
-        CliError::usage(
-            format!("{} is not valid UTF-8", PathBuf::from(p).display()),
-            "Berth handles UTF-8 paths only; rename the directory",
-        )
-    })
-}
-
 pub fn run(home: Option<PathBuf>, args: TrustArgs) -> Result<u8, CliError> {
     let cfg = config(home)?;
     match (args.command, args.path) {
         (Some(TrustCmd::List { json }), _) => list(&cfg, json || args.json),
-        (None, Some(path)) if args.revoke => revoke(&cfg, &utf8(&path)?, args.json),
+        (None, Some(path)) if args.revoke => revoke(&cfg, &absolute(&path)?, args.json),
         (None, Some(path)) => {
-            let t = trust_dir(&cfg, &utf8(&path)?)?;
+            let t = trust_dir(&cfg, &absolute(&path)?)?;
             if args.json {
                 super::commands::print_json(&json!(t));
             } else {
