@@ -161,6 +161,13 @@ async fn a_project_plugin_is_in_the_brief_only_while_bound_there() {
         ),
     );
     let exec = sb.executor();
+    // The project's env applies once the user trusts its directory (tests/tests/trust.rs
+    // covers the untrusted side).
+    let real = std::fs::canonicalize(&bound).unwrap();
+    let real = real.to_str().unwrap();
+    berth_local_agent::trust::TrustStore::new(&sb.cfg().berth_home)
+        .trust(real, berth_local_agent::trust::identity_of(real).unwrap())
+        .unwrap();
     let spec = agent(AgentKind::Command, &[&script]);
     for (id, dir) in [("t1", &bound), ("t2", &other), ("t3", &bound)] {
         let (out, _) = run(&exec, task(id, "s1", spec.clone(), "x", in_place(dir))).await;
