@@ -212,3 +212,23 @@ fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, Settings
     };
     Ok(Some(settings::parse(&shown, &dir, &text)?))
 }
+
+/// The user settings' `ca_file` (a private CA for outgoing calls), resolved: a leading
+/// `~/` against the user's home, a relative path against the config directory.
+pub fn user_ca_file(
+    cfg: &crate::config::ExecutorConfig,
+) -> Result<Option<std::path::PathBuf>, SettingsLoadError> {
+    let ctx = cfg.context();
+    let Some(file) = local(&cfg.config_dir.join(settings::SETTINGS_FILE)) else {
+        return Ok(None);
+    };
+    let Some(layer) = read_layer(&ctx, &file)? else {
+        return Ok(None);
+    };
+    Ok(layer
+        .ca_file
+        .map(|raw| match (raw.strip_prefix("~/"), &cfg.user_home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            _ => cfg.config_dir.join(&raw),
+        }))
+}

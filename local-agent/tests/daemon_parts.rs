@@ -265,6 +265,8 @@ fn start_daemon(sandbox: &Sandbox, url: &str) -> Running {
         name: Some("laptop-a".into()),
         poll: None,
         max_tasks: 2,
+        http: berth_web::net::HttpClient::new(&berth_web::net::ClientOptions::default())
+            .expect("client"),
     };
     let done = tokio::spawn(daemon::run(sandbox.config(), opts, async move {
         let _ = rx.await;

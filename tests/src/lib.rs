@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod fake_models;
 pub mod steps;
+pub mod tls;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod daemon;
 pub mod executor;
 pub mod hooks;
+pub mod net;
 pub mod scheduler;
 pub mod server;
 pub mod store;

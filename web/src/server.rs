@@ -7,6 +7,7 @@
 use crate::api::{self, AppState};
 use crate::executor::Executor;
 use crate::hooks::{ChannelConfig, Channels, Replier};
+use crate::net::listener::WebListener;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::store::{Recovery, Store, StoreError};
 use berth_core::{Context, LocalPath, Platform};
@@ -16,7 +17,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 use tokio::sync::watch;
 
 /// The single-instance lock file inside Berth's home.
@@ -41,6 +42,8 @@ pub enum ServerError {
     SocketInUse { path: PathBuf },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Tls(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
@@ -75,6 +78,9 @@ pub struct ServerOptions {
     /// Accept remote daemons on the web listener (`berth serve --allow-daemons`).
     /// `berth-server` always accepts them.
     pub daemons: Option<crate::daemon::DaemonConfig>,
+    /// The client answers to chat platforms go out through; `None`: one from
+    /// [`crate::net::ClientOptions::from_env`] (the system's roots, `BERTH_CA_FILE`).
+    pub http: Option<crate::net::HttpClient>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -85,6 +91,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("display", &self.display)
             .field("channels", &self.channels)
             .field("daemons", &self.daemons)
+            .field("http", &self.http)
             .finish()
     }
 }
@@ -252,10 +259,16 @@ impl Server {
         for w in &channel_warnings {
             tracing::warn!("{w}");
         }
+        let http = match opts.http {
+            Some(h) => h,
+            None => crate::net::HttpClient::new(&crate::net::ClientOptions::from_env(None))
+                .map_err(|e| ServerError::Tls(e.to_string()))?,
+        };
         scheduler.observe(Arc::new(Replier::new(
             store.clone(),
             channels.clone(),
             Arc::new(display.clone()),
+            http,
         )));
         let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
         for session in &recovery.pending_sessions {
@@ -362,24 +375,34 @@ impl Server {
     /// signature-authenticated webhooks `POST /hooks/slack` and `POST /hooks/lark`.
     pub async fn serve_web(
         &self,
-        listener: TcpListener,
+        listener: WebListener,
         token: String,
         allowed_hosts: Vec<String>,
     ) -> io::Result<()> {
-        axum::serve(
-            listener,
-            api::web_router(self.state(), token, allowed_hosts),
-        )
-        .with_graceful_shutdown(self.until_closed())
-        .await
+        let router = api::web_router(self.state(), token, allowed_hosts);
+        self.serve_on(listener, router).await
+    }
+
+    async fn serve_on(&self, listener: WebListener, router: axum::Router) -> io::Result<()> {
+        match listener {
+            WebListener::Plain(l) => {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(self.until_closed())
+                    .await
+            }
+            WebListener::Tls(l) => {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(self.until_closed())
+                    .await
+            }
+        }
     }
 
     /// Serves the whole API, token-guarded, on `berth-server`'s listener until shutdown,
     /// plus the signature-authenticated webhooks.
-    pub async fn serve_cloud(&self, listener: TcpListener, token: String) -> io::Result<()> {
-        axum::serve(listener, api::cloud_router(self.state(), token))
-            .with_graceful_shutdown(self.until_closed())
-            .await
+    pub async fn serve_cloud(&self, listener: WebListener, token: String) -> io::Result<()> {
+        let router = api::cloud_router(self.state(), token);
+        self.serve_on(listener, router).await
     }
 
     /// Writes `serve.json` (0600, replaced atomically).

@@ -244,7 +244,15 @@ async fn web(t: &TestServer) -> (std::net::SocketAddr, String) {
     let hosts = berth_web::api::loopback_hosts(addr);
     let server = t.server.clone();
     let tok = token.clone();
-    tokio::spawn(async move { server.serve_web(listener, tok, hosts).await });
+    tokio::spawn(async move {
+        server
+            .serve_web(
+                berth_web::net::listener::WebListener::Plain(listener),
+                tok,
+                hosts,
+            )
+            .await
+    });
     (addr, token)
 }
 

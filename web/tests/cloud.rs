@@ -20,7 +20,10 @@ async fn cloud() -> (TempDir, Arc<berth_web::server::Server>, SocketAddr, String
     let addr = listener.local_addr().unwrap();
     let token = berth_web::server::new_token().unwrap();
     let (s, tok) = (server.clone(), token.clone());
-    tokio::spawn(async move { s.serve_cloud(listener, tok).await });
+    tokio::spawn(async move {
+        s.serve_cloud(berth_web::net::listener::WebListener::Plain(listener), tok)
+            .await
+    });
     (home, server, addr, token)
 }
 
@@ -162,7 +165,10 @@ async fn daemons_on_the_cloud_server_never_run_in_place() {
     let addr = listener.local_addr().unwrap();
     let admin = berth_web::server::new_token().unwrap();
     let (s, tok) = (server.clone(), admin.clone());
-    tokio::spawn(async move { s.serve_cloud(listener, tok).await });
+    tokio::spawn(async move {
+        s.serve_cloud(berth_web::net::listener::WebListener::Plain(listener), tok)
+            .await
+    });
 
     let r = call(
         addr,

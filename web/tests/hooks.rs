@@ -157,10 +157,23 @@ impl Rig {
         let s = server.clone();
         let token = "web-token".to_owned();
         if cloud {
-            tokio::spawn(async move { s.serve_cloud(listener, token).await });
+            tokio::spawn(async move {
+                s.serve_cloud(
+                    berth_web::net::listener::WebListener::Plain(listener),
+                    token,
+                )
+                .await
+            });
         } else {
             let hosts = berth_web::api::loopback_hosts(addr);
-            tokio::spawn(async move { s.serve_web(listener, token, hosts).await });
+            tokio::spawn(async move {
+                s.serve_web(
+                    berth_web::net::listener::WebListener::Plain(listener),
+                    token,
+                    hosts,
+                )
+                .await
+            });
         }
         let t = TestServer {
             home,

@@ -152,6 +152,9 @@ pub struct Layer {
     pub env: BTreeMap<String, String>,
     pub plugins: Vec<PluginEntry>,
     pub channels: BTreeMap<String, String>,
+    /// A private CA (PEM) trusted for outgoing calls, as written (the user layer's
+    /// only: a project layer's is ignored).
+    pub ca_file: Option<String>,
     pub warnings: Vec<Diagnostic>,
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
     /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
@@ -180,6 +183,7 @@ impl Layer {
             env: BTreeMap::new(),
             plugins: Vec::new(),
             channels: BTreeMap::new(),
+            ca_file: None,
             warnings: Vec::new(),
             places: Vec::new(),
         }
@@ -275,7 +279,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
                 ),
                 diag(
                     Severity::Error,

@@ -13,13 +13,14 @@ use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 6] = [
+const TOP_KEYS: [&str; 7] = [
     "agent",
     "permissions",
     "prompt",
     "env",
     "plugins",
     "channels",
+    "ca_file",
 ];
 /// The keys of the `prompt` object.
 const PROMPT_KEYS: [&str; 1] = ["append"];
@@ -265,6 +266,20 @@ impl Reader<'_> {
                     }
                 }
                 "plugins" => self.plugins(value),
+                "ca_file" => {
+                    if let Some(path) = self.string("ca_file", value) {
+                        if path.trim().is_empty() {
+                            self.error(
+                                SettingsErrorKind::InvalidValue,
+                                value.range().start,
+                                "\"ca_file\" is empty; name a PEM file of CA certificates, or remove the key".into(),
+                            );
+                        } else {
+                            self.mark("ca_file".to_owned(), prop.range.start);
+                            self.layer.ca_file = Some(path);
+                        }
+                    }
+                }
                 _ => self.unknown(prop, "", &TOP_KEYS),
             }
         }

@@ -86,6 +86,7 @@ fn comments_and_trailing_commas_parse() {
         channels: [("channel_agent", "codex"), ("slack_bot_token", "xoxb-1")]
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .into(),
+        ca_file: None,
         warnings: vec![],
         places: [
             ("agent", 4, 3),
@@ -388,7 +389,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
         ),
         warning(
             3,
@@ -413,7 +414,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
         ),
     ];
     // The place of a repeated key is that of the value kept.

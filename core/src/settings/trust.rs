@@ -209,6 +209,18 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
         verdict(key, at, Verdict::UserLayerOnly, message);
     }
     out.channels.clear();
+    if let Some(ca) = &layer.ca_file {
+        let message = format!(
+            "\"ca_file\" ({ca}) is ignored: which CAs Berth trusts is read from your user settings only"
+        );
+        verdict(
+            "ca_file".into(),
+            layer.place("ca_file"),
+            Verdict::UserLayerOnly,
+            message,
+        );
+    }
+    out.ca_file = None;
     let project = layer.dir.parent();
     let mut kept = Vec::with_capacity(layer.plugins.len());
     for (i, entry) in layer.plugins.iter().enumerate() {

@@ -24,15 +24,19 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     let Some(server) = args.server else {
         return Err(CliError::usage(
             "berth daemon needs --server URL",
-            "pass the server's listener, e.g. berth daemon --server http://10.0.0.5:4733 --token TOKEN",
+            "pass the server's listener, e.g. berth daemon --server https://berth.example.com:4733 --token TOKEN",
         ));
     };
     let server = ServerUrl::parse(&server).map_err(|e| match e {
-        UrlError::Tls { .. } => CliError::new(e.to_string(), e.hint()),
+        UrlError::PlainHttp { .. } => CliError {
+            code: Some("plain_http".to_owned()),
+            ..CliError::new(e.to_string(), e.hint())
+        },
         UrlError::Scheme { .. }
         | UrlError::Extra { .. }
         | UrlError::Host { .. }
-        | UrlError::Port { .. } => CliError::usage(e.to_string(), e.hint()),
+        | UrlError::Port { .. }
+        | UrlError::Syntax { .. } => CliError::usage(e.to_string(), e.hint()),
     })?;
     let token = args
         .token
@@ -76,12 +80,14 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     }
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    let http = super::serve::http_client(&config, args.ca_file.as_deref())?;
     let opts = DaemonOptions {
         server,
         token,
         name,
         poll,
         max_tasks: args.max_tasks,
+        http,
     };
     super::serve::runtime()?
         .block_on(daemon::run(config, opts, super::serve::wait_for_signal()))

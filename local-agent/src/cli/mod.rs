@@ -70,9 +70,14 @@ pub enum Command {
 pub struct DaemonArgs {
     #[command(subcommand)]
     pub command: Option<DaemonCmd>,
-    /// The server's listener, http://HOST:PORT (`berth serve --allow-daemons`).
+    /// The server's listener: https://HOST:PORT (plain http:// only to a loopback
+    /// address, e.g. through an ssh tunnel).
     #[arg(long, value_name = "URL", required = true)]
     pub server: Option<String>,
+    /// A private CA (PEM) to trust for the server's certificate, besides the system's
+    /// roots (default: $BERTH_CA_FILE, else `ca_file` in the user settings).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
     /// The daemon token from `berth daemon token create` (default: $BERTH_DAEMON_TOKEN).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
@@ -147,6 +152,15 @@ pub struct ServeArgs {
     /// Accept remote daemons on the listener.
     #[arg(long)]
     pub allow_daemons: bool,
+    /// Serve https with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain http on a non-loopback --listen (behind a TLS-terminating proxy).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub insecure_http: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

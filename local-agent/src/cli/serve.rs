@@ -8,6 +8,7 @@ use super::ServeArgs;
 use super::error::CliError;
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::api::loopback_hosts;
+use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +34,23 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
+/// Refuses plain http on an address off loopback, before anything starts.
+fn check_listen(args: &ServeArgs, addr: std::net::SocketAddr) -> Result<(), CliError> {
+    if addr.ip().is_loopback() || args.tls_cert.is_some() || args.insecure_http {
+        return Ok(());
+    }
+    Err(CliError::new(
+        format!(
+            "--listen {addr} is not a loopback address, and plain http there would send the web token, daemon tokens and transcripts in clear"
+        ),
+        "give --tls-cert FILE --tls-key FILE (PEM) to serve https, or --insecure-http if a TLS-terminating proxy is in front",
+    ))
+}
+
 async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
+    if let Ok(addr) = args.listen.parse() {
+        check_listen(&args, addr)?;
+    }
     let home = config.berth_home.clone();
     // Chat-channel secrets: the environment first, then `channels` in the user
     // settings. A broken settings file stops the server with its line:column rather
@@ -55,6 +72,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         eprintln!("warning: {}:{}:{}: {}", w.file, w.line, w.column, w.message);
     }
     let channels = berth_web::hooks::ChannelConfig::from_env(&user_settings.channels);
+    let config_for_http = config.clone();
     let executor = NativeExecutor::new(config).map_err(|e| {
         CliError::new(
             format!("cannot start the executor: {e}"),
@@ -73,6 +91,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
             daemons: args
                 .allow_daemons
                 .then(berth_web::daemon::DaemonConfig::from_env),
+            http: Some(http_client(&config_for_http, None)?),
             ..ServerOptions::default()
         },
     )
@@ -97,7 +116,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         .bind_control(&socket_path)
         .await
         .map_err(server_error)?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+    let tcp = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| {
             CliError::new(
@@ -105,12 +124,31 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
                 "choose another address with --listen 127.0.0.1:PORT",
             )
         })?;
-    let addr = listener.local_addr().map_err(|e| {
+    let addr = tcp.local_addr().map_err(|e| {
         CliError::new(
             format!("cannot read the listener's address: {e}"),
             "try again",
         )
     })?;
+    let listener = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let config = berth_web::net::tls::server_config(cert, key)
+                .map_err(|e| CliError::new(e.to_string(), e.hint()))?;
+            let tls = TlsListener::new(tcp, config).map_err(|e| {
+                CliError::new(format!("cannot serve TLS on {addr}: {e}"), "try again")
+            })?;
+            WebListener::Tls(tls)
+        }
+        _ => {
+            check_listen(&args, addr)?;
+            if args.insecure_http && !addr.ip().is_loopback() {
+                eprintln!(
+                    "warning: serving plain http on {addr}, not loopback: the web token, daemon tokens and every transcript cross the network in clear"
+                );
+            }
+            WebListener::Plain(tcp)
+        }
+    };
     if !addr.ip().is_loopback() {
         eprintln!(
             "warning: the web listener is on {addr}, not loopback: anyone who can reach it and holds the token can read your sessions"
@@ -118,7 +156,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     }
     let token = new_token()
         .map_err(|e| CliError::new(format!("cannot make a token: {e}"), "check /dev/urandom"))?;
-    let url = format!("http://{addr}");
+    let url = format!("{}://{addr}", listener.scheme());
     let info = ServeInfo {
         url: Some(url.clone()),
         token: token.clone(),
@@ -175,8 +213,26 @@ fn server_error(e: berth_web::server::ServerError) -> CliError {
         berth_web::server::ServerError::Io { .. } | berth_web::server::ServerError::Store(_) => {
             "check the home directory's permissions and free space"
         }
+        berth_web::server::ServerError::Tls(_) => {
+            "check BERTH_CA_FILE (or ca_file in your settings): it must be a PEM file of CA certificates"
+        }
     };
     CliError::new(e.to_string(), hint)
+}
+
+/// The pooled client of outgoing calls: the system's roots plus a private CA from
+/// `flag` (`--ca-file`), else `BERTH_CA_FILE`, else `ca_file` in the user settings.
+pub(super) fn http_client(
+    config: &ExecutorConfig,
+    flag: Option<&std::path::Path>,
+) -> Result<berth_web::net::HttpClient, CliError> {
+    let settings_ca = berth_local_agent::settings::user_ca_file(config)
+        .map_err(|e| CliError::new(e.to_string(), "fix the settings file"))?;
+    let mut opts = berth_web::net::ClientOptions::from_env(settings_ca.as_deref());
+    if let Some(f) = flag {
+        opts.ca_file = Some(f.to_owned());
+    }
+    berth_web::net::HttpClient::new(&opts).map_err(|e| CliError::new(e.to_string(), e.hint()))
 }
 
 pub(super) async fn wait_for_signal() {

@@ -138,7 +138,16 @@ impl Daemon {
     }
 
     /// A call did not get an answer (printed once per outage).
+    /// A TLS failure stops the daemon with that error: retrying cannot fix a
+    /// certificate, and a retry loop would hide it.
     pub(super) fn link_lost(&self, e: &CallError) {
+        if let CallError::Tls(problem) = e {
+            self.fail(DaemonError::Tls {
+                url: self.remote.url().to_string(),
+                problem: problem.clone(),
+            });
+            return;
+        }
         if matches!(e, CallError::Unreachable(_)) && !self.lost.swap(true, Ordering::SeqCst) {
             eprintln!(
                 "lost the server at {}: {e}; retrying (running tasks go on, their events are kept)",
@@ -173,6 +182,9 @@ impl Daemon {
                     self.generation.fetch_add(1, Ordering::SeqCst);
                     self.back.notify_waiters();
                     return Ok(Some(r));
+                }
+                Err(CallError::Tls(problem)) => {
+                    return Err(DaemonError::Tls { url, problem });
                 }
                 Err(e) if e.is_unauthorized() => {
                     return Err(DaemonError::TokenRefused {
@@ -438,6 +450,6 @@ impl Daemon {
 fn message(e: &CallError) -> String {
     match e {
         CallError::Status { message, .. } => message.clone(),
-        CallError::Unreachable(m) | CallError::Protocol(m) => m.clone(),
+        CallError::Unreachable(m) | CallError::Protocol(m) | CallError::Tls(m) => m.clone(),
     }
 }

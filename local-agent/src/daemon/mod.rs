@@ -51,6 +51,9 @@ pub struct DaemonOptions {
     pub poll: Option<Duration>,
     /// Tasks run at once (at least 1).
     pub max_tasks: usize,
+    /// The client every call to the server goes through (TLS roots, private CA,
+    /// keep-alive).
+    pub http: berth_web::net::HttpClient,
 }
 
 /// Why the daemon could not start or had to stop.
@@ -74,6 +77,8 @@ pub enum DaemonError {
     TokenRefused { url: String, message: String },
     #[error("the server at {url} does not take daemons ({message})")]
     NotADaemonServer { url: String, message: String },
+    #[error("{problem} ({url})")]
+    Tls { url: String, problem: String },
 }
 
 impl DaemonError {
@@ -98,6 +103,10 @@ impl DaemonError {
             }
             DaemonError::NotADaemonServer { .. } => {
                 "start the server with `berth serve --allow-daemons` (or run berth-server), and pass its listener's URL"
+                    .to_owned()
+            }
+            DaemonError::Tls { .. } => {
+                "if the server's certificate comes from a private CA, pass that CA with --ca-file FILE (or BERTH_CA_FILE), PEM; check that the host name in --server is one the certificate names"
                     .to_owned()
             }
         }
@@ -137,7 +146,12 @@ pub async fn run(
     let listener = proxy::bind(&socket).await?;
     println!("  control socket  {}", socket.display());
 
-    let remote = remote::Remote::new(opts.server.clone(), opts.token.clone(), machine_id);
+    let remote = remote::Remote::new(
+        opts.server.clone(),
+        opts.token.clone(),
+        machine_id,
+        opts.http.clone(),
+    );
     let max_tasks = opts.max_tasks.max(1);
     let daemon = Arc::new(Daemon::new(remote, executor, name, max_tasks));
     let serving = tokio::spawn(proxy::serve(daemon.clone(), listener));

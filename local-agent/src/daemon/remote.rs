@@ -1,5 +1,6 @@
-//! The daemon's calls to the server: HTTP/1.1 over TCP, a fresh connection per call,
-//! every one carrying the daemon token and the machine id.
+//! The daemon's calls to the server, every one carrying the daemon token and the
+//! machine id, through the one pooled client ([`berth_web::net::HttpClient`]): kept-alive
+//! connections, TLS for `https://`, a call that could not connect tried again.
 //!
 //! Failures come in two kinds the loops treat differently: the server could not be
 //! reached or the answer was cut off ([`CallError::Unreachable`]: retry later, keep
@@ -11,19 +12,16 @@ use berth_web::daemon::wire::{
     self, ClaimRequest, ClaimedTask, EventBatch, EventsReply, FinishReply, FinishRequest,
     Heartbeat, HeartbeatReply, Register, Registered,
 };
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use berth_web::net::{HttpClient, SendError};
+use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Method, Request, Response, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// A request body the daemon sends: buffered JSON, or a body streamed from the CLI.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+pub type Body = berth_web::net::Body;
 
 /// The longest a call (other than a claim's wait) may take, answer included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -49,6 +47,21 @@ pub enum CallError {
     /// A 2xx whose body is not the document the protocol names.
     #[error("the server's answer is not what this berth daemon expects: {0}")]
     Protocol(String),
+    /// TLS failed (most often a certificate that is not trusted): retrying cannot help.
+    #[error("{0}")]
+    Tls(String),
+}
+
+impl From<SendError> for CallError {
+    fn from(e: SendError) -> CallError {
+        match e {
+            SendError::Tls { problem, .. } => CallError::Tls(problem),
+            SendError::Request(m) => CallError::Protocol(m),
+            SendError::Connect { message, .. } | SendError::Io { message, .. } => {
+                CallError::Unreachable(message)
+            }
+        }
+    }
 }
 
 impl CallError {
@@ -56,7 +69,7 @@ impl CallError {
     pub fn code(&self) -> Option<&str> {
         match self {
             CallError::Status { code, .. } => code.as_deref(),
-            CallError::Unreachable(_) | CallError::Protocol(_) => None,
+            CallError::Unreachable(_) | CallError::Protocol(_) | CallError::Tls(_) => None,
         }
     }
 
@@ -92,14 +105,12 @@ pub struct Remote {
     url: ServerUrl,
     token: String,
     machine_id: String,
+    http: HttpClient,
 }
 
 /// A JSON body for a request.
 pub fn json_body<T: Serialize>(value: &T) -> Body {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
-    Full::new(Bytes::from(bytes))
-        .map_err(|never| match never {})
-        .boxed()
+    berth_web::net::client::full(serde_json::to_vec(value).unwrap_or_default())
 }
 
 /// Percent-encodes one path segment.
@@ -116,11 +127,12 @@ pub fn encode(segment: &str) -> String {
 }
 
 impl Remote {
-    pub fn new(url: ServerUrl, token: String, machine_id: String) -> Remote {
+    pub fn new(url: ServerUrl, token: String, machine_id: String, http: HttpClient) -> Remote {
         Remote {
             url,
             token,
             machine_id,
+            http,
         }
     }
 
@@ -132,43 +144,33 @@ impl Remote {
         &self.machine_id
     }
 
-    async fn connect(&self) -> Result<SendRequest<Body>, CallError> {
-        let (host, port) = self.url.connect_to();
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
-            .await
-            .map_err(|_| CallError::Unreachable("no connection within 5s".into()))?
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(sender)
-    }
-
-    /// Sends `req` (its URI is a path and query) with the daemon's credentials and
-    /// returns the answer once its head arrived; the body streams.
-    pub async fn send(&self, mut req: Request<Body>) -> Result<Response<Incoming>, CallError> {
+    /// `req` (its URI a path and query) aimed at the server, with the daemon's
+    /// credentials.
+    fn aimed(&self, mut req: Request<Body>) -> Result<Request<Body>, CallError> {
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        *req.uri_mut() = format!("{}{path}", self.url)
+            .parse()
+            .map_err(|e| CallError::Protocol(format!("bad request path {path}: {e}")))?;
         let headers = req.headers_mut();
-        let values = [
-            (header::HOST, self.url.authority()),
-            (header::AUTHORIZATION, format!("Bearer {}", self.token)),
-        ];
-        for (name, value) in values {
-            let value = header::HeaderValue::from_str(&value)
-                .map_err(|e| CallError::Protocol(format!("bad header {name}: {e}")))?;
-            headers.insert(name, value);
-        }
+        let bearer = header::HeaderValue::from_str(&format!("Bearer {}", self.token))
+            .map_err(|e| CallError::Protocol(format!("bad token: {e}")))?;
+        headers.insert(header::AUTHORIZATION, bearer);
         let machine = header::HeaderValue::from_str(&self.machine_id)
             .map_err(|e| CallError::Protocol(format!("bad machine id: {e}")))?;
         headers.insert(wire::MACHINE_HEADER, machine);
-        let mut sender = self.connect().await?;
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))
+        Ok(req)
+    }
+
+    /// Sends `req` (its URI is a path and query) with the daemon's credentials and
+    /// returns the answer once its head arrived; the body streams. Sent once: its body
+    /// may be a stream.
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, CallError> {
+        let req = self.aimed(req)?;
+        Ok(self.http.send(req).await?)
     }
 
     /// `POST {PREFIX}{path}` with a JSON body, within `timeout`: the parsed answer,
@@ -180,14 +182,21 @@ impl Remote {
         timeout: Duration,
     ) -> Result<Option<R>, CallError> {
         let call = async {
-            let req = Request::builder()
-                .method(Method::POST)
-                .uri(format!("{}{path}", wire::PREFIX))
-                .header(header::CONTENT_TYPE, "application/json")
-                .header(header::ACCEPT, "application/json")
-                .body(json_body(body))
-                .map_err(|e| CallError::Protocol(e.to_string()))?;
-            let resp = self.send(req).await?;
+            let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+            let make = || {
+                let req = Request::builder()
+                    .method(Method::POST)
+                    .uri(format!("{}{path}", wire::PREFIX))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .header(header::ACCEPT, "application/json")
+                    .body(berth_web::net::client::full(bytes.clone()))
+                    .map_err(|e| SendError::Request(e.to_string()))?;
+                self.aimed(req)
+                    .map_err(|e| SendError::Request(e.to_string()))
+            };
+            // A call that could not connect is tried twice more before the loops'
+            // own backoff takes over; one that went out is never sent twice.
+            let resp = self.http.send_retrying(make, 3).await?;
             let status = resp.status();
             let bytes = resp
                 .into_body()

@@ -1,16 +1,20 @@
-//! The server's address as `berth daemon --server` takes it: plain `http://host:port`.
+//! The server's address as `berth daemon --server` takes it: `https://host[:port]`, or
+//! `http://` to a loopback address.
 //!
-//! There is no TLS client in the tree, so an `https://` URL is refused up front with a
-//! way out (a local TLS-terminating proxy, or an ssh tunnel) rather than failing later
-//! with a confusing connection error.
+//! Parsed by `http`'s URI parser (the one hyper sends with), then held to what a base
+//! URL may be: a scheme, a host and a port, nothing else. Plain `http://` is refused
+//! for any host that is not loopback: the daemon's token and every transcript would
+//! cross the network in clear.
 
+use hyper::Uri;
 use std::fmt;
+use std::net::IpAddr;
 
-/// A server base URL: `http://HOST[:PORT]` with nothing after it (a trailing `/` is
-/// allowed). The port defaults to 80.
+/// A server base URL. The port defaults to 443 for https and 80 for http.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerUrl {
-    /// As written in the URL; an IPv6 address keeps its brackets.
+    tls: bool,
+    /// As written in the URL, lower-cased; an IPv6 address keeps its brackets.
     host: String,
     port: u16,
 }
@@ -18,116 +22,139 @@ pub struct ServerUrl {
 /// Why a `--server` value is not a usable URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
-    #[error("{url} uses TLS, which berth daemon cannot speak")]
-    Tls { url: String },
-    #[error("{url} is not an http:// URL")]
+    #[error(
+        "{url} is plain http to {host}, which is not a loopback address: the daemon token and every transcript would cross the network in clear"
+    )]
+    PlainHttp { url: String, host: String },
+    #[error("{url} is not an https:// (or loopback http://) URL")]
     Scheme { url: String },
-    #[error("{url} has more than host and port ({rest:?})")]
+    #[error("{url} has more than scheme, host and port ({rest:?})")]
     Extra { url: String, rest: String },
     #[error("{url} has no valid host")]
     Host { url: String },
     #[error("{url} has no valid port")]
     Port { url: String },
+    #[error("{url} is not a URL: {why}")]
+    Syntax { url: String, why: String },
 }
 
 impl UrlError {
     /// What to do instead.
     pub fn hint(&self) -> &'static str {
         match self {
-            UrlError::Tls { .. } => {
-                "terminate TLS in a local proxy and pass its http://127.0.0.1:PORT, or tunnel \
-                 over ssh (ssh -L 4733:127.0.0.1:4733 server) and pass --server http://127.0.0.1:4733"
+            UrlError::PlainHttp { .. } => {
+                "serve the server over TLS (berth serve --tls-cert FILE --tls-key FILE, or berth-server's) and pass --server https://HOST:PORT (--ca-file FILE for a private CA), or tunnel over ssh (ssh -L 4733:127.0.0.1:4733 server) and pass --server http://127.0.0.1:4733"
             }
             UrlError::Scheme { .. }
             | UrlError::Extra { .. }
             | UrlError::Host { .. }
-            | UrlError::Port { .. } => {
-                "pass the server's listener as http://HOST:PORT, e.g. --server http://10.0.0.5:4733"
+            | UrlError::Port { .. }
+            | UrlError::Syntax { .. } => {
+                "pass the server's listener as https://HOST:PORT, e.g. --server https://berth.example.com:4733"
             }
         }
     }
 }
 
+/// Whether `host` (as in a URL: brackets around IPv6) is this machine.
+fn is_loopback(host: &str) -> bool {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 impl ServerUrl {
-    /// Parses `http://host[:port][/]`; refuses `https://`, user info, paths, queries.
+    /// Parses `https://host[:port][/]` or `http://` to loopback; refuses user info,
+    /// paths, queries and fragments.
     pub fn parse(text: &str) -> Result<ServerUrl, UrlError> {
         let url = text.trim().to_owned();
         let lower = url.to_ascii_lowercase();
-        if lower.starts_with("https://") {
-            return Err(UrlError::Tls { url });
-        }
-        if !lower.starts_with("http://") {
+        let tls = if lower.starts_with("https://") {
+            true
+        } else if lower.starts_with("http://") {
+            false
+        } else {
             return Err(UrlError::Scheme { url });
-        }
-        let rest = &url["http://".len()..];
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if let Some(i) = rest.find(['/', '?', '#', '@']) {
+        };
+        let after = &url[if tls { 8 } else { 7 }..];
+        if let Some(i) = after.find(['@', '?', '#']) {
             return Err(UrlError::Extra {
-                rest: rest[i..].to_owned(),
+                rest: after[i..].to_owned(),
                 url,
             });
         }
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let Some((addr, after)) = v6.split_once(']') else {
-                return Err(UrlError::Host { url });
-            };
-            if addr.is_empty() || !addr.chars().all(|c| c.is_ascii_hexdigit() || c == ':') {
-                return Err(UrlError::Host { url });
+        let uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| {
+            let why = e.to_string();
+            if why.contains("port") {
+                UrlError::Port { url: url.clone() }
+            } else {
+                UrlError::Syntax {
+                    url: url.clone(),
+                    why,
+                }
             }
-            let port = match after {
-                "" => None,
-                p => match p.strip_prefix(':') {
-                    Some(p) => Some(p),
-                    None => return Err(UrlError::Port { url }),
-                },
-            };
-            (format!("[{addr}]"), port)
+        })?;
+        let path = uri.path();
+        if !(path.is_empty() || path == "/") {
+            return Err(UrlError::Extra {
+                rest: path.to_owned(),
+                url,
+            });
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| UrlError::Host { url: url.clone() })?;
+        let host = authority.host().to_ascii_lowercase();
+        let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            v6.parse::<std::net::Ipv6Addr>().is_ok()
         } else {
-            match rest.rsplit_once(':') {
-                Some((h, p)) => (h.to_owned(), Some(p)),
-                None => (rest.to_owned(), None),
-            }
-        };
-        let host_ok = host.starts_with('[')
-            || (!host.is_empty()
+            !host.is_empty()
                 && host
                     .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')));
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        };
         if !host_ok {
             return Err(UrlError::Host { url });
         }
-        let port = match port {
-            None => 80,
-            Some(p) => match p.parse::<u16>() {
-                Ok(n) if n > 0 && p.chars().all(|c| c.is_ascii_digit()) => n,
-                _ => return Err(UrlError::Port { url }),
+        let port = match authority.port() {
+            None if authority.as_str().ends_with(':') => return Err(UrlError::Port { url }),
+            None => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(p) => match p.as_u16() {
+                0 => return Err(UrlError::Port { url }),
+                n => n,
             },
         };
-        Ok(ServerUrl {
-            host: host.to_ascii_lowercase(),
-            port,
-        })
+        if !tls && !is_loopback(&host) {
+            return Err(UrlError::PlainHttp { url, host });
+        }
+        Ok(ServerUrl { tls, host, port })
     }
 
-    /// `host:port`, for the `Host` header.
+    /// Whether the server is reached over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// `host:port`.
     pub fn authority(&self) -> String {
         format!("{}:{}", self.host, self.port)
-    }
-
-    /// The host to connect to (brackets removed from an IPv6 address) and the port.
-    pub fn connect_to(&self) -> (String, u16) {
-        let host = self
-            .host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(&self.host);
-        (host.to_owned(), self.port)
     }
 }
 
 impl fmt::Display for ServerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}:{}", self.host, self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
     }
 }
 
@@ -135,55 +162,55 @@ impl fmt::Display for ServerUrl {
 mod tests {
     use super::*;
 
-    fn ok(text: &str) -> (String, String) {
-        let u = ServerUrl::parse(text).expect(text);
-        (u.to_string(), u.authority())
-    }
-
     #[test]
-    fn accepts_host_and_port() {
+    fn accepts_https_anywhere_and_http_on_loopback() {
         let cases = [
+            ("https://berth.example.com", "https://berth.example.com:443"),
+            ("https://10.0.0.5:4733/", "https://10.0.0.5:4733"),
+            (
+                "  HTTPS://Build-Box.lan:8443 ",
+                "https://build-box.lan:8443",
+            ),
             ("http://127.0.0.1:4733", "http://127.0.0.1:4733"),
             ("http://127.0.0.1:4733/", "http://127.0.0.1:4733"),
-            ("  HTTP://Build-Box.lan:8080 ", "http://build-box.lan:8080"),
-            ("http://server", "http://server:80"),
+            ("http://localhost", "http://localhost:80"),
             ("http://[::1]:4733", "http://[::1]:4733"),
+            ("http://127.8.9.10:1", "http://127.8.9.10:1"),
+            ("https://[2001:db8::1]:4733", "https://[2001:db8::1]:4733"),
         ];
         for (input, want) in cases {
-            assert_eq!(ok(input).0, want, "{input}");
+            let u = ServerUrl::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(u.to_string(), want, "{input}");
         }
-        assert_eq!(
-            ServerUrl::parse("http://[::1]:4733")
-                .map(|u| u.connect_to())
-                .ok(),
-            Some(("::1".to_owned(), 4733))
-        );
     }
 
     #[test]
-    fn refuses_tls_and_everything_but_host_and_port() {
-        let tls = ServerUrl::parse("https://berth.example.com");
-        assert_eq!(
-            tls,
-            Err(UrlError::Tls {
-                url: "https://berth.example.com".into()
-            })
-        );
-        assert!(tls.err().is_some_and(|e| e.hint().contains("ssh")));
+    fn refuses_plain_http_off_loopback_and_everything_but_host_and_port() {
+        for input in [
+            "http://10.0.0.5:4733",
+            "http://berth.example.com",
+            "http://[2001:db8::1]:4733",
+            "http://0.0.0.0:4733",
+            "http://localhost.example.com:1",
+        ] {
+            let e = ServerUrl::parse(input).expect_err(input);
+            assert!(matches!(e, UrlError::PlainHttp { .. }), "{input}: {e:?}");
+            assert!(e.hint().contains("--tls-cert"), "{}", e.hint());
+        }
         let bad = [
             ("ftp://x:1", "scheme"),
             ("127.0.0.1:4733", "scheme"),
-            ("http://x:1/api", "extra"),
-            ("http://x:1?a=b", "extra"),
-            ("http://user@x:1", "extra"),
-            ("http://:4733", "host"),
-            ("http://x y:1", "host"),
-            ("http://[::1", "host"),
-            ("http://x:0", "port"),
-            ("http://x:65536", "port"),
-            ("http://x:+1", "port"),
-            ("http://x:", "port"),
-            ("http://[::1]4733", "port"),
+            ("https://x:1/api", "extra"),
+            ("https://x:1?a=b", "extra"),
+            ("https://user@x:1", "extra"),
+            ("https://x:1#f", "extra"),
+            ("https://:4733", "host"),
+            ("https://[::1", "syntax"),
+            ("https://[zz::1]:1", "host"),
+            ("https://x:0", "port"),
+            ("https://x:65536", "port"),
+            ("https://x:", "port"),
+            ("https://x y:1", "syntax"),
         ];
         for (input, kind) in bad {
             let got = match ServerUrl::parse(input) {
@@ -191,7 +218,8 @@ mod tests {
                 Err(UrlError::Extra { .. }) => "extra",
                 Err(UrlError::Host { .. }) => "host",
                 Err(UrlError::Port { .. }) => "port",
-                Err(UrlError::Tls { .. }) => "tls",
+                Err(UrlError::Syntax { .. }) => "syntax",
+                Err(UrlError::PlainHttp { .. }) => "plain",
                 Ok(_) => "ok",
             };
             assert_eq!(got, kind, "{input}");

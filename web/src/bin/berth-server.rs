@@ -2,19 +2,24 @@
 //!
 //! No executor: it cannot reach a local path. Its whole API is on one TCP listener,
 //! writes authenticated by `Authorization: Bearer <token>` (the token in
-//! `$BERTH_HOME/serve.json`), reads by the bearer token or the cookie.
+//! `$BERTH_HOME/serve.json`), reads by the bearer token or the cookie. With
+//! `--tls-cert`/`--tls-key` (PEM) it speaks https only; a non-loopback listener without
+//! TLS is refused unless `--insecure-http` says a proxy in front terminates TLS.
 
+use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR]";
+const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
 #[derive(Debug)]
 struct Args {
     listen: String,
     home: PathBuf,
+    tls: Option<(PathBuf, PathBuf)>,
+    insecure_http: bool,
 }
 
 fn default_home() -> Option<PathBuf> {
@@ -30,9 +35,21 @@ fn default_home() -> Option<PathBuf> {
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut listen = DEFAULT_LISTEN.to_owned();
     let mut home = None;
+    let (mut cert, mut key, mut insecure_http) = (None, None, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
+            "--tls-cert" => {
+                cert = Some(PathBuf::from(
+                    args.next().ok_or("--tls-cert needs a PEM file")?,
+                ))
+            }
+            "--tls-key" => {
+                key = Some(PathBuf::from(
+                    args.next().ok_or("--tls-key needs a PEM file")?,
+                ))
+            }
+            "--insecure-http" => insecure_http = true,
             "--home" => {
                 home = Some(PathBuf::from(
                     args.next().ok_or("--home needs a directory")?,
@@ -45,7 +62,20 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let home = home
         .or_else(default_home)
         .ok_or("no home directory: give --home DIR or set BERTH_HOME")?;
-    Ok(Args { listen, home })
+    let tls = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err("--tls-cert and --tls-key go together".to_owned()),
+    };
+    if tls.is_some() && insecure_http {
+        return Err("--insecure-http contradicts --tls-cert/--tls-key".to_owned());
+    }
+    Ok(Args {
+        listen,
+        home,
+        tls,
+        insecure_http,
+    })
 }
 
 #[tokio::main]
@@ -70,6 +100,17 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Plain http is for loopback, or behind a TLS-terminating proxy (`--insecure-http`).
+fn plain_allowed(args: &Args, addr: std::net::SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() || args.tls.is_some() || args.insecure_http {
+        return Ok(());
+    }
+    Err(format!(
+        "{addr} is not a loopback address, and without TLS the bearer token and daemon tokens would cross the network in clear; \
+         give --tls-cert FILE --tls-key FILE (PEM), or --insecure-http behind a TLS-terminating proxy"
+    ))
+}
+
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // A team's server: daemons on the members' machines run its tasks (never in
     // place: this build has no binding). Tokens: `POST /api/v1/daemon/tokens`.
@@ -81,12 +122,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         },
     )
     .await?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+    if let Ok(addr) = args.listen.parse::<std::net::SocketAddr>() {
+        plain_allowed(&args, addr)?;
+    }
+    let tcp = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let addr = listener.local_addr()?;
+    let addr = tcp.local_addr()?;
+    let listener = match &args.tls {
+        Some((cert, key)) => {
+            let config = berth_web::net::tls::server_config(cert, key)
+                .map_err(|e| format!("{e} ({})", e.hint()))?;
+            WebListener::Tls(TlsListener::new(tcp, config)?)
+        }
+        None => {
+            plain_allowed(&args, addr)?;
+            if !addr.ip().is_loopback() {
+                eprintln!(
+                    "warning: serving plain http on {addr}: the bearer token, daemon tokens and every transcript cross the network in clear"
+                );
+            }
+            WebListener::Plain(tcp)
+        }
+    };
     let token = new_token()?;
-    let url = format!("http://{addr}");
+    let url = format!("{}://{addr}", listener.scheme());
     let path = server.write_serve_json(&ServeInfo {
         url: Some(url.clone()),
         token: token.clone(),

@@ -108,8 +108,6 @@ impl ChannelConfig {
     }
 
     /// What an operator should know at startup: answers that cannot be posted back.
-    /// Berth links no TLS library, so an `https://` API base URL cannot be reached;
-    /// point it at a local TLS-terminating proxy over plain `http://`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(s) = &self.slack {
@@ -146,18 +144,15 @@ fn base_url(value: Option<String>, default: &str) -> String {
 }
 
 /// Checks that an API base URL is plain HTTP, the only scheme Berth can reach.
+/// Whether `url` is an API base Berth can post to: `https://` (verified against the
+/// system's roots and `BERTH_CA_FILE`), or `http://` (a local proxy or a test fake).
 pub(crate) fn http_base(url: &str) -> Result<(), String> {
-    if url.starts_with("http://") {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("http://") {
         Ok(())
-    } else if url.starts_with("https://") {
-        Err(format!(
-            "{url} needs TLS, which Berth does not link; answers will not be posted. \
-             Point it at a local TLS-terminating proxy over plain http:// \
-             (e.g. http://127.0.0.1:8443/api)"
-        ))
     } else {
         Err(format!(
-            "{url} is not an http:// URL; answers will not be posted"
+            "{url} is not an https:// URL; answers will not be posted"
         ))
     }
 }
@@ -222,12 +217,26 @@ mod tests {
     }
 
     #[test]
-    fn https_api_urls_are_named_at_startup() {
+    fn the_default_https_api_urls_need_no_warning() {
         let settings = map(&[("slack_signing_secret", "s"), ("slack_bot_token", "t")]);
         let c = ChannelConfig::from_lookup(|_| None, &settings);
-        let w = c.warnings();
-        assert_eq!(w.len(), 1);
-        assert!(w[0].contains("https://slack.com/api needs TLS"), "{w:?}");
+        assert_eq!(
+            c.slack.as_ref().map(|s| s.api_url.as_str()),
+            Some(SLACK_API_URL)
+        );
+        assert_eq!(c.warnings(), Vec::<String>::new());
+        let settings = map(&[
+            ("slack_signing_secret", "s"),
+            ("slack_bot_token", "t"),
+            ("slack_api_url", "ftp://x"),
+        ]);
+        let w = ChannelConfig::from_lookup(|_| None, &settings).warnings();
+        assert_eq!(
+            w,
+            [
+                "Slack: BERTH_SLACK_API_URL: ftp://x is not an https:// URL; answers will not be posted"
+            ]
+        );
     }
 
     #[test]

@@ -14,7 +14,6 @@
 //! session's task ends, the [`Replier`] (a [`TaskObserver`] on the scheduler) posts
 //! the agent's final answer back to the conversation.
 
-pub mod client;
 pub mod config;
 pub mod crypto;
 mod lark;

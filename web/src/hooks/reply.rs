@@ -3,8 +3,9 @@
 //! `im/v1/messages` to the chat, with a tenant access token).
 
 use super::Thread;
-use super::client::{CallError, post_json};
 use super::config::ChannelConfig;
+use crate::net::HttpClient;
+use crate::net::client::CallError;
 use crate::scheduler::TaskObserver;
 use crate::store::{Store, StoreError, TaskRow};
 use berth_core::api::TaskStatus;
@@ -116,19 +117,42 @@ struct Inner {
     display: Arc<berth_core::Context>,
     /// Lark's tenant access token and when to fetch a new one.
     lark_token: tokio::sync::Mutex<Option<(String, Instant)>>,
+    /// The pooled client the answers go out through (TLS, keep-alive).
+    http: HttpClient,
 }
+
+/// How long one call to a platform may take, retries included.
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Replier {
     /// `display`: the user whose home and name every reply is stripped of.
-    pub fn new(store: Store, config: ChannelConfig, display: Arc<berth_core::Context>) -> Replier {
+    pub fn new(
+        store: Store,
+        config: ChannelConfig,
+        display: Arc<berth_core::Context>,
+        http: HttpClient,
+    ) -> Replier {
         Replier {
             inner: Arc::new(Inner {
                 store,
                 config,
                 display,
                 lark_token: tokio::sync::Mutex::new(None),
+                http,
             }),
         }
+    }
+
+    async fn post_json(
+        &self,
+        url: &str,
+        bearer: Option<&str>,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, CallError> {
+        self.inner
+            .http
+            .post_json(url, bearer, body, CALL_TIMEOUT)
+            .await
     }
 
     /// Posts the answer of `task` if its session is a channel session.
@@ -172,7 +196,7 @@ impl Replier {
         };
         let url = format!("{}/chat.postMessage", cfg.api_url);
         let body = json!({ "channel": channel, "thread_ts": thread_ts, "text": text });
-        let answer = post_json(&url, Some(token.expose()), &body).await?;
+        let answer = self.post_json(&url, Some(token.expose()), &body).await?;
         if answer.get("ok").and_then(serde_json::Value::as_bool) != Some(true) {
             return Err(ReplyError::Refused {
                 platform: "slack",
@@ -195,7 +219,9 @@ impl Replier {
             return Ok(token.clone());
         }
         let url = format!("{api_url}/auth/v3/tenant_access_token/internal");
-        let answer = post_json(&url, None, &json!({ "app_id": id, "app_secret": secret })).await?;
+        let answer = self
+            .post_json(&url, None, &json!({ "app_id": id, "app_secret": secret }))
+            .await?;
         let token = answer
             .get("tenant_access_token")
             .and_then(serde_json::Value::as_str)
@@ -231,7 +257,7 @@ impl Replier {
             "msg_type": "text",
             "content": json!({ "text": text }).to_string(),
         });
-        let answer = post_json(&url, Some(&token), &body).await?;
+        let answer = self.post_json(&url, Some(&token), &body).await?;
         if answer.get("code").and_then(serde_json::Value::as_i64) != Some(0) {
             // A token Lark no longer accepts is fetched again next time.
             *self.inner.lark_token.lock().await = None;
@@ -251,6 +277,8 @@ impl TaskObserver for Replier {
         tokio::spawn(async move {
             let id = task.id.clone();
             if let Err(e) = this.reply(task).await {
+                // The server's own log is its stderr: an answer lost must be seen.
+                eprintln!("berth: the answer of task {id} could not be posted back: {e}");
                 tracing::error!(task = %id, error = %e, "the answer could not be posted back");
             }
         });

@@ -206,8 +206,12 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let s = t.server.clone();
         tokio::spawn(async move {
-            s.serve_web(listener, "web-token".into(), vec![addr.to_string()])
-                .await
+            s.serve_web(
+                berth_web::net::listener::WebListener::Plain(listener),
+                "web-token".into(),
+                vec![addr.to_string()],
+            )
+            .await
         });
         (t, addr)
     }
@@ -226,6 +230,7 @@ impl TestServer {
             display: Some(home_context(home.path())),
             channels: Some(Default::default()),
             daemons,
+            http: None,
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();
