@@ -18,7 +18,7 @@ use berth_tests::{Berth, eventually};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,14 +29,53 @@ const WINDOW_MS: u64 = 1500;
 /// An agent that says where it ran and what it was told.
 const REPORTER: &str = r#"printf 'cwd=%s\n' "$PWD"; echo "prompt=$(cat)""#;
 
+/// How daemons reach the server: plain http on loopback, or https with a CA made
+/// for the test (the fault tests run both ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Net {
+    Http,
+    Https,
+}
+
 /// `berth serve --allow-daemons` with a short window; returns it and its URL.
 fn server(tag: &str, window_ms: u64) -> (Berth, String) {
+    let (srv, url, _) = server_on(tag, window_ms, Net::Http);
+    (srv, url)
+}
+
+/// [`server`] over `net`; with https, also the CA file daemons must trust.
+fn server_on(tag: &str, window_ms: u64, net: Net) -> (Berth, String, Option<PathBuf>) {
     let mut srv = Berth::new(tag);
     srv.env("BERTH_DAEMON_WINDOW_MS", &window_ms.to_string());
     srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
-    srv.serve_with(&["--allow-daemons"]);
+    let ca = match net {
+        Net::Http => {
+            srv.serve_with(&["--allow-daemons"]);
+            None
+        }
+        Net::Https => {
+            let pki = berth_tests::tls::Pki::generate(&srv.root.path().join("pki"), tag);
+            srv.serve_with(&[
+                "--allow-daemons",
+                "--tls-cert",
+                s(&pki.cert),
+                "--tls-key",
+                s(&pki.key),
+            ]);
+            Some(pki.ca)
+        }
+    };
     let (url, _) = srv.serve_info();
-    (srv, url)
+    (srv, url, ca)
+}
+
+/// A machine whose daemon trusts `ca` (when the server speaks https).
+fn machine(tag: &str, ca: &Option<PathBuf>) -> Berth {
+    let mut b = Berth::new(tag);
+    if let Some(ca) = ca {
+        b.env("BERTH_CA_FILE", s(ca));
+    }
+    b
 }
 
 fn token(srv: &Berth, name: &str) -> String {
@@ -106,11 +145,20 @@ fn exit_code(child: &mut std::process::Child, secs: u64) -> Option<i32> {
 
 #[test]
 fn a_bound_session_runs_only_on_its_machine_and_waits_for_it() {
-    let (srv, url) = server("d-srv", WINDOW_MS);
+    a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(Net::Http);
+}
+
+#[test]
+fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_over_https() {
+    a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(Net::Https);
+}
+
+fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(net: Net) {
+    let (srv, url, ca) = server_on("d-srv", WINDOW_MS, net);
     let (ta, tb) = (token(&srv, "a"), token(&srv, "b"));
-    let mut a = Berth::new("d-a");
+    let mut a = machine("d-a", &ca);
     a.daemon(&url, &ta, "laptop-a");
-    let mut b = Berth::new("d-b");
+    let mut b = machine("d-b", &ca);
     b.daemon(&url, &tb, "laptop-b");
 
     // Both machines are listed online on the server.
@@ -350,9 +398,18 @@ const SLOW: &str = r#"echo "pid=$$"; sleep 60; echo done"#;
 
 #[test]
 fn a_daemon_killed_mid_task_leaves_the_task_interrupted() {
-    let (srv, url) = server("d-kill", WINDOW_MS);
+    a_daemon_killed_mid_task_leaves_the_task_interrupted_on(Net::Http);
+}
+
+#[test]
+fn a_daemon_killed_mid_task_leaves_the_task_interrupted_over_https() {
+    a_daemon_killed_mid_task_leaves_the_task_interrupted_on(Net::Https);
+}
+
+fn a_daemon_killed_mid_task_leaves_the_task_interrupted_on(net: Net) {
+    let (srv, url, ca) = server_on("d-kill", WINDOW_MS, net);
     let ta = token(&srv, "a");
-    let mut a = Berth::new("d-a");
+    let mut a = machine("d-a", &ca);
     a.daemon(&url, &ta, "laptop-a");
     let script = srv.root.path().join("slow.sh");
     write_script(&script, SLOW);
@@ -429,12 +486,14 @@ fn transcript(b: &Berth, session: &str) -> (String, Vec<Value>) {
 /// refuse new ones for a while: a network outage on loopback.
 struct Relay {
     port: u16,
+    scheme: &'static str,
     down: Arc<AtomicBool>,
     live: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Relay {
-    fn start(upstream: String) -> Relay {
+    fn start(upstream: String, scheme: &str) -> Relay {
+        let scheme = if scheme == "https" { "https" } else { "http" };
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let down = Arc::new(AtomicBool::new(false));
@@ -466,11 +525,16 @@ impl Relay {
                 }
             }
         });
-        Relay { port, down, live }
+        Relay {
+            port,
+            scheme,
+            down,
+            live,
+        }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     /// Cuts every connection and refuses new ones for `d`.
@@ -486,11 +550,21 @@ impl Relay {
 
 #[test]
 fn a_daemon_reconnects_without_losing_or_repeating_events() {
+    a_daemon_reconnects_without_losing_or_repeating_events_on(Net::Http);
+}
+
+#[test]
+fn a_daemon_reconnects_without_losing_or_repeating_events_over_https() {
+    a_daemon_reconnects_without_losing_or_repeating_events_on(Net::Https);
+}
+
+fn a_daemon_reconnects_without_losing_or_repeating_events_on(net: Net) {
     let window = 4000;
-    let (srv, url) = server("d-net", window);
+    let (srv, url, ca) = server_on("d-net", window, net);
     let ta = token(&srv, "a");
-    let relay = Relay::start(url.trim_start_matches("http://").to_owned());
-    let mut a = Berth::new("d-a");
+    let (scheme, upstream) = url.split_once("://").unwrap();
+    let relay = Relay::start(upstream.to_owned(), scheme);
+    let mut a = machine("d-a", &ca);
     a.daemon(&relay.url(), &ta, "laptop-a");
     let script = srv.root.path().join("count.sh");
     write_script(

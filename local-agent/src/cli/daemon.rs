@@ -80,7 +80,7 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     }
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
-    let http = super::serve::http_client(&config, args.ca_file.as_deref())?;
+    let http = super::serve::http_client(&config, args.ca_file.as_deref(), args.no_keep_alive)?;
     let opts = DaemonOptions {
         server,
         token,

@@ -90,6 +90,10 @@ pub struct DaemonArgs {
     /// Claim every MS milliseconds instead of long-polling (for benchmarks).
     #[arg(long, value_name = "MS", hide = true)]
     pub poll_ms: Option<u64>,
+    /// A new connection for every call instead of the pooled keep-alive ones (for
+    /// benchmarks).
+    #[arg(long, hide = true)]
+    pub no_keep_alive: bool,
 }
 
 #[derive(Debug, Args)]

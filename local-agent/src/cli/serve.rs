@@ -91,7 +91,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
             daemons: args
                 .allow_daemons
                 .then(berth_web::daemon::DaemonConfig::from_env),
-            http: Some(http_client(&config_for_http, None)?),
+            http: Some(http_client(&config_for_http, None, false)?),
             ..ServerOptions::default()
         },
     )
@@ -225,12 +225,16 @@ fn server_error(e: berth_web::server::ServerError) -> CliError {
 pub(super) fn http_client(
     config: &ExecutorConfig,
     flag: Option<&std::path::Path>,
+    no_keep_alive: bool,
 ) -> Result<berth_web::net::HttpClient, CliError> {
     let settings_ca = berth_local_agent::settings::user_ca_file(config)
         .map_err(|e| CliError::new(e.to_string(), "fix the settings file"))?;
     let mut opts = berth_web::net::ClientOptions::from_env(settings_ca.as_deref());
     if let Some(f) = flag {
         opts.ca_file = Some(f.to_owned());
+    }
+    if no_keep_alive {
+        opts.idle = std::time::Duration::ZERO;
     }
     berth_web::net::HttpClient::new(&opts).map_err(|e| CliError::new(e.to_string(), e.hint()))
 }

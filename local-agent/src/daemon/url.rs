@@ -120,18 +120,14 @@ impl ServerUrl {
         if !host_ok {
             return Err(UrlError::Host { url });
         }
-        let port = match authority.port() {
-            None if authority.as_str().ends_with(':') => return Err(UrlError::Port { url }),
-            None => {
-                if tls {
-                    443
-                } else {
-                    80
-                }
-            }
-            Some(p) => match p.as_u16() {
-                0 => return Err(UrlError::Port { url }),
-                n => n,
+        // The port's own text: `Authority::port` gives none for one past 65535.
+        let port_text = authority.as_str()[authority.host().len()..].strip_prefix(':');
+        let port = match port_text {
+            None if tls => 443,
+            None => 80,
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 && p.chars().all(|c| c.is_ascii_digit()) => n,
+                _ => return Err(UrlError::Port { url }),
             },
         };
         if !tls && !is_loopback(&host) {

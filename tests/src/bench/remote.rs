@@ -2,6 +2,10 @@
 //! remote daemon's machine, for a daemon that long-polls (`berth daemon`) against one
 //! that polls every second (`berth daemon --poll-ms 1000`), in the same run.
 //!
+//! The same long-polling claim is then timed against a server serving https (a CA made
+//! for the run), and the daemon's event throughput is measured with its pooled,
+//! kept-alive client against one connection per call (`--no-keep-alive`), over https.
+//!
 //! The agent is `date +%s%N`: the first thing it does is print the wall clock, so its
 //! one line of output is the moment it started. Both daemons and the server run on
 //! this machine, so that clock is the one the benchmark read just before posting the
@@ -34,18 +38,24 @@ fn daemon(srv: &Berth, url: &str, name: &str, extra: &[&str]) -> Result<(Berth, 
     let mut args = vec!["daemon", "--server", url, "--token", &token, "--name", name];
     args.extend_from_slice(extra);
     d.start(&args);
+    let id = session_on(&d, AGENT, name)?;
+    Ok((d, id))
+}
+
+/// A session of `agent` bound in a project directory on the daemon `d`'s machine.
+fn session_on(d: &Berth, agent: &str, name: &str) -> Result<String> {
     let dir = d.user_home.join("code/app");
     std::fs::create_dir_all(&dir)?;
     let dir = dir.to_str().context("utf-8 path")?.to_owned();
     let doc = d.json(&[
-        "session", "new", "--agent", AGENT, "--dir", &dir, "--title", name, "--json",
+        "session", "new", "--agent", agent, "--dir", &dir, "--title", name, "--json",
     ]);
     let id = doc["id"].as_str().context("session without id")?.to_owned();
     ensure!(
         doc["binding"]["daemon_name"] == name,
         "the session is not bound on {name}: {doc}"
     );
-    Ok((d, id))
+    Ok(id)
 }
 
 /// Posts `n` (+ warm-up) messages to `session` one after another; each sample is
@@ -94,9 +104,57 @@ fn measure(sock: &Path, conn: &mut Conn, session: &str, n: usize, what: &str) ->
     Ok(out)
 }
 
-pub fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let mut srv = Berth::new("bench-remote");
-    srv.serve_with(&["--allow-daemons"]);
+/// Lines the event-throughput agent prints.
+const EVENT_LINES: usize = 3000;
+const LINES_AGENT: &str = "lines";
+
+/// The events of one task that prints [`EVENT_LINES`] lines, from the message posted
+/// to its `task` event on the server's stream: events per second.
+fn event_rate(sock: &Path, conn: &mut Conn, session: &str) -> Result<f64> {
+    let mut sse = Sse::open(sock, session, 0, Duration::from_secs(120))?;
+    let t0 = std::time::Instant::now();
+    let task = post_message(conn, session, "go")?;
+    let mut lines = 0usize;
+    loop {
+        let Some(ev) = sse.next_event()? else {
+            bail!("the stream ended before task {task} finished");
+        };
+        let doc = ev.json()?;
+        if doc["task_id"].as_str() != Some(task.as_str()) {
+            continue;
+        }
+        if doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
+            lines += 1;
+        }
+        if ev.event == "task" {
+            let status = &doc["payload"]["task"]["status"];
+            ensure!(status == "succeeded", "task {task} ended {status}");
+            break;
+        }
+    }
+    ensure!(
+        lines == EVENT_LINES,
+        "{lines} of {EVENT_LINES} lines arrived"
+    );
+    Ok(lines as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// `berth serve --allow-daemons`, over https with a CA made for the run when `tls`;
+/// its URL and the CA file.
+fn server(name: &str, tls: bool) -> Result<(Berth, String, Option<std::path::PathBuf>)> {
+    let mut srv = Berth::new(name);
+    let ca = if tls {
+        let pki = crate::tls::Pki::generate(&srv.root.path().join("pki"), name);
+        let (cert, key) = (
+            pki.cert.to_str().context("utf-8 path")?.to_owned(),
+            pki.key.to_str().context("utf-8 path")?.to_owned(),
+        );
+        srv.serve_with(&["--allow-daemons", "--tls-cert", &cert, "--tls-key", &key]);
+        Some(pki.ca)
+    } else {
+        srv.serve_with(&["--allow-daemons"]);
+        None
+    };
     let (url, _) = srv.serve_info();
     srv.ok(&[
         "agent",
@@ -108,6 +166,58 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         "date",
         "+%s%N",
     ]);
+    let lines = format!("cat >/dev/null; seq 1 {EVENT_LINES}");
+    srv.ok(&[
+        "agent",
+        "add",
+        LINES_AGENT,
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        &lines,
+    ]);
+    Ok((srv, url, ca))
+}
+
+/// The TLS half: claim latency over https, and event throughput pooled against a
+/// connection per call.
+fn over_https(cfg: &Config) -> Result<(Vec<f64>, f64, f64)> {
+    let (srv, url, ca) = server("bench-remote-tls", true)?;
+    let ca = ca.context("no CA")?;
+    let ca = ca.to_str().context("utf-8 path")?;
+    let (long_d, long_session) = daemon(&srv, &url, "https-long", &["--ca-file", ca])?;
+    let (fresh_d, fresh_session) = daemon(
+        &srv,
+        &url,
+        "https-fresh",
+        &["--ca-file", ca, "--no-keep-alive"],
+    )?;
+    let sock = socket(&srv);
+    let mut conn = Conn::connect(&sock)?;
+    let long = measure(
+        &sock,
+        &mut conn,
+        &long_session,
+        cfg.remote_messages,
+        "https",
+    )?;
+    let _ = fresh_session;
+    let pooled_lines = session_on(&long_d, LINES_AGENT, "https-long")?;
+    let fresh_lines = session_on(&fresh_d, LINES_AGENT, "https-fresh")?;
+    // Interleaved, so both see the same load; the median of three each.
+    let (mut pooled, mut fresh) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        pooled.push(event_rate(&sock, &mut conn, &pooled_lines)?);
+        fresh.push(event_rate(&sock, &mut conn, &fresh_lines)?);
+    }
+    let median = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    Ok((long, median(&pooled), median(&fresh)))
+}
+
+pub fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let (srv, url, _) = server("bench-remote", false)?;
     let (_long, long_session) = daemon(&srv, &url, "long-poll", &[])?;
     let (_poll, poll_session) = daemon(&srv, &url, "poll-1s", &["--poll-ms", "1000"])?;
     let sock = socket(&srv);
@@ -140,6 +250,49 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         None,
     ));
     let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    drop(conn);
+    drop(srv);
+    let (https, pooled, fresh) = over_https(cfg)?;
+    rows.extend(percentile_rows(
+        "remote claim",
+        "long-polling daemon over https",
+        &https,
+        Some(Goal::AtMost(5.0)),
+    ));
+    rows.push(
+        Row::new(
+            "remote claim",
+            "https p50 / http p50 (long poll)",
+            p50(&https) / p50(&long),
+            "x",
+            None,
+        )
+        .with_note("what TLS adds to a claim: pooled connections keep the handshake out of it"),
+    );
+    rows.push(
+        Row::new(
+            "remote claim",
+            "daemon events over https, pooled client",
+            pooled,
+            "events/s",
+            None,
+        )
+        .with_note(format!(
+            "one task printing {EVENT_LINES} lines, message to last event; median of 3"
+        )),
+    );
+    rows.push(
+        Row::new(
+            "remote claim",
+            "daemon events over https, a connection per call",
+            fresh,
+            "events/s",
+            None,
+        )
+        .with_note(
+            "the same daemon with --no-keep-alive: a TCP connect and TLS handshake per call",
+        ),
+    );
     rows.push(
         Row::new(
             "remote claim",
