@@ -173,22 +173,20 @@ pub fn is_certificate_problem(problem: &str) -> bool {
 }
 
 fn describe(e: &rustls::Error) -> String {
-    use rustls::{CertificateError, Error};
-    match e {
-        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-            "the server's certificate is not trusted: it is signed by an unknown issuer".into()
-        }
-        Error::InvalidCertificate(CertificateError::NotValidForName)
-        | Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. }) => {
-            "the server's certificate is not trusted: it is not valid for this host name".into()
-        }
-        Error::InvalidCertificate(CertificateError::Expired)
-        | Error::InvalidCertificate(CertificateError::ExpiredContext { .. }) => {
-            "the server's certificate is not trusted: it has expired".into()
-        }
-        Error::InvalidCertificate(other) => {
-            format!("the server's certificate is not trusted: {other:?}")
-        }
-        other => format!("TLS failed: {other}"),
-    }
+    use rustls::CertificateError as C;
+    // rustls' errors are non-exhaustive: name the common certificate problems, and
+    // say anything else as rustls does.
+    let rustls::Error::InvalidCertificate(cert) = e else {
+        return format!("TLS failed: {e}");
+    };
+    let why = if matches!(cert, C::UnknownIssuer) {
+        "it is signed by an unknown issuer".to_owned()
+    } else if matches!(cert, C::NotValidForName | C::NotValidForNameContext { .. }) {
+        "it is not valid for this host name".to_owned()
+    } else if matches!(cert, C::Expired | C::ExpiredContext { .. }) {
+        "it has expired".to_owned()
+    } else {
+        format!("{cert:?}")
+    };
+    format!("the server's certificate is not trusted: {why}")
 }
