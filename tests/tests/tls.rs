@@ -422,3 +422,50 @@ fn berth_serve_off_loopback_needs_tls_or_insecure_http() {
     assert!(err.contains("--tls-cert FILE --tls-key FILE"), "{err}");
     assert!(!b.home.join("serve.json").exists());
 }
+
+#[test]
+fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
+    let root = berth_tests::TempDir::new("tls-settings-ca");
+    let pki = Pki::generate(&root.path().join("pki"), "server");
+    let (srv, url) = tls_server("tls-srv3", &pki);
+    let token = daemon_token(&srv, "laptop");
+    let mut laptop = Berth::new("tls-laptop3");
+    std::fs::copy(&pki.ca, laptop.user_home.join("company-ca.pem")).unwrap();
+    std::fs::write(
+        laptop.config.join("settings.jsonc"),
+        r#"{ "ca_file": "~/company-ca.pem" }"#,
+    )
+    .unwrap();
+    laptop.start(&[
+        "daemon", "--server", &url, "--token", &token, "--name", "laptop",
+    ]);
+    add_command_agent(&laptop, "hi", "cat >/dev/null; echo hello");
+    let dir = laptop.user_home.join("code/app");
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    // A project layer naming a CA is ignored, and says so.
+    std::fs::write(
+        dir.join(".berth/settings.jsonc"),
+        r#"{ "ca_file": "/tmp/evil-ca.pem" }"#,
+    )
+    .unwrap();
+    let id = laptop.json(&[
+        "session",
+        "new",
+        "--agent",
+        "hi",
+        "--dir",
+        s(&dir),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events, task) = send_json(&laptop, &id, "go");
+    assert_eq!(code, 0, "{task}\n{}", laptop.serve_log());
+    let ignored = events
+        .iter()
+        .find(|e| e["payload"]["type"] == "ignored")
+        .expect("the project's ca_file is reported");
+    assert_eq!(ignored["payload"]["keys"][0]["key"], "ca_file");
+    assert_eq!(ignored["payload"]["keys"][0]["verdict"], "user_layer_only");
+}
