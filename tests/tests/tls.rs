@@ -224,6 +224,17 @@ fn tls_server(tag: &str, pki: &Pki) -> (Berth, String) {
     (srv, url)
 }
 
+/// A test CA, a TLS `berth serve` using its certificate, its URL, a daemon token for
+/// `laptop`, and a fresh installation for the laptop.
+fn tls_rig(tag: &str) -> (berth_tests::TempDir, Pki, Berth, String, String, Berth) {
+    let root = berth_tests::TempDir::new(tag);
+    let pki = Pki::generate(&root.path().join("pki"), "server");
+    let (srv, url) = tls_server(&format!("{tag}-srv"), &pki);
+    let token = daemon_token(&srv, "laptop");
+    let laptop = Berth::new(&format!("{tag}-laptop"));
+    (root, pki, srv, url, token, laptop)
+}
+
 fn daemon_token(srv: &Berth, name: &str) -> String {
     srv.json(&["daemon", "token", "create", name, "--json"])["token"]
         .as_str()
@@ -233,11 +244,7 @@ fn daemon_token(srv: &Berth, name: &str) -> String {
 
 #[test]
 fn a_daemon_over_https_registers_claims_and_streams() {
-    let root = berth_tests::TempDir::new("tls-daemon");
-    let pki = Pki::generate(&root.path().join("pki"), "server");
-    let (srv, url) = tls_server("tls-srv", &pki);
-    let token = daemon_token(&srv, "laptop");
-    let mut laptop = Berth::new("tls-laptop");
+    let (_root, pki, srv, url, token, mut laptop) = tls_rig("tls-daemon");
     laptop.start(&[
         "daemon",
         "--server",
@@ -307,11 +314,7 @@ fn plain_http(port: u16) -> String {
 
 #[test]
 fn a_daemon_refuses_an_untrusted_certificate_and_plain_http_off_loopback() {
-    let root = berth_tests::TempDir::new("tls-refuse");
-    let pki = Pki::generate(&root.path().join("pki"), "server");
-    let (srv, url) = tls_server("tls-srv2", &pki);
-    let token = daemon_token(&srv, "laptop");
-    let laptop = Berth::new("tls-laptop2");
+    let (root, _pki, _srv, url, token, laptop) = tls_rig("tls-refuse");
 
     // No CA: the certificate is not trusted. A clear error at once, no retry loop.
     let started = std::time::Instant::now();
@@ -425,11 +428,7 @@ fn berth_serve_off_loopback_needs_tls_or_insecure_http() {
 
 #[test]
 fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
-    let root = berth_tests::TempDir::new("tls-settings-ca");
-    let pki = Pki::generate(&root.path().join("pki"), "server");
-    let (srv, url) = tls_server("tls-srv3", &pki);
-    let token = daemon_token(&srv, "laptop");
-    let mut laptop = Berth::new("tls-laptop3");
+    let (_root, pki, _srv, url, token, mut laptop) = tls_rig("tls-ca");
     std::fs::copy(&pki.ca, laptop.user_home.join("company-ca.pem")).unwrap();
     std::fs::write(
         laptop.config.join("settings.jsonc"),

@@ -58,6 +58,35 @@ fn session_on(d: &Berth, agent: &str, name: &str) -> Result<String> {
     Ok(id)
 }
 
+/// Reads `sse` until `task`'s `task` event (60 s at most), passing each line of the
+/// agent's text to `text`; fails unless the task succeeded.
+fn until_task_ends(sse: &mut Sse, task: &str, mut text: impl FnMut(&str)) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // Keep-alives reset the stream's read timeout: a task that never ends fails
+        // the benchmark instead of hanging it.
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "task {task} did not end within 60 s"
+        );
+        let Some(ev) = sse.next_event()? else {
+            bail!("the stream ended before task {task} finished");
+        };
+        let doc = ev.json()?;
+        if doc["task_id"].as_str() != Some(task) {
+            continue;
+        }
+        if doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
+            text(doc["payload"]["text"].as_str().unwrap_or_default());
+        }
+        if ev.event == "task" {
+            let status = &doc["payload"]["task"]["status"];
+            ensure!(status == "succeeded", "task {task} ended {status}");
+            return Ok(());
+        }
+    }
+}
+
 /// Posts `n` (+ warm-up) messages to `session` one after another; each sample is
 /// the agent's own start time minus the time just before the message was posted.
 fn measure(sock: &Path, conn: &mut Conn, session: &str, n: usize, what: &str) -> Result<Vec<f64>> {
@@ -67,32 +96,9 @@ fn measure(sock: &Path, conn: &mut Conn, session: &str, n: usize, what: &str) ->
         let t0 = now_ns()?;
         let task = post_message(conn, session, "go")?;
         let mut started = None;
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            // Keep-alives reset the stream's read timeout: a task that never ends
-            // fails the benchmark instead of hanging it.
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "task {task} did not end within 60 s"
-            );
-            let Some(ev) = sse.next_event()? else {
-                bail!("the stream ended before task {task} finished");
-            };
-            let doc = ev.json()?;
-            if doc["task_id"].as_str() != Some(task.as_str()) {
-                continue;
-            }
-            if doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
-                started = doc["payload"]["text"]
-                    .as_str()
-                    .and_then(|t| t.trim().parse::<u128>().ok());
-            }
-            if ev.event == "task" {
-                let status = &doc["payload"]["task"]["status"];
-                ensure!(status == "succeeded", "task {task} ended {status}");
-                break;
-            }
-        }
+        until_task_ends(&mut sse, &task, |text| {
+            started = text.trim().parse::<u128>().ok();
+        })?;
         let started = started.with_context(|| format!("task {task} printed no time"))?;
         if i >= WARM_UP {
             out.push(started.saturating_sub(t0) as f64 / 1e6);
@@ -115,23 +121,7 @@ fn event_rate(sock: &Path, conn: &mut Conn, session: &str) -> Result<f64> {
     let t0 = std::time::Instant::now();
     let task = post_message(conn, session, "go")?;
     let mut lines = 0usize;
-    loop {
-        let Some(ev) = sse.next_event()? else {
-            bail!("the stream ended before task {task} finished");
-        };
-        let doc = ev.json()?;
-        if doc["task_id"].as_str() != Some(task.as_str()) {
-            continue;
-        }
-        if doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
-            lines += 1;
-        }
-        if ev.event == "task" {
-            let status = &doc["payload"]["task"]["status"];
-            ensure!(status == "succeeded", "task {task} ended {status}");
-            break;
-        }
-    }
+    until_task_ends(&mut sse, &task, |_| lines += 1)?;
     ensure!(
         lines == EVENT_LINES,
         "{lines} of {EVENT_LINES} lines arrived"
