@@ -225,21 +225,13 @@ fn serve_connection(stream: impl Read + Write, handler: &Handler, log: &Mutex<Ve
 
 /// `GET path` over TLS to `127.0.0.1:port`, trusting `pki`'s CA: (status, body).
 pub fn https_get(pki: &Pki, port: u16, path: &str, bearer: &str) -> (u16, String) {
-    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let client =
-        rustls::ClientConnection::new(Arc::new(pki.client_config()), name).expect("client");
-    let mut stream = rustls::StreamOwned::new(client, tcp);
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {bearer}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    let text = https_request(
+        pki,
+        port,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {bearer}\r\nConnection: close\r\n\r\n"
+        ),
+    );
     let status = text
         .split_whitespace()
         .nth(1)
@@ -250,4 +242,20 @@ pub fn https_get(pki: &Pki, port: u16, path: &str, bearer: &str) -> (u16, String
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     (status, body)
+}
+
+/// Sends `request` as it is over TLS to `127.0.0.1:port`, trusting `pki`'s CA, and
+/// returns the whole answer (head and body) as text.
+pub fn https_request(pki: &Pki, port: u16, request: &str) -> String {
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let client =
+        rustls::ClientConnection::new(Arc::new(pki.client_config()), name).expect("client");
+    let mut stream = rustls::StreamOwned::new(client, tcp);
+    stream.write_all(request.as_bytes()).expect("request");
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw).into_owned()
 }

@@ -291,6 +291,19 @@ fn a_daemon_over_https_registers_claims_and_streams() {
     let (_, web_token) = srv.serve_info();
     let (status, body) = https_get(&pki, port, "/api/v1/health", &web_token);
     assert_eq!(status, 200, "{body}");
+    // The browser's session cookie never travels over plain http.
+    let page = berth_tests::tls::https_request(
+        &pki,
+        port,
+        &format!(
+            "GET /?token={web_token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    let cookie = page
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {page}"));
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
     let plain = plain_http(port);
     assert!(plain.starts_with("HTTP/1.1 400"), "{plain}");
     assert!(plain.contains("https://"), "{plain}");

@@ -379,7 +379,8 @@ impl Server {
         token: String,
         allowed_hosts: Vec<String>,
     ) -> io::Result<()> {
-        let router = api::web_router(self.state(), token, allowed_hosts);
+        let tls = matches!(listener, WebListener::Tls(_));
+        let router = api::web_router(self.state(), token, allowed_hosts, tls);
         self.serve_on(listener, router).await
     }
 
@@ -401,7 +402,8 @@ impl Server {
     /// Serves the whole API, token-guarded, on `berth-server`'s listener until shutdown,
     /// plus the signature-authenticated webhooks.
     pub async fn serve_cloud(&self, listener: WebListener, token: String) -> io::Result<()> {
-        let router = api::cloud_router(self.state(), token);
+        let tls = matches!(listener, WebListener::Tls(_));
+        let router = api::cloud_router(self.state(), token, tls);
         self.serve_on(listener, router).await
     }
 

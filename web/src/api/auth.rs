@@ -18,6 +18,8 @@ pub(crate) struct Guard {
     pub allowed_hosts: Option<Vec<String>>,
     /// Whether writes exist on this listener (they then need the bearer token).
     pub writes: bool,
+    /// Served over TLS: the session cookie is `Secure`, never sent over plain http.
+    pub tls: bool,
 }
 
 /// The `Host` values a browser sends for a loopback listener on `addr`.
@@ -103,8 +105,9 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
     }
     if query_token(&req).is_some_and(|t| same(t, &g.token)) {
         let mut res = next.run(req).await;
+        let secure = if g.tls { "; Secure" } else { "" };
         let value = format!(
-            "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+            "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{secure}",
             g.token
         );
         if let Ok(v) = HeaderValue::from_str(&value) {

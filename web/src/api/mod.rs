@@ -168,12 +168,14 @@ fn daemon_routes(app: &AppState) -> Router {
 /// The read routes and the browser UI ([`crate::ui`]), for the web listener: `Host`
 /// must be one of `allowed_hosts` (`host:port` as the browser sends it, see
 /// [`loopback_hosts`]), and the token must come as `?token=` (answered with an
-/// HttpOnly SameSite=Strict cookie) or that cookie. Writes answer 405.
-pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> Router {
+/// HttpOnly SameSite=Strict cookie, `Secure` when `tls`) or that cookie. Writes answer
+/// 405.
+pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls: bool) -> Router {
     let guard = Arc::new(Guard {
         token,
         allowed_hosts: Some(allowed_hosts),
         writes: false,
+        tls,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app);
@@ -191,11 +193,12 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>) -> R
 
 /// Every route, for `berth-server`: writes need `Authorization: Bearer <token>`;
 /// reads accept the bearer token or the cookie (`?token=` sets it).
-pub fn cloud_router(app: AppState, token: String) -> Router {
+pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
     let guard = Arc::new(Guard {
         token,
         allowed_hosts: None,
         writes: true,
+        tls,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app);
