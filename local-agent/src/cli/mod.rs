@@ -29,7 +29,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Validate a directory as a binding would (no server needed).
     Check {
+        /// The directory (relative paths from the current directory; `~` is expanded).
         path: PathBuf,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -41,12 +43,15 @@ pub enum Command {
     Session(SessionCmd),
     /// Send a message to a session; streams until its task ends.
     Send {
+        /// The session: its id or a unique prefix of it.
         id: String,
+        /// The message for the agent.
         message: String,
         /// Return as soon as the task is accepted.
         #[arg(long)]
         detach: bool,
         /// One JSON event per line; the last is `{"task": {...}}`.
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -107,6 +112,7 @@ pub struct TrustArgs {
     /// Take the trust back.
     #[arg(long)]
     pub revoke: bool,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -115,6 +121,7 @@ pub struct TrustArgs {
 pub enum TrustCmd {
     /// The trusted directories, and whether each is still the one trusted.
     List {
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -131,18 +138,23 @@ pub enum DaemonCmd {
 pub enum TokenCmd {
     /// Create a token for one machine; it is shown once.
     Create {
+        /// The token's name, one per machine (e.g. `laptop`).
         name: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List tokens, their machines and whether those are online.
     List {
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Revoke a token: its machine is refused from then on.
     Revoke {
+        /// The token's name.
         name: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -211,7 +223,9 @@ impl Policy {
 pub enum AgentCmd {
     /// Register an agent.
     Add {
+        /// The agent's name, used by `session new --agent` (1-64 letters, digits, `-`, `_`).
         name: String,
+        /// Which CLI drives it: claude (Claude Code), codex (Codex), or any command.
         #[arg(long, value_enum)]
         kind: Kind,
         /// What the agent may do: read-only, edit (the default, or the user settings'
@@ -221,11 +235,13 @@ pub enum AgentCmd {
         /// The program and its arguments (everything after --command).
         #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<String>,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List agents.
     List {
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -235,37 +251,51 @@ pub enum AgentCmd {
 pub enum SessionCmd {
     /// Create a session; with --dir it is bound to that directory.
     New {
+        /// The registered agent the session talks to (see `berth agent list`).
         #[arg(long)]
         agent: Option<String>,
+        /// A title, shown in lists and in the header.
         #[arg(long)]
         title: Option<String>,
+        /// Bind the session to this directory, validated as `berth check` does.
         #[arg(long, value_name = "PATH")]
         dir: Option<PathBuf>,
+        /// How the directory is used: in-place (the default: the agent works in it) or
+        /// worktree (a git worktree of it per session).
         #[arg(long, value_enum)]
         mode: Option<Mode>,
+        /// The project the session belongs to (its directory applies while the session
+        /// has none of its own).
         #[arg(long)]
         project: Option<String>,
         /// Also trust the directory's project layer (as `berth trust` does).
         #[arg(long, requires = "dir")]
         trust: bool,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List sessions.
     List {
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Show a session, led by its binding header.
     Show {
+        /// The session: its id or a unique prefix of it.
         id: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Bind a session to a directory (default: the current directory).
     Link {
+        /// The session: its id or a unique prefix of it.
         id: String,
+        /// The directory (default: the current directory).
         path: Option<PathBuf>,
+        /// in-place (the default) or worktree.
         #[arg(long, value_enum)]
         mode: Option<Mode>,
         /// Remove the binding instead.
@@ -274,12 +304,15 @@ pub enum SessionCmd {
         /// Also trust the project layer the binding reads (as `berth trust` does).
         #[arg(long)]
         trust: bool,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Remove a session's binding; the next message runs with the user settings alone.
     Unlink {
+        /// The session: its id or a unique prefix of it.
         id: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -289,14 +322,18 @@ pub enum SessionCmd {
 pub enum TaskCmd {
     /// List tasks.
     List {
+        /// Only this session's tasks (an id or a unique prefix).
         #[arg(long)]
         session: Option<String>,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Cancel a task (a running agent is stopped with its process group).
     Cancel {
+        /// The task: its id or a unique prefix of it.
         id: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -306,16 +343,22 @@ pub enum TaskCmd {
 pub enum ProjectCmd {
     /// Create a project.
     Add {
+        /// The project's name.
         name: String,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Give a project a directory on this machine.
     Dir {
+        /// The project's name.
         name: String,
+        /// The directory on this machine.
         path: PathBuf,
+        /// in-place (the default) or worktree.
         #[arg(long, value_enum)]
         mode: Option<Mode>,
+        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -345,6 +388,38 @@ pub fn run(cli: Cli) -> u8 {
             eprintln!("hint: {}", e.hint);
             e.exit
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument a user can see says what it is for.
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} <{id}>"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "berth", &mut missing);
+        assert_eq!(missing, Vec::<String>::new());
     }
 }
 
