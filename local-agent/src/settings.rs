@@ -232,3 +232,166 @@ pub fn user_ca_file(
             _ => cfg.config_dir.join(&raw),
         }))
 }
+
+/// One value in force, and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Sourced {
+    /// `agent`, `permissions`, `prompt.append`, `env.NAME`, `plugins.ID`,
+    /// `channels.NAME`, `ca_file`.
+    pub key: String,
+    /// The value as JSON (a plugin: its path).
+    pub value: serde_json::Value,
+    /// The file that set it (display form), and where in it.
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+}
+
+/// The settings a run bound to a directory would use, value by value, with where each
+/// came from; what a later layer removed; what the project layer may not set.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Explained {
+    pub values: Vec<Sourced>,
+    /// Plugins an earlier layer added and a later one turned off: the plugin key, and
+    /// where it was turned off.
+    pub removed: Vec<Sourced>,
+    pub project_layer: Option<ProjectLayerReport>,
+    /// Unknown or repeated keys, and trust problems, as `file:line:column: message`.
+    pub warnings: Vec<String>,
+}
+
+/// [`load`], explained: every value in force with the file, line and column that set
+/// it (later layers win key by key, as in [`settings::merge`]).
+pub fn explain(
+    ctx: &Context,
+    config_dir: &Path,
+    bound: Option<&LocalPath>,
+    trust: &TrustStore,
+) -> Result<Explained, SettingsLoadError> {
+    let mut layers = Vec::new();
+    let mut out = Explained::default();
+    if let Some(file) = local(&config_dir.join(settings::SETTINGS_FILE))
+        && let Some(layer) = read_layer(ctx, &file)?
+    {
+        layers.push(layer);
+    }
+    if let Some(bound) = bound {
+        for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
+            if let Some(layer) = read_layer(ctx, &file)? {
+                let mut notes = Vec::new();
+                let (gated, report) = sort_project_layer(ctx, layer, trust, &mut notes);
+                out.warnings.extend(notes);
+                out.project_layer = Some(report);
+                layers.push(gated);
+                break;
+            }
+        }
+    }
+    let mut values: Vec<Sourced> = Vec::new();
+    let set = |values: &mut Vec<Sourced>,
+               key: String,
+               value: serde_json::Value,
+               layer: &Layer,
+               place: &str| {
+        let at = layer.place(place);
+        let entry = Sourced {
+            key,
+            value,
+            file: layer.file.clone(),
+            line: at.line,
+            column: at.column,
+        };
+        match values.iter_mut().find(|v| v.key == entry.key) {
+            Some(slot) => *slot = entry,
+            None => values.push(entry),
+        }
+    };
+    for layer in &layers {
+        out.warnings.extend(
+            layer
+                .warnings
+                .iter()
+                .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message)),
+        );
+        if let Some(agent) = &layer.agent {
+            set(
+                &mut values,
+                "agent".into(),
+                agent.as_str().into(),
+                layer,
+                "agent",
+            );
+        }
+        if let Some(p) = layer.permissions {
+            set(
+                &mut values,
+                "permissions".into(),
+                p.as_str().into(),
+                layer,
+                "permissions",
+            );
+        }
+        if let Some(text) = &layer.prompt.append {
+            set(
+                &mut values,
+                "prompt.append".into(),
+                text.as_str().into(),
+                layer,
+                "prompt.append",
+            );
+        }
+        for (k, v) in &layer.env {
+            let key = format!("env.{k}");
+            set(&mut values, key.clone(), v.as_str().into(), layer, &key);
+        }
+        for (k, v) in &layer.channels {
+            let key = format!("channels.{k}");
+            // Channel settings are secrets: their presence, never their value.
+            let shown = if k.contains("url") || k.contains("agent") {
+                v.as_str().into()
+            } else {
+                "(set)".into()
+            };
+            set(&mut values, key.clone(), shown, layer, &key);
+        }
+        if let Some(ca) = &layer.ca_file {
+            set(
+                &mut values,
+                "ca_file".into(),
+                ca.as_str().into(),
+                layer,
+                "ca_file",
+            );
+        }
+        for (i, entry) in layer.plugins.iter().enumerate() {
+            let place = format!("plugins[{i}]");
+            match entry {
+                PluginEntry::Add(p) => {
+                    set(
+                        &mut values,
+                        format!("plugins.{}", p.id),
+                        display(ctx, &p.path).into(),
+                        layer,
+                        &place,
+                    );
+                }
+                PluginEntry::Remove { id } => {
+                    let key = format!("plugins.{id}");
+                    if let Some(i) = values.iter().position(|v| v.key == key) {
+                        values.remove(i);
+                        let at = layer.place(&place);
+                        out.removed.push(Sourced {
+                            key,
+                            value: serde_json::Value::Null,
+                            file: layer.file.clone(),
+                            line: at.line,
+                            column: at.column,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out.values = values;
+    Ok(out)
+}

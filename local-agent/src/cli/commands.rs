@@ -88,9 +88,14 @@ pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliErro
 
 async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
     match cmd {
-        Command::Serve(_) | Command::Check { .. } | Command::Daemon(_) | Command::Trust(_) => Err(
-            CliError::usage("this command does not talk to a server", "run it directly"),
-        ),
+        Command::Serve(_)
+        | Command::Check { .. }
+        | Command::Daemon(_)
+        | Command::Trust(_)
+        | Command::Settings(_) => Err(CliError::usage(
+            "this command does not talk to a server",
+            "run it directly",
+        )),
         Command::Agent(AgentCmd::Add {
             name,
             kind,

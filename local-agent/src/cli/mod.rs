@@ -7,6 +7,7 @@ mod daemon;
 mod error;
 mod render;
 mod serve;
+mod settings;
 mod trust;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -65,6 +66,10 @@ pub enum Command {
     /// trust, or list trusted directories. Only this command (and `session link
     /// --trust`) grants it.
     Trust(TrustArgs),
+    /// See the settings a session uses and where each comes from; check a settings
+    /// file.
+    #[command(subcommand)]
+    Settings(SettingsCmd),
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
@@ -115,6 +120,28 @@ pub struct TrustArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SettingsCmd {
+    /// The settings the next message uses, each with the file and line it came from,
+    /// and what the project layer may not set.
+    Show {
+        /// The session (default: a session bound to the current directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a settings file: every error and warning with its line:column.
+    Check {
+        /// The file (default: your user settings, ~/.config/berth/settings.jsonc).
+        file: Option<PathBuf>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -372,6 +399,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Serve(args) => serve::serve(cli.home, args),
         Command::Daemon(args) => daemon::daemon(cli.home, args),
         Command::Trust(args) => trust::run(cli.home, args),
+        Command::Settings(cmd) => settings::run(cli.home, cmd),
         other @ (Command::Agent(_)
         | Command::Session(_)
         | Command::Send { .. }
@@ -442,6 +470,9 @@ impl Command {
                 ..
             }) => *json,
             Command::Trust(TrustArgs { json, .. }) => *json,
+            Command::Settings(SettingsCmd::Show { json, .. } | SettingsCmd::Check { json, .. }) => {
+                *json
+            }
             Command::Agent(AgentCmd::Add { json, .. } | AgentCmd::List { json })
             | Command::Session(
                 SessionCmd::New { json, .. }

@@ -1,0 +1,222 @@
+//! `berth settings show [--session ID] [--json]` and `berth settings check [FILE]`:
+//! which settings a session's next message uses and where each value comes from, and a
+//! file's problems with their `line:column`. Read here, in the user's shell: the files
+//! are on this machine.
+
+use super::SettingsCmd;
+use super::client::{Client, encode};
+use super::commands::{print_json, runtime};
+use super::error::CliError;
+use super::render::{inert, project_layer};
+use berth_core::display::display;
+use berth_core::settings::{Severity, check_text};
+use berth_core::{LocalPath, Platform};
+use berth_local_agent::ExecutorConfig;
+use berth_local_agent::settings::{Explained, explain};
+use berth_local_agent::trust::TrustStore;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+pub fn run(home: Option<PathBuf>, cmd: SettingsCmd) -> Result<u8, CliError> {
+    let cfg = ExecutorConfig::from_env(home)
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
+    match cmd {
+        SettingsCmd::Show { session, json } => show(&cfg, session.as_deref(), json),
+        SettingsCmd::Check { file, json } => check(&cfg, file.as_deref(), json),
+    }
+}
+
+/// The directory whose project layer applies: the session's binding on this machine
+/// (`None` for an unbound session), else the current directory.
+fn bound_dir(
+    cfg: &ExecutorConfig,
+    session: Option<&str>,
+) -> Result<(Option<LocalPath>, String), CliError> {
+    let Some(id) = session else {
+        let cwd = std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .map_err(|e| {
+                CliError::new(
+                    format!("cannot read the current directory: {e}"),
+                    "cd into an existing directory",
+                )
+            })?;
+        let dir = cwd
+            .to_str()
+            .and_then(|s| LocalPath::parse(Platform::native(), s).ok())
+            .ok_or_else(|| {
+                CliError::new(
+                    "the current directory's path is not valid UTF-8",
+                    "cd elsewhere",
+                )
+            })?;
+        let shown = display(&cfg.context(), &dir);
+        return Ok((
+            Some(dir),
+            format!("a session bound to {shown} (the current directory)"),
+        ));
+    };
+    let client = Client::new(&cfg.berth_home);
+    let s = runtime()?.block_on(client.get(&format!("/api/v1/sessions/{}", encode(id))))?;
+    let short = s["id"]
+        .as_str()
+        .unwrap_or(id)
+        .get(..8)
+        .unwrap_or(id)
+        .to_owned();
+    let b = &s["binding"];
+    if b.is_null() {
+        return Ok((
+            None,
+            format!("session {short} (not bound: your user settings alone)"),
+        ));
+    }
+    if b["daemon"].as_str() != Some(client.machine().as_str()) {
+        return Err(CliError::new(
+            format!(
+                "session {short} is bound on machine {}, whose files this machine cannot read",
+                b["daemon_name"].as_str().unwrap_or("?")
+            ),
+            "run berth settings show on that machine",
+        ));
+    }
+    let dir = b["dir"]
+        .as_str()
+        .and_then(|d| LocalPath::parse(Platform::native(), d).ok())
+        .ok_or_else(|| {
+            CliError::new(
+                "the session's binding has no usable directory",
+                "link it again",
+            )
+        })?;
+    Ok((
+        Some(dir),
+        format!("session {short} ({})", b["display"].as_str().unwrap_or("")),
+    ))
+}
+
+fn show(cfg: &ExecutorConfig, session: Option<&str>, json: bool) -> Result<u8, CliError> {
+    let (bound, what) = bound_dir(cfg, session)?;
+    let trust = TrustStore::new(&cfg.berth_home);
+    let explained =
+        explain(&cfg.context(), &cfg.config_dir, bound.as_ref(), &trust).map_err(|e| {
+            CliError::new(
+                e.to_string(),
+                "fix the settings file (berth settings check FILE)",
+            )
+        })?;
+    if json {
+        print_json(&json!({"for": what, "settings": explained}));
+    } else {
+        print_explained(&what, &explained);
+    }
+    Ok(0)
+}
+
+fn print_explained(what: &str, e: &Explained) {
+    println!("settings the next message of {} uses", inert(what));
+    if e.values.is_empty() {
+        println!("  (none set: Berth's defaults)");
+    }
+    let width = e
+        .values
+        .iter()
+        .map(|v| v.key.len())
+        .max()
+        .unwrap_or(0)
+        .min(28);
+    for v in &e.values {
+        let value = match &v.value {
+            serde_json::Value::String(s) => {
+                let one: String = s.replace('\n', "\\n").chars().take(60).collect();
+                format!("{one:?}")
+            }
+            other => other.to_string(),
+        };
+        println!(
+            "  {:<width$}  {}   {}:{}:{}",
+            v.key,
+            inert(&value),
+            inert(&v.file),
+            v.line,
+            v.column
+        );
+    }
+    for r in &e.removed {
+        println!(
+            "  {:<width$}  removed by {}:{}:{}",
+            r.key,
+            inert(&r.file),
+            r.line,
+            r.column
+        );
+    }
+    if let Some(report) = &e.project_layer {
+        project_layer(report, false);
+    }
+    for w in &e.warnings {
+        println!("warning: {}", inert(w));
+    }
+}
+
+fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, CliError> {
+    let path = match file {
+        Some(f) if f.is_absolute() => f.to_owned(),
+        Some(f) => std::env::current_dir()
+            .map_err(|e| {
+                CliError::new(
+                    format!("cannot read the current directory: {e}"),
+                    "give an absolute path",
+                )
+            })?
+            .join(f),
+        None => cfg.config_dir.join(berth_core::settings::SETTINGS_FILE),
+    };
+    let ctx = cfg.context();
+    let text_path = path
+        .to_str()
+        .ok_or_else(|| CliError::usage("the path is not valid UTF-8", "rename it"))?;
+    let local = LocalPath::parse(Platform::native(), text_path)
+        .map_err(|r| CliError::usage(r.message.clone(), r.hint.clone()))?;
+    let shown = display(&ctx, &local);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CliError::new(
+            format!("cannot read {shown}: {e}"),
+            if file.is_none() {
+                "you have no user settings yet; create the file, or name one: berth settings check FILE"
+            } else {
+                "check the path"
+            },
+        )
+    })?;
+    let dir = local.parent().unwrap_or_else(|| local.clone());
+    let diagnostics = check_text(&shown, &dir, &text);
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    if json {
+        print_json(&json!({"file": shown, "ok": errors == 0, "diagnostics": diagnostics}));
+    } else {
+        for d in &diagnostics {
+            let level = match d.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            println!(
+                "{}:{}:{}: {level}: {}",
+                d.file,
+                d.line,
+                d.column,
+                inert(&d.message)
+            );
+        }
+        if diagnostics.is_empty() {
+            println!("ok: {shown} has no problems");
+        } else {
+            let warnings = diagnostics.len() - errors;
+            println!("{shown}: {errors} error(s), {warnings} warning(s)");
+        }
+    }
+    Ok(if errors == 0 { 0 } else { 1 })
+}
