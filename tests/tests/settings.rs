@@ -151,3 +151,46 @@ fn settings_check_reports_line_and_column_and_fails_on_errors() {
         .collect();
     assert_eq!(places, [(2, 17), (3, 18)]);
 }
+
+/// What bash offers after `words` (the last one being completed).
+fn bash_complete(b: &Berth, words: &[&str]) -> Vec<String> {
+    let script = b.ok(&["completions", "bash"]);
+    let path = b.root.path().join("berth.bash");
+    std::fs::write(&path, script).unwrap();
+    let cword = words.len() - 1;
+    let prev = if cword > 0 { words[cword - 1] } else { "" };
+    let run = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={cword}; _berth berth '{}' '{prev}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        path.display(),
+        words.join(" "),
+        words[cword],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &run])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn completions_complete_commands_and_options() {
+    let b = Berth::new("completions");
+    assert_eq!(bash_complete(&b, &["berth", "tr"]), ["trust"]);
+    assert_eq!(
+        bash_complete(&b, &["berth", "session", "new", "--m"]),
+        ["--mode"]
+    );
+    assert_eq!(bash_complete(&b, &["berth", "settings", "s"]), ["show"]);
+    for shell in ["zsh", "fish"] {
+        let script = b.ok(&["completions", shell]);
+        assert!(
+            script.contains("settings") && script.contains("--tls-cert"),
+            "{shell}"
+        );
+    }
+    let out = b.run(&["completions", "powershell"]);
+    assert_eq!(out.status.code(), Some(2));
+}

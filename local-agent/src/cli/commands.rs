@@ -92,6 +92,7 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         | Command::Check { .. }
         | Command::Daemon(_)
         | Command::Trust(_)
+        | Command::Completions { .. }
         | Command::Settings(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",

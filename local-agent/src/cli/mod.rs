@@ -70,6 +70,12 @@ pub enum Command {
     /// file.
     #[command(subcommand)]
     Settings(SettingsCmd),
+    /// Print shell completions: `berth completions bash > ~/.local/share/bash-completion/completions/berth`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
@@ -204,6 +210,13 @@ pub struct ServeArgs {
     /// Serve plain http on a non-loopback --listen (behind a TLS-terminating proxy).
     #[arg(long, conflicts_with = "tls_cert")]
     pub insecure_http: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -400,6 +413,20 @@ pub fn run(cli: Cli) -> u8 {
         Command::Daemon(args) => daemon::daemon(cli.home, args),
         Command::Trust(args) => trust::run(cli.home, args),
         Command::Settings(cmd) => settings::run(cli.home, cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            use std::io::Write;
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            // Into a buffer first: a reader that stops early (`| head`) is not an error.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "berth", &mut script);
+            let _ = std::io::stdout().write_all(&script);
+            Ok(0)
+        }
         other @ (Command::Agent(_)
         | Command::Session(_)
         | Command::Send { .. }
@@ -454,7 +481,9 @@ mod tests {
 impl Command {
     fn wants_json(&self) -> bool {
         match self {
-            Command::Serve(_) | Command::Daemon(DaemonArgs { command: None, .. }) => false,
+            Command::Serve(_)
+            | Command::Completions { .. }
+            | Command::Daemon(DaemonArgs { command: None, .. }) => false,
             Command::Daemon(DaemonArgs {
                 command:
                     Some(DaemonCmd::Token(
