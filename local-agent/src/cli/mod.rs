@@ -446,38 +446,6 @@ pub fn run(cli: Cli) -> u8 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::Cli;
-    use clap::CommandFactory;
-
-    /// Every subcommand and every argument a user can see says what it is for.
-    #[test]
-    fn every_command_and_argument_has_help() {
-        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-            for arg in cmd.get_arguments() {
-                let id = arg.get_id().as_str();
-                if arg.is_hide_set() || id == "help" || id == "version" {
-                    continue;
-                }
-                if arg.get_help().is_none() && arg.get_long_help().is_none() {
-                    missing.push(format!("{path} <{id}>"));
-                }
-            }
-            for sub in cmd.get_subcommands() {
-                let name = format!("{path} {}", sub.get_name());
-                if sub.get_name() != "help" && sub.get_about().is_none() {
-                    missing.push(name.clone());
-                }
-                walk(sub, &name, missing);
-            }
-        }
-        let mut missing = Vec::new();
-        walk(&Cli::command(), "berth", &mut missing);
-        assert_eq!(missing, Vec::<String>::new());
-    }
-}
-
 impl Command {
     fn wants_json(&self) -> bool {
         match self {
@@ -515,5 +483,37 @@ impl Command {
                 *json
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument a user can see says what it is for.
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} <{id}>"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "berth", &mut missing);
+        assert_eq!(missing, Vec::<String>::new());
     }
 }

@@ -126,12 +126,12 @@ fn print_explained(what: &str, e: &Explained) {
         .unwrap_or(0)
         .min(28);
     for v in &e.values {
-        let value = match &v.value {
-            serde_json::Value::String(s) => {
+        let value = match v.value.as_str() {
+            Some(s) => {
                 let one: String = s.replace('\n', "\\n").chars().take(60).collect();
                 format!("{one:?}")
             }
-            other => other.to_string(),
+            None => v.value.to_string(),
         };
         println!(
             "  {:<width$}  {}   {}:{}:{}",
