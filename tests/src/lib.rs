@@ -316,16 +316,20 @@ impl Berth {
                 Ok(n) => raw.extend_from_slice(&buf[..n]),
             }
         }
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        (status, body)
+        status_and_body(&String::from_utf8_lossy(&raw))
     }
+}
+
+/// An HTTP/1.1 answer's status code (0 if there is none) and its body.
+pub fn status_and_body(text: &str) -> (u16, String) {
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -232,16 +232,7 @@ pub fn https_get(pki: &Pki, port: u16, path: &str, bearer: &str) -> (u16, String
             "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {bearer}\r\nConnection: close\r\n\r\n"
         ),
     );
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    crate::status_and_body(&text)
 }
 
 /// Sends `request` as it is over TLS to `127.0.0.1:port`, trusting `pki`'s CA, and

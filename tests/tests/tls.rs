@@ -349,15 +349,18 @@ fn a_daemon_refuses_an_untrusted_certificate_and_plain_http_off_loopback() {
 
     // Another CA's file does not help either.
     let other = Pki::generate(&root.path().join("other"), "other");
-    let out = laptop.run(&[
-        "daemon",
-        "--server",
-        &url,
-        "--token",
-        &token,
-        "--ca-file",
-        s(&other.ca),
-    ]);
+    let with_ca = |ca: &std::path::Path| {
+        laptop.run(&[
+            "daemon",
+            "--server",
+            &url,
+            "--token",
+            &token,
+            "--ca-file",
+            s(ca),
+        ])
+    };
+    let out = with_ca(&other.ca);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not trusted"));
 
@@ -372,15 +375,7 @@ fn a_daemon_refuses_an_untrusted_certificate_and_plain_http_off_loopback() {
     // A CA file that is not one is named.
     let bogus = root.path().join("bogus.pem");
     std::fs::write(&bogus, "not a certificate").unwrap();
-    let out = laptop.run(&[
-        "daemon",
-        "--server",
-        &url,
-        "--token",
-        &token,
-        "--ca-file",
-        s(&bogus),
-    ]);
+    let out = with_ca(&bogus);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no PEM certificate"));
 }
