@@ -476,3 +476,62 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
     assert_eq!(ignored["payload"]["keys"][0]["key"], "ca_file");
     assert_eq!(ignored["payload"]["keys"][0]["verdict"], "user_layer_only");
 }
+
+#[test]
+fn a_daemon_over_https_comes_back_after_the_server_restarts() {
+    let (_root, pki, mut srv, url, token, mut laptop) = tls_rig("tls-restart");
+    laptop.start(&[
+        "daemon",
+        "--server",
+        &url,
+        "--token",
+        &token,
+        "--name",
+        "laptop",
+        "--ca-file",
+        s(&pki.ca),
+    ]);
+    add_command_agent(&laptop, "hi", "cat >/dev/null; echo hello");
+    let dir = laptop.user_home.join("code/app");
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = laptop.json(&[
+        "session",
+        "new",
+        "--agent",
+        "hi",
+        "--dir",
+        s(&dir),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(send_json(&laptop, &id, "one").0, 0);
+
+    // The server stops and starts again on the same address, with the same certificate.
+    assert!(srv.stop("-TERM").is_some());
+    let listen = url.trim_start_matches("https://").to_owned();
+    srv.start(&[
+        "serve",
+        "--listen",
+        &listen,
+        "--allow-daemons",
+        "--tls-cert",
+        s(&pki.cert),
+        "--tls-key",
+        s(&pki.key),
+    ]);
+    // The daemon registers again by itself (its link was refused or cut): the CLI works
+    // through it again, and the next message runs.
+    eventually(30, || {
+        laptop
+            .run(&["session", "show", &id, "--json"])
+            .status
+            .success()
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the daemon did not come back:\n{}", laptop.serve_log()));
+    let (code, _, task) = send_json(&laptop, &id, "two");
+    assert_eq!(code, 0, "{task}\n{}", laptop.serve_log());
+    assert_eq!(task["status"], "succeeded");
+}
