@@ -194,3 +194,48 @@ fn completions_complete_commands_and_options() {
     let out = b.run(&["completions", "powershell"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn the_settings_agent_picks_among_registered_agents_when_none_is_named() {
+    let mut b = Berth::new("settings-agent");
+    std::fs::write(b.config.join("settings.jsonc"), r#"{ "agent": "a" }"#).unwrap();
+    b.serve();
+    add_command_agent(&b, "a", "cat");
+    add_command_agent(&b, "b", "cat");
+    let plain = b.user_home.join("code/plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(app.join(".berth")).unwrap();
+    std::fs::write(
+        app.join(".berth/settings.jsonc"),
+        "{\n  \"agent\": \"b\"\n}",
+    )
+    .unwrap();
+
+    let agent_of = |dir: &std::path::Path| {
+        b.json(&["session", "new", "--dir", s(dir), "--json"])["agent"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(agent_of(&plain), "a", "the user layer's");
+    assert_eq!(agent_of(&app), "b", "the project layer's, without trust");
+    let out = b.ok(&["session", "new", "--dir", s(&app)]);
+    assert!(
+        out.contains("agent b (named at ~/code/app/.berth/settings.jsonc:2:3)"),
+        "{out}"
+    );
+    // --agent wins.
+    let named = b.json(&["session", "new", "--agent", "a", "--dir", s(&app), "--json"]);
+    assert_eq!(named["agent"], "a");
+
+    // A project layer can only choose among the registered agents.
+    std::fs::write(app.join(".berth/settings.jsonc"), r#"{ "agent": "rogue" }"#).unwrap();
+    let out = b.run(&["session", "new", "--dir", s(&app)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the agent named at ~/code/app/.berth/settings.jsonc:1:3"),
+        "{err}"
+    );
+}

@@ -249,11 +249,29 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 ));
             }
             let dir = dir.as_deref().map(absolute).transpose()?;
+            // No --agent: the settings' `agent` (the directory's project layer may pick
+            // one of the registered agents), else the server's default.
+            let (agent, agent_from) = match agent {
+                Some(a) => (Some(a), None),
+                None => match settings_agent(c, dir.as_deref()) {
+                    Some((a, from)) => (Some(a), Some(from)),
+                    None => (None, None),
+                },
+            };
             let body = json!({
                 "agent": agent, "title": title, "project": project,
                 "dir": dir, "mode": mode.map(Mode::as_str),
             });
-            let mut s = c.post("/api/v1/sessions", &body).await?;
+            let mut s = c
+                .post("/api/v1/sessions", &body)
+                .await
+                .map_err(|e| match &agent_from {
+                    Some(from) if e.code.as_deref() == Some("unknown_agent") => CliError {
+                        message: format!("{} (the agent named at {from})", e.message),
+                        ..e
+                    },
+                    _ => e,
+                })?;
             let trusted = if trust {
                 Some(trust_bound(c, &s)?)
             } else {
@@ -272,6 +290,12 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 short(&s["id"]),
                 s["title"].as_str().unwrap_or("")
             );
+            if let Some(from) = &agent_from {
+                println!(
+                    "agent {} (named at {from})",
+                    s["agent"].as_str().unwrap_or("")
+                );
+            }
             if s["binding"].is_null() {
                 let suggestion = last_used_dir(c, &s).await;
                 render::unbound_notice(&s, suggestion.as_deref());
@@ -384,6 +408,37 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             Ok(0)
         }
     }
+}
+
+/// The `agent` the settings name for a session bound to `dir` (or unbound), and where
+/// it is written. `None` when no layer names one or the settings cannot be read (the
+/// run reports those).
+fn settings_agent(c: &Client, dir: Option<&str>) -> Option<(String, String)> {
+    let config = ExecutorConfig::from_env(Some(c.home().to_owned())).ok()?;
+    let bound = match dir {
+        Some(d) => Some(
+            std::fs::canonicalize(d)
+                .ok()
+                .and_then(|p| p.into_os_string().into_string().ok())
+                .and_then(|p| {
+                    berth_core::LocalPath::parse(berth_core::Platform::native(), &p).ok()
+                })?,
+        ),
+        None => None,
+    };
+    let trust = berth_local_agent::trust::TrustStore::new(&config.berth_home);
+    let explained = berth_local_agent::settings::explain(
+        &config.context(),
+        &config.config_dir,
+        bound.as_ref(),
+        &trust,
+    )
+    .ok()?;
+    let v = explained.values.iter().find(|v| v.key == "agent")?;
+    Some((
+        v.value.as_str()?.to_owned(),
+        format!("{}:{}:{}", v.file, v.line, v.column),
+    ))
 }
 
 /// The canonical directory of a session's binding, when it is on this machine: only
