@@ -535,3 +535,37 @@ fn a_daemon_over_https_comes_back_after_the_server_restarts() {
     assert_eq!(code, 0, "{task}\n{}", laptop.serve_log());
     assert_eq!(task["status"], "succeeded");
 }
+
+#[test]
+fn the_web_ui_over_tls_answers_the_host_names_it_is_given() {
+    let root = berth_tests::TempDir::new("tls-webhost");
+    let pki = Pki::generate(&root.path().join("pki"), "web");
+    let mut srv = Berth::new("tls-webhost");
+    srv.serve_with(&[
+        "--tls-cert",
+        s(&pki.cert),
+        "--tls-key",
+        s(&pki.key),
+        "--web-host",
+        "Berth.Test",
+    ]);
+    let (url, token) = srv.serve_info();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let get = |host: &str| {
+        let answer = berth_tests::tls::https_request(
+            &pki,
+            port,
+            &format!(
+                "GET /api/v1/health?token={token} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        berth_tests::status_and_body(&answer).0
+    };
+    assert_eq!(get(&format!("berth.test:{port}")), 200);
+    assert_eq!(get(&format!("127.0.0.1:{port}")), 200);
+    assert_eq!(
+        get(&format!("evil.example:{port}")),
+        403,
+        "DNS rebinding stays refused"
+    );
+}

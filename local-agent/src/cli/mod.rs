@@ -210,6 +210,10 @@ pub struct ServeArgs {
     /// Serve plain http on a non-loopback --listen (behind a TLS-terminating proxy).
     #[arg(long, conflicts_with = "tls_cert")]
     pub insecure_http: bool,
+    /// A host name browsers reach the web UI by (e.g. the name in --tls-cert); the
+    /// listener refuses other `Host` headers, against DNS rebinding. Repeatable.
+    #[arg(long = "web-host", value_name = "NAME")]
+    pub web_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -186,7 +186,16 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         );
         stop.shutdown().await;
     });
-    let hosts = loopback_hosts(addr);
+    let mut hosts = loopback_hosts(addr);
+    for name in &args.web_hosts {
+        let name = name.trim().to_ascii_lowercase();
+        hosts.push(format!("{name}:{}", addr.port()));
+        // A browser leaves the scheme's default port out of `Host`.
+        let default = if args.tls_cert.is_some() { 443 } else { 80 };
+        if addr.port() == default {
+            hosts.push(name);
+        }
+    }
     let (a, b) = tokio::join!(
         server.serve_control(control),
         server.serve_web(listener, token, hosts)
