@@ -359,6 +359,9 @@ fn hop_by_hop(name: &header::HeaderName) -> bool {
     )
 }
 
+/// The largest request body forwarded (and kept to send again after registering).
+const REPLAY_LIMIT: usize = 4 * 1024 * 1024;
+
 /// Forwards `req` to `upstream` on the server, with `validated` in
 /// `x-berth-validated`; the answer streams back as it comes.
 async fn forward(
@@ -384,7 +387,36 @@ async fn forward(
     if let Some(v) = validated {
         out = out.header(wire::VALIDATED_HEADER, v);
     }
-    let req = match out.body(body) {
+    // The CLI's requests are small documents: kept, so a request the server refused
+    // because it no longer knows this daemon (it restarted) can go again once the
+    // daemon registered again.
+    let bytes = match http_body_util::Limited::new(body, REPLAY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the request could not be read: {e}"),
+                "send a smaller request",
+            );
+        }
+    };
+    let template = out;
+    let build = |b: Bytes| {
+        let mut req = Request::builder()
+            .method(template.method_ref().cloned().unwrap_or(hyper::Method::GET))
+            .uri(template.uri_ref().cloned().unwrap_or_default());
+        if let Some(h) = template.headers_ref() {
+            for (name, value) in h {
+                req = req.header(name, value);
+            }
+        }
+        req.body(full(b))
+    };
+    let req = match build(bytes.clone()) {
         Ok(r) => r,
         Err(e) => {
             return error(
@@ -395,7 +427,23 @@ async fn forward(
             );
         }
     };
-    let sent = tokio::time::timeout(FORWARD_TIMEOUT, d.remote.send(req)).await;
+    let seen = d.generation();
+    let mut sent = tokio::time::timeout(FORWARD_TIMEOUT, d.remote.send(req)).await;
+    if let Ok(Ok(resp)) = &sent
+        && resp.status() == StatusCode::UNAUTHORIZED
+        && let Ok(again) = build(bytes)
+    {
+        let refusal = CallError::Status {
+            status: StatusCode::UNAUTHORIZED,
+            code: Some("unauthorized".to_owned()),
+            message: "the server no longer knows this daemon".to_owned(),
+            hint: None,
+        };
+        d.reregister(seen, &refusal).await;
+        if d.generation() != seen {
+            sent = tokio::time::timeout(FORWARD_TIMEOUT, d.remote.send(again)).await;
+        }
+    }
     let resp = match sent {
         Ok(Ok(resp)) => resp,
         Ok(Err(CallError::Unreachable(why))) => return unreachable(d, &why),
