@@ -235,6 +235,25 @@ fn tls_rig(tag: &str) -> (berth_tests::TempDir, Pki, Berth, String, String, Bert
     (root, pki, srv, url, token, laptop)
 }
 
+/// On the laptop: the agent `name` running `script`, and a session of it bound to
+/// `~/code/app` there; the directory and the session id.
+fn bound_on(laptop: &Berth, name: &str, script: &str) -> (std::path::PathBuf, String) {
+    add_command_agent(laptop, name, script);
+    let dir = laptop.user_home.join("code/app");
+    std::fs::create_dir_all(&dir).unwrap();
+    let session = laptop.json(&[
+        "session",
+        "new",
+        "--agent",
+        name,
+        "--dir",
+        s(&dir),
+        "--json",
+    ]);
+    assert_eq!(session["binding"]["daemon_name"], "laptop", "{session}");
+    (dir, session["id"].as_str().unwrap().to_owned())
+}
+
 fn daemon_token(srv: &Berth, name: &str) -> String {
     srv.json(&["daemon", "token", "create", name, "--json"])["token"]
         .as_str()
@@ -256,24 +275,12 @@ fn a_daemon_over_https_registers_claims_and_streams() {
         "--ca-file",
         s(&pki.ca),
     ]);
-    add_command_agent(
+    let (_dir, id) = bound_on(
         &laptop,
         "count",
         "cat >/dev/null; for i in 1 2 3; do echo line-$i; done",
     );
-    let dir = laptop.user_home.join("code/app");
-    std::fs::create_dir_all(&dir).unwrap();
-    let session = laptop.json(&[
-        "session",
-        "new",
-        "--agent",
-        "count",
-        "--dir",
-        s(&dir),
-        "--json",
-    ]);
-    assert_eq!(session["binding"]["daemon_name"], "laptop", "{session}");
-    let id = session["id"].as_str().unwrap();
+    let id = id.as_str();
     let (code, events, task) = send_json(&laptop, id, "go");
     assert_eq!(code, 0, "{task}\n{}", laptop.serve_log());
     let lines: Vec<&str> = events
@@ -446,27 +453,14 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
     laptop.start(&[
         "daemon", "--server", &url, "--token", &token, "--name", "laptop",
     ]);
-    add_command_agent(&laptop, "hi", "cat >/dev/null; echo hello");
-    let dir = laptop.user_home.join("code/app");
-    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    let (dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
     // A project layer naming a CA is ignored, and says so.
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
     std::fs::write(
         dir.join(".berth/settings.jsonc"),
         r#"{ "ca_file": "/tmp/evil-ca.pem" }"#,
     )
     .unwrap();
-    let id = laptop.json(&[
-        "session",
-        "new",
-        "--agent",
-        "hi",
-        "--dir",
-        s(&dir),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let (code, events, task) = send_json(&laptop, &id, "go");
     assert_eq!(code, 0, "{task}\n{}", laptop.serve_log());
     let ignored = events
@@ -491,21 +485,7 @@ fn a_daemon_over_https_comes_back_after_the_server_restarts() {
         "--ca-file",
         s(&pki.ca),
     ]);
-    add_command_agent(&laptop, "hi", "cat >/dev/null; echo hello");
-    let dir = laptop.user_home.join("code/app");
-    std::fs::create_dir_all(&dir).unwrap();
-    let id = laptop.json(&[
-        "session",
-        "new",
-        "--agent",
-        "hi",
-        "--dir",
-        s(&dir),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
     assert_eq!(send_json(&laptop, &id, "one").0, 0);
 
     // The server stops and starts again on the same address, with the same certificate.
