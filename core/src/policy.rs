@@ -61,12 +61,6 @@ pub struct Policy {
     pub effective: Permissions,
     /// What the agent (or the user settings' default) asked for.
     pub requested: Permissions,
-    /// The project layer's narrowing, if it narrowed anything.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub narrowed_by_project: Option<Permissions>,
-    /// A trusted project layer's widening, if it widened the policy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub widened_by_project: Option<Permissions>,
     /// What an untrusted project layer asked for beyond `requested`, and did not get.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub widening_ignored: Option<Permissions>,
@@ -90,10 +84,18 @@ impl Policy {
         Policy {
             effective,
             requested,
-            narrowed_by_project: Some(effective).filter(|e| *e < requested),
-            widened_by_project: Some(effective).filter(|e| *e > requested),
             widening_ignored: project.filter(|p| !project_trusted && *p > requested),
         }
+    }
+
+    /// What runs, when the project layer narrowed the policy.
+    pub fn narrowed_by_project(&self) -> Option<Permissions> {
+        Some(self.effective).filter(|e| *e < self.requested)
+    }
+
+    /// What runs, when a trusted project layer widened the policy.
+    pub fn widened_by_project(&self) -> Option<Permissions> {
+        Some(self.effective).filter(|e| *e > self.requested)
     }
 }
 
@@ -162,8 +164,8 @@ mod tests {
             assert_eq!(
                 (
                     d.effective,
-                    d.narrowed_by_project,
-                    d.widened_by_project,
+                    d.narrowed_by_project(),
+                    d.widened_by_project(),
                     d.widening_ignored
                 ),
                 want,

@@ -522,13 +522,13 @@ async fn run(
             hint: report.hint.clone(),
         }));
     }
-    if let Some(limit) = prepared.policy.narrowed_by_project {
+    if let Some(limit) = prepared.policy.narrowed_by_project() {
         warn(format!(
             "permissions {limit}: the project settings narrow the agent's {}",
             prepared.policy.requested
         ));
     }
-    if let Some(wider) = prepared.policy.widened_by_project {
+    if let Some(wider) = prepared.policy.widened_by_project() {
         warn(format!(
             "permissions {wider}: the trusted project settings widen the agent's {}",
             prepared.policy.requested

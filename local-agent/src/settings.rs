@@ -61,6 +61,57 @@ pub enum SettingsLoadError {
     Invalid(#[from] SettingsError),
 }
 
+/// The layers a run bound to a directory reads: the user layer, then the project
+/// layer with only what its directory's trust allows, and that layer's report.
+#[derive(Debug, Default)]
+struct Layers {
+    user: Option<Layer>,
+    project: Option<(Layer, ProjectLayerReport)>,
+    /// Why a project layer was treated as untrusted beyond its trust (a damaged list).
+    notes: Vec<String>,
+}
+
+impl Layers {
+    fn in_order(&self) -> Vec<Layer> {
+        self.user
+            .iter()
+            .chain(self.project.as_ref().map(|(l, _)| l))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The user layer (`settings.jsonc` in the config directory), if there is one.
+fn user_layer(ctx: &Context, config_dir: &Path) -> Result<Option<Layer>, SettingsLoadError> {
+    match local(&config_dir.join(settings::SETTINGS_FILE)) {
+        Some(file) => read_layer(ctx, &file),
+        None => Ok(None),
+    }
+}
+
+/// Reads both layers for `bound` (none for scratch runs): the first existing project
+/// candidate, sorted under the trust `trust` records for its directory.
+fn read_layers(
+    ctx: &Context,
+    config_dir: &Path,
+    bound: Option<&LocalPath>,
+    trust: &TrustStore,
+) -> Result<Layers, SettingsLoadError> {
+    let mut layers = Layers {
+        user: user_layer(ctx, config_dir)?,
+        ..Layers::default()
+    };
+    if let Some(bound) = bound {
+        for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
+            if let Some(layer) = read_layer(ctx, &file)? {
+                layers.project = Some(sort_project_layer(ctx, layer, trust, &mut layers.notes));
+                break;
+            }
+        }
+    }
+    Ok(layers)
+}
+
 /// Loads and merges the layers for a task bound to `bound` (none for scratch runs),
 /// the project layer sorted under the trust `trust` records for its directory.
 pub fn load(
@@ -69,37 +120,21 @@ pub fn load(
     bound: Option<&LocalPath>,
     trust: &TrustStore,
 ) -> Result<Loaded, SettingsLoadError> {
-    let mut layers = Vec::new();
-    let mut user_permissions = None;
-    let mut loaded = Loaded::default();
-    if let Some(file) = local(&config_dir.join(settings::SETTINGS_FILE))
-        && let Some(layer) = read_layer(ctx, &file)?
-    {
-        user_permissions = layer.permissions;
-        layers.push(layer);
-    }
-    let mut project_permissions = None;
-    let mut project_trusted = false;
-    if let Some(bound) = bound {
-        for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
-            if let Some(layer) = read_layer(ctx, &file)? {
-                let (gated, report) = sort_project_layer(ctx, layer, trust, &mut loaded.notes);
-                project_permissions = gated.permissions;
-                project_trusted = report.trust == Trust::Trusted;
-                loaded.project = Some(report);
-                layers.push(gated);
-                break;
-            }
-        }
-    }
-    let mut merged = settings::merge(&layers);
+    let layers = read_layers(ctx, config_dir, bound, trust)?;
+    let mut merged = settings::merge(&layers.in_order());
     // The user layer sets a default; a project layer narrows it, or, trusted, sets it
     // (core's Policy).
-    merged.permissions = user_permissions;
-    merged.permissions_limit = project_permissions;
-    merged.project_trusted = project_trusted;
-    loaded.settings = merged;
-    Ok(loaded)
+    merged.permissions = layers.user.as_ref().and_then(|l| l.permissions);
+    merged.permissions_limit = layers.project.as_ref().and_then(|(l, _)| l.permissions);
+    merged.project_trusted = layers
+        .project
+        .as_ref()
+        .is_some_and(|(_, r)| r.trust == Trust::Trusted);
+    Ok(Loaded {
+        settings: merged,
+        project: layers.project.map(|(_, r)| r),
+        notes: layers.notes,
+    })
 }
 
 /// The trust in the project directory holding `layer`, the layer with only what that
@@ -218,11 +253,7 @@ fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, Settings
 pub fn user_ca_file(
     cfg: &crate::config::ExecutorConfig,
 ) -> Result<Option<std::path::PathBuf>, SettingsLoadError> {
-    let ctx = cfg.context();
-    let Some(file) = local(&cfg.config_dir.join(settings::SETTINGS_FILE)) else {
-        return Ok(None);
-    };
-    let Some(layer) = read_layer(&ctx, &file)? else {
+    let Some(layer) = user_layer(&cfg.context(), &cfg.config_dir)? else {
         return Ok(None);
     };
     Ok(layer
@@ -268,25 +299,13 @@ pub fn explain(
     bound: Option<&LocalPath>,
     trust: &TrustStore,
 ) -> Result<Explained, SettingsLoadError> {
-    let mut layers = Vec::new();
-    let mut out = Explained::default();
-    if let Some(file) = local(&config_dir.join(settings::SETTINGS_FILE))
-        && let Some(layer) = read_layer(ctx, &file)?
-    {
-        layers.push(layer);
-    }
-    if let Some(bound) = bound {
-        for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
-            if let Some(layer) = read_layer(ctx, &file)? {
-                let mut notes = Vec::new();
-                let (gated, report) = sort_project_layer(ctx, layer, trust, &mut notes);
-                out.warnings.extend(notes);
-                out.project_layer = Some(report);
-                layers.push(gated);
-                break;
-            }
-        }
-    }
+    let read = read_layers(ctx, config_dir, bound, trust)?;
+    let layers = read.in_order();
+    let mut out = Explained {
+        warnings: read.notes,
+        project_layer: read.project.map(|(_, r)| r),
+        ..Explained::default()
+    };
     let mut values: Vec<Sourced> = Vec::new();
     let set = |values: &mut Vec<Sourced>,
                key: String,

@@ -297,9 +297,12 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
 fn diagnostics(events: &[ExecEvent]) -> Vec<String> {
     events
         .iter()
-        .filter_map(|e| match e {
-            ExecEvent::Agent(AgentEvent::Stderr { line }) => Some(line.clone()),
-            ExecEvent::Agent(_) | ExecEvent::Status { .. } => None,
+        .filter_map(|e| {
+            if let ExecEvent::Agent(AgentEvent::Stderr { line }) = e {
+                Some(line.clone())
+            } else {
+                None
+            }
         })
         .collect()
 }
@@ -385,11 +388,12 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     );
     let ignored: Vec<_> = events
         .iter()
-        .filter_map(|e| match e {
-            ExecEvent::Agent(AgentEvent::Ignored { keys, hint, .. }) => {
+        .filter_map(|e| {
+            if let ExecEvent::Agent(AgentEvent::Ignored { keys, hint, .. }) = e {
                 Some((keys.clone(), hint.clone()))
+            } else {
+                None
             }
-            ExecEvent::Agent(_) | ExecEvent::Status { .. } => None,
         })
         .collect();
     assert_eq!(ignored.len(), 1, "{events:?}");

@@ -337,17 +337,12 @@ mod tests {
     fn denied(events: &[AgentEvent]) -> Vec<(String, String)> {
         events
             .iter()
-            .filter_map(|e| match e {
-                AgentEvent::Denied { tool, target, .. } => Some((tool.clone(), target.clone())),
-                AgentEvent::Started { .. }
-                | AgentEvent::Text { .. }
-                | AgentEvent::Thinking { .. }
-                | AgentEvent::ToolUse { .. }
-                | AgentEvent::ToolResult { .. }
-                | AgentEvent::Stderr { .. }
-                | AgentEvent::Error { .. }
-                | AgentEvent::Result { .. }
-                | AgentEvent::Ignored { .. } => None,
+            .filter_map(|e| {
+                if let AgentEvent::Denied { tool, target, .. } = e {
+                    Some((tool.clone(), target.clone()))
+                } else {
+                    None
+                }
             })
             .collect()
     }

@@ -35,18 +35,14 @@ enum ReplyError {
 /// `result` text if the agent reported one, otherwise the text it wrote after its
 /// last tool call (a `command` agent's stdout lines, joined).
 pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
-    let result = events.iter().rev().find_map(|e| match e {
-        AgentEvent::Result { text: Some(t), .. } if !t.trim().is_empty() => Some(t.clone()),
-        AgentEvent::Result { .. }
-        | AgentEvent::Started { .. }
-        | AgentEvent::Text { .. }
-        | AgentEvent::Thinking { .. }
-        | AgentEvent::ToolUse { .. }
-        | AgentEvent::ToolResult { .. }
-        | AgentEvent::Stderr { .. }
-        | AgentEvent::Error { .. }
-        | AgentEvent::Denied { .. }
-        | AgentEvent::Ignored { .. } => None,
+    let result = events.iter().rev().find_map(|e| {
+        if let AgentEvent::Result { text: Some(t), .. } = e
+            && !t.trim().is_empty()
+        {
+            Some(t.clone())
+        } else {
+            None
+        }
     });
     if result.is_some() {
         return result;
@@ -62,17 +58,12 @@ pub fn final_answer(events: &[AgentEvent]) -> Option<String> {
         .map_or(0, |i| i + 1);
     let lines: Vec<&str> = events[after_tools..]
         .iter()
-        .filter_map(|e| match e {
-            AgentEvent::Text { text } => Some(text.as_str()),
-            AgentEvent::Result { .. }
-            | AgentEvent::Started { .. }
-            | AgentEvent::Thinking { .. }
-            | AgentEvent::ToolUse { .. }
-            | AgentEvent::ToolResult { .. }
-            | AgentEvent::Stderr { .. }
-            | AgentEvent::Error { .. }
-            | AgentEvent::Denied { .. }
-            | AgentEvent::Ignored { .. } => None,
+        .filter_map(|e| {
+            if let AgentEvent::Text { text } = e {
+                Some(text.as_str())
+            } else {
+                None
+            }
         })
         .collect();
     let text = lines.join("\n");
