@@ -169,3 +169,19 @@ pub fn send_json(b: &Berth, session: &str, text: &str) -> (i32, Vec<Value>, Valu
     );
     (out.status.code().unwrap_or(-1), lines, task)
 }
+
+/// Slack's v0 signature of `body` sent at `ts`: `v0=` and hex HMAC-SHA256 over
+/// `v0:ts:body` with the signing secret.
+pub fn slack_sign(secret: &str, ts: &str, body: &[u8]) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(format!("v0:{ts}:").as_bytes());
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("v0={hex}")
+}

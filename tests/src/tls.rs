@@ -104,6 +104,20 @@ impl Pki {
     }
 }
 
+impl crate::Berth {
+    /// `berth serve` over TLS with `pki`'s certificate, on a free loopback port, with
+    /// `extra` arguments.
+    pub fn serve_tls(&mut self, pki: &Pki, extra: &[&str]) {
+        let (cert, key) = (
+            pki.cert.to_str().expect("utf-8 path").to_owned(),
+            pki.key.to_str().expect("utf-8 path").to_owned(),
+        );
+        let mut args = vec!["--tls-cert", cert.as_str(), "--tls-key", key.as_str()];
+        args.extend_from_slice(extra);
+        self.serve_with(&args);
+    }
+}
+
 /// One request an [`HttpsFake`] received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {

@@ -55,13 +55,7 @@ fn server_on(tag: &str, window_ms: u64, net: Net) -> (Berth, String, Option<Path
         }
         Net::Https => {
             let pki = berth_tests::tls::Pki::generate(&srv.root.path().join("pki"), tag);
-            srv.serve_with(&[
-                "--allow-daemons",
-                "--tls-cert",
-                s(&pki.cert),
-                "--tls-key",
-                s(&pki.key),
-            ]);
+            srv.serve_tls(&pki, &["--allow-daemons"]);
             Some(pki.ca)
         }
     };

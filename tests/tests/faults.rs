@@ -486,15 +486,7 @@ fn two_berth_processes_never_overlap_in_one_directory() {
 // ---------------------------------------------------------------------------------
 // 4. The bad-input battery.
 
-fn slack_sign(secret: &str, ts: &str, body: &[u8]) -> String {
-    use hmac::{Hmac, KeyInit, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("v0:{ts}:").as_bytes());
-    mac.update(body);
-    let bytes = mac.finalize().into_bytes();
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("v0={hex}")
-}
+use berth_tests::steps::slack_sign;
 
 /// One webhook request: the timestamp and signature headers (absent when `None`),
 /// the body, and the status it must get.

@@ -12,7 +12,7 @@
 //! The daemon fault tests (cut connections, exactly-once events, a daemon killed or
 //! stopped) run over https too: `tests/tests/daemons.rs`, the `_over_https` cases.
 
-use berth_tests::steps::{add_command_agent, s, send_json};
+use berth_tests::steps::{add_command_agent, s, send_json, slack_sign};
 use berth_tests::tls::{HttpsFake, Pki, https_get};
 use berth_tests::{Berth, eventually, free_port};
 use serde_json::{Value, json};
@@ -61,20 +61,6 @@ fn channel_server(tag: &str, api: &str, ca: Option<&Pki>) -> Berth {
     b
 }
 
-fn slack_sign(ts: &str, body: &str) -> String {
-    use hmac::{Hmac, KeyInit, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SLACK_SECRET.as_bytes()).unwrap();
-    mac.update(format!("v0:{ts}:").as_bytes());
-    mac.update(body.as_bytes());
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("v0={hex}")
-}
-
 /// POSTs a webhook to `b`'s web listener (plain http on loopback): the status.
 fn hook(b: &Berth, path: &str, headers: &[(&str, String)], body: &str) -> u16 {
     let (url, _) = b.serve_info();
@@ -111,7 +97,7 @@ fn post_slack(b: &Berth, id: &str) -> u16 {
         .as_secs()
         .to_string();
     let body = slack_event(id, "hello");
-    let sig = slack_sign(&ts, &body);
+    let sig = slack_sign(SLACK_SECRET, &ts, body.as_bytes());
     hook(
         b,
         "/hooks/slack",
@@ -212,13 +198,7 @@ fn without_the_ca_the_platforms_certificate_is_refused_and_nothing_is_posted() {
 fn tls_server(tag: &str, pki: &Pki) -> (Berth, String) {
     let mut srv = Berth::new(tag);
     srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
-    srv.serve_with(&[
-        "--allow-daemons",
-        "--tls-cert",
-        s(&pki.cert),
-        "--tls-key",
-        s(&pki.key),
-    ]);
+    srv.serve_tls(pki, &["--allow-daemons"]);
     let (url, _) = srv.serve_info();
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     (srv, url)
@@ -254,6 +234,15 @@ fn bound_on(laptop: &Berth, name: &str, script: &str) -> (std::path::PathBuf, St
     (dir, session["id"].as_str().unwrap().to_owned())
 }
 
+/// Starts the laptop's daemon, named `laptop`, for the server at `url`.
+fn start_daemon(laptop: &mut Berth, url: &str, token: &str, extra: &[&str]) {
+    let mut args = vec![
+        "daemon", "--server", url, "--token", token, "--name", "laptop",
+    ];
+    args.extend_from_slice(extra);
+    laptop.start(&args);
+}
+
 fn daemon_token(srv: &Berth, name: &str) -> String {
     srv.json(&["daemon", "token", "create", name, "--json"])["token"]
         .as_str()
@@ -264,17 +253,7 @@ fn daemon_token(srv: &Berth, name: &str) -> String {
 #[test]
 fn a_daemon_over_https_registers_claims_and_streams() {
     let (_root, pki, srv, url, token, mut laptop) = tls_rig("tls-daemon");
-    laptop.start(&[
-        "daemon",
-        "--server",
-        &url,
-        "--token",
-        &token,
-        "--name",
-        "laptop",
-        "--ca-file",
-        s(&pki.ca),
-    ]);
+    start_daemon(&mut laptop, &url, &token, &["--ca-file", s(&pki.ca)]);
     let (_dir, id) = bound_on(
         &laptop,
         "count",
@@ -450,9 +429,7 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
         r#"{ "ca_file": "~/company-ca.pem" }"#,
     )
     .unwrap();
-    laptop.start(&[
-        "daemon", "--server", &url, "--token", &token, "--name", "laptop",
-    ]);
+    start_daemon(&mut laptop, &url, &token, &[]);
     let (dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
     // A project layer naming a CA is ignored, and says so.
     std::fs::create_dir_all(dir.join(".berth")).unwrap();
@@ -474,17 +451,7 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
 #[test]
 fn a_daemon_over_https_comes_back_after_the_server_restarts() {
     let (_root, pki, mut srv, url, token, mut laptop) = tls_rig("tls-restart");
-    laptop.start(&[
-        "daemon",
-        "--server",
-        &url,
-        "--token",
-        &token,
-        "--name",
-        "laptop",
-        "--ca-file",
-        s(&pki.ca),
-    ]);
+    start_daemon(&mut laptop, &url, &token, &["--ca-file", s(&pki.ca)]);
     let (_dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
     assert_eq!(send_json(&laptop, &id, "one").0, 0);
 
@@ -513,14 +480,7 @@ fn the_web_ui_over_tls_answers_the_host_names_it_is_given() {
     let root = berth_tests::TempDir::new("tls-webhost");
     let pki = Pki::generate(&root.path().join("pki"), "web");
     let mut srv = Berth::new("tls-webhost");
-    srv.serve_with(&[
-        "--tls-cert",
-        s(&pki.cert),
-        "--tls-key",
-        s(&pki.key),
-        "--web-host",
-        "Berth.Test",
-    ]);
+    srv.serve_tls(&pki, &["--web-host", "Berth.Test"]);
     let (url, token) = srv.serve_info();
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let get = |host: &str| {

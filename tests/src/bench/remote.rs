@@ -135,11 +135,7 @@ fn server(name: &str, tls: bool) -> Result<(Berth, String, Option<std::path::Pat
     let mut srv = Berth::new(name);
     let ca = if tls {
         let pki = crate::tls::Pki::generate(&srv.root.path().join("pki"), name);
-        let (cert, key) = (
-            pki.cert.to_str().context("utf-8 path")?.to_owned(),
-            pki.key.to_str().context("utf-8 path")?.to_owned(),
-        );
-        srv.serve_with(&["--allow-daemons", "--tls-cert", &cert, "--tls-key", &key]);
+        srv.serve_tls(&pki, &["--allow-daemons"]);
         Some(pki.ca)
     } else {
         srv.serve_with(&["--allow-daemons"]);
