@@ -564,3 +564,49 @@ fn a_daemon_reads_its_own_machines_trust_never_the_servers() {
     );
     assert_fixed_set_kept(&r, &laptop, &dir);
 }
+
+#[test]
+fn a_chat_channel_cannot_grant_trust() {
+    const SECRET: &str = "channel-signing-secret";
+    let mut b = Berth::new("trust-channel");
+    b.env("BERTH_SLACK_SIGNING_SECRET", SECRET);
+    b.env("BERTH_CHANNEL_AGENT", "rec");
+    b.serve();
+    let dir = hostile_checkout(&b);
+    add_command_agent(&b, "rec", RECORDER);
+
+    // A Slack message asking for it: taken in as a message, nothing more.
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let body = serde_json::json!({
+        "type": "event_callback", "event_id": "Ev1", "event_time": 1, "team_id": "T1",
+        "event": {"type": "message", "channel": "C1", "user": "U1",
+                  "text": format!("berth trust {}", s(&dir)), "ts": "1.1"}
+    })
+    .to_string();
+    let (url, _) = b.serve_info();
+    let addr = url.trim_start_matches("http://").to_owned();
+    let head = format!(
+        "POST /hooks/slack HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: {}\r\n",
+        berth_tests::steps::slack_sign(SECRET, &ts, body.as_bytes())
+    );
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    let (status, _) = berth_tests::steps::raw_http(&mut stream, &head, body.as_bytes());
+    assert_eq!(status, 200);
+    let sessions = b.json(&["session", "list", "--json"]);
+    let channel = sessions[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(sessions[0]["origin"], "channel", "{sessions}");
+
+    // Its session cannot be bound, so `--trust` through it trusts nothing either.
+    let out = b.run(&["session", "link", &channel, s(&dir), "--trust"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error:"));
+    assert!(!b.home.join("trust.json").exists(), "nothing was trusted");
+
+    // A session of the user's own, bound there, still sees the directory untrusted.
+    let session = new_session(&b, "rec", Some(&dir));
+    assert_untrusted(&run(&b, &session), &b, &dir, "untrusted");
+}
