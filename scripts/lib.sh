@@ -39,6 +39,14 @@ ensure_node() {
   fi
 }
 
+# tmux drives `berth chat` through a real pseudo-terminal in tests/tests/chat.rs.
+ensure_tmux() {
+  if ! command -v tmux >/dev/null; then
+    say "installing tmux from Debian's packages"
+    apt_install tmux
+  fi
+}
+
 # The coding agent CLIs that tests/tests/real_clis.rs drives against a fake model server,
 # at pinned versions (about 800 MB), in BERTH_AGENT_CLIS (default ~/.cache/berth-agents).
 # Installs only when either binary is missing or reports another version, then exports

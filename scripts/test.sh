@@ -14,6 +14,7 @@ quick=""
 ensure_wasm_toolchain
 ensure_node
 ensure_agent_clis
+ensure_tmux
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 

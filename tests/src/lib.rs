@@ -9,6 +9,7 @@ pub mod bench;
 pub mod fake_models;
 pub mod steps;
 pub mod tls;
+pub mod tmux;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -93,6 +93,7 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         | Command::Daemon(_)
         | Command::Trust(_)
         | Command::Completions { .. }
+        | Command::Chat(_)
         | Command::Settings(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",
@@ -242,36 +243,8 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             trust,
             json,
         } => {
-            if mode.is_some() && dir.is_none() {
-                return Err(CliError::usage(
-                    "--mode needs --dir",
-                    "add --dir PATH, or drop --mode",
-                ));
-            }
-            let dir = dir.as_deref().map(absolute).transpose()?;
-            // No --agent: the settings' `agent` (the directory's project layer may pick
-            // one of the registered agents), else the server's default.
-            let (agent, agent_from) = match agent {
-                Some(a) => (Some(a), None),
-                None => match settings_agent(c, dir.as_deref()) {
-                    Some((a, from)) => (Some(a), Some(from)),
-                    None => (None, None),
-                },
-            };
-            let body = json!({
-                "agent": agent, "title": title, "project": project,
-                "dir": dir, "mode": mode.map(Mode::as_str),
-            });
-            let mut s = c
-                .post("/api/v1/sessions", &body)
-                .await
-                .map_err(|e| match &agent_from {
-                    Some(from) if e.code.as_deref() == Some("unknown_agent") => CliError {
-                        message: format!("{} (the agent named at {from})", e.message),
-                        ..e
-                    },
-                    _ => e,
-                })?;
+            let (mut s, agent_from) =
+                create_session(c, agent, title, dir.as_deref(), mode, project).await?;
             let trusted = if trust {
                 Some(trust_bound(c, &s)?)
             } else {
@@ -410,6 +383,49 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
     }
 }
 
+/// `session new` (and `berth chat` without a session): creates it, with the settings'
+/// `agent` when none is named. Returns the session and where its agent was named.
+pub(super) async fn create_session(
+    c: &Client,
+    agent: Option<String>,
+    title: Option<String>,
+    dir: Option<&Path>,
+    mode: Option<Mode>,
+    project: Option<String>,
+) -> Result<(Value, Option<String>), CliError> {
+    if mode.is_some() && dir.is_none() {
+        return Err(CliError::usage(
+            "--mode needs --dir",
+            "add --dir PATH, or drop --mode",
+        ));
+    }
+    let dir = dir.map(absolute).transpose()?;
+    // No --agent: the settings' `agent` (the directory's project layer may pick
+    // one of the registered agents), else the server's default.
+    let (agent, agent_from) = match agent {
+        Some(a) => (Some(a), None),
+        None => match settings_agent(c, dir.as_deref()) {
+            Some((a, from)) => (Some(a), Some(from)),
+            None => (None, None),
+        },
+    };
+    let body = json!({
+        "agent": agent, "title": title, "project": project,
+        "dir": dir, "mode": mode.map(Mode::as_str),
+    });
+    let s = c
+        .post("/api/v1/sessions", &body)
+        .await
+        .map_err(|e| match &agent_from {
+            Some(from) if e.code.as_deref() == Some("unknown_agent") => CliError {
+                message: format!("{} (the agent named at {from})", e.message),
+                ..e
+            },
+            _ => e,
+        })?;
+    Ok((s, agent_from))
+}
+
 /// The `agent` the settings name for a session bound to `dir` (or unbound), and where
 /// it is written. `None` when no layer names one or the settings cannot be read (the
 /// run reports those).
@@ -472,7 +488,7 @@ fn trust_bound(c: &Client, session: &Value) -> Result<super::trust::Trusted, Cli
 
 /// Adds `project_layer` to a session's JSON: what the bound directory's project layer
 /// does under the trust recorded now (`null` when it has none, or it is elsewhere).
-fn add_project_layer(c: &Client, session: &mut Value) {
+pub(super) fn add_project_layer(c: &Client, session: &mut Value) {
     let Some(dir) = local_binding_dir(c, session) else {
         return;
     };
@@ -501,7 +517,7 @@ fn project_layer_lines(session: &Value) {
 }
 
 /// The directory the session's agent last worked in, to suggest (never to apply).
-async fn last_used_dir(c: &Client, new: &Value) -> Option<String> {
+pub(super) async fn last_used_dir(c: &Client, new: &Value) -> Option<String> {
     let sessions = c.get("/api/v1/sessions").await.ok()?;
     let agent = new["agent"].as_str()?;
     let mut best: Option<(&str, String)> = None;
@@ -529,7 +545,7 @@ async fn last_used_dir(c: &Client, new: &Value) -> Option<String> {
 
 /// The session's agent's permission policy as the header shows it: `edit`, or
 /// `edit (default)` when the agent names none.
-async fn agent_policy(c: &Client, session: &Value) -> Option<String> {
+pub(super) async fn agent_policy(c: &Client, session: &Value) -> Option<String> {
     let name = session["agent"].as_str()?;
     let agents = c.get("/api/v1/agents").await.ok()?;
     let agent = agents.as_array()?.iter().find(|a| a["name"] == name)?;

@@ -1,6 +1,7 @@
 //! The `berth` command line: DESIGN.md's contract, human output by default and one JSON
 //! document with `--json`.
 
+mod chat;
 mod client;
 mod commands;
 mod daemon;
@@ -42,6 +43,9 @@ pub enum Command {
     /// Create, inspect, link and unlink sessions.
     #[command(subcommand)]
     Session(SessionCmd),
+    /// Chat with a session's agent: its directory always on screen, `/link` from where
+    /// you stand. A plain line mode when stdin or stdout is not a terminal.
+    Chat(ChatArgs),
     /// Send a message to a session; streams until its task ends.
     Send {
         /// The session: its id or a unique prefix of it.
@@ -79,6 +83,31 @@ pub enum Command {
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The session: its id or a unique prefix of it (default: a new session).
+    pub session: Option<String>,
+    /// For a new session: the registered agent (default: the settings' `agent`, else
+    /// the only one registered).
+    #[arg(long, conflicts_with = "session")]
+    pub agent: Option<String>,
+    /// For a new session: its title.
+    #[arg(long, conflicts_with = "session")]
+    pub title: Option<String>,
+    /// For a new session: bind it to this directory (or `/link` later).
+    #[arg(long, value_name = "PATH", conflicts_with = "session")]
+    pub dir: Option<PathBuf>,
+    /// For a new session with --dir: in-place (the default) or worktree.
+    #[arg(long, value_enum, requires = "dir")]
+    pub mode: Option<Mode>,
+    /// The plain line mode even on a terminal: a message or /command per line.
+    #[arg(long)]
+    pub line: bool,
+    /// Line mode, printing one JSON document per line (events as `berth send --json`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -417,6 +446,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Daemon(args) => daemon::daemon(cli.home, args),
         Command::Trust(args) => trust::run(cli.home, args),
         Command::Settings(cmd) => settings::run(cli.home, cmd),
+        Command::Chat(args) => chat::run(cli.home, args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             use std::io::Write;
@@ -466,6 +496,7 @@ impl Command {
                 ..
             }) => *json,
             Command::Check { json, .. } | Command::Send { json, .. } => *json,
+            Command::Chat(args) => args.json,
             Command::Trust(TrustArgs {
                 command: Some(TrustCmd::List { json }),
                 ..

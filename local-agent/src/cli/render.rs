@@ -52,11 +52,19 @@ fn trust_words(trust: Trust) -> &'static str {
 /// A project layer's keys and what becomes of them (`all`), or only the ignored ones,
 /// then the command that trusts the directory when that would apply more.
 pub fn project_layer(report: &ProjectLayerReport, all: bool) {
-    println!(
+    for line in project_layer_lines(report, all) {
+        println!("{line}");
+    }
+}
+
+/// [`project_layer`]'s lines.
+pub fn project_layer_lines(report: &ProjectLayerReport, all: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    out.push(format!(
         "project layer {} ({})",
         inert(&report.file),
         trust_words(report.trust)
-    );
+    ));
     for k in &report.keys {
         if !all && !k.verdict.ignored() {
             continue;
@@ -68,20 +76,21 @@ pub fn project_layer(report: &ProjectLayerReport, all: bool) {
                 ("ignored", k.message.clone())
             }
         };
-        println!(
+        out.push(format!(
             "  {:<7} {label:<8} {}",
             format!("{}:{}", k.line, k.column),
             inert(&text)
-        );
+        ));
     }
     if let Some(hint) = &report.hint {
-        println!("hint: {} applies what needs trust", inert(hint));
+        out.push(format!("hint: {} applies what needs trust", inert(hint)));
     } else if all && report.keys.iter().any(|k| k.verdict == Verdict::Trusted) {
-        println!(
+        out.push(format!(
             "note: the keys marked trusted are ignored without trust (berth trust --revoke {})",
             inert(&report.dir)
-        );
+        ));
     }
+    out
 }
 
 /// The lines `berth send` prints for an `ignored` event (alerts, on stderr).
@@ -111,7 +120,7 @@ pub fn ignored_lines(report: &ProjectLayerReport) -> Vec<String> {
 /// directory now when it is on this machine, `here` (a directory deleted since shows
 /// `missing`, one replaced shows `changed`). A binding on another machine (a daemon's)
 /// is shown as recorded: its path means nothing on this one.
-fn live_state(binding: &Value, here: &str) -> String {
+pub(super) fn live_state(binding: &Value, here: &str) -> String {
     let recorded = s(&binding["state"]).to_owned();
     if binding["daemon"].as_str() != Some(here) {
         return recorded;
@@ -181,14 +190,24 @@ pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
 }
 
 pub(super) fn table(rows: Vec<Vec<String>>) {
-    let Some(first) = rows.first() else { return };
+    let mut out = std::io::stdout().lock();
+    for line in table_lines(rows) {
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// A table's lines: columns as wide as their widest cell, two blanks apart.
+pub(super) fn table_lines(rows: Vec<Vec<String>>) -> Vec<String> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
     let mut widths = vec![0; first.len()];
     for r in &rows {
         for (i, cell) in r.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = Vec::new();
     for r in rows {
         let mut line = String::new();
         for (i, cell) in r.iter().enumerate() {
@@ -198,8 +217,9 @@ pub(super) fn table(rows: Vec<Vec<String>>) {
                 line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
             }
         }
-        let _ = writeln!(out, "{}", line.trim_end());
+        out.push(line.trim_end().to_owned());
     }
+    out
 }
 
 pub fn agents(agents: &Value) {
@@ -270,6 +290,13 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
 }
 
 pub fn tasks(tasks: &Value) {
+    for line in tasks_lines(tasks) {
+        println!("{line}");
+    }
+}
+
+/// [`tasks`]' table.
+pub fn tasks_lines(tasks: &Value) -> Vec<String> {
     let mut rows = vec![vec![
         "ID".into(),
         "SESSION".into(),
@@ -290,7 +317,7 @@ pub fn tasks(tasks: &Value) {
             inert(&detail),
         ]);
     }
-    table(rows);
+    table_lines(rows)
 }
 
 pub fn session_body(session: &Value, tasks: &Value) {

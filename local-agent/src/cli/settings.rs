@@ -7,14 +7,14 @@ use super::SettingsCmd;
 use super::client::{Client, encode};
 use super::commands::{print_json, runtime};
 use super::error::CliError;
-use super::render::{inert, project_layer};
+use super::render::{inert, project_layer_lines};
 use berth_core::display::display;
 use berth_core::settings::{Severity, check_text};
 use berth_core::{LocalPath, Platform};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::settings::{Explained, explain};
 use berth_local_agent::trust::TrustStore;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 pub fn run(home: Option<PathBuf>, cmd: SettingsCmd) -> Result<u8, CliError> {
@@ -58,12 +58,18 @@ fn bound_dir(
     };
     let client = Client::new(&cfg.berth_home);
     let s = runtime()?.block_on(client.get(&format!("/api/v1/sessions/{}", encode(id))))?;
+    session_dir(&client.machine(), &s)
+}
+
+/// The directory whose project layer applies to a session (`None` when unbound), and
+/// the session in words; refused when it is bound on another machine.
+fn session_dir(here: &str, s: &Value) -> Result<(Option<LocalPath>, String), CliError> {
     let short = s["id"]
         .as_str()
-        .unwrap_or(id)
-        .get(..8)
-        .unwrap_or(id)
-        .to_owned();
+        .unwrap_or("?")
+        .chars()
+        .take(8)
+        .collect::<String>();
     let b = &s["binding"];
     if b.is_null() {
         return Ok((
@@ -71,7 +77,7 @@ fn bound_dir(
             format!("session {short} (not bound: your user settings alone)"),
         ));
     }
-    if b["daemon"].as_str() != Some(client.machine().as_str()) {
+    if b["daemon"].as_str() != Some(here) {
         return Err(CliError::new(
             format!(
                 "session {short} is bound on machine {}, whose files this machine cannot read",
@@ -95,28 +101,44 @@ fn bound_dir(
     ))
 }
 
+/// `/settings` in `berth chat`: [`show`]'s text for a session document already read.
+pub(super) fn session_lines(
+    cfg: &ExecutorConfig,
+    here: &str,
+    session: &Value,
+) -> Result<Vec<String>, CliError> {
+    let (bound, what) = session_dir(here, session)?;
+    let explained = explained(cfg, bound.as_ref())?;
+    Ok(explained_lines(&what, &explained))
+}
+
+fn explained(cfg: &ExecutorConfig, bound: Option<&LocalPath>) -> Result<Explained, CliError> {
+    let trust = TrustStore::new(&cfg.berth_home);
+    explain(&cfg.context(), &cfg.config_dir, bound, &trust).map_err(|e| {
+        CliError::new(
+            e.to_string(),
+            "fix the settings file (berth settings check FILE)",
+        )
+    })
+}
+
 fn show(cfg: &ExecutorConfig, session: Option<&str>, json: bool) -> Result<u8, CliError> {
     let (bound, what) = bound_dir(cfg, session)?;
-    let trust = TrustStore::new(&cfg.berth_home);
-    let explained =
-        explain(&cfg.context(), &cfg.config_dir, bound.as_ref(), &trust).map_err(|e| {
-            CliError::new(
-                e.to_string(),
-                "fix the settings file (berth settings check FILE)",
-            )
-        })?;
+    let explained = explained(cfg, bound.as_ref())?;
     if json {
         print_json(&json!({"for": what, "settings": explained}));
     } else {
-        print_explained(&what, &explained);
+        for line in explained_lines(&what, &explained) {
+            println!("{line}");
+        }
     }
     Ok(0)
 }
 
-fn print_explained(what: &str, e: &Explained) {
-    println!("settings the next message of {} uses", inert(what));
+fn explained_lines(what: &str, e: &Explained) -> Vec<String> {
+    let mut out = vec![format!("settings the next message of {} uses", inert(what))];
     if e.values.is_empty() {
-        println!("  (none set: Berth's defaults)");
+        out.push(String::from("  (none set: Berth's defaults)"));
     }
     let width = e
         .values
@@ -133,30 +155,31 @@ fn print_explained(what: &str, e: &Explained) {
             }
             None => v.value.to_string(),
         };
-        println!(
+        out.push(format!(
             "  {:<width$}  {}   {}:{}:{}",
             v.key,
             inert(&value),
             inert(&v.file),
             v.line,
             v.column
-        );
+        ));
     }
     for r in &e.removed {
-        println!(
+        out.push(format!(
             "  {:<width$}  removed by {}:{}:{}",
             r.key,
             inert(&r.file),
             r.line,
             r.column
-        );
+        ));
     }
     if let Some(report) = &e.project_layer {
-        project_layer(report, false);
+        out.extend(project_layer_lines(report, false));
     }
     for w in &e.warnings {
-        println!("warning: {}", inert(w));
+        out.push(format!("warning: {}", inert(w)));
     }
+    out
 }
 
 fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, CliError> {

@@ -1,0 +1,496 @@
+//! What the composer shows, as data: the header's lines and tone, and the transcript's
+//! styled lines. No terminal here; `tty` paints it, tests read it.
+
+use super::super::commands::short;
+use super::super::render::{ignored_lines, inert, live_state};
+use berth_core::settings::trust::ProjectLayerReport;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// How a transcript line is painted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// The agent's words.
+    Plain,
+    /// What the user sent.
+    You,
+    /// Tool calls, results, diagnostics, notes.
+    Dim,
+    /// Something to read: an error, ignored settings.
+    Alert,
+    /// An action the agent's permission system denied.
+    Denied,
+    /// Berth's own news: binding changes, command results.
+    Info,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub style: Style,
+    pub text: String,
+}
+
+impl Line {
+    pub fn new(style: Style, text: impl Into<String>) -> Line {
+        Line {
+            style,
+            text: text.into(),
+        }
+    }
+}
+
+/// The header's colour: it changes with the binding's state and the current wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    /// Bound, state ok, nothing waiting.
+    Bound,
+    /// Not bound: the agent works in a scratch directory.
+    Unbound,
+    /// A task waits for the directory's lock or for a machine.
+    Waiting,
+    /// The binding's machine is offline.
+    Offline,
+    /// The directory is missing or now names another directory.
+    Problem,
+    /// The binding was changed from another terminal (for a few seconds).
+    Relinked,
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat = inert(text).replace(['\n', '\t'], " ");
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+/// What the composer knows about its session, folded from the session document and
+/// the transcript's events.
+#[derive(Debug, Default)]
+pub struct View {
+    pub session: Value,
+    /// The agent's permission policy as the header shows it.
+    pub policy: Option<String>,
+    /// This machine's id (bindings elsewhere are shown as recorded).
+    pub here: String,
+    /// Tasks not yet ended: id → (status, wait reason).
+    pub active: BTreeMap<String, (String, Option<String>)>,
+    /// The last binding change made elsewhere, shown until `relinked_until`.
+    pub relinked: Option<String>,
+    pub relinked_until: Option<std::time::Instant>,
+    /// Binding changes this composer made and whose event has not come back yet.
+    pub own_changes: usize,
+    /// The session's `updated_at` when it was opened: a binding change stamped no later
+    /// happened before (a replay), not from another terminal now.
+    pub opened_at: String,
+    /// The highest transcript `seq` seen.
+    pub last_seq: i64,
+    /// The state the directory showed at the last look (`ok`, `changed`, …).
+    pub state: String,
+    pub lines: Vec<Line>,
+}
+
+impl View {
+    pub fn id(&self) -> String {
+        s(&self.session["id"]).to_owned()
+    }
+
+    pub fn binding(&self) -> &Value {
+        &self.session["binding"]
+    }
+
+    /// Takes a fresh session document; looks at the directory again.
+    pub fn set_session(&mut self, session: Value) {
+        self.session = session;
+        self.state = if self.binding().is_null() {
+            String::new()
+        } else {
+            live_state(self.binding(), &self.here)
+        };
+    }
+
+    pub fn push(&mut self, style: Style, text: impl Into<String>) {
+        for l in text.into().split('\n') {
+            self.lines.push(Line::new(style, l));
+        }
+        const KEEP: usize = 5000;
+        if self.lines.len() > KEEP {
+            self.lines.drain(..self.lines.len() - KEEP);
+        }
+    }
+
+    /// The id of a task still running or waiting (the newest).
+    pub fn running(&self) -> Option<&str> {
+        self.active.keys().next_back().map(String::as_str)
+    }
+
+    pub fn tone(&self) -> Tone {
+        if self
+            .relinked_until
+            .is_some_and(|t| std::time::Instant::now() < t)
+        {
+            return Tone::Relinked;
+        }
+        if self.binding().is_null() {
+            return Tone::Unbound;
+        }
+        match self.state.as_str() {
+            "missing" | "changed" => return Tone::Problem,
+            "machine_offline" => return Tone::Offline,
+            _ => {}
+        }
+        if self
+            .active
+            .values()
+            .any(|(st, _)| st.starts_with("waiting"))
+        {
+            return Tone::Waiting;
+        }
+        Tone::Bound
+    }
+
+    /// The header: the session, where it works (privacy-stripped) and how, and what
+    /// is happening now.
+    pub fn header(&self) -> [String; 3] {
+        let sess = &self.session;
+        let id = short(&sess["id"]);
+        // The default title only repeats the id.
+        let title = match one_line(s(&sess["title"]), 40) {
+            t if t.is_empty() || t == format!("session {id}") => String::new(),
+            t => format!(" {t}"),
+        };
+        let policy = self.policy.as_deref().unwrap_or("?");
+        let first = format!(
+            "session {id}{title} · agent {} · may {policy}",
+            s(&sess["agent"]),
+        );
+        let b = self.binding();
+        let second = if b.is_null() {
+            String::from(
+                "dir (not bound: the agent works in a scratch directory) · /link binds one",
+            )
+        } else {
+            let state = match self.state.as_str() {
+                "ok" => String::from("ok"),
+                "missing" => String::from("MISSING: the directory is gone (/link or /unlink)"),
+                "changed" => String::from(
+                    "CHANGED: the path names another directory; runs are refused until /link",
+                ),
+                "machine_offline" => String::from("MACHINE OFFLINE: tasks wait for it"),
+                other => other.to_owned(),
+            };
+            format!(
+                "dir {} · {} · on {} · {}",
+                inert(s(&b["display"])),
+                s(&b["mode"]),
+                inert(s(&b["daemon_name"])),
+                state
+            )
+        };
+        let third = if let Some(note) = self
+            .relinked
+            .as_ref()
+            .filter(|_| self.tone() == Tone::Relinked)
+        {
+            note.clone()
+        } else if let Some((id, (status, reason))) = self.active.iter().next_back() {
+            match reason {
+                Some(r) if status.starts_with("waiting") => {
+                    let r = inert(r);
+                    let what = r.strip_prefix("waiting for ").unwrap_or(&r);
+                    format!("task {} waits for {what}", short(&Value::from(id.as_str())))
+                }
+                _ => format!(
+                    "task {} {status} · Ctrl-C cancels it",
+                    short(&Value::from(id.as_str()))
+                ),
+            }
+        } else {
+            String::from("idle · Enter sends · Ctrl-J new line · Tab completes · /help")
+        };
+        [first, second, third]
+    }
+
+    /// Folds one transcript event (`data` is `{seq, task_id, kind, at, payload}`) into
+    /// the view. Returns true when the binding changed (the session must be read again).
+    pub fn event(&mut self, kind: &str, data: &Value) -> bool {
+        if let Some(seq) = data["seq"].as_i64() {
+            if seq <= self.last_seq {
+                return false;
+            }
+            self.last_seq = seq;
+        }
+        let p = &data["payload"];
+        let task = s(&data["task_id"]).to_owned();
+        match kind {
+            "message" => {
+                let origin = s(&p["origin"]);
+                let who = match origin {
+                    "" | "desktop" => String::from("you"),
+                    other => format!("you ({})", inert(other)),
+                };
+                let text = inert(s(&p["text"])).replace('\n', "\n      ");
+                self.push(Style::You, format!("{who} › {text}"));
+                self.active.insert(task, (String::from("queued"), None));
+            }
+            "status" => {
+                let status = s(&p["status"]).to_owned();
+                let reason = p["wait_reason"].as_str().map(str::to_owned);
+                if status.starts_with("waiting") {
+                    let r = inert(reason.as_deref().unwrap_or(&status));
+                    if r.starts_with("waiting") {
+                        self.push(Style::Dim, r);
+                    } else {
+                        self.push(Style::Dim, format!("waiting: {r}"));
+                    }
+                } else if status == "running"
+                    && self
+                        .active
+                        .get(&task)
+                        .is_some_and(|(st, _)| st.starts_with("waiting"))
+                {
+                    self.push(Style::Dim, "done waiting; running");
+                }
+                if !matches!(
+                    status.as_str(),
+                    "succeeded" | "failed" | "cancelled" | "interrupted" | "refused"
+                ) {
+                    self.active.insert(task, (status, reason));
+                }
+            }
+            "agent" => self.agent(p),
+            "task" => {
+                self.active.remove(&task);
+                self.finish(&p["task"]);
+            }
+            "binding_changed" => {
+                let from = p["from"].as_str().map(inert);
+                let to = p["to"].as_str().map(inert);
+                let what = match (&from, &to) {
+                    (_, Some(to)) => format!("now bound to {to}"),
+                    (Some(_), None) => {
+                        String::from("unbound: the agent works in a scratch directory")
+                    }
+                    (None, None) => String::from("binding unchanged"),
+                };
+                let replayed = s(&data["at"]) <= self.opened_at.as_str();
+                if replayed {
+                    self.push(Style::Info, format!("directory: {what}"));
+                } else if self.own_changes > 0 {
+                    self.own_changes -= 1;
+                    self.push(Style::Info, format!("directory: {what}"));
+                } else {
+                    let note = format!("relinked from another terminal: {what}");
+                    self.push(Style::Info, note.clone());
+                    self.relinked = Some(note);
+                    self.relinked_until =
+                        Some(std::time::Instant::now() + std::time::Duration::from_secs(5));
+                }
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    fn agent(&mut self, p: &Value) {
+        match s(&p["type"]) {
+            "text" => self.push(Style::Plain, inert(s(&p["text"]))),
+            "thinking" => self.push(
+                Style::Dim,
+                format!("(thinking) {}", one_line(s(&p["text"]), 200)),
+            ),
+            "tool_use" => {
+                let input = p["input"].to_string();
+                self.push(
+                    Style::Dim,
+                    format!(
+                        "→ {} {}",
+                        one_line(s(&p["name"]), 40),
+                        one_line(&input, 100)
+                    ),
+                );
+            }
+            "tool_result" => {
+                let mark = if p["is_error"].as_bool() == Some(true) {
+                    "✗"
+                } else {
+                    "←"
+                };
+                self.push(
+                    Style::Dim,
+                    format!("  {mark} {}", one_line(s(&p["output"]), 100)),
+                );
+            }
+            "stderr" => self.push(Style::Dim, one_line(s(&p["line"]), 400)),
+            "error" => self.push(Style::Alert, format!("error: {}", inert(s(&p["message"])))),
+            "denied" => self.push(
+                Style::Denied,
+                format!(
+                    "DENIED {} {}",
+                    one_line(s(&p["tool"]), 40),
+                    one_line(s(&p["target"]), 120)
+                ),
+            ),
+            "ignored" => match serde_json::from_value::<ProjectLayerReport>(p.clone()) {
+                Ok(report) => {
+                    for line in ignored_lines(&report) {
+                        self.push(Style::Alert, line);
+                    }
+                }
+                Err(_) => self.push(Style::Alert, "warning: some project settings were ignored"),
+            },
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, task: &Value) {
+        let status = s(&task["status"]);
+        let mut line = format!("task {} {status}", short(&task["id"]));
+        if let Some(c) = task["exit_code"].as_i64() {
+            line.push_str(&format!(" (exit {c})"));
+        }
+        if let Some(code) = task["error_code"].as_str() {
+            line.push_str(&format!(" [{code}]"));
+        }
+        if let Some(e) = task["error"].as_str() {
+            line.push_str(&format!(": {}", inert(e)));
+        }
+        let style = if status == "succeeded" {
+            Style::Dim
+        } else {
+            Style::Alert
+        };
+        self.push(style, line);
+        let denials: Vec<String> = task["denials"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                one_line(
+                    format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end(),
+                    80,
+                )
+            })
+            .collect();
+        if !denials.is_empty() {
+            self.push(
+                Style::Denied,
+                format!(
+                    "the agent's permission system denied {} action{}: {}",
+                    denials.len(),
+                    if denials.len() == 1 { "" } else { "s" },
+                    denials.join("; ")
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: i64, task: &str, payload: Value) -> Value {
+        json!({"seq": seq, "task_id": task, "payload": payload})
+    }
+
+    #[test]
+    fn events_fold_into_lines_and_active_tasks() {
+        let mut v = View {
+            session: json!({"id": "0193abcdef", "agent": "a", "binding": null}),
+            ..View::default()
+        };
+        v.event(
+            "message",
+            &ev(1, "t1", json!({"origin": "desktop", "text": "hi\u{1b}[2J"})),
+        );
+        assert_eq!(v.running(), Some("t1"));
+        v.event(
+            "status",
+            &ev(2, "t1", json!({"status": "waiting_lock", "wait_reason": "waiting for the directory: in use by task t0"})),
+        );
+        assert_eq!(v.tone(), Tone::Unbound, "unbound wins over waiting");
+        assert!(v.header()[2].contains("task t1 waits for the directory: in use by task t0"));
+        v.event(
+            "agent",
+            &ev(
+                3,
+                "t1",
+                json!({"type": "denied", "tool": "Bash", "target": "rm -rf /"}),
+            ),
+        );
+        v.event(
+            "task",
+            &ev(
+                4,
+                "t1",
+                json!({"task": {"id": "t1", "status": "cancelled"}}),
+            ),
+        );
+        assert_eq!(v.running(), None);
+        // A replayed event changes nothing.
+        v.event("message", &ev(1, "t1", json!({"text": "again"})));
+        let texts: Vec<(Style, &str)> =
+            v.lines.iter().map(|l| (l.style, l.text.as_str())).collect();
+        assert_eq!(
+            texts,
+            [
+                (Style::You, "you › hi[2J"),
+                (Style::Dim, "waiting for the directory: in use by task t0"),
+                (Style::Denied, "DENIED Bash rm -rf /"),
+                (Style::Alert, "task t1 cancelled"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_binding_change_from_elsewhere_turns_the_header() {
+        let mut v = View {
+            session: json!({"id": "s", "agent": "a",
+                "binding": {"display": "~/code/app", "mode": "in-place", "daemon": "m", "daemon_name": "laptop", "state": "ok"}}),
+            here: String::from("elsewhere"),
+            ..View::default()
+        };
+        v.set_session(v.session.clone());
+        assert_eq!(v.tone(), Tone::Bound);
+        assert!(v.header()[1].starts_with("dir ~/code/app · in-place · on laptop · ok"));
+        v.opened_at = String::from("2026-12-01T10:00:00.000Z");
+        let at = |mut e: Value, at: &str| {
+            e["at"] = json!(at);
+            e
+        };
+        let old = at(
+            ev(1, "", json!({"from": null, "to": "~/o"})),
+            "2026-12-01T09:59:59.000Z",
+        );
+        v.event("binding_changed", &old);
+        assert_eq!(v.tone(), Tone::Bound, "a replayed change is old news");
+        v.own_changes = 1;
+        let mine = at(
+            ev(2, "", json!({"from": null, "to": "~/a"})),
+            "2026-12-01T10:00:01.000Z",
+        );
+        assert!(v.event("binding_changed", &mine));
+        assert_eq!(v.tone(), Tone::Bound);
+        let theirs = at(
+            ev(3, "", json!({"from": "~/a", "to": "~/b"})),
+            "2026-12-01T10:00:02.000Z",
+        );
+        v.event("binding_changed", &theirs);
+        assert_eq!(v.tone(), Tone::Relinked);
+        assert!(v.header()[2].contains("relinked from another terminal: now bound to ~/b"));
+        let mut offline = v.session.clone();
+        offline["binding"]["state"] = json!("machine_offline");
+        v.relinked_until = None;
+        v.set_session(offline);
+        assert_eq!(v.tone(), Tone::Offline);
+    }
+}
