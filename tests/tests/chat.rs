@@ -137,6 +137,14 @@ fn chat_links_from_where_you_stand_and_follows_a_relink_from_elsewhere() {
     t.keys(&["Enter"]);
     t.wait(20, "the agent's answer", |s| s.contains("got: first line"));
 
+    // A paste keeps its line breaks and is not sent until Enter.
+    t.keys(&["C-c"]);
+    t.paste("pasted one\npasted two");
+    t.wait(5, "the pasted rows", |s| {
+        s.contains("› pasted one\n  pasted two")
+    });
+    t.keys(&["C-c"]);
+
     // History: Up brings the last message back.
     t.keys(&["Up"]);
     t.wait(5, "the recalled message", |s| {
@@ -299,7 +307,7 @@ fn the_line_mode_serves_a_pipe() {
 
     let out = run(
         &["chat", "--agent", "echo"],
-        "hello\n/link\ncontinued \\\nline\n/tasks\n/nonsense\n",
+        "hello\n/link\ncontinued \\\nline\n/tasks\n/nonsense\n/settings\n/mode worktree\n/unlink\n/new second\n",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -319,11 +327,27 @@ fn the_line_mode_serves_a_pipe() {
         "the /tasks table lists both: {stdout}"
     );
     assert!(stderr.contains("unknown command /nonsense"), "{stderr}");
+    assert!(
+        stdout.contains("settings the next message of session"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(worktree); it applies"), "{stdout}");
+    assert!(
+        stdout.contains("unbound: the next message runs"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("new session "), "{stdout}");
+    let sessions = b.json(&["session", "list", "--json"]);
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
+    assert_eq!(sessions[1]["title"], "second", "{sessions}");
     assert!(!stdout.contains(FAKE_USER) && !stderr.contains(FAKE_USER));
     assert_eq!(out.status.code(), Some(1), "a failed command fails the run");
 
     // --json: one document per line, the session first, each task's last.
-    let id = session_id(&b);
+    let id = b.json(&["session", "list", "--json"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let out = run(&["chat", &id, "--json"], "again\n");
     assert_eq!(out.status.code(), Some(0));
     let docs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
