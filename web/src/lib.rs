@@ -3,6 +3,7 @@
 //! Built with `local-binding` it is embedded in `berth serve`; without it, it is the
 //! cloud server `berth-server`, which cannot express a local path.
 
+pub mod admin;
 pub mod api;
 pub mod clock;
 pub mod daemon;

@@ -114,6 +114,7 @@ fn config(fake: SocketAddr) -> ChannelConfig {
             api_url: format!("http://{fake}/lark"),
         }),
         agent: Some("bot".into()),
+        member: None,
     }
 }
 
@@ -471,6 +472,7 @@ fn read_request_authenticates_and_reads_without_a_server() {
         }),
         lark: None,
         agent: None,
+        member: None,
     };
     let at = 1_700_000_000;
     let body = slack_message("Ev1", "hello", "1.1", Some("1.0"));

@@ -10,7 +10,7 @@ async fn rows(t: &TestServer, session: &str) -> Vec<berth_web::store::TaskRow> {
     t.server
         .state()
         .store
-        .list_tasks(Some(session.to_owned()))
+        .list_tasks(Some(session.to_owned()), None)
         .await
         .unwrap()
 }
@@ -304,6 +304,7 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
             origin: Origin::Desktop,
             project: None,
             binding: None,
+            owner: None,
         })
         .await
         .unwrap()

@@ -24,6 +24,7 @@ fn unbound(title: &str) -> NewSessionRow {
         origin: Origin::Desktop,
         project: None,
         binding: None,
+        owner: None,
     }
 }
 
@@ -74,7 +75,10 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
         )
     );
     assert_eq!(store.list_agents().await.unwrap(), vec![agent()]);
-    let tasks = store.list_tasks(Some(session.id.clone())).await.unwrap();
+    let tasks = store
+        .list_tasks(Some(session.id.clone()), None)
+        .await
+        .unwrap();
     let statuses: Vec<(String, TaskStatus)> =
         tasks.iter().map(|t| (t.id.clone(), t.status)).collect();
     assert_eq!(
@@ -227,7 +231,7 @@ fn bench_list_10000_sessions() {
     for _ in 0..50 {
         let start = std::time::Instant::now();
         let rows = store
-            .read_blocking(berth_web::store::list_sessions)
+            .read_blocking(|c| berth_web::store::list_sessions(c, None))
             .unwrap();
         query.push(start.elapsed());
         let docs: Vec<_> = rows.iter().map(|r| r.to_api()).collect();

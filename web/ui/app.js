@@ -65,5 +65,22 @@ document.addEventListener("click", (e) => {
 });
 window.addEventListener("popstate", route);
 
+// On a team server the page is one member's: say whose (an admin sees every session).
+async function showWho() {
+  try {
+    const res = await fetch("/api/v1/me", { headers: { accept: "application/json" } });
+    if (!res.ok) return;
+    const me = await res.json();
+    if (!me.member) return;
+    const who = document.getElementById("who");
+    who.textContent = me.admin ? `${me.member} (admin: every session)` : me.member;
+    who.title = "The sessions shown are this member's";
+    who.hidden = false;
+  } catch {
+    // The header simply names no one.
+  }
+}
+
 forgetToken();
 route();
+showWho();

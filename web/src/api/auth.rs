@@ -1,5 +1,6 @@
 //! The guard in front of the web listener and `berth-server`'s listener.
 
+use super::access::Caller;
 use super::error::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};
@@ -20,6 +21,17 @@ pub(crate) struct Guard {
     pub writes: bool,
     /// Served over TLS: the session cookie is `Secure`, never sent over plain http.
     pub tls: bool,
+    /// A team server: tokens are members' (hashed in the store), and each request
+    /// carries its [`Caller`]. `None`: the one `token`, and the caller is local.
+    pub members: Option<crate::store::Store>,
+}
+
+/// How a request presented its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presented {
+    Bearer,
+    Cookie,
+    Query,
 }
 
 /// The `Host` values a browser sends for a loopback listener on `addr`.
@@ -94,28 +106,64 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
         }
         .into_response();
     }
-    if bearer(&req).is_some_and(|t| same(t, &g.token)) {
-        return next.run(req).await;
-    }
-    if !read {
+    // Writes only with the bearer token (a cookie would make them forgeable across
+    // sites); reads also with the cookie, or `?token=` which sets it.
+    let presented = match (bearer(&req), read) {
+        (Some(t), _) => Some((Presented::Bearer, t.to_owned())),
+        (None, false) => None,
+        (None, true) => cookie(&req)
+            .map(|t| (Presented::Cookie, t.to_owned()))
+            .or_else(|| query_token(&req).map(|t| (Presented::Query, t.to_owned()))),
+    };
+    let Some((how, token)) = presented else {
         return ApiError::Unauthorized.into_response();
+    };
+    let mut req = req;
+    match &g.members {
+        None => {
+            if !same(&token, &g.token) {
+                return ApiError::Unauthorized.into_response();
+            }
+        }
+        Some(store) => {
+            let hash = crate::daemon::token_hash(&token);
+            // The first admin's token (serve.json's) is known without a lookup.
+            let found = if same(&token, &g.token) {
+                Ok(Some(crate::store::MemberRow {
+                    name: crate::store::FIRST_ADMIN.to_owned(),
+                    admin: true,
+                    created_at: String::new(),
+                    removed_at: None,
+                }))
+            } else {
+                store.member_by_hash(hash).await
+            };
+            match found {
+                Ok(Some(m)) => {
+                    req.extensions_mut().insert(Caller::Member {
+                        name: m.name,
+                        admin: m.admin,
+                        via: match how {
+                            Presented::Bearer => "api",
+                            Presented::Cookie | Presented::Query => "web",
+                        }
+                        .to_owned(),
+                    });
+                }
+                Ok(None) => return ApiError::Unauthorized.into_response(),
+                Err(e) => return ApiError::from(e).into_response(),
+            }
+        }
     }
-    if cookie(&req).is_some_and(|t| same(t, &g.token)) {
-        return next.run(req).await;
-    }
-    if query_token(&req).is_some_and(|t| same(t, &g.token)) {
-        let mut res = next.run(req).await;
+    let mut res = next.run(req).await;
+    if how == Presented::Query {
         let secure = if g.tls { "; Secure" } else { "" };
-        let value = format!(
-            "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{secure}",
-            g.token
-        );
+        let value = format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/{secure}");
         if let Ok(v) = HeaderValue::from_str(&value) {
             res.headers_mut().append(header::SET_COOKIE, v);
         }
-        return res;
     }
-    ApiError::Unauthorized.into_response()
+    res
 }
 
 #[cfg(test)]

@@ -47,6 +47,18 @@ pub enum ApiError {
     TokenExists { name: String },
     #[error("no daemon token is named {name:?}")]
     UnknownToken { name: String },
+    #[error("only {owner}, who owns the session, can {what}")]
+    OwnerOnly { owner: String, what: &'static str },
+    #[error("only an admin can {what}")]
+    AdminOnly { what: &'static str },
+    #[error("no member is named {name:?}")]
+    UnknownMember { name: String },
+    #[error("a member named {name:?} exists (or existed)")]
+    MemberExists { name: String },
+    #[error(
+        "the member {name:?} is the server's first admin, whose token is the one in serve.json"
+    )]
+    MemberProtected { name: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -175,6 +187,34 @@ impl ApiError {
                 StatusCode::NOT_FOUND,
                 "unknown_token",
                 "`berth daemon token list` shows the tokens".into(),
+            ),
+            ApiError::OwnerOnly { .. } => (
+                StatusCode::FORBIDDEN,
+                "owner_only",
+                "an admin may read every session, but an agent runs only for its session's owner"
+                    .into(),
+            ),
+            ApiError::AdminOnly { .. } => (
+                StatusCode::FORBIDDEN,
+                "admin_only",
+                "ask an admin of this server (berth-server member add NAME --admin makes one)"
+                    .into(),
+            ),
+            ApiError::UnknownMember { .. } => (
+                StatusCode::NOT_FOUND,
+                "unknown_member",
+                "`berth-server member list` shows the members".into(),
+            ),
+            ApiError::MemberExists { .. } => (
+                StatusCode::CONFLICT,
+                "member_exists",
+                "choose another name (a removed member's name is not reused)".into(),
+            ),
+            ApiError::MemberProtected { .. } => (
+                StatusCode::CONFLICT,
+                "member_protected",
+                "restart berth-server for a new first-admin token; other admins can be removed"
+                    .into(),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,6 +1,7 @@
 //! The route handlers. Each resolves ids by unique prefix through the store and
 //! answers the documents of [`super::views`].
 
+use super::access::{Caller, Scope};
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::views::{SessionDoc, session_doc, task_doc};
@@ -139,13 +140,17 @@ pub(crate) async fn capabilities(
 
 /// Every session, serialized on the store's blocking thread straight from the rows
 /// into one buffer: a long list costs the async threads nothing.
-pub(crate) async fn list_sessions(State(ctx): State<Ctx>) -> Result<Response, ApiError> {
+pub(crate) async fn list_sessions(
+    State(ctx): State<Ctx>,
+    scope: Option<axum::Extension<Scope>>,
+) -> Result<Response, ApiError> {
     let (surface, display) = (ctx.surface, ctx.app.display.clone());
+    let owner = scope.and_then(|axum::Extension(s)| s.0);
     let body = ctx
         .app
         .store
         .read(move |conn| {
-            let rows = crate::store::list_sessions(conn)?;
+            let rows = crate::store::list_sessions(conn, owner.as_deref())?;
             let mut out = Vec::with_capacity(rows.len() * 256 + 2);
             out.push(b'[');
             for (i, row) in rows.iter().enumerate() {
@@ -177,8 +182,14 @@ pub(crate) async fn get_session(
 pub(crate) async fn create_session(
     State(ctx): State<Ctx>,
     via: Option<axum::Extension<crate::daemon::Via>>,
+    caller: Option<axum::Extension<Caller>>,
     JsonBody(req): JsonBody<NewSession>,
-) -> Result<(StatusCode, Json<SessionDoc>), ApiError> {
+) -> Result<Response, ApiError> {
+    // The caller owns it: a member, or their daemon; nobody on a one-user server.
+    let owner = match caller.map(|axum::Extension(c)| c) {
+        Some(Caller::Member { name, .. }) => Some(name),
+        Some(Caller::Local) | None => None,
+    };
     #[cfg(feature = "local-binding")]
     let binding = match req.dir {
         Some(dir) => {
@@ -206,12 +217,17 @@ pub(crate) async fn create_session(
             origin: ctx.surface.origin(),
             project: req.project,
             binding,
+            owner,
         })
         .await?;
-    Ok((
+    let mut resp = (
         StatusCode::CREATED,
         Json(session_doc(ctx.surface, &ctx.app.display, &row)),
-    ))
+    )
+        .into_response();
+    resp.extensions_mut()
+        .insert(super::access::AuditTarget(row.id.clone()));
+    Ok(resp)
 }
 
 pub(crate) async fn post_message(
@@ -241,9 +257,11 @@ pub(crate) async fn post_message(
 
 pub(crate) async fn list_tasks(
     State(ctx): State<Ctx>,
+    scope: Option<axum::Extension<Scope>>,
     Query(q): Query<TaskQuery>,
 ) -> Result<Json<Vec<Task>>, ApiError> {
-    let rows = ctx.app.store.list_tasks(q.session).await?;
+    let owner = scope.and_then(|axum::Extension(s)| s.0);
+    let rows = ctx.app.store.list_tasks(q.session, owner).await?;
     Ok(Json(
         rows.iter()
             .map(|t| task_doc(ctx.surface, &ctx.app.display, t))

@@ -16,16 +16,19 @@
 //! they are authenticated by the platforms' signatures, not by the token. They are
 //! the web listener's only writes; everything else on it stays read-only.
 
+mod access;
 mod auth;
 #[cfg(feature = "local-binding")]
 mod binding;
 mod body;
 mod error;
 mod handlers;
+mod members;
 mod redact;
 mod sse;
 mod views;
 
+pub use access::{AuditTarget, Caller, Scope};
 pub use auth::{TOKEN_COOKIE, loopback_hosts};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
@@ -33,6 +36,7 @@ pub use body::{BODY_LIMIT, JsonBody};
 pub use error::{ApiError, refusal_status};
 pub(crate) use handlers::valid_name;
 pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
+pub use members::{Me, MemberToken, NewMember};
 pub use views::{SessionDoc, WebSession, strip_path};
 
 use crate::scheduler::Scheduler;
@@ -102,6 +106,7 @@ fn read_routes() -> Router<Ctx> {
     Router::new()
         .route("/api/v1/health", get(handlers::health))
         .route("/api/v1/capabilities", get(handlers::capabilities))
+        .route("/api/v1/me", get(members::me))
         .route("/api/v1/sessions", get(handlers::list_sessions))
         .route("/api/v1/sessions/{id}", get(handlers::get_session))
         .route("/api/v1/sessions/{id}/events", get(sse::events))
@@ -143,11 +148,29 @@ fn all_routes() -> Router<Ctx> {
     r
 }
 
+/// A team server's own routes: members and the audit trail.
+fn member_routes() -> Router<Ctx> {
+    Router::new()
+        .route("/api/v1/members", post(members::add).get(members::list))
+        .route(
+            "/api/v1/members/{name}",
+            axum::routing::delete(members::remove),
+        )
+        .route("/api/v1/members/{name}/token", post(members::rotate))
+        .route("/api/v1/audit", get(members::audit))
+}
+
 fn finish(routes: Router<Ctx>, app: AppState, surface: Surface) -> Router {
+    let ctx = Ctx { app, surface };
     routes
+        // Every route, every surface: who may do what is decided in one place.
+        .route_layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            access::enforce,
+        ))
         .fallback(handlers::no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(Ctx { app, surface })
+        .with_state(ctx)
 }
 
 /// Every route, for the control socket.
@@ -157,9 +180,9 @@ pub fn control_router(app: AppState) -> Router {
 
 /// The daemon routes ([`crate::daemon::wire`]), when the server accepts daemons:
 /// authenticated by daemon tokens, outside the listener's guard.
-fn daemon_routes(app: &AppState) -> Router {
+fn daemon_routes(app: &AppState, members: bool) -> Router {
     if app.daemons.accepts() {
-        crate::daemon::daemon_router(app.clone(), control_router(app.clone()))
+        crate::daemon::daemon_router(app.clone(), control_router(app.clone()), members)
     } else {
         Router::new()
     }
@@ -176,9 +199,10 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
         allowed_hosts: Some(allowed_hosts),
         writes: false,
         tls,
+        members: None,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
-    let daemons = daemon_routes(&app);
+    let daemons = daemon_routes(&app, false);
     let display = app.display.clone();
     finish(read_routes(), app, Surface::Web)
         .layer(axum::middleware::from_fn_with_state(
@@ -191,18 +215,22 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
         .merge(daemons)
 }
 
-/// Every route, for `berth-server`: writes need `Authorization: Bearer <token>`;
-/// reads accept the bearer token or the cookie (`?token=` sets it).
+/// Every route, for `berth-server`, a team's server: each request is a member's, by
+/// their token (`Authorization: Bearer <token>`; reads also by the cookie `?token=`
+/// sets), and [`access`] keeps each member to their own sessions. The web UI shows
+/// the member's sessions (all of them to an admin).
 pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
     let guard = Arc::new(Guard {
         token,
         allowed_hosts: None,
         writes: true,
         tls,
+        members: Some(app.store.clone()),
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
-    let daemons = daemon_routes(&app);
-    finish(all_routes(), app, Surface::Cloud)
+    let daemons = daemon_routes(&app, true);
+    finish(all_routes().merge(member_routes()), app, Surface::Cloud)
+        .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)
         .merge(daemons)

@@ -1,4 +1,9 @@
-//! `berth-server [--listen ADDR] [--home DIR]`: the cloud build's server.
+//! `berth-server [--listen ADDR] [--home DIR]`: the cloud build's server, a team's.
+//! `berth-server member …` and `berth-server audit …` administer it (see
+//! [`berth_web::admin`]).
+//!
+//! Every request is a member's: the token in `serve.json` is the first admin's (a new
+//! one at every start), and `berth-server member add NAME` makes the others.
 //!
 //! No executor: it cannot reach a local path. Its whole API is on one TCP listener,
 //! writes authenticated by `Authorization: Bearer <token>` (the token in
@@ -11,7 +16,8 @@ use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]";
+const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
+       berth-server member|audit … (berth-server member --help)";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
 #[derive(Debug)]
@@ -80,7 +86,30 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if berth_web::admin::is_admin_command(argv.first().map(String::as_str)) {
+        if argv.iter().any(|a| a == "--help" || a == "-h") {
+            println!("{}", berth_web::admin::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        let json = argv.iter().any(|a| a == "--json");
+        let result = match berth_web::admin::parse(&argv) {
+            Ok(args) => berth_web::admin::run(args, default_home()).await,
+            Err(e) => Err(e),
+        };
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                if json {
+                    println!("{}", e.to_json());
+                }
+                eprintln!("error: {}", e.message);
+                eprintln!("hint: {}", e.hint);
+                ExitCode::from(e.exit)
+            }
+        };
+    }
+    let args = match parse(argv.into_iter()) {
         Ok(a) => a,
         Err(e) if e.is_empty() => {
             println!("{USAGE}");
@@ -114,10 +143,16 @@ fn plain_allowed(args: &Args, addr: std::net::SocketAddr) -> Result<(), String> 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // A team's server: daemons on the members' machines run its tasks (never in
     // place: this build has no binding). Tokens: `POST /api/v1/daemon/tokens`.
+    // Channel sessions belong to a member: BERTH_CHANNEL_MEMBER, else the first admin.
+    let mut channels = berth_web::hooks::ChannelConfig::from_env(&Default::default());
+    if channels.member.is_none() {
+        channels.member = Some(berth_web::store::FIRST_ADMIN.to_owned());
+    }
     let server = Server::open(
         &args.home,
         ServerOptions {
             daemons: Some(berth_web::daemon::DaemonConfig::from_env()),
+            channels: Some(channels),
             ..ServerOptions::default()
         },
     )
@@ -146,6 +181,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let token = new_token()?;
+    // The token in serve.json is the first admin's.
+    server
+        .state()
+        .store
+        .ensure_first_admin(berth_web::daemon::token_hash(&token))
+        .await?;
     let url = format!("{}://{addr}", listener.scheme());
     let path = server.write_serve_json(&ServeInfo {
         url: Some(url.clone()),

@@ -66,6 +66,8 @@ pub struct Caller {
     pub machine: MachineId,
     /// The machine's name as it registered.
     pub name: String,
+    /// The member its token belongs to (`berth-server`).
+    pub member: Option<String>,
 }
 
 /// Where a run's events and outcome go.
@@ -89,6 +91,8 @@ struct RemoteRun {
 
 struct Machine {
     name: String,
+    /// The member of the token it registered with: it runs only their sessions' tasks.
+    member: Option<String>,
     instance: String,
     last_seen: Instant,
     online: bool,
@@ -246,14 +250,14 @@ impl Daemons {
             .collect()
     }
 
-    /// The online machine with the least work for a task any machine may run
-    /// (scratch), taking turns among equals.
-    pub fn pick(&self) -> Option<MachineId> {
+    /// The online machine of `owner` (whose token is `owner`'s) with the least work,
+    /// for a task any of their machines may run (scratch), taking turns among equals.
+    pub fn pick(&self, owner: Option<&str>) -> Option<MachineId> {
         let mut state = lock(&self.inner.state);
         let mut online: Vec<(&MachineId, usize)> = state
             .machines
             .iter()
-            .filter(|(_, m)| m.online)
+            .filter(|(_, m)| m.online && m.member.as_deref() == owner)
             .map(|(id, m)| (id, m.load()))
             .collect();
         online.sort();
@@ -321,6 +325,7 @@ impl Daemons {
             (Some(_), Some(m)) => Ok(Caller {
                 machine,
                 name: m.name.clone(),
+                member: row.member.clone(),
             }),
             _ => Err(AuthError::NotRegistered {
                 machine: machine.to_string(),
@@ -374,6 +379,7 @@ impl Daemons {
                 .entry(machine.clone())
                 .or_insert_with(|| Machine {
                     name: name.clone(),
+                    member: row.member.clone(),
                     instance: instance.clone(),
                     last_seen: now,
                     online: false,
@@ -383,6 +389,7 @@ impl Daemons {
                     wake: Arc::new(Notify::new()),
                 });
             m.name.clone_from(&name);
+            m.member.clone_from(&row.member);
             m.last_seen = now;
             if m.instance != instance {
                 m.instance.clone_from(&instance);
@@ -650,22 +657,25 @@ impl Daemons {
     pub async fn create_token(
         &self,
         name: String,
+        member: Option<String>,
     ) -> Result<TokenChange<(TokenRow, String)>, StoreError> {
         let token = crate::server::new_token()
             .map(|t| format!("berthd_{t}"))
             .map_err(|e| StoreError::Worker(format!("cannot read /dev/urandom: {e}")))?;
         let hash = token_hash(&token);
-        Ok(match self.inner.store.create_token(name, hash).await? {
-            TokenChange::Done(row) => {
-                lock(&self.inner.state)
-                    .tokens
-                    .insert(row.hash.clone(), row.clone());
-                TokenChange::Done((row, token))
-            }
-            TokenChange::Exists => TokenChange::Exists,
-            TokenChange::Unknown => TokenChange::Unknown,
-            TokenChange::OtherMachine(m) => TokenChange::OtherMachine(m),
-        })
+        Ok(
+            match self.inner.store.create_token(name, hash, member).await? {
+                TokenChange::Done(row) => {
+                    lock(&self.inner.state)
+                        .tokens
+                        .insert(row.hash.clone(), row.clone());
+                    TokenChange::Done((row, token))
+                }
+                TokenChange::Exists => TokenChange::Exists,
+                TokenChange::Unknown => TokenChange::Unknown,
+                TokenChange::OtherMachine(m) => TokenChange::OtherMachine(m),
+            },
+        )
     }
 
     /// Revokes a token; its machine goes offline at once (its runs end
@@ -696,6 +706,28 @@ impl Daemons {
         Ok(change)
     }
 
+    /// The member a machine's token belongs to: `None` for a machine not registered
+    /// in this process, `Some(None)` for one without a member (`berth serve`).
+    pub fn machine_member(&self, machine: &MachineId) -> Option<Option<String>> {
+        lock(&self.inner.state)
+            .machines
+            .get(machine)
+            .map(|m| m.member.clone())
+    }
+
+    /// Removes a member: their API token stops working, their daemon tokens are
+    /// revoked and their machines go offline at once (their sessions' tasks wait).
+    pub async fn remove_member(
+        &self,
+        name: String,
+    ) -> Result<crate::store::MemberChange, StoreError> {
+        let (change, tokens) = self.inner.store.remove_member(name).await?;
+        for token in tokens {
+            self.revoke_token(token).await?;
+        }
+        Ok(change)
+    }
+
     /// Every token, with its machine's state.
     pub async fn token_infos(&self) -> Result<Vec<TokenInfo>, StoreError> {
         let rows = self.inner.store.tokens().await?;
@@ -722,6 +754,7 @@ impl Daemons {
                         .or_else(|| stored.map(|s| s.0.clone())),
                     created_at: r.created_at,
                     revoked_at: r.revoked_at,
+                    member: r.member,
                     online,
                     last_seen: if online {
                         Some(crate::clock::now())

@@ -26,6 +26,8 @@ struct DaemonCtx {
     app: AppState,
     /// The whole control API, for the daemon's forwarded control socket.
     control: Router,
+    /// A team server: a daemon acts for its token's member, and only for them.
+    members: bool,
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -44,7 +46,7 @@ fn caller(ctx: &DaemonCtx, headers: &HeaderMap) -> Result<Caller, ApiError> {
 
 /// The routes a daemon calls, authenticated by its token (not by the listener's
 /// guard). `control` is the control API the daemon's own socket forwards to.
-pub fn daemon_router(app: AppState, control: Router) -> Router {
+pub fn daemon_router(app: AppState, control: Router, members: bool) -> Router {
     let p = wire::PREFIX;
     Router::new()
         .route(&format!("{p}/register"), post(register))
@@ -55,7 +57,11 @@ pub fn daemon_router(app: AppState, control: Router) -> Router {
         .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
         .route(&format!("{p}/api/{{*rest}}"), any(forward))
         .layer(axum::extract::DefaultBodyLimit::max(crate::api::BODY_LIMIT))
-        .with_state(DaemonCtx { app, control })
+        .with_state(DaemonCtx {
+            app,
+            control,
+            members,
+        })
 }
 
 async fn register(
@@ -202,6 +208,15 @@ async fn forward(
     // A fresh request for the inner router: the outer route's matched parameters
     // must not reach its extractors.
     parts.extensions = axum::http::Extensions::new();
+    if ctx.members {
+        let member = caller
+            .member
+            .clone()
+            .unwrap_or_else(|| crate::store::FIRST_ADMIN.to_owned());
+        parts
+            .extensions
+            .insert(crate::api::Caller::daemon(member, &caller.name));
+    }
     parts.extensions.insert(Via {
         machine: caller.machine,
         name: caller.name,
@@ -228,23 +243,81 @@ fn not_through_daemon(via: Option<&axum::Extension<Via>>) -> Result<(), ApiError
     }
 }
 
+/// The member a token change is for, and whether the caller may make it: a member
+/// for themselves, an admin for anyone (who must exist), the local user as asked.
+async fn token_member(
+    ctx: &crate::api::Ctx,
+    caller: Option<&axum::Extension<crate::api::Caller>>,
+    asked: Option<String>,
+) -> Result<Option<String>, ApiError> {
+    use crate::api::Caller;
+    let member = match (caller.map(|axum::Extension(c)| c), asked) {
+        (Some(Caller::Member { name, .. }), None) => return Ok(Some(name.clone())),
+        (Some(Caller::Member { name, admin, .. }), Some(m)) => {
+            if m != *name && !*admin {
+                return Err(ApiError::AdminOnly {
+                    what: "make a daemon token for another member",
+                });
+            }
+            m
+        }
+        (Some(Caller::Local) | None, asked) => match asked {
+            None => return Ok(None),
+            Some(m) => m,
+        },
+    };
+    match ctx.app.store.member(member.clone()).await? {
+        Some(_) => Ok(Some(member)),
+        None => Err(ApiError::UnknownMember { name: member }),
+    }
+}
+
+/// Whether a token is one the caller may see and revoke: their own, or any for an
+/// admin or the local user.
+fn token_visible(
+    caller: Option<&axum::Extension<crate::api::Caller>>,
+    member: Option<&str>,
+) -> bool {
+    match caller.map(|axum::Extension(c)| c) {
+        Some(crate::api::Caller::Member {
+            name, admin: false, ..
+        }) => member == Some(name.as_str()),
+        Some(crate::api::Caller::Member { admin: true, .. } | crate::api::Caller::Local) | None => {
+            true
+        }
+    }
+}
+
 pub(crate) async fn create_token(
     State(ctx): State<crate::api::Ctx>,
     via: Option<axum::Extension<Via>>,
+    caller: Option<axum::Extension<crate::api::Caller>>,
     JsonBody(req): JsonBody<NewToken>,
-) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
+) -> Result<Response, ApiError> {
     not_through_daemon(via.as_ref())?;
     crate::api::valid_name("the token", &req.name)?;
+    let member = token_member(&ctx, caller.as_ref(), req.member.clone()).await?;
     use crate::store::TokenChange;
-    match ctx.app.daemons.create_token(req.name.clone()).await? {
-        TokenChange::Done((row, token)) => Ok((
-            StatusCode::CREATED,
-            Json(CreatedToken {
-                name: row.name,
-                token,
-                created_at: row.created_at,
-            }),
-        )),
+    match ctx
+        .app
+        .daemons
+        .create_token(req.name.clone(), member)
+        .await?
+    {
+        TokenChange::Done((row, token)) => {
+            let mut resp = (
+                StatusCode::CREATED,
+                Json(CreatedToken {
+                    name: row.name.clone(),
+                    token,
+                    created_at: row.created_at,
+                }),
+            )
+                .into_response();
+            resp.extensions_mut()
+                .insert(crate::api::AuditTarget(row.name));
+            Ok(resp)
+        }
         TokenChange::Exists | TokenChange::OtherMachine(_) => {
             Err(ApiError::TokenExists { name: req.name })
         }
@@ -255,17 +328,29 @@ pub(crate) async fn create_token(
 pub(crate) async fn list_tokens(
     State(ctx): State<crate::api::Ctx>,
     via: Option<axum::Extension<Via>>,
+    caller: Option<axum::Extension<crate::api::Caller>>,
 ) -> Result<Json<Vec<TokenInfo>>, ApiError> {
     not_through_daemon(via.as_ref())?;
-    Ok(Json(ctx.app.daemons.token_infos().await?))
+    let mut tokens = ctx.app.daemons.token_infos().await?;
+    tokens.retain(|t| token_visible(caller.as_ref(), t.member.as_deref()));
+    Ok(Json(tokens))
 }
 
 pub(crate) async fn revoke_token(
     State(ctx): State<crate::api::Ctx>,
     via: Option<axum::Extension<Via>>,
+    caller: Option<axum::Extension<crate::api::Caller>>,
     Path(name): Path<String>,
 ) -> Result<Json<TokenInfo>, ApiError> {
     not_through_daemon(via.as_ref())?;
+    let infos = ctx.app.daemons.token_infos().await?;
+    let mine = infos
+        .iter()
+        .find(|t| t.name == name)
+        .is_some_and(|t| token_visible(caller.as_ref(), t.member.as_deref()));
+    if !mine {
+        return Err(ApiError::UnknownToken { name });
+    }
     use crate::store::TokenChange;
     match ctx.app.daemons.revoke_token(name.clone()).await? {
         TokenChange::Done(_) => ctx

@@ -331,6 +331,10 @@ pub struct Validated {
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     pub name: String,
+    /// On `berth-server`: the member it is for (default: the caller; only an admin
+    /// names another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 /// A daemon token as listed: never the token itself.
@@ -345,6 +349,9 @@ pub struct TokenInfo {
     /// Whether that machine is online now (heartbeat within the window).
     pub online: bool,
     pub last_seen: Option<String>,
+    /// The member it belongs to (`berth-server`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 /// The answer to `POST tokens`: the only time the token is shown.

@@ -56,6 +56,9 @@ pub struct ChannelConfig {
     pub lark: Option<LarkConfig>,
     /// The agent of new channel sessions (`None`: the only registered agent).
     pub agent: Option<String>,
+    /// On a team server, the member channel sessions belong to
+    /// (`BERTH_CHANNEL_MEMBER`; `berth-server` defaults it to the first admin).
+    pub member: Option<String>,
 }
 
 impl ChannelConfig {
@@ -104,6 +107,7 @@ impl ChannelConfig {
             slack,
             lark,
             agent: get("BERTH_CHANNEL_AGENT"),
+            member: get("BERTH_CHANNEL_MEMBER"),
         }
     }
 
@@ -197,6 +201,7 @@ mod tests {
                     api_url: LARK_API_URL.into(),
                 }),
                 agent: Some("claude".into()),
+                member: None,
             }
         );
         assert_eq!(

@@ -209,6 +209,7 @@ impl Channels {
                 event_id: msg.event_id.clone(),
                 text: msg.text,
                 agent: self.config.agent.clone(),
+                owner: self.config.member.clone(),
                 title: format!("{}: {}", platform.as_str(), excerpt.trim()),
             })
             .await

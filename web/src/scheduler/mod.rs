@@ -340,15 +340,24 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     let mut online: Vec<MachineId> = inner.machine.iter().cloned().collect();
     online.extend(daemons.map(|d| d.online()).unwrap_or_default());
     // The claimer: the bound machine while it is online (nobody else may run the
-    // session), else this server's own executor, else the least busy daemon.
+    // session), else this server's own executor, else the least busy daemon of the
+    // session's owner. A machine runs only its own member's sessions: a bound machine
+    // of another member counts as offline (binding through it is refused, so this is
+    // only ever an old binding).
+    let owner = session.owner.as_deref();
+    let owns = |m: &MachineId| {
+        inner.machine.as_ref() == Some(m)
+            || daemons.is_some_and(|d| d.machine_member(m).is_some_and(|o| o.as_deref() == owner))
+    };
     let bound = session.binding.as_ref().map(|b| &b.machine);
     let claimer = match bound {
-        Some(m) if online.contains(m) => Some(m.clone()),
+        Some(m) if online.contains(m) && owns(m) => Some(m.clone()),
         _ => inner
             .machine
             .clone()
-            .or_else(|| daemons.and_then(|d| d.pick())),
+            .or_else(|| daemons.and_then(|d| d.pick(owner))),
     };
+    let online: Vec<MachineId> = online.into_iter().filter(|m| owns(m)).collect();
     let claim = Claim {
         origin,
         claimer: claimer.as_ref(),

@@ -156,6 +156,7 @@ mod tests {
             work_dir: None,
             work_dir_display: None,
             resume_id: None,
+            owner: None,
         }
     }
 

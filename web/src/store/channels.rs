@@ -23,6 +23,8 @@ pub struct NewChannelMessage {
     pub agent: Option<String>,
     /// The title of a new session.
     pub title: String,
+    /// Who a new session belongs to (the channel identity of a team server).
+    pub owner: Option<String>,
 }
 
 /// What became of a channel message.
@@ -79,6 +81,7 @@ impl Store {
                             origin: Origin::Channel,
                             project: None,
                             binding: None,
+                            owner: m.owner,
                         },
                     )?;
                     tx.execute(

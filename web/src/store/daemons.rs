@@ -14,6 +14,8 @@ pub struct TokenRow {
     pub machine: Option<MachineId>,
     pub created_at: String,
     pub revoked_at: Option<String>,
+    /// The member it belongs to (`berth-server`); `None` on `berth serve`.
+    pub member: Option<String>,
 }
 
 /// Why a token could not be created or changed.
@@ -28,7 +30,7 @@ pub enum TokenChange<T> {
     OtherMachine(MachineId),
 }
 
-const TOKEN_COLUMNS: &str = "name, hash, machine, created_at, revoked_at";
+const TOKEN_COLUMNS: &str = "name, hash, machine, created_at, revoked_at, member";
 
 fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRow> {
     Ok(TokenRow {
@@ -37,6 +39,7 @@ fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRow> {
         machine: r.get::<_, Option<String>>(2)?.map(MachineId::new),
         created_at: r.get(3)?,
         revoked_at: r.get(4)?,
+        member: r.get(5)?,
     })
 }
 
@@ -71,6 +74,7 @@ impl Store {
         &self,
         name: String,
         hash: String,
+        member: Option<String>,
     ) -> Result<TokenChange<TokenRow>, StoreError> {
         self.write(move |tx, _| {
             if let Some(old) = get_token(tx, &name)? {
@@ -80,8 +84,8 @@ impl Store {
                 tx.execute("DELETE FROM daemon_tokens WHERE name = ?1", [&name])?;
             }
             tx.execute(
-                "INSERT INTO daemon_tokens (name, hash, created_at) VALUES (?1, ?2, ?3)",
-                params![name, hash, clock::now()],
+                "INSERT INTO daemon_tokens (name, hash, created_at, member) VALUES (?1, ?2, ?3, ?4)",
+                params![name, hash, clock::now(), member],
             )?;
             Ok(get_token(tx, &name)?.map_or(TokenChange::Unknown, TokenChange::Done))
         })

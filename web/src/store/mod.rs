@@ -17,6 +17,7 @@
 mod agents;
 mod channels;
 mod daemons;
+mod members;
 mod rows;
 mod schema;
 mod sessions;
@@ -25,6 +26,7 @@ mod tasks;
 pub use agents::{ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
+pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow};
 pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
 pub use tasks::{Finish, NextRun, Recovery, RunItem, RunRecord};
@@ -248,6 +250,50 @@ impl Store {
 pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
     serde_json::from_value(serde_json::Value::String(s.to_owned()))
         .map_err(|_| StoreError::Corrupt(format!("unexpected value {s:?}")))
+}
+
+/// What [`resolve_prefix_of`] looks up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scoped {
+    Sessions,
+    Tasks,
+}
+
+/// Like [`resolve_prefix`], among the sessions (or their tasks) `owner` owns; among
+/// all with `None`.
+pub(crate) fn resolve_prefix_of(
+    conn: &Connection,
+    what: Scoped,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<Result<String, Vec<String>>, StoreError> {
+    let prefix = prefix.trim().to_ascii_lowercase();
+    let valid = !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if !valid {
+        return Ok(Err(Vec::new()));
+    }
+    let sql = match what {
+        Scoped::Sessions => {
+            "SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || '~'
+             AND (?2 IS NULL OR owner = ?2) ORDER BY id LIMIT 6"
+        }
+        Scoped::Tasks => {
+            "SELECT t.id FROM tasks t JOIN sessions s ON s.id = t.session_id
+             WHERE t.id >= ?1 AND t.id < ?1 || '~' AND (?2 IS NULL OR s.owner = ?2)
+             ORDER BY t.id LIMIT 6"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let ids = stmt
+        .query_map(rusqlite::params![&prefix, owner], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    if let [only] = ids.as_slice() {
+        return Ok(Ok(only.clone()));
+    }
+    if ids.contains(&prefix) {
+        return Ok(Ok(prefix));
+    }
+    Ok(Err(ids))
 }
 
 /// Resolves an id given by unique prefix in `table` (ids are lowercase uuids).

@@ -40,6 +40,8 @@ pub struct SessionRow {
     /// `TaskOutcome::work_dir_display`); `None`: strip it here.
     pub work_dir_display: Option<String>,
     pub resume_id: Option<String>,
+    /// The member who owns it (`berth-server`); `None` on `berth serve` (one user).
+    pub owner: Option<String>,
 }
 
 /// What creating a session stores.
@@ -51,12 +53,14 @@ pub struct NewSessionRow {
     pub origin: Origin,
     pub project: Option<String>,
     pub binding: Option<StoredBinding>,
+    /// The member creating it (`None` on `berth serve`).
+    pub owner: Option<String>,
 }
 
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
-    s.binding_dev, s.binding_ino, s.work_dir_display";
+    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -125,6 +129,7 @@ impl SessionRow {
             work_dir: r.get(13)?,
             work_dir_display: r.get(18)?,
             resume_id: r.get(14)?,
+            owner: r.get(19)?,
         })
     }
 

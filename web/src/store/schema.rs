@@ -149,6 +149,31 @@ ALTER TABLE agents ADD COLUMN permissions TEXT;
 ALTER TABLE tasks ADD COLUMN denials TEXT;
 "#;
 
+/// A team on one server (`berth-server`): members and their hashed API tokens, who
+/// owns each session and each daemon token, and the audit trail. On `berth serve`
+/// every owner stays NULL (one user).
+const V7: &str = r#"
+CREATE TABLE members (
+    name        TEXT PRIMARY KEY,
+    admin       INTEGER NOT NULL DEFAULT 0,
+    hash        TEXT UNIQUE,            -- hex SHA-256 of the API token; NULL once removed
+    created_at  TEXT NOT NULL,
+    removed_at  TEXT
+);
+ALTER TABLE sessions ADD COLUMN owner TEXT;
+CREATE INDEX sessions_owner ON sessions(owner, created_at);
+ALTER TABLE daemon_tokens ADD COLUMN member TEXT;
+CREATE TABLE audit (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          TEXT NOT NULL,
+    member      TEXT NOT NULL,          -- who: a member's name, or "local"
+    action      TEXT NOT NULL,          -- send, cancel, link, unlink, member.add, ...
+    target      TEXT,                   -- a session, task, member or token
+    via         TEXT NOT NULL           -- api, web, machine NAME, control
+);
+CREATE INDEX audit_member ON audit(member, id);
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -158,6 +183,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V4),
         M::up(V5),
         M::up(V6),
+        M::up(V7),
     ])
 }
 

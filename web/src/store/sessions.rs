@@ -2,7 +2,10 @@
 
 use super::agents::{agent_names, get_agent};
 use super::rows::{SESSION_COLUMNS, SESSION_FROM, identity_columns};
-use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_prefix};
+use super::{
+    NewSessionRow, Outbox, Scoped, SessionRow, Store, StoreError, StoredBinding, resolve_prefix,
+    resolve_prefix_of,
+};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -140,8 +143,8 @@ pub(crate) fn insert_session(
     tx.execute(
         "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
                binding_dir, binding_display, binding_machine, binding_mode, binding_state,
-               binding_dev, binding_ino)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+               binding_dev, binding_ino, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             id,
             title,
@@ -156,6 +159,7 @@ pub(crate) fn insert_session(
             b.map(|b| b.state.as_str()),
             identity_columns(b).0,
             identity_columns(b).1,
+            new.owner,
         ],
     )?;
     get_session(tx, &id)
@@ -165,6 +169,33 @@ impl Store {
     /// Creates a session. Without an agent name, the only registered agent is used.
     pub async fn create_session(&self, new: NewSessionRow) -> Result<SessionRow, StoreError> {
         self.write(move |tx, _| insert_session(tx, new)).await
+    }
+
+    /// The session `prefix` names uniquely among `owner`'s (among all with `None`):
+    /// another member's sessions neither match nor make a prefix ambiguous.
+    pub async fn session_of(
+        &self,
+        prefix: &str,
+        owner: Option<String>,
+    ) -> Result<SessionRow, StoreError> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| {
+            let id = match resolve_prefix_of(conn, Scoped::Sessions, &prefix, owner.as_deref())? {
+                Ok(id) => id,
+                Err(c) if c.is_empty() => {
+                    return Err(StoreError::UnknownSession { prefix });
+                }
+                Err(candidates) => {
+                    return Err(StoreError::Ambiguous {
+                        what: "sessions",
+                        prefix,
+                        candidates,
+                    });
+                }
+            };
+            get_session(conn, &id)
+        })
+        .await
     }
 
     /// The session `prefix` names uniquely.
@@ -227,11 +258,16 @@ impl Store {
     }
 }
 
-/// Every session, oldest first.
-pub fn list_sessions(conn: &Connection) -> Result<Vec<SessionRow>, StoreError> {
-    let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} ORDER BY s.created_at, s.id");
+/// Every session, oldest first; only `owner`'s when given.
+pub fn list_sessions(
+    conn: &Connection,
+    owner: Option<&str>,
+) -> Result<Vec<SessionRow>, StoreError> {
+    let sql = format!(
+        "SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE ?1 IS NULL OR s.owner = ?1 ORDER BY s.created_at, s.id"
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = stmt.query([owner])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
         out.push(SessionRow::from_row(r)?);

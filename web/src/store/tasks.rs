@@ -434,6 +434,36 @@ impl Store {
         .await
     }
 
+    /// The task `prefix` names uniquely among those of `owner`'s sessions (among all
+    /// with `None`).
+    pub async fn task_of(
+        &self,
+        prefix: &str,
+        owner: Option<String>,
+    ) -> Result<TaskRow, StoreError> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| {
+            let id = match super::resolve_prefix_of(
+                conn,
+                super::Scoped::Tasks,
+                &prefix,
+                owner.as_deref(),
+            )? {
+                Ok(id) => id,
+                Err(c) if c.is_empty() => return Err(StoreError::UnknownTask { prefix }),
+                Err(candidates) => {
+                    return Err(StoreError::Ambiguous {
+                        what: "tasks",
+                        prefix,
+                        candidates,
+                    });
+                }
+            };
+            get_task(conn, &id)
+        })
+        .await
+    }
+
     /// The task `prefix` names uniquely.
     pub async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
         let prefix = prefix.to_owned();
@@ -441,12 +471,34 @@ impl Store {
             .await
     }
 
-    /// Tasks of one session (by prefix) or of all, oldest first.
-    pub async fn list_tasks(&self, session: Option<String>) -> Result<Vec<TaskRow>, StoreError> {
+    /// Tasks of one session (by prefix) or of all, oldest first; only those of
+    /// `owner`'s sessions when given.
+    pub async fn list_tasks(
+        &self,
+        session: Option<String>,
+        owner: Option<String>,
+    ) -> Result<Vec<TaskRow>, StoreError> {
         self.read(move |conn| {
             let (sql, arg) = match session {
                 Some(prefix) => {
-                    let id = session_id(conn, &prefix)?;
+                    let id = match super::resolve_prefix_of(
+                        conn,
+                        super::Scoped::Sessions,
+                        &prefix,
+                        owner.as_deref(),
+                    )? {
+                        Ok(id) => id,
+                        Err(c) if c.is_empty() => {
+                            return Err(StoreError::UnknownSession { prefix });
+                        }
+                        Err(candidates) => {
+                            return Err(StoreError::Ambiguous {
+                                what: "sessions",
+                                prefix,
+                                candidates,
+                            });
+                        }
+                    };
                     get_session(conn, &id)?;
                     (
                         format!(
@@ -456,15 +508,16 @@ impl Store {
                     )
                 }
                 None => (
-                    format!("SELECT {TASK_COLUMNS} FROM tasks ORDER BY created_at, id"),
-                    None,
+                    format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE ?1 IS NULL
+                         OR session_id IN (SELECT id FROM sessions WHERE owner = ?1)
+                         ORDER BY created_at, id"
+                    ),
+                    owner,
                 ),
             };
             let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = match &arg {
-                Some(id) => stmt.query([id])?,
-                None => stmt.query([])?,
-            };
+            let mut rows = stmt.query([&arg])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
                 out.push(TaskRow::from_row(r)?);
