@@ -340,9 +340,10 @@ pub async fn run(args: Args, default_home: Option<PathBuf>) -> Result<(), AdminE
         Command::Add { .. } | Command::Rotate { .. } => {
             let name = text(&out["name"]);
             let role = if out["admin"] == true { " (admin)" } else { "" };
-            match args.command {
-                Command::Add { .. } => println!("added member {name}{role}"),
-                _ => println!("new token for {name}{role}; the old one no longer works"),
+            if matches!(args.command, Command::Add { .. }) {
+                println!("added member {name}{role}");
+            } else {
+                println!("new token for {name}{role}; the old one no longer works");
             }
             println!("token: {}", text(&out["token"]));
             println!(

@@ -293,10 +293,12 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
                         if decide(action, &caller, relation) == Answer::OwnerOnly {
                             return ApiError::OwnerOnly {
                                 owner: owner.unwrap_or_else(|| String::from("another member")),
-                                what: match action {
-                                    Action::Cancel => "cancel its tasks",
-                                    Action::Bind => "change its directory",
-                                    _ => "send to it",
+                                what: if action == Action::Cancel {
+                                    "cancel its tasks"
+                                } else if action == Action::Bind {
+                                    "change its directory"
+                                } else {
+                                    "send to it"
                                 },
                             }
                             .into_response();

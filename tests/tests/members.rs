@@ -1,0 +1,499 @@
+//! A team on one server (issue 15), end to end: `berth-server` with two members, ann
+//! and bob, each with a daemon on a machine of their own (separate `BERTH_HOME`s, on
+//! loopback). Bob tries to reach ann's sessions every way there is — the API with his
+//! token, his daemon's forwarded control socket, the web listener by cookie — and gets
+//! 404s; his daemon never runs her tasks. The first admin reads her session but cannot
+//! make it run. Removing ann takes her machine offline, leaves her queued task
+//! `waiting_daemon`, and the audit trail shows each step.
+
+use berth_tests::steps::{raw_http, s, write_script};
+use berth_tests::{Berth, TempDir, berth_bin, eventually, free_port};
+use serde_json::{Value, json};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// An agent that says where it ran; a prompt starting `slow` sleeps a minute.
+const REPORTER: &str =
+    r#"p=$(cat); printf 'cwd=%s\n' "$PWD"; case "$p" in slow*) exec sleep 60;; esac"#;
+
+struct Team {
+    root: TempDir,
+    home: PathBuf,
+    url: String,
+    addr: String,
+    admin: String,
+    child: Child,
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server_bin() -> PathBuf {
+    let bin = berth_bin().with_file_name("berth-server");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "berth-web", "--bin", "berth-server"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    bin
+}
+
+impl Team {
+    fn start() -> Team {
+        let root = TempDir::new("team");
+        let home = root.path().join("server");
+        let port = free_port();
+        let log = std::fs::File::create(root.path().join("server.log")).unwrap();
+        let child = Command::new(server_bin())
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--home", s(&home)])
+            .env("BERTH_DAEMON_WINDOW_MS", "1500")
+            .env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let info = eventually(30, || std::fs::read_to_string(home.join("serve.json")).ok())
+            .expect("serve.json");
+        let info: Value = serde_json::from_str(&info).unwrap();
+        let url = info["url"].as_str().unwrap().to_owned();
+        Team {
+            addr: url.trim_start_matches("http://").to_owned(),
+            url,
+            admin: info["token"].as_str().unwrap().to_owned(),
+            home,
+            root,
+            child,
+        }
+    }
+
+    /// `berth-server ARGS --home HOME`.
+    fn admin_cmd(&self, args: &[&str]) -> std::process::Output {
+        Command::new(server_bin())
+            .args(args)
+            .args(["--home", s(&self.home)])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn admin_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let out = self.admin_cmd(&all);
+        assert!(
+            out.status.success(),
+            "berth-server {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// One request to the listener with extra headers; (status, JSON body or text).
+    fn http(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !body.is_empty() {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        let (status, bytes) = raw_http(&mut stream, &head, body.as_bytes());
+        let v = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, v)
+    }
+
+    fn api(&self, token: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let auth = format!("Bearer {token}");
+        self.http(method, path, &[("Authorization", &auth)], body)
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The `cwd=` an agent reported in a session's transcript, per task.
+fn cwds(b: &Berth, session: &str) -> Vec<String> {
+    let out = b.run(&["task", "list", "--session", session, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks: Value = serde_json::from_slice(&out.stdout).unwrap();
+    tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["work_dir"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn wait_status(team: &Team, token: &str, task: &str, want: &[&str]) -> Value {
+    eventually(30, || {
+        let (st, t) = team.api(token, "GET", &format!("/api/v1/tasks/{task}"), "");
+        (st == 200 && want.contains(&t["status"].as_str().unwrap_or(""))).then_some(t)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "task {task} never became {want:?}: {:?}",
+            team.api(token, "GET", &format!("/api/v1/tasks/{task}"), "")
+        )
+    })
+}
+
+#[test]
+fn members_reach_only_their_own_sessions_and_machines() {
+    let team = Team::start();
+    let admin = team.admin.clone();
+
+    // Members, made by the admin's command; tokens shown once, stored hashed.
+    let ann = team.admin_json(&["member", "add", "ann"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bob = team.admin_json(&["member", "add", "bob"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let db = std::fs::read(team.home.join("berth.db")).unwrap();
+    assert!(
+        !db.windows(ann.len()).any(|w| w == ann.as_bytes()),
+        "a member token is stored in clear"
+    );
+    let listed = team.admin_json(&["member", "list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, ["admin", "ann", "bob"]);
+    let (st, v) = team.api(&bob, "POST", "/api/v1/members", r#"{"name":"eve"}"#);
+    assert_eq!((st, code(&v)), (403, "admin_only"), "{v}");
+
+    // The admin registers the agent; a member may not.
+    let script = team.root.path().join("reporter.sh");
+    write_script(&script, &format!("#!/bin/sh\n{REPORTER}\n"));
+    let agent = json!({"name": "rep", "kind": "command", "command": [s(&script)]}).to_string();
+    let (st, v) = team.api(&bob, "POST", "/api/v1/agents", &agent);
+    assert_eq!((st, code(&v)), (403, "admin_only"), "{v}");
+    assert_eq!(team.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+
+    // Each member makes a daemon token for their own machine; bob cannot make one for ann.
+    let (st, v) = team.api(
+        &bob,
+        "POST",
+        "/api/v1/daemon/tokens",
+        r#"{"name":"x","member":"ann"}"#,
+    );
+    assert_eq!((st, code(&v)), (403, "admin_only"), "{v}");
+    let token = |who: &str, name: &str| {
+        let (st, v) = team.api(
+            who,
+            "POST",
+            "/api/v1/daemon/tokens",
+            &json!({ "name": name }).to_string(),
+        );
+        assert_eq!(st, 201, "{v}");
+        v["token"].as_str().unwrap().to_owned()
+    };
+    let ann_daemon_token = token(&ann, "ann-laptop");
+    let bob_daemon_token = token(&bob, "bob-laptop");
+    let mut ann_m = Berth::new("team-ann");
+    ann_m.daemon(&team.url, &ann_daemon_token, "laptop-ann");
+    let mut bob_m = Berth::new("team-bob");
+    bob_m.daemon(&team.url, &bob_daemon_token, "laptop-bob");
+    let (_, tokens) = team.api(&bob, "GET", "/api/v1/daemon/tokens", "");
+    let names: Vec<&str> = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["bob-laptop"], "bob sees only his own tokens");
+
+    // Ann's sessions: one made on her machine (through her daemon), one through the API.
+    let on_laptop = ann_m.json(&["session", "new", "--agent", "rep", "--json"]);
+    let s1 = on_laptop["id"].as_str().unwrap().to_owned();
+    let (st, v) = team.api(&ann, "POST", "/api/v1/sessions", r#"{"agent":"rep"}"#);
+    assert_eq!(st, 201, "{v}");
+    let s2 = v["id"].as_str().unwrap().to_owned();
+    let (st, v) = team.api(&bob, "POST", "/api/v1/sessions", r#"{"agent":"rep"}"#);
+    assert_eq!(st, 201, "{v}");
+    let bob_s = v["id"].as_str().unwrap().to_owned();
+
+    // Her tasks run on her machine, never on bob's (both are online, equally idle).
+    for i in 0..3 {
+        let out = ann_m.run(&["send", &s1, &format!("hello {i}")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (st, v) = team.api(
+            &ann,
+            "POST",
+            &format!("/api/v1/sessions/{s2}/messages"),
+            &json!({ "text": format!("api {i}") }).to_string(),
+        );
+        assert_eq!(st, 202, "{v}");
+        wait_status(
+            &team,
+            &ann,
+            v["task"]["id"].as_str().unwrap(),
+            &["succeeded"],
+        );
+    }
+    let ann_home = s(&ann_m.user_home).to_owned();
+    for sid in [&s1, &s2] {
+        let dirs = cwds(&ann_m, sid);
+        assert_eq!(dirs.len(), 3, "{dirs:?}");
+        assert!(
+            dirs.iter().all(|d| d.starts_with(&ann_home)),
+            "ann's tasks ran off her machine: {dirs:?}"
+        );
+    }
+    let out = bob_m.run(&["send", &bob_s, "mine"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bob_dirs = cwds(&bob_m, &bob_s);
+    assert!(bob_dirs[0].starts_with(s(&bob_m.user_home)), "{bob_dirs:?}");
+    let (_, ann_tasks) = team.api(&ann, "GET", &format!("/api/v1/tasks?session={s1}"), "");
+    let ann_task = ann_tasks[0]["id"].as_str().unwrap().to_owned();
+
+    // Bob, by the API: lists without her sessions, 404 for each of hers, prefixes too.
+    let (_, list) = team.api(&bob, "GET", "/api/v1/sessions", "");
+    assert_eq!(ids(&list), vec![bob_s.clone()]);
+    let (_, tasks) = team.api(&bob, "GET", "/api/v1/tasks", "");
+    assert!(
+        tasks
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["session_id"] == bob_s.as_str()),
+        "{tasks}"
+    );
+    for (method, path, body) in [
+        ("GET", format!("/api/v1/sessions/{s1}"), ""),
+        ("GET", format!("/api/v1/sessions/{}", &s1[..4]), ""),
+        ("GET", format!("/api/v1/sessions/{s1}/events"), ""),
+        (
+            "POST",
+            format!("/api/v1/sessions/{s1}/messages"),
+            r#"{"text":"hi"}"#,
+        ),
+        ("GET", format!("/api/v1/tasks?session={s1}"), ""),
+        ("GET", format!("/api/v1/tasks/{ann_task}"), ""),
+        ("POST", format!("/api/v1/tasks/{ann_task}/cancel"), "{}"),
+    ] {
+        let (st, v) = team.api(&bob, method, &path, body);
+        assert_eq!(st, 404, "{method} {path}: {v}");
+        assert!(
+            matches!(code(&v), "unknown_session" | "unknown_task"),
+            "{method} {path}: {v}"
+        );
+    }
+
+    // Bob, through his daemon's forwarded control socket.
+    let out = bob_m.run(&["session", "show", &s1]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no session matches"));
+    let out = bob_m.run(&["send", &s1, "from bob's laptop"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = bob_m.run(&["task", "cancel", &ann_task]);
+    assert_eq!(out.status.code(), Some(1));
+    let listed = bob_m.json(&["session", "list", "--json"]);
+    assert_eq!(ids(&listed), vec![bob_s.clone()]);
+
+    // Bob, on the web listener by cookie: his sessions only, and the page is his.
+    let cookie = format!("berth_token={bob}");
+    let (st, list) = team.http("GET", "/api/v1/sessions", &[("Cookie", &cookie)], "");
+    assert_eq!((st, ids(&list)), (200, vec![bob_s.clone()]));
+    let (st, me) = team.http("GET", "/api/v1/me", &[("Cookie", &cookie)], "");
+    assert_eq!((st, me["member"].as_str()), (200, Some("bob")), "{me}");
+    let (st, page) = team.http("GET", &format!("/?token={bob}"), &[], "");
+    assert_eq!(st, 200);
+    assert!(page.as_str().unwrap_or("").contains("id=\"who\""));
+    let (st, _) = team.http(
+        "GET",
+        &format!("/api/v1/sessions/{s1}/events"),
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert_eq!(st, 404);
+    let (st, v) = team.http(
+        "GET",
+        "/api/v1/sessions",
+        &[("Cookie", "berth_token=berthm_forged")],
+        "",
+    );
+    assert_eq!((st, code(&v)), (401, "unauthorized"));
+    // A cookie cannot write.
+    let (st, _) = team.http(
+        "POST",
+        &format!("/api/v1/sessions/{bob_s}/messages"),
+        &[("Cookie", &cookie)],
+        r#"{"text":"x"}"#,
+    );
+    assert_eq!(st, 401);
+
+    // Bob's daemon token on ann's machine id: 401.
+    let ann_machine = std::fs::read_to_string(ann_m.home.join("machine-id")).unwrap();
+    let (st, v) = team.http(
+        "POST",
+        "/api/v1/daemon/heartbeat",
+        &[
+            ("Authorization", &format!("Bearer {bob_daemon_token}")),
+            ("x-berth-machine", ann_machine.trim()),
+        ],
+        r#"{"instance":"x","running":[]}"#,
+    );
+    assert_eq!(st, 401, "{v}");
+
+    // The admin reads ann's session, but cannot make her agent run.
+    let (st, v) = team.api(&admin, "GET", &format!("/api/v1/sessions/{s1}"), "");
+    assert_eq!((st, v["id"].as_str()), (200, Some(s1.as_str())));
+    let (st, all) = team.api(&admin, "GET", "/api/v1/sessions", "");
+    assert_eq!((st, ids(&all).len()), (200, 3));
+    let (st, v) = team.api(
+        &admin,
+        "POST",
+        &format!("/api/v1/sessions/{s1}/messages"),
+        r#"{"text":"run for ann"}"#,
+    );
+    assert_eq!((st, code(&v)), (403, "owner_only"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("ann"),
+        "{v}"
+    );
+
+    // Ann starts a long task, and queues another behind it.
+    let (_, v) = team.api(
+        &ann,
+        "POST",
+        &format!("/api/v1/sessions/{s2}/messages"),
+        r#"{"text":"slow one"}"#,
+    );
+    let long = v["task"]["id"].as_str().unwrap().to_owned();
+    wait_status(&team, &ann, &long, &["running"]);
+    let (_, v) = team.api(
+        &ann,
+        "POST",
+        &format!("/api/v1/sessions/{s2}/messages"),
+        r#"{"text":"after it"}"#,
+    );
+    let queued = v["task"]["id"].as_str().unwrap().to_owned();
+    let (st, v) = team.api(
+        &admin,
+        "POST",
+        &format!("/api/v1/tasks/{long}/cancel"),
+        "{}",
+    );
+    assert_eq!((st, code(&v)), (403, "owner_only"), "{v}");
+
+    // Removing ann: her token stops working, her machine goes offline at once, her
+    // daemon stops with a clear error, and her queued task waits for a machine of hers.
+    let out = team.admin_cmd(&["member", "remove", "ann"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (st, _) = team.api(&ann, "GET", "/api/v1/sessions", "");
+    assert_eq!(st, 401);
+    let (_, tokens) = team.api(&admin, "GET", "/api/v1/daemon/tokens", "");
+    let ann_tok = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ann-laptop")
+        .unwrap()
+        .clone();
+    assert_eq!(ann_tok["online"], false, "{ann_tok}");
+    assert!(!ann_tok["revoked_at"].is_null(), "{ann_tok}");
+    let exited = eventually(20, || ann_m.server_exit());
+    assert_eq!(exited, Some(1), "ann's daemon did not stop");
+    assert!(
+        ann_m.serve_log().contains("revoked"),
+        "no clear error: {}",
+        ann_m.serve_log()
+    );
+    wait_status(&team, &admin, &long, &["interrupted"]);
+    let waiting = wait_status(&team, &admin, &queued, &["waiting_daemon"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let still = wait_status(&team, &admin, &queued, &["waiting_daemon"]);
+    assert_eq!(waiting["status"], still["status"], "bob's machine took it");
+
+    // The audit trail: each change, who, and from where.
+    let trail = team.admin_json(&["audit"]);
+    let steps: Vec<(String, String, String)> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["member"].as_str().unwrap().to_owned(),
+                a["action"].as_str().unwrap().to_owned(),
+                a["via"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let has = |member: &str, action: &str, via: &str| {
+        assert!(
+            steps
+                .iter()
+                .any(|(m, a, v)| m == member && a == action && v == via),
+            "no {member} {action} via {via} in {steps:?}"
+        );
+    };
+    has("admin", "member.add", "api");
+    has("admin", "agent.add", "api");
+    has("ann", "token.create", "api");
+    has("ann", "session.create", "machine laptop-ann");
+    has("ann", "send", "machine laptop-ann");
+    has("ann", "send", "api");
+    has("bob", "send", "machine laptop-bob");
+    has("admin", "member.remove", "api");
+    assert!(
+        !steps.iter().any(|(m, a, _)| m == "bob" && a == "cancel"),
+        "a refused request is no change: {steps:?}"
+    );
+    let only_ann = team.admin_json(&["audit", "--member", "ann"]);
+    assert!(
+        only_ann
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["member"] == "ann")
+    );
+    let text = String::from_utf8_lossy(&team.admin_cmd(&["audit"]).stdout).into_owned();
+    assert!(
+        text.contains("member.remove") && text.contains("VIA"),
+        "{text}"
+    );
+}
