@@ -497,3 +497,25 @@ fn members_reach_only_their_own_sessions_and_machines() {
         "{text}"
     );
 }
+
+/// `berth serve` stays single-user: no member to give a token to, and the control
+/// socket's caller is the user themself.
+#[test]
+fn a_desktop_server_has_no_members() {
+    let mut b = Berth::new("team-desktop");
+    b.serve();
+    let out = b.run(&[
+        "daemon", "token", "create", "t", "--member", "ann", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(code(&v), "unknown_member", "{v}");
+    let (st, me) = berth_tests::steps::control(&b, "GET", "/api/v1/me", b"");
+    assert_eq!(
+        (st, me["member"].clone(), me["admin"].clone()),
+        (200, Value::Null, json!(true))
+    );
+    let (st, v) = berth_tests::steps::control(&b, "GET", "/api/v1/members", b"");
+    assert_eq!((st, code(&v)), (404, "not_found_route"), "{v}");
+    b.ok(&["daemon", "token", "create", "t"]);
+}

@@ -105,8 +105,10 @@ fn token(home: Option<PathBuf>, cmd: TokenCmd) -> Result<u8, CliError> {
 async fn token_command(c: &Client, home: &Path, cmd: TokenCmd) -> Result<u8, CliError> {
     const TOKENS: &str = berth_web::daemon::wire::TOKENS;
     match cmd {
-        TokenCmd::Create { name, json } => {
-            let created = c.post(TOKENS, &json!({"name": name})).await?;
+        TokenCmd::Create { name, member, json } => {
+            let created = c
+                .post(TOKENS, &json!({"name": name, "member": member}))
+                .await?;
             if json {
                 print_json(&created);
                 return Ok(0);

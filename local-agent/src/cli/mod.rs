@@ -202,6 +202,10 @@ pub enum TokenCmd {
     Create {
         /// The token's name, one per machine (e.g. `laptop`).
         name: String,
+        /// On a team server, the member whose machine it is for (an admin's choice;
+        /// default: yours).
+        #[arg(long, value_name = "MEMBER")]
+        member: Option<String>,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,

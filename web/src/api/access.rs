@@ -7,7 +7,7 @@
 //! so another member's ids neither match nor make a prefix ambiguous, answers 404 for
 //! what the caller may not see (ids do not leak), rewrites the id in the path to the
 //! full one it resolved, hands the handlers the caller's [`Scope`] for lists, and
-//! records every change in the audit trail.
+//! records every change a member makes in the audit trail.
 //!
 //! On `berth serve` every caller is [`Caller::Local`] (one user): nothing changes.
 
@@ -349,7 +349,9 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
     req.extensions_mut().insert(caller.scope());
     req.extensions_mut().insert(caller.clone());
     let resp = next.run(req).await;
+    // A team server's trail; `berth serve` (one user, every caller local) keeps none.
     if let Some(what) = audit
+        && caller != Caller::Local
         && resp.status().is_success()
     {
         let target = resp
