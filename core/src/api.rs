@@ -148,6 +148,64 @@ pub struct Task {
     pub started_at: Option<String>,
     #[serde(default)]
     pub finished_at: Option<String>,
+    /// What the task changed in its bound directory (in-place and worktree runs;
+    /// `null` for scratch runs and tasks that did not run).
+    #[serde(default)]
+    pub changes: Option<Changes>,
+}
+
+/// What a task changed in the directory it ran in, paths relative to it. Changes made
+/// outside that directory are not tracked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    pub files: Vec<FileChange>,
+    /// Files left out of the record (too large), so the summary is honest about them.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+    /// In worktree mode, the commit that holds the task's changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// One file a task added, modified, deleted or renamed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    pub path: String,
+    /// `added`, `modified`, `deleted` or `renamed` (then `from` is the old path).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Lines added and removed; `null` for a binary file.
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
+
+/// A file the change record left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+impl Changes {
+    /// `3 files changed, +20 −4` (and the skipped count), for one-line summaries.
+    pub fn summary(&self) -> String {
+        let n = self.files.len();
+        let added: u64 = self.files.iter().filter_map(|f| f.added).sum();
+        let removed: u64 = self.files.iter().filter_map(|f| f.removed).sum();
+        let mut s = if n == 0 {
+            String::from("no files changed")
+        } else {
+            format!(
+                "{n} file{} changed, +{added} \u{2212}{removed}",
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        if !self.skipped.is_empty() {
+            s.push_str(&format!(" ({} not tracked: too large)", self.skipped.len()));
+        }
+        s
+    }
 }
 
 /// One action an agent's own permission system denied: the tool, and what it was

@@ -143,7 +143,13 @@ impl NativeExecutor {
 
     /// Restores every directory left with Berth's files by a run that never finished.
     pub fn replay_leftovers(&self) -> ReplayReport {
-        journal::replay_leftovers(&self.inner.cfg.journal_dir())
+        let journal_dir = self.inner.cfg.journal_dir();
+        let mut report = journal::replay_leftovers(&journal_dir);
+        // An undo a Berth left half done is finished (see `changes`).
+        report
+            .restored
+            .extend(crate::changes::replay_undos(&journal_dir));
+        report
     }
 
     /// Kills what agents of a Berth that stopped mid-task left running. Call at
@@ -231,6 +237,7 @@ fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
         resume_id: None,
         branch: None,
         denials: Vec::new(),
+        changes: None,
     }
 }
 
@@ -495,6 +502,31 @@ async fn run(
     if let Err(r) = place.pinned.recheck() {
         return TaskOutcome::refused(&r);
     }
+    // The change record: the directory's tree before anything is written (in place;
+    // a worktree's changes are its turn's commit). Under the lock, before the sidecars.
+    let record = if place.mode == WorkMode::InPlace {
+        let limits = settings::snapshot_limits(&inner.cfg);
+        let home = inner.cfg.berth_home.clone();
+        let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
+        let started = blocking(move || -> Result<_, crate::changes::ChangesError> {
+            let shadow = crate::changes::Shadow::open(&home, &path, identity)?;
+            let before = shadow.snapshot(&limits)?;
+            Ok((shadow, before, limits, path, identity))
+        })
+        .await;
+        match started {
+            Ok(Ok(r)) => Some(r),
+            Ok(Err(e)) => {
+                warn(format!(
+                    "what the agent changes will not be summarized (no undo): {e}"
+                ));
+                None
+            }
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
     let prepared = {
         let (inner, task) = (inner.clone(), task.clone());
         blocking(move || {
@@ -623,15 +655,16 @@ async fn run(
         break;
     }
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
-    let (branch, cleanup_error) = match finished {
-        Ok((branch, problems)) => {
+    let (branch, mut changes, cleanup_error) = match finished {
+        Ok((branch, changes, problems)) => {
             for p in &problems {
                 tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
                 warn(p.clone());
             }
-            (branch, problems.into_iter().next())
+            (branch, changes, problems.into_iter().next())
         }
         Err(stop) => (
+            None,
             None,
             Some(match stop {
                 Stop::Refused(r) => r.message,
@@ -639,12 +672,40 @@ async fn run(
             }),
         ),
     };
+    // The tree after the agent, the sidecars gone, still under the lock.
+    if let Some((shadow, before, limits, path, identity)) = record {
+        let task_id = task.task_id.clone();
+        let summarized = blocking(move || -> Result<_, crate::changes::ChangesError> {
+            let now = rustix::fs::statat(
+                rustix::fs::CWD,
+                &path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| crate::changes::ChangesError::Other(e.to_string()))?;
+            if (now.st_dev, now.st_ino) != identity {
+                return Err(crate::changes::ChangesError::Other(
+                    "the directory was replaced during the run".into(),
+                ));
+            }
+            let after = shadow.snapshot(&limits)?;
+            shadow.record(&task_id, &before, &after, &limits)
+        })
+        .await;
+        match summarized {
+            Ok(Ok(c)) => changes = Some(c),
+            Ok(Err(e)) => warn(format!(
+                "what the agent changed could not be summarized: {e}"
+            )),
+            Err(_) => {}
+        }
+    }
     let mut out = match result {
         Err((code, msg)) => TaskOutcome::failed(code, msg),
         Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
     };
     out.work_dir = Some(work_dir);
     out.branch = branch;
+    out.changes = changes;
     if let (Some(e), None) = (cleanup_error, &out.error) {
         out.error = Some(e);
     }
@@ -710,17 +771,21 @@ fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) 
         resume_id: ran.state.resume_id.or(resume),
         branch: None,
         denials: ran.state.denials,
+        changes: None,
     }
 }
 
 /// Cleans up after the agent: re-checks the pin (a swap is reported, and cleanup goes
 /// through the descriptor, so it touches only the directory Berth wrote in), undoes
 /// the sidecars, commits a worktree turn. Returns the branch and any problems.
-async fn finish(
-    place: Place,
-    sidecars: Sidecars,
-    task_id: &str,
-) -> Result<(Option<String>, Vec<String>), Stop> {
+/// What [`finish`] leaves: the worktree's branch and its turn's changes, and problems.
+type Finished = (
+    Option<String>,
+    Option<berth_core::api::Changes>,
+    Vec<String>,
+);
+
+async fn finish(place: Place, sidecars: Sidecars, task_id: &str) -> Result<Finished, Stop> {
     let task_id = task_id.to_owned();
     blocking(move || {
         let mut problems = Vec::new();
@@ -730,13 +795,21 @@ async fn finish(
         if let Err(e) = sidecars.cleanup(&place.pinned) {
             problems.push(e.to_string());
         }
+        let mut changes = None;
         let branch = place.worktree.as_ref().map(|wt| {
-            if let Err(e) = worktree::commit_turn(wt, &task_id) {
-                problems.push(format!("cannot commit the turn on {}: {e}", wt.branch));
+            match worktree::commit_turn(wt, &task_id) {
+                Ok(Some(commit)) => match worktree::commit_changes(wt, &commit) {
+                    Ok(c) => changes = Some(c),
+                    Err(e) => problems.push(format!("cannot summarize the turn's commit: {e}")),
+                },
+                Ok(None) => changes = Some(berth_core::api::Changes::default()),
+                Err(e) => {
+                    problems.push(format!("cannot commit the turn on {}: {e}", wt.branch));
+                }
             }
             wt.branch.clone()
         });
-        (branch, problems)
+        (branch, changes, problems)
     })
     .await
 }

@@ -9,6 +9,7 @@
 
 pub mod adapter;
 pub mod brief;
+pub mod changes;
 pub mod check;
 pub mod config;
 pub mod daemon;

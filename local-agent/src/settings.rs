@@ -264,6 +264,15 @@ pub fn user_ca_file(
         }))
 }
 
+/// The change record's limits from the user settings' `snapshots` (defaults when the
+/// file is missing or cannot be read: the run reports that problem itself).
+pub fn snapshot_limits(cfg: &crate::config::ExecutorConfig) -> crate::changes::Limits {
+    match user_layer(&cfg.context(), &cfg.config_dir) {
+        Ok(Some(layer)) => crate::changes::Limits::from_settings(&layer.snapshots),
+        Ok(None) | Err(_) => crate::changes::Limits::default(),
+    }
+}
+
 /// One value in force, and where it was written.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Sourced {

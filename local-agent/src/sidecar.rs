@@ -280,7 +280,10 @@ fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Opens the parent of `rel` (components separated by `/`), walking without
 /// following symlinks; returns it with the last component.
-fn at_parent<'r>(dir: BorrowedFd<'_>, rel: &'r str) -> Result<(OwnedFd, &'r str), Errno> {
+pub(crate) fn at_parent<'r>(
+    dir: BorrowedFd<'_>,
+    rel: &'r str,
+) -> Result<(OwnedFd, &'r str), Errno> {
     let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
     let last = comps.pop().ok_or(Errno::INVAL)?;
     if last == ".." || comps.contains(&"..") {
@@ -293,7 +296,7 @@ fn at_parent<'r>(dir: BorrowedFd<'_>, rel: &'r str) -> Result<(OwnedFd, &'r str)
     Ok((fd, last))
 }
 
-fn open_nofollow(dir: impl AsFd, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+pub(crate) fn open_nofollow(dir: impl AsFd, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
     rustix::fs::openat(
         dir,
         name,
@@ -302,7 +305,7 @@ fn open_nofollow(dir: impl AsFd, name: &str, flags: OFlags) -> Result<OwnedFd, E
     )
 }
 
-fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
+pub(crate) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
     while !bytes.is_empty() {
         let n = rustix::io::write(fd, bytes)?;
         bytes = &bytes[n..];
@@ -310,7 +313,7 @@ fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
-fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
+pub(crate) fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
     loop {

@@ -145,10 +145,10 @@ pub fn ensure(bound: &Path, berth_home: &Path, session: &str) -> Result<Worktree
 
 /// Commits everything changed in the worktree on its branch; `false` when there was
 /// nothing to commit.
-pub fn commit_turn(wt: &Worktree, task_id: &str) -> Result<bool, WorktreeError> {
+pub fn commit_turn(wt: &Worktree, task_id: &str) -> Result<Option<String>, WorktreeError> {
     git(&wt.root, ["add", "-A"])?;
     if git(&wt.root, ["status", "--porcelain"])?.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let mut args: Vec<String> = Vec::new();
     if git(&wt.root, ["config", "user.email"]).is_err() {
@@ -159,7 +159,68 @@ pub fn commit_turn(wt: &Worktree, task_id: &str) -> Result<bool, WorktreeError> 
     args.extend(["commit", "-q", "--no-verify", "-m"].map(String::from));
     args.push(format!("berth: task {task_id}"));
     git(&wt.root, &args)?;
-    Ok(true)
+    Ok(Some(
+        git(&wt.root, ["rev-parse", "HEAD"])?.trim().to_owned(),
+    ))
+}
+
+/// The change summary of a turn's commit, from git itself.
+pub fn commit_changes(
+    wt: &Worktree,
+    commit: &str,
+) -> Result<berth_core::api::Changes, WorktreeError> {
+    let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&wt.root)
+            .args(args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(Stdio::null())
+            .output()?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(WorktreeError::Git {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            })
+        }
+    };
+    let parent = format!("{commit}^");
+    let status = run(&[
+        "diff-tree",
+        "-r",
+        "-z",
+        "-M",
+        "--name-status",
+        &parent,
+        commit,
+    ])?;
+    let numstat = run(&["diff-tree", "-r", "-z", "-M", "--numstat", &parent, commit])?;
+    Ok(berth_core::api::Changes {
+        files: crate::changes::parse_diff(&status, &numstat),
+        skipped: Vec::new(),
+        commit: Some(commit.to_owned()),
+    })
+}
+
+/// Undoes a turn on the session's branch with a revert commit. A conflict (later
+/// turns changed the same lines) is aborted and reported.
+pub fn revert(root: &Path, commit: &str) -> Result<String, WorktreeError> {
+    let mut args: Vec<String> = Vec::new();
+    if git(root, ["config", "user.email"]).is_err() {
+        args.extend(
+            ["-c", "user.name=Berth", "-c", "user.email=berth@localhost"].map(String::from),
+        );
+    }
+    args.extend(["revert", "--no-edit", commit].map(String::from));
+    match git(root, &args) {
+        Ok(_) => Ok(git(root, ["rev-parse", "HEAD"])?.trim().to_owned()),
+        Err(e) => {
+            let _ = git(root, ["revert", "--abort"]);
+            Err(e)
+        }
+    }
 }
 
 /// Removes the worktree (and keeps its branch).

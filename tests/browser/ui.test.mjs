@@ -900,3 +900,36 @@ uiTest("a session with 5,000 events renders (timing printed, not asserted)", { t
   await page.screenshot({ path: path.join(ARTIFACTS, "list-after-runs.png"), fullPage: true });
   await page.close();
 });
+
+uiTest("a task's row shows what it changed in its directory", { timeout: 60000 }, async () => {
+  const dir = path.join(home, "code", "edits");
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "notes.md"), "one\ntwo\nthree\n");
+  fs.writeFileSync(path.join(dir, "old.txt"), "bye\n");
+  const editor = agentScript(
+    "editor",
+    `printf 'one\\nTWO\\nthree\\nfour\\n' > notes.md
+rm old.txt
+printf 'a\\nb\\n' > new.txt`,
+  );
+  await berth(["agent", "add", "editor", "--kind", "command", "--command", "sh", editor]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "editor", "--title", "Edits", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "edit the notes"]);
+  const task = await finished(id);
+  assert.equal(task.status, "succeeded", JSON.stringify(task));
+
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  const cell = page.locator(`.tasks tbody tr[data-task="${task.id}"] [data-testid=diffstat]`);
+  await cell.waitFor();
+  assert.equal(await cell.textContent(), "3 files +4 −2");
+  assert.equal(
+    await cell.getAttribute("title"),
+    "added new.txt +2 −0\nmodified notes.md +2 −1\ndeleted old.txt +0 −1",
+  );
+  const fits = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(fits <= 0, `the page does not scroll sideways (${fits} px too wide)`);
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-diffstat.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});

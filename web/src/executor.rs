@@ -123,6 +123,9 @@ pub struct TaskOutcome {
     /// What the agent's own permission system denied, one entry per action.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<berth_core::api::Denial>,
+    /// What the run changed in its bound directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<berth_core::api::Changes>,
 }
 
 impl TaskOutcome {
@@ -138,6 +141,7 @@ impl TaskOutcome {
             resume_id: None,
             branch: None,
             denials: Vec::new(),
+            changes: None,
         }
     }
 
@@ -153,6 +157,7 @@ impl TaskOutcome {
             resume_id: None,
             branch: None,
             denials: Vec::new(),
+            changes: None,
         }
     }
 }

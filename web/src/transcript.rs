@@ -25,6 +25,8 @@ pub enum EventKind {
     Task,
     /// The session's binding changed: `{from, to}`, display forms or `null`.
     BindingChanged,
+    /// A task's changes were undone: `{task_id, files, forced, commit}`.
+    Undo,
 }
 
 impl EventKind {
@@ -35,6 +37,7 @@ impl EventKind {
             EventKind::Agent => "agent",
             EventKind::Task => "task",
             EventKind::BindingChanged => "binding_changed",
+            EventKind::Undo => "undo",
         }
     }
 }

@@ -95,6 +95,29 @@ class TaskClock {
   }
 }
 
+/** A task's changes in its directory, under its status: `2 files +3 −1`, the files in
+ * the title. Nothing for a task without a record (a scratch run). */
+function diffstat(changes) {
+  if (!changes) return null;
+  const files = changes.files ?? [];
+  if (files.length === 0) return h("div", { class: "changes muted", data: { testid: "diffstat" }, text: "no changes" });
+  const added = files.reduce((n, f) => n + (f.added ?? 0), 0);
+  const removed = files.reduce((n, f) => n + (f.removed ?? 0), 0);
+  const lines = files.map((f) => {
+    const counts = f.added == null ? "binary" : `+${f.added} −${f.removed}`;
+    return `${f.status} ${f.from ? `${f.from} → ` : ""}${f.path} ${counts}`;
+  });
+  for (const s of changes.skipped ?? []) lines.push(`not tracked ${s.path} (${s.reason})`);
+  return h(
+    "div",
+    { class: "changes", data: { testid: "diffstat" }, attrs: { title: lines.join("\n") } },
+    h("span", { text: `${files.length} file${files.length === 1 ? "" : "s"} ` }),
+    h("span", { class: "add", text: `+${added}` }),
+    h("span", { text: " " }),
+    h("span", { class: "del", text: `−${removed}` }),
+  );
+}
+
 function tasksTable(tasks, clock) {
   if (tasks.length === 0) return h("p", { class: "muted", text: "No task yet: messages sent with `berth send` appear here." });
   const now = Date.now();
@@ -116,7 +139,13 @@ function tasksTable(tasks, clock) {
           "tr",
           { class: denied ? "has-denials" : "", data: { task: t.id, status: t.status, denials: String(denied) } },
           h("td", { class: "mono", text: t.id.slice(0, 8), attrs: { title: t.id } }),
-          h("td", {}, badge(t.status), denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null),
+          h(
+            "td",
+            {},
+            badge(t.status),
+            denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null,
+            diffstat(t.changes),
+          ),
           h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
           h("td", { class: "exit", text: exit || "—" }),
         );

@@ -214,7 +214,7 @@ mod tests {
             line: 1,
             column: 3,
             message: format!(
-                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file"
+                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots"
             ),
         };
         assert_eq!(

@@ -155,6 +155,9 @@ pub struct Layer {
     /// A private CA (PEM) trusted for outgoing calls, as written (the user layer's
     /// only: a project layer's is ignored).
     pub ca_file: Option<String>,
+    /// How much of each task's change record is kept (the user layer's only).
+    #[serde(skip)]
+    pub snapshots: SnapshotLimits,
     pub warnings: Vec<Diagnostic>,
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
     /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
@@ -162,6 +165,17 @@ pub struct Layer {
     /// In file order. (A list, not a map: the browser bundle parses settings too, and a
     /// map of another value type costs it kilobytes.)
     pub places: Vec<(String, Pos)>,
+}
+
+/// `snapshots` in the user settings: the per-task change record's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// Files larger than this many MiB are not recorded.
+    pub max_file_mb: Option<u64>,
+    /// Tasks kept per directory.
+    pub keep: Option<u64>,
+    /// Days a record is kept.
+    pub max_age_days: Option<u64>,
 }
 
 /// A 1-based line and column in a settings file.
@@ -184,6 +198,7 @@ impl Layer {
             plugins: Vec::new(),
             channels: BTreeMap::new(),
             ca_file: None,
+            snapshots: SnapshotLimits::default(),
             warnings: Vec::new(),
             places: Vec::new(),
         }
@@ -279,7 +294,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
                 ),
                 diag(
                     Severity::Error,

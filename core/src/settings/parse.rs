@@ -13,7 +13,7 @@ use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 7] = [
+const TOP_KEYS: [&str; 8] = [
     "agent",
     "permissions",
     "prompt",
@@ -21,7 +21,10 @@ const TOP_KEYS: [&str; 7] = [
     "plugins",
     "channels",
     "ca_file",
+    "snapshots",
 ];
+/// The keys of the `snapshots` object.
+const SNAPSHOT_KEYS: [&str; 3] = ["max_file_mb", "keep", "max_age_days"];
 /// The keys of the `prompt` object.
 const PROMPT_KEYS: [&str; 1] = ["append"];
 /// The keys of an object in the `plugins` array.
@@ -280,6 +283,12 @@ impl Reader<'_> {
                         }
                     }
                 }
+                "snapshots" => {
+                    if let Some(object) = self.object("snapshots", value) {
+                        self.mark("snapshots".to_owned(), prop.range.start);
+                        self.snapshots(object);
+                    }
+                }
                 _ => self.unknown(prop, "", &TOP_KEYS),
             }
         }
@@ -338,6 +347,40 @@ impl Reader<'_> {
     }
 
     /// Channel settings: any key, string values (secrets, tokens, URLs).
+    /// `snapshots`: whole numbers, each at least 1.
+    fn snapshots(&mut self, object: &Object<'_>) {
+        for prop in self.props(object, "snapshots") {
+            let name = prop.name.as_str();
+            let slot = match name {
+                "max_file_mb" => &mut self.layer.snapshots.max_file_mb,
+                "keep" => &mut self.layer.snapshots.keep,
+                "max_age_days" => &mut self.layer.snapshots.max_age_days,
+                _ => {
+                    self.unknown(prop, "snapshots", &SNAPSHOT_KEYS);
+                    continue;
+                }
+            };
+            match &prop.value {
+                Value::NumberLit(n) => match n.value.parse::<u64>() {
+                    Ok(v) if v > 0 => *slot = Some(v),
+                    Ok(_) | Err(_) => {
+                        let message = format!(
+                            "{} must be a whole number of at least 1, found {}",
+                            q(&scoped("snapshots", name)),
+                            n.value
+                        );
+                        self.error(
+                            SettingsErrorKind::InvalidValue,
+                            prop.value.range().start,
+                            message,
+                        );
+                    }
+                },
+                other => self.wrong_type(&scoped("snapshots", name), "a number", other),
+            }
+        }
+    }
+
     fn channels(&mut self, object: &Object<'_>) -> BTreeMap<String, String> {
         let mut channels = BTreeMap::new();
         for prop in self.props(object, "channels") {

@@ -389,7 +389,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
         ),
         warning(
             3,
@@ -414,7 +414,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
         ),
     ];
     // The place of a repeated key is that of the value kept.

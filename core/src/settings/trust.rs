@@ -221,6 +221,15 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
         );
     }
     out.ca_file = None;
+    if layer.snapshots != super::SnapshotLimits::default() {
+        verdict(
+            "snapshots".into(),
+            layer.place("snapshots"),
+            Verdict::UserLayerOnly,
+            "\"snapshots\" is ignored: how much of the change record is kept is read from your user settings only".into(),
+        );
+    }
+    out.snapshots = super::SnapshotLimits::default();
     let project = layer.dir.parent();
     let mut kept = Vec::with_capacity(layer.plugins.len());
     for (i, entry) in layer.plugins.iter().enumerate() {

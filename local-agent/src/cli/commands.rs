@@ -184,6 +184,12 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        Command::Task(TaskCmd::Diff { id, stat, json }) => {
+            super::changes::diff(c, &id, stat, json).await
+        }
+        Command::Task(TaskCmd::Undo { id, force, json }) => {
+            super::changes::undo(c, &id, force, json).await
+        }
         Command::Task(TaskCmd::Cancel { id, json }) => {
             let reply = c
                 .post(&format!("/api/v1/tasks/{}/cancel", encode(&id)), &json!({}))

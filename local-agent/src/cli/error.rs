@@ -67,6 +67,14 @@ impl CliError {
     }
 
     /// The error as one JSON document, for `--json`.
+    /// A refusal by a rule, with its stable code.
+    pub fn from_refusal(r: berth_core::Refusal) -> CliError {
+        CliError {
+            code: Some(r.code.as_str().to_owned()),
+            ..CliError::new(r.message, r.hint)
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         serde_json::json!({"error": {"code": self.code, "message": self.message, "hint": self.hint}})
     }

@@ -1,6 +1,7 @@
 //! The `berth` command line: DESIGN.md's contract, human output by default and one JSON
 //! document with `--json`.
 
+mod changes;
 mod chat;
 mod client;
 mod commands;
@@ -414,6 +415,30 @@ pub enum TaskCmd {
         #[arg(long)]
         json: bool,
     },
+    /// What a task changed in its directory, as a unified diff (on the machine it ran
+    /// on).
+    Diff {
+        /// The task: its id or a unique prefix of it.
+        id: String,
+        /// Only the files and their line counts.
+        #[arg(long)]
+        stat: bool,
+        /// Print one JSON document (the changes and the diff) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put back the files a task changed, as they were before it (a revert commit in
+    /// worktree mode). Refuses if any of them changed since, unless --force.
+    Undo {
+        /// The task: its id or a unique prefix of it.
+        id: String,
+        /// Undo even files changed since the task (those changes are lost).
+        #[arg(long)]
+        force: bool,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -517,7 +542,12 @@ impl Command {
                 | SessionCmd::Link { json, .. }
                 | SessionCmd::Unlink { json, .. },
             )
-            | Command::Task(TaskCmd::List { json, .. } | TaskCmd::Cancel { json, .. })
+            | Command::Task(
+                TaskCmd::List { json, .. }
+                | TaskCmd::Cancel { json, .. }
+                | TaskCmd::Diff { json, .. }
+                | TaskCmd::Undo { json, .. },
+            )
             | Command::Project(ProjectCmd::Add { json, .. } | ProjectCmd::Dir { json, .. }) => {
                 *json
             }

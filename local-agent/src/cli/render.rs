@@ -449,6 +449,9 @@ impl Stream {
         } else {
             eprintln!("{line}");
         }
+        for l in changes_lines(task) {
+            eprintln!("{l}");
+        }
         let denials: Vec<&Value> = task["denials"].as_array().into_iter().flatten().collect();
         if !denials.is_empty() {
             let what: Vec<String> = denials
@@ -466,6 +469,42 @@ impl Stream {
             );
         }
     }
+}
+
+/// A task's change summary: one line (`3 files changed, +20 −4`), then one per file.
+/// Nothing for a task without a record (scratch runs, tasks that did not run).
+pub fn changes_lines(task: &Value) -> Vec<String> {
+    let Ok(Some(changes)) =
+        serde_json::from_value::<Option<berth_core::api::Changes>>(task["changes"].clone())
+    else {
+        return Vec::new();
+    };
+    let mut out = vec![changes.summary()];
+    for f in &changes.files {
+        let counts = match (f.added, f.removed) {
+            (Some(a), Some(r)) => format!("+{a} \u{2212}{r}"),
+            _ => String::from("binary"),
+        };
+        let what = match &f.from {
+            Some(from) => format!("{} \u{2192} {}", inert(from), inert(&f.path)),
+            None => inert(&f.path),
+        };
+        out.push(format!("  {:<9} {what}  {counts}", f.status));
+    }
+    for s in &changes.skipped {
+        out.push(format!(
+            "  not tracked {}  ({})",
+            inert(&s.path),
+            inert(&s.reason)
+        ));
+    }
+    if !changes.files.is_empty() {
+        out.push(format!(
+            "  (berth task diff {0} shows them; berth task undo {0} puts them back)",
+            short(&task["id"])
+        ));
+    }
+    out
 }
 
 /// `berth daemon token list`: one row per token, never the token itself.

@@ -182,6 +182,7 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/sessions/{id}/binding" if delete => (Bind, Target::Session, Some("unlink")),
         "/api/v1/tasks/{id}" if get => (ReadTask, Target::Task, None),
         "/api/v1/tasks/{id}/cancel" if post => (Cancel, Target::Task, Some("cancel")),
+        "/api/v1/tasks/{id}/undone" if post => (Cancel, Target::Task, Some("undo")),
         "/api/v1/daemon/tokens" if get => (Tokens, Target::None, None),
         "/api/v1/daemon/tokens" if post => (Tokens, Target::None, Some("token.create")),
         "/api/v1/daemon/tokens/{name}" if delete => (Tokens, Target::None, Some("token.revoke")),
@@ -402,6 +403,7 @@ mod tests {
         ("GET", "/api/v1/tasks"),
         ("GET", "/api/v1/tasks/{id}"),
         ("POST", "/api/v1/tasks/{id}/cancel"),
+        ("POST", "/api/v1/tasks/{id}/undone"),
         ("GET", "/api/v1/agents"),
         ("POST", "/api/v1/agents"),
         ("GET", "/api/v1/projects"),
@@ -451,6 +453,7 @@ mod tests {
             [A, A, A, A, A],         // list tasks (scoped)
             [A, N, A, A, N],         // read task
             [A, N, O, A, N],         // cancel
+            [A, N, O, A, N],         // record an undo
             [A, A, A, A, A],         // list agents
             [Adm, Adm, A, Adm, Adm], // add agent
             [A, A, A, A, A],         // list projects

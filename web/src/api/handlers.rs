@@ -288,6 +288,39 @@ pub(crate) async fn cancel_task(
     }))
 }
 
+/// `POST tasks/{id}/undone`: the CLI undid the task's changes on the machine that
+/// holds its directory; the transcript records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Undone {
+    pub files: Vec<String>,
+    #[serde(default)]
+    pub forced: bool,
+    /// In worktree mode, the revert commit.
+    #[serde(default)]
+    pub commit: Option<String>,
+}
+
+pub(crate) async fn task_undone(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<Undone>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let task = ctx.app.store.task(&id).await?;
+    let seq = ctx
+        .app
+        .store
+        .record_undo(
+            task.id.clone(),
+            serde_json::json!({
+                "task_id": task.id, "files": req.files,
+                "forced": req.forced, "commit": req.commit,
+            }),
+        )
+        .await?;
+    Ok(Json(serde_json::json!({"seq": seq})))
+}
+
 pub(crate) async fn list_agents(State(ctx): State<Ctx>) -> Result<Json<Vec<AgentSpec>>, ApiError> {
     Ok(Json(ctx.app.store.list_agents().await?))
 }

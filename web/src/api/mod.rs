@@ -124,6 +124,7 @@ fn all_routes() -> Router<Ctx> {
             post(handlers::post_message),
         )
         .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
+        .route("/api/v1/tasks/{id}/undone", post(handlers::task_undone))
         .route("/api/v1/agents", post(handlers::add_agent))
         .route("/api/v1/projects", post(handlers::add_project))
         .route(

@@ -164,6 +164,7 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
         resume_id: None,
         branch: None,
         denials: Vec::new(),
+        changes: None,
     }
 }
 

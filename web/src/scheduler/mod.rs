@@ -382,6 +382,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 work_dir: None,
                 work_dir_display: None,
                 denials: Vec::new(),
+                changes: None,
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
@@ -462,6 +463,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         work_dir: outcome.work_dir.clone(),
         work_dir_display: outcome.work_dir_display.clone(),
         denials: outcome.denials,
+        changes: outcome.changes,
         record: Some(RunRecord {
             binding_rev: session.binding_rev,
             work_dir: outcome.work_dir,

@@ -194,11 +194,13 @@ pub struct TaskRow {
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
+    /// What it changed in its directory.
+    pub changes: Option<berth_core::api::Changes>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display, denials";
+    work_dir_display, denials, changes";
 
 impl TaskRow {
     pub(crate) fn from_row(r: &Row<'_>) -> Result<TaskRow, StoreError> {
@@ -223,6 +225,13 @@ impl TaskRow {
                     .map_err(|e| StoreError::Corrupt(format!("task denials {text:?}: {e}")))?,
                 None => Vec::new(),
             },
+            changes: match r.get::<_, Option<String>>(15)? {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("task changes: {e}")))?,
+                ),
+                None => None,
+            },
         })
     }
 
@@ -241,6 +250,7 @@ impl TaskRow {
             created_at: Some(self.created_at.clone()),
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),
+            changes: self.changes.clone(),
         }
     }
 }

@@ -174,6 +174,11 @@ CREATE TABLE audit (
 CREATE INDEX audit_member ON audit(member, id);
 "#;
 
+/// What each task changed in its directory (a JSON `Changes` document).
+const V8: &str = r#"
+ALTER TABLE tasks ADD COLUMN changes TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -184,6 +189,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V5),
         M::up(V6),
         M::up(V7),
+        M::up(V8),
     ])
 }
 

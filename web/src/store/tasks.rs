@@ -40,6 +40,8 @@ pub struct Finish {
     pub work_dir: Option<String>,
     pub work_dir_display: Option<String>,
     pub denials: Vec<berth_core::api::Denial>,
+    /// What the task changed in its directory.
+    pub changes: Option<berth_core::api::Changes>,
     /// Recorded on the session only while its binding revision is still this one.
     pub record: Option<RunRecord>,
 }
@@ -383,12 +385,19 @@ impl Store {
                 .then(|| serde_json::to_string(&fin.denials))
                 .transpose()
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let changes = fin
+                .changes
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.execute(
                 "UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
-                   started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9
+                   started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
+                   changes = ?10
                  WHERE id = ?1",
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials],
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials, changes],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
@@ -430,6 +439,26 @@ impl Store {
             let task = get_task(tx, &id)?;
             task_event(tx, outbox, &task)?;
             Ok(Some(task))
+        })
+        .await
+    }
+
+    /// Records in the session's transcript that a task's changes were undone.
+    pub async fn record_undo(
+        &self,
+        task_id: String,
+        payload: serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        self.write(move |tx, outbox| {
+            let task = get_task(tx, &task_id)?;
+            append_event(
+                tx,
+                outbox,
+                &task.session_id,
+                Some(&task.id),
+                EventKind::Undo,
+                payload,
+            )
         })
         .await
     }

@@ -368,6 +368,9 @@ impl View {
             Style::Alert
         };
         self.push(style, line);
+        for l in super::super::render::changes_lines(task) {
+            self.push(Style::Info, l);
+        }
         let denials: Vec<String> = task["denials"]
             .as_array()
             .into_iter()

@@ -1,0 +1,901 @@
+//! What an agent changed in a bound directory, and putting it back.
+//!
+//! Each bound directory gets a *shadow* git repository in Berth's state,
+//! `$BERTH_HOME/snapshots/<hash of the path>.git`, used with `--work-tree` set to the
+//! directory and its own index as a stat cache. Before an in-place run and after it
+//! (both under the directory's lock) Berth records the directory's tree there; the
+//! difference is the task's change summary, and the two trees stay under
+//! `refs/berth/<task>/{before,after}` for `berth task diff` and `berth task undo`.
+//! Nothing is ever written into the directory or its own `.git`: git reads the work
+//! tree, and writes only in the shadow repository.
+//!
+//! - `.gitignore` files (and the user's global excludes) are respected, as git does.
+//! - Files over the size cap are not recorded; they are listed as skipped.
+//! - Changes outside the directory are not tracked.
+//! - Old records are pruned by count and age ([`Limits`], the user settings'
+//!   `snapshots`).
+//!
+//! Undo restores exactly the files a task changed to their content before it. Its
+//! plan is written to `$BERTH_HOME/journal/*.undo` and synced before the first file is
+//! touched; a Berth that stops mid-undo finishes it at the next start
+//! ([`replay_undos`]), so the directory ends either untouched or fully undone.
+
+use crate::journal::abandoned;
+use crate::pin::PinnedDir;
+use berth_core::api::{Changes, FileChange, Skipped};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where the shadow repositories live inside Berth's home.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+
+/// How much the change record keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Files larger than this are not recorded (listed as skipped).
+    pub max_file_bytes: u64,
+    /// Tasks whose records are kept per directory.
+    pub keep: usize,
+    /// Records older than this are dropped.
+    pub max_age: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_file_bytes: 10 * 1024 * 1024,
+            keep: 200,
+            max_age: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, with what the user settings' `snapshots` set.
+    pub fn from_settings(s: &berth_core::settings::SnapshotLimits) -> Limits {
+        let d = Limits::default();
+        Limits {
+            max_file_bytes: s
+                .max_file_mb
+                .map_or(d.max_file_bytes, |mb| mb * 1024 * 1024),
+            keep: s
+                .keep
+                .map_or(d.keep, |k| usize::try_from(k).unwrap_or(usize::MAX)),
+            max_age: s
+                .max_age_days
+                .map_or(d.max_age, |days| Duration::from_secs(days * 24 * 3600)),
+        }
+    }
+}
+
+/// Why a record or an undo could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangesError {
+    #[error("git {args} failed: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error("cannot run git: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A directory's tree at one moment, and the large files left out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub tree: String,
+    /// Files over the cap, with their size and modification time.
+    pub large: Vec<(String, u64, i64)>,
+}
+
+/// The shadow repository of one bound directory.
+#[derive(Debug, Clone)]
+pub struct Shadow {
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One record in the shadow repository's log: a task and when it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    task: String,
+    at: u64,
+}
+
+impl Shadow {
+    /// The shadow repository of `dir` (canonical path, identity), created if needed. A
+    /// directory replaced at the same path (another device/inode) starts a new one.
+    pub fn open(
+        berth_home: &Path,
+        dir: &Path,
+        identity: (u64, u64),
+    ) -> Result<Shadow, ChangesError> {
+        let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
+        let git_dir = berth_home
+            .join(SNAPSHOTS_DIR)
+            .join(format!("{}.git", &key[..24]));
+        let shadow = Shadow {
+            git_dir,
+            work_tree: dir.to_owned(),
+        };
+        let stamp = format!("{} {} {}\n", identity.0, identity.1, dir.display());
+        let id_file = shadow.git_dir.join("berth-identity");
+        match std::fs::read_to_string(&id_file) {
+            Ok(s) if s == stamp => return Ok(shadow),
+            Ok(_) => {
+                // Another directory now has this path: its history is not this one's.
+                std::fs::remove_dir_all(&shadow.git_dir)?;
+            }
+            Err(_) => {}
+        }
+        std::fs::create_dir_all(shadow.git_dir.parent().unwrap_or(berth_home))?;
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&shadow.git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(ChangesError::Git {
+                args: "init".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        for (k, v) in [
+            ("gc.auto", "0"),
+            ("core.autocrlf", "false"),
+            ("core.quotepath", "false"),
+            ("core.untrackedCache", "true"),
+            ("core.fsmonitor", "false"),
+            ("core.hooksPath", "/dev/null"),
+        ] {
+            shadow.git(["config", k, v])?;
+        }
+        std::fs::write(&id_file, stamp)?;
+        Ok(shadow)
+    }
+
+    /// The shadow repository's git directory.
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    /// The shadow repository of a directory recorded earlier, if there is one.
+    pub fn existing(berth_home: &Path, dir: &Path) -> Option<(Shadow, (u64, u64))> {
+        let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
+        let git_dir = berth_home
+            .join(SNAPSHOTS_DIR)
+            .join(format!("{}.git", &key[..24]));
+        let stamp = std::fs::read_to_string(git_dir.join("berth-identity")).ok()?;
+        let mut words = stamp.split_whitespace();
+        let dev = words.next()?.parse().ok()?;
+        let ino = words.next()?.parse().ok()?;
+        Some((
+            Shadow {
+                git_dir,
+                work_tree: dir.to_owned(),
+            },
+            (dev, ino),
+        ))
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("git");
+        c.arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--work-tree")
+            .arg(&self.work_tree)
+            .args(["-c", "user.name=Berth", "-c", "user.email=berth@localhost"])
+            .current_dir(&self.git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn git_bytes<I, S>(&self, args: I) -> Result<Vec<u8>, ChangesError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let out = self.command().args(&args).output()?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(ChangesError::Git {
+                args: args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            })
+        }
+    }
+
+    fn git<I, S>(&self, args: I) -> Result<String, ChangesError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Ok(String::from_utf8_lossy(&self.git_bytes(args)?)
+            .trim()
+            .to_owned())
+    }
+
+    fn exclude_file(&self) -> PathBuf {
+        self.git_dir.join("info").join("exclude")
+    }
+
+    /// Records the directory's tree now (the caller holds the directory's lock).
+    pub fn snapshot(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        // Large files: those already left out (still large?), and new or changed ones.
+        let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix('/'))
+            .map(unescape_glob)
+            .collect();
+        let listed = self.git_bytes([
+            "ls-files",
+            "-z",
+            "--others",
+            "--modified",
+            "--exclude-standard",
+        ])?;
+        let mut large = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for path in excluded.iter().map(String::as_str).chain(
+            listed
+                .split(|b| *b == 0)
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| std::str::from_utf8(p).ok()),
+        ) {
+            if !seen.insert(path.to_owned()) {
+                continue;
+            }
+            if let Ok(md) = std::fs::symlink_metadata(self.work_tree.join(path))
+                && md.is_file()
+                && md.len() > limits.max_file_bytes
+            {
+                use std::os::unix::fs::MetadataExt;
+                large.push((path.to_owned(), md.len(), md.mtime()));
+            }
+        }
+        let lines: String = large
+            .iter()
+            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
+            .collect();
+        if let Some(parent) = self.exclude_file().parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(self.exclude_file(), lines)?;
+        if !large.is_empty() {
+            let mut args = vec![
+                "rm".to_owned(),
+                "--cached".into(),
+                "-q".into(),
+                "--ignore-unmatch".into(),
+                "--".into(),
+            ];
+            args.extend(large.iter().map(|(p, _, _)| p.clone()));
+            self.git(&args)?;
+        }
+        self.git(["add", "-A", "--ignore-errors"])
+            .or_else(|_| self.git(["add", "-A"]))?;
+        let tree = self.git(["write-tree"])?;
+        Ok(Snapshot { tree, large })
+    }
+
+    /// Keeps a task's two trees and returns what changed between them.
+    pub fn record(
+        &self,
+        task_id: &str,
+        before: &Snapshot,
+        after: &Snapshot,
+        limits: &Limits,
+    ) -> Result<Changes, ChangesError> {
+        let refs = |which: &str| format!("refs/berth/{task_id}/{which}");
+        self.git(["update-ref", &refs("before"), &before.tree])?;
+        self.git(["update-ref", &refs("after"), &after.tree])?;
+        let mut log = self.log();
+        log.push(Entry {
+            task: task_id.to_owned(),
+            at: now_secs(),
+        });
+        let cut = now_secs().saturating_sub(limits.max_age.as_secs());
+        let keep_from = log.len().saturating_sub(limits.keep);
+        let (old, kept): (Vec<_>, Vec<_>) = log
+            .into_iter()
+            .enumerate()
+            .partition(|(i, e)| *i < keep_from || e.at < cut);
+        for (_, e) in &old {
+            for which in ["before", "after"] {
+                let _ = self.git([
+                    "update-ref",
+                    "-d",
+                    &format!("refs/berth/{}/{which}", e.task),
+                ]);
+            }
+        }
+        let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
+        std::fs::write(
+            self.git_dir.join("berth-log.json"),
+            serde_json::to_string(&kept).unwrap_or_default(),
+        )?;
+        if !old.is_empty() {
+            let _ = self.git(["prune", "--expire=now"]);
+        }
+        let mut changes = self.diff_trees(&before.tree, &after.tree)?;
+        // Large files new or changed during the task: not recorded, and said so.
+        for (path, size, mtime) in &after.large {
+            let same = before
+                .large
+                .iter()
+                .any(|(p, s, m)| p == path && s == size && m == mtime);
+            if !same {
+                changes.skipped.push(Skipped {
+                    path: path.clone(),
+                    reason: format!(
+                        "{} MB, over the {} MB cap",
+                        size.div_ceil(1024 * 1024),
+                        limits.max_file_bytes / (1024 * 1024)
+                    ),
+                });
+            }
+        }
+        Ok(changes)
+    }
+
+    fn log(&self) -> Vec<Entry> {
+        std::fs::read_to_string(self.git_dir.join("berth-log.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// The summary of two trees: status and line counts per file, renames found.
+    pub fn diff_trees(&self, before: &str, after: &str) -> Result<Changes, ChangesError> {
+        let status = self.git_bytes([
+            "diff-tree",
+            "-r",
+            "-z",
+            "-M",
+            "--name-status",
+            before,
+            after,
+        ])?;
+        let numstat =
+            self.git_bytes(["diff-tree", "-r", "-z", "-M", "--numstat", before, after])?;
+        Ok(Changes {
+            files: parse_diff(&status, &numstat),
+            skipped: Vec::new(),
+            commit: None,
+        })
+    }
+
+    /// The trees a task's record holds: (before, after).
+    pub fn task_trees(&self, task_id: &str) -> Option<(String, String)> {
+        let get = |w: &str| {
+            self.git([
+                "rev-parse",
+                "--verify",
+                "-q",
+                &format!("refs/berth/{task_id}/{w}"),
+            ])
+            .ok()
+            .filter(|s| !s.is_empty())
+        };
+        Some((get("before")?, get("after")?))
+    }
+
+    /// `git diff` of a task, unified or `--stat`.
+    pub fn task_diff(&self, task_id: &str, stat: bool) -> Result<String, ChangesError> {
+        let (before, after) = self.task_trees(task_id).ok_or_else(|| {
+            ChangesError::Other(format!(
+                "the record of task {task_id} is gone (pruned, or it never ran here)"
+            ))
+        })?;
+        let mut args = vec!["diff", "--no-color", "-M", "--no-ext-diff"];
+        if stat {
+            args.push("--stat");
+        }
+        args.push(&before);
+        args.push(&after);
+        Ok(String::from_utf8_lossy(&self.git_bytes(&args)?).into_owned())
+    }
+
+    /// A blob's bytes and mode (`100755` executable) at `path` in `tree`; `None` when
+    /// the path is not in it.
+    fn blob(&self, tree: &str, path: &str) -> Result<Option<(String, String)>, ChangesError> {
+        let line = self.git(["ls-tree", "-z", tree, "--", path])?;
+        let line = line.trim_end_matches('\0');
+        if line.is_empty() {
+            return Ok(None);
+        }
+        // `<mode> blob <oid>\t<path>`
+        let (meta, _) = line.split_once('\t').unwrap_or((line, ""));
+        let mut parts = meta.split_whitespace();
+        let mode = parts.next().unwrap_or("100644").to_owned();
+        let _kind = parts.next();
+        let oid = parts.next().unwrap_or_default().to_owned();
+        Ok(Some((oid, mode)))
+    }
+
+    fn blob_bytes(&self, oid: &str) -> Result<Vec<u8>, ChangesError> {
+        self.git_bytes(["cat-file", "blob", oid])
+    }
+}
+
+fn escape_glob(p: &str) -> String {
+    let mut out = String::new();
+    for c in p.chars() {
+        if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn unescape_glob(p: &str) -> String {
+    let mut out = String::new();
+    let mut esc = false;
+    for c in p.chars() {
+        if c == '\\' && !esc {
+            esc = true;
+            continue;
+        }
+        esc = false;
+        out.push(c);
+    }
+    out
+}
+
+/// Joins `diff-tree -z --name-status` and `--numstat` outputs into file changes.
+pub fn parse_diff(status: &[u8], numstat: &[u8]) -> Vec<FileChange> {
+    let fields = |b: &[u8]| -> Vec<String> {
+        b.split(|c| *c == 0)
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    };
+    let mut files = Vec::new();
+    let s = fields(status);
+    let mut i = 0;
+    while i < s.len() {
+        let code = s[i].trim();
+        if code.is_empty() {
+            i += 1;
+            continue;
+        }
+        let kind = code.chars().next().unwrap_or('M');
+        if matches!(kind, 'R' | 'C') && i + 2 < s.len() {
+            files.push(FileChange {
+                path: s[i + 2].clone(),
+                status: String::from(if kind == 'R' { "renamed" } else { "added" }),
+                from: (kind == 'R').then(|| s[i + 1].clone()),
+                added: None,
+                removed: None,
+            });
+            i += 3;
+        } else if i + 1 < s.len() {
+            let status = match kind {
+                'A' => "added",
+                'D' => "deleted",
+                _ => "modified",
+            };
+            files.push(FileChange {
+                path: s[i + 1].clone(),
+                status: status.to_owned(),
+                from: None,
+                added: None,
+                removed: None,
+            });
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    // numstat: `A\tR\tpath\0`, or for a rename `A\tR\t\0from\0to\0`.
+    let n = fields(numstat);
+    let mut j = 0;
+    while j < n.len() {
+        let f = &n[j];
+        if f.is_empty() {
+            j += 1;
+            continue;
+        }
+        let mut parts = f.splitn(3, '\t');
+        let (a, r, path) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        let (path, step) = if path.is_empty() && j + 2 < n.len() {
+            (n[j + 2].clone(), 3)
+        } else {
+            (path.to_owned(), 1)
+        };
+        if let Some(fc) = files.iter_mut().find(|fc| fc.path == path) {
+            fc.added = a.parse().ok();
+            fc.removed = r.parse().ok();
+        }
+        j += step;
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
+// ---- undo ----
+
+/// One file to put back: its content before the task (`None`: it did not exist),
+/// and what the task left there (`None`: nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    pub path: String,
+    /// (blob id, mode) before the task.
+    pub before: Option<(String, String)>,
+    /// Blob id after the task.
+    pub after: Option<String>,
+}
+
+/// The undo plan, as journaled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndoPlan {
+    pub task_id: String,
+    pub dir: String,
+    pub dev: u64,
+    pub ino: u64,
+    pub git_dir: PathBuf,
+    pub files: Vec<Restore>,
+}
+
+/// What the files a task changed look like now against what it left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub restores: Vec<Restore>,
+    /// Files changed since the task (by the user or a later task).
+    pub changed_since: Vec<String>,
+    /// Every file is already as it was before the task (it was undone).
+    pub already_undone: bool,
+}
+
+/// The undo of `task_id` in `dir`: what to restore and what changed since.
+pub fn plan_undo(
+    shadow: &Shadow,
+    dir: &PinnedDir,
+    task_id: &str,
+    changes: &Changes,
+) -> Result<Plan, ChangesError> {
+    let (before, after) = shadow.task_trees(task_id).ok_or_else(|| {
+        ChangesError::Other(format!(
+            "the record of task {task_id} is gone (pruned, or made on another machine)"
+        ))
+    })?;
+    let mut paths: Vec<String> = Vec::new();
+    for f in &changes.files {
+        if let Some(from) = &f.from {
+            paths.push(from.clone());
+        }
+        paths.push(f.path.clone());
+    }
+    paths.sort();
+    paths.dedup();
+    let mut plan = Plan {
+        already_undone: true,
+        ..Plan::default()
+    };
+    for path in paths {
+        let b = shadow.blob(&before, &path)?;
+        let a = shadow.blob(&after, &path)?.map(|(oid, _)| oid);
+        let now = current_blob(shadow, dir, &path)?;
+        if now != a {
+            plan.changed_since.push(path.clone());
+        }
+        if now != b.as_ref().map(|(oid, _)| oid.clone()) {
+            plan.already_undone = false;
+        }
+        plan.restores.push(Restore {
+            path,
+            before: b,
+            after: a,
+        });
+    }
+    Ok(plan)
+}
+
+/// The blob id the file at `path` would have now (`None`: no regular file there).
+fn current_blob(
+    shadow: &Shadow,
+    dir: &PinnedDir,
+    path: &str,
+) -> Result<Option<String>, ChangesError> {
+    let bytes = match read_at(dir.fd(), path) {
+        Ok(b) => b,
+        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(None),
+        Err(e) => return Err(ChangesError::Other(format!("cannot read {path}: {e}"))),
+    };
+    let mut child = shadow
+        .command()
+        .args(["hash-object", "--stdin", "--no-filters"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        stdin.write_all(&bytes)?;
+    }
+    let out = child.wait_with_output()?;
+    Ok(Some(String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+}
+
+fn read_at(dir: impl AsFd, path: &str) -> Result<Vec<u8>, Errno> {
+    let (parent, name) = crate::sidecar::at_parent(dir.as_fd(), path)?;
+    let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(Errno::NOENT);
+    }
+    let fd = crate::sidecar::open_nofollow(&parent, name, OFlags::RDONLY)?;
+    crate::sidecar::read_all(&fd)
+}
+
+/// Opens the parent of `rel`, creating missing directories (without following
+/// symlinks).
+fn parent_creating(dir: impl AsFd, rel: &str) -> Result<(OwnedFd, String), Errno> {
+    let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    let last = comps.pop().ok_or(Errno::INVAL)?.to_owned();
+    if last == ".." || comps.contains(&"..") {
+        return Err(Errno::INVAL);
+    }
+    let mut fd = rustix::io::dup(dir.as_fd())?;
+    for comp in comps {
+        match crate::sidecar::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(next) => fd = next,
+            Err(Errno::NOENT) => {
+                rustix::fs::mkdirat(&fd, comp, Mode::from_raw_mode(0o755))?;
+                fd = crate::sidecar::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((fd, last))
+}
+
+/// Puts one file back: its content before the task, written beside it and renamed
+/// over it (so a reader never sees half a file), or removed.
+fn apply_one(git: &Shadow, dir: impl AsFd, r: &Restore) -> Result<(), String> {
+    match &r.before {
+        None => match crate::sidecar::at_parent(dir.as_fd(), &r.path) {
+            Ok((parent, name)) => match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(format!("cannot remove {}: {e}", r.path)),
+            },
+            Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(format!("cannot reach {}: {e}", r.path)),
+        },
+        Some((oid, mode)) => {
+            let bytes = git
+                .blob_bytes(oid)
+                .map_err(|e| format!("cannot read the record of {}: {e}", r.path))?;
+            let (parent, name) = parent_creating(dir.as_fd(), &r.path)
+                .map_err(|e| format!("cannot reach {}: {e}", r.path))?;
+            let tmp = format!(".{name}.berth-undo");
+            let perm = if mode == "100755" { 0o755 } else { 0o644 };
+            let fd = rustix::fs::openat(
+                &parent,
+                tmp.as_str(),
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(perm),
+            )
+            .map_err(|e| format!("cannot write beside {}: {e}", r.path))?;
+            crate::sidecar::write_all(&fd, &bytes)
+                .map_err(|e| format!("cannot write {}: {e}", r.path))?;
+            let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm));
+            rustix::fs::fsync(&fd).map_err(|e| format!("cannot sync {}: {e}", r.path))?;
+            drop(fd);
+            rustix::fs::renameat(&parent, tmp.as_str(), &parent, name.as_str())
+                .map_err(|e| format!("cannot put {} back: {e}", r.path))?;
+            Ok(())
+        }
+    }
+}
+
+/// An undo journal held by this process until the undo is done.
+#[derive(Debug)]
+pub struct UndoJournal {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl UndoJournal {
+    /// Writes and syncs the plan (and the directory entry) before anything is touched.
+    pub fn write(journal_dir: &Path, plan: &UndoPlan) -> Result<UndoJournal, String> {
+        std::fs::create_dir_all(journal_dir).map_err(|e| e.to_string())?;
+        let path = journal_dir.join(format!(
+            "{}-{}.undo",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ));
+        let text = serde_json::to_vec(plan).map_err(|e| e.to_string())?;
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::RUSR | Mode::WUSR,
+        )
+        .map_err(|e| format!("cannot write the undo journal {}: {e}", path.display()))?;
+        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| e.to_string())?;
+        crate::sidecar::write_all(&fd, &text).map_err(|e| e.to_string())?;
+        rustix::fs::fsync(&fd).map_err(|e| e.to_string())?;
+        std::fs::File::open(journal_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| e.to_string())?;
+        Ok(UndoJournal {
+            path,
+            _file: std::fs::File::from(fd),
+        })
+    }
+
+    /// The undo is complete: the journal goes.
+    pub fn done(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Applies a journaled plan through the pinned directory. Idempotent: applying it
+/// again (after a crash) finds the files already put back.
+pub fn apply(plan: &UndoPlan, dir: impl AsFd) -> Result<(), String> {
+    let shadow = Shadow {
+        git_dir: plan.git_dir.clone(),
+        work_tree: PathBuf::from(&plan.dir),
+    };
+    let mut problems = Vec::new();
+    for r in &plan.files {
+        if let Err(e) = apply_one(&shadow, dir.as_fd(), r) {
+            problems.push(e);
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Test hook: stop (as if killed) after this many files of an undo.
+pub const CRASH_AFTER_ENV: &str = "BERTH_TEST_UNDO_CRASH_AFTER";
+
+/// Applies a plan, journaled (see the module's docs).
+pub fn undo(journal_dir: &Path, plan: &UndoPlan, dir: &PinnedDir) -> Result<(), String> {
+    let journal = UndoJournal::write(journal_dir, plan)?;
+    if let Some(n) = std::env::var(CRASH_AFTER_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let shadow = Shadow {
+            git_dir: plan.git_dir.clone(),
+            work_tree: PathBuf::from(&plan.dir),
+        };
+        for r in plan.files.iter().take(n) {
+            apply_one(&shadow, dir.fd(), r)?;
+        }
+        // As a SIGKILL would: no cleanup, the journal stays.
+        std::process::abort();
+    }
+    apply(plan, dir.fd())?;
+    journal.done();
+    Ok(())
+}
+
+/// Finishes every undo a Berth process left unfinished (journal files whose writer is
+/// gone): the directory ends fully undone. One no longer the directory journaled is
+/// left alone, its journal moved to `journal/unapplied/`. Returns the directories
+/// finished.
+pub fn replay_undos(journal_dir: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    for (file, _lock) in abandoned(journal_dir, "undo").files {
+        let plan: Option<UndoPlan> = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let Some(plan) = plan else {
+            // Torn before its sync: nothing was touched.
+            let _ = std::fs::remove_file(&file);
+            continue;
+        };
+        let opened = rustix::fs::open(
+            plan.dir.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        let same = opened
+            .as_ref()
+            .ok()
+            .and_then(|fd| rustix::fs::fstat(fd).ok())
+            .is_some_and(|st| st.st_dev == plan.dev && st.st_ino == plan.ino);
+        match (opened, same) {
+            (Ok(fd), true) => match apply(&plan, &fd) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&file);
+                    done.push(plan.dir.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %plan.dir, error = %e, "an unfinished undo could not be finished");
+                    aside(journal_dir, &file);
+                }
+            },
+            (Ok(_) | Err(_), _) => aside(journal_dir, &file),
+        }
+    }
+    done
+}
+
+fn aside(journal_dir: &Path, file: &Path) {
+    let dir = journal_dir.join("unapplied");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Some(name) = file.file_name() {
+        let _ = std::fs::rename(file, dir.join(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_output_parses_with_renames_and_binaries() {
+        let status = b"M\x00src/a.rs\x00A\x00new.txt\x00D\x00old.txt\x00R100\x00b.txt\x00c.txt\x00M\x00img.png\x00";
+        let numstat = b"3\t1\tsrc/a.rs\x002\t0\tnew.txt\x000\t4\told.txt\x000\t0\t\x00b.txt\x00c.txt\x00-\t-\timg.png\x00";
+        let files = parse_diff(status, numstat);
+        let got: Vec<(&str, &str, Option<&str>, Option<u64>, Option<u64>)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.as_str(),
+                    f.status.as_str(),
+                    f.from.as_deref(),
+                    f.added,
+                    f.removed,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("c.txt", "renamed", Some("b.txt"), Some(0), Some(0)),
+                ("img.png", "modified", None, None, None),
+                ("new.txt", "added", None, Some(2), Some(0)),
+                ("old.txt", "deleted", None, Some(0), Some(4)),
+                ("src/a.rs", "modified", None, Some(3), Some(1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn glob_escapes_round_trip() {
+        for p in ["plain.bin", "we*ird[1]?.bin", "#hash", "back\\slash"] {
+            assert_eq!(unescape_glob(&escape_glob(p)), p);
+        }
+    }
+}

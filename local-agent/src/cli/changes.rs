@@ -1,0 +1,329 @@
+//! `berth task diff ID` and `berth task undo ID`: what a task changed in its directory,
+//! and putting it back. Both run here, on the machine that holds the directory (its
+//! change record lives in this machine's Berth home); the server only records that an
+//! undo happened, in the session's transcript.
+
+use super::client::{Client, encode};
+use super::commands::{print_json, short};
+use super::error::CliError;
+use super::render::inert;
+use berth_core::api::Changes;
+use berth_local_agent::ExecutorConfig;
+use berth_local_agent::changes::{self, Shadow, UndoPlan};
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn config(c: &Client) -> Result<ExecutorConfig, CliError> {
+    ExecutorConfig::from_env(Some(c.home().to_owned()))
+        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))
+}
+
+/// The task and its change record, or why it has none.
+async fn task_changes(c: &Client, id: &str) -> Result<(Value, Changes, String), CliError> {
+    let task = c.get(&format!("/api/v1/tasks/{}", encode(id))).await?;
+    let tid = short(&task["id"]);
+    let Some(work_dir) = task["work_dir"].as_str().map(str::to_owned) else {
+        return Err(CliError::new(
+            format!(
+                "task {tid} did not run ({}), so it changed nothing",
+                task["status"].as_str().unwrap_or("?")
+            ),
+            "berth task list shows the tasks that ran",
+        ));
+    };
+    let changes: Option<Changes> = serde_json::from_value(task["changes"].clone())
+        .ok()
+        .flatten();
+    let Some(changes) = changes else {
+        return Err(CliError::new(
+            format!(
+                "task {tid} has no change record: it ran in its session's scratch directory, not in a bound one"
+            ),
+            "only tasks that ran in a bound directory (in place or in a worktree) have one",
+        ));
+    };
+    Ok((task, changes, work_dir))
+}
+
+fn git_in(dir: &str, args: &[&str]) -> Result<String, CliError> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| CliError::new(format!("cannot run git: {e}"), "install git"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(CliError::new(
+            format!(
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            "the worktree may have been removed; berth session show tells where the session works",
+        ))
+    }
+}
+
+/// The shadow repository holding a task's record, on this machine.
+fn shadow_for(
+    cfg: &ExecutorConfig,
+    tid: &str,
+    work_dir: &str,
+) -> Result<(Shadow, (u64, u64)), CliError> {
+    Shadow::existing(&cfg.berth_home, Path::new(work_dir)).ok_or_else(|| {
+        CliError::new(
+            format!("task {tid}'s change record is not on this machine"),
+            "run this on the machine the task ran on (the session's machine)",
+        )
+    })
+}
+
+pub async fn diff(c: &Client, id: &str, stat: bool, json: bool) -> Result<u8, CliError> {
+    let (task, changes, work_dir) = task_changes(c, id).await?;
+    let tid = short(&task["id"]);
+    let text = match &changes.commit {
+        Some(commit) => {
+            let parent = format!("{commit}^");
+            let mut args = vec!["diff", "--no-color", "-M"];
+            if stat {
+                args.push("--stat");
+            }
+            args.extend([parent.as_str(), commit.as_str()]);
+            git_in(&work_dir, &args)?
+        }
+        None if changes.files.is_empty() => String::new(),
+        None => {
+            let cfg = config(c)?;
+            let (shadow, _) = shadow_for(&cfg, &tid, &work_dir)?;
+            shadow
+                .task_diff(task["id"].as_str().unwrap_or(id), stat)
+                .map_err(|e| {
+                    CliError::new(
+                        e.to_string(),
+                        "the record may have been pruned (settings: snapshots)",
+                    )
+                })?
+        }
+    };
+    if json {
+        print_json(&json!({"task": task["id"], "changes": changes, "diff": text}));
+        return Ok(0);
+    }
+    if changes.files.is_empty() {
+        println!("task {tid} changed no files");
+    }
+    print!("{text}");
+    for s in &changes.skipped {
+        eprintln!("not tracked: {} ({})", inert(&s.path), inert(&s.reason));
+    }
+    Ok(0)
+}
+
+pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, CliError> {
+    let (task, changes, work_dir) = task_changes(c, id).await?;
+    let task_id = task["id"].as_str().unwrap_or(id).to_owned();
+    let tid = short(&task["id"]);
+    if changes.files.is_empty() {
+        return Err(CliError::new(
+            format!("task {tid} changed no files, so there is nothing to undo"),
+            "berth task list --session ID shows the session's tasks",
+        ));
+    }
+    let session = c
+        .get(&format!(
+            "/api/v1/sessions/{}",
+            encode(task["session_id"].as_str().unwrap_or(""))
+        ))
+        .await?;
+    let b = &session["binding"];
+    let sid = short(&session["id"]);
+    if b.is_null() {
+        return Err(CliError::new(
+            format!(
+                "session {sid} is no longer bound; task {tid} ran in {}",
+                inert(&work_dir)
+            ),
+            format!("link it back first: berth session link {sid} {work_dir}"),
+        ));
+    }
+    if b["daemon"].as_str() != Some(c.machine().as_str()) {
+        return Err(CliError::new(
+            format!(
+                "session {sid} is bound on machine {}, not this one",
+                inert(b["daemon_name"].as_str().unwrap_or("?"))
+            ),
+            "run berth task undo on that machine",
+        ));
+    }
+    let cfg = config(c)?;
+    let (files, commit) = match &changes.commit {
+        Some(commit) => (
+            undo_commit(c, &cfg, &task_id, &work_dir, commit).await?,
+            Some(commit),
+        ),
+        None => {
+            if b["dir"].as_str() != Some(work_dir.as_str()) {
+                return Err(CliError::new(
+                    format!(
+                        "session {sid} is now bound to {}; task {tid} changed {}",
+                        inert(b["display"].as_str().unwrap_or("?")),
+                        inert(&work_dir)
+                    ),
+                    format!("link it back first (berth session link {sid} {work_dir}), then undo"),
+                ));
+            }
+            (
+                undo_in_place(&cfg, &task_id, &tid, &work_dir, &changes, force).await?,
+                None,
+            )
+        }
+    };
+    let recorded = c
+        .post(
+            &format!("/api/v1/tasks/{}/undone", encode(&task_id)),
+            &json!({"files": files, "forced": force, "commit": commit.map(|_| "revert")}),
+        )
+        .await;
+    if json {
+        print_json(&json!({"task": task_id, "restored": files}));
+    } else {
+        println!(
+            "undid task {tid}: {} file{} put back as before it",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+        for f in &files {
+            println!("  {}", inert(f));
+        }
+    }
+    if let Err(e) = recorded {
+        eprintln!(
+            "warning: the files are back, but the transcript could not record it: {}",
+            e.message
+        );
+    }
+    Ok(0)
+}
+
+async fn lock_dir(
+    cfg: &ExecutorConfig,
+    dir: &berth_core::LocalPath,
+    tid: &str,
+) -> Result<berth_local_agent::lock::DirLock, CliError> {
+    let locks = berth_local_agent::lock::DirLocks::new(cfg.lock_dir.clone())
+        .map_err(|e| CliError::new(e.to_string(), "check BERTH_LOCK_DIR"))?;
+    let (_tx, mut never) = tokio::sync::watch::channel(false);
+    locks
+        .acquire(
+            dir,
+            &format!("undo-{tid}"),
+            |why| eprintln!("{why}"),
+            &mut never,
+        )
+        .await
+        .map_err(|e| CliError::new(e.to_string(), "try again"))
+}
+
+async fn undo_in_place(
+    cfg: &ExecutorConfig,
+    task_id: &str,
+    tid: &str,
+    work_dir: &str,
+    changes: &Changes,
+    force: bool,
+) -> Result<Vec<String>, CliError> {
+    // An undo a Berth left half done is finished first.
+    changes::replay_undos(&cfg.journal_dir());
+    let (shadow, identity) = shadow_for(cfg, tid, work_dir)?;
+    let pinned = berth_local_agent::validate::validate(&cfg.context(), work_dir)
+        .map_err(CliError::from_refusal)?;
+    if pinned.identity() != identity {
+        return Err(CliError::from_refusal(
+            berth_local_agent::pin::path_changed(pinned.display()),
+        ));
+    }
+    let _lock = lock_dir(cfg, pinned.canonical(), tid).await?;
+    pinned.recheck().map_err(CliError::from_refusal)?;
+    let plan = changes::plan_undo(&shadow, &pinned, task_id, changes).map_err(|e| {
+        CliError::new(
+            e.to_string(),
+            "the record may have been pruned (settings: snapshots)",
+        )
+    })?;
+    if plan.already_undone {
+        return Err(CliError::new(
+            format!(
+                "task {tid}'s changes are already undone: its files are as they were before it"
+            ),
+            "nothing to do",
+        ));
+    }
+    if !plan.changed_since.is_empty() && !force {
+        return Err(CliError {
+            code: Some("changed_since".into()),
+            ..CliError::new(
+                format!(
+                    "{} changed since task {tid} (by you or a later task): {}",
+                    if plan.changed_since.len() == 1 {
+                        "this file"
+                    } else {
+                        "these files"
+                    },
+                    plan.changed_since.join(", ")
+                ),
+                format!(
+                    "undoing would lose those changes; berth task undo {tid} --force does it anyway"
+                ),
+            )
+        });
+    }
+    let files: Vec<String> = plan.restores.iter().map(|r| r.path.clone()).collect();
+    let undo_plan = UndoPlan {
+        task_id: task_id.to_owned(),
+        dir: pinned.canonical().as_str().to_owned(),
+        dev: identity.0,
+        ino: identity.1,
+        git_dir: shadow.git_dir().to_owned(),
+        files: plan.restores,
+    };
+    changes::undo(&cfg.journal_dir(), &undo_plan, &pinned).map_err(|e| {
+        CliError::new(
+            format!("the undo stopped: {e}"),
+            "fix the cause and run it again; a restart of berth finishes it",
+        )
+    })?;
+    Ok(files)
+}
+
+async fn undo_commit(
+    c: &Client,
+    cfg: &ExecutorConfig,
+    task_id: &str,
+    work_dir: &str,
+    commit: &str,
+) -> Result<Vec<String>, CliError> {
+    let _ = c;
+    let tid: String = task_id.chars().take(8).collect();
+    let dir = berth_core::LocalPath::parse(berth_core::Platform::native(), work_dir)
+        .map_err(CliError::from_refusal)?;
+    let _lock = lock_dir(cfg, &dir, &tid).await?;
+    let root = git_in(work_dir, &["rev-parse", "--show-toplevel"])?;
+    let files: Vec<String> = git_in(
+        work_dir,
+        &["diff-tree", "-r", "--name-only", "--no-commit-id", commit],
+    )?
+    .lines()
+    .map(str::to_owned)
+    .collect();
+    berth_local_agent::worktree::revert(Path::new(root.trim()), commit).map_err(|e| {
+        CliError::new(
+            format!("task {tid}'s commit cannot be reverted cleanly: {e}"),
+            "later turns changed the same lines; revert it by hand in the worktree, or merge as is",
+        )
+    })?;
+    Ok(files)
+}
