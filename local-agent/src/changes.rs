@@ -868,7 +868,8 @@ mod tests {
         let status = b"M\x00src/a.rs\x00A\x00new.txt\x00D\x00old.txt\x00R100\x00b.txt\x00c.txt\x00M\x00img.png\x00";
         let numstat = b"3\t1\tsrc/a.rs\x002\t0\tnew.txt\x000\t4\told.txt\x000\t0\t\x00b.txt\x00c.txt\x00-\t-\timg.png\x00";
         let files = parse_diff(status, numstat);
-        let got: Vec<(&str, &str, Option<&str>, Option<u64>, Option<u64>)> = files
+        type Row<'a> = (&'a str, &'a str, Option<&'a str>, Option<u64>, Option<u64>);
+        let got: Vec<Row<'_>> = files
             .iter()
             .map(|f| {
                 (

@@ -54,6 +54,8 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
             resume_id: None,
             branch: None,
             denials: Vec::new(),
+            // It ran in place and wrote nothing there.
+            changes: Some(berth_core::api::Changes::default()),
         }
     );
     let text = |t: String| AgentEvent::Text { text: t };

@@ -261,6 +261,7 @@ impl berth_web::executor::Executor for Instant {
                 resume_id: None,
                 branch: None,
                 denials: Vec::new(),
+                changes: None,
             }
         })
     }

@@ -376,7 +376,13 @@ impl Reader<'_> {
                         );
                     }
                 },
-                other => self.wrong_type(&scoped("snapshots", name), "a number", other),
+                other @ (Value::StringLit(_)
+                | Value::BooleanLit(_)
+                | Value::Object(_)
+                | Value::Array(_)
+                | Value::NullKeyword(_)) => {
+                    self.wrong_type(&scoped("snapshots", name), "a number", other);
+                }
             }
         }
     }

@@ -87,6 +87,7 @@ fn comments_and_trailing_commas_parse() {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .into(),
         ca_file: None,
+        snapshots: Default::default(),
         warnings: vec![],
         places: [
             ("agent", 4, 3),
@@ -495,4 +496,43 @@ proptest! {
         let win = LocalPath::parse(Platform::Windows, "C:\\p").unwrap();
         let _ = parse(FILE, &win, &text);
     }
+}
+
+#[test]
+fn snapshot_limits_are_whole_positive_numbers() {
+    let layer = parse(
+        FILE,
+        &dir(),
+        r#"{ "snapshots": { "max_file_mb": 5, "keep": 50, "max_age_days": 7 } }"#,
+    )
+    .unwrap();
+    assert_eq!(
+        layer.snapshots,
+        crate::settings::SnapshotLimits {
+            max_file_mb: Some(5),
+            keep: Some(50),
+            max_age_days: Some(7)
+        }
+    );
+    for (text, want) in [
+        (
+            r#"{ "snapshots": { "keep": 0 } }"#,
+            "\"snapshots.keep\" must be a whole number of at least 1, found 0",
+        ),
+        (r#"{ "snapshots": { "keep": 1.5 } }"#, "found 1.5"),
+        (
+            r#"{ "snapshots": { "keep": "10" } }"#,
+            "\"snapshots.keep\" must be a number",
+        ),
+        (r#"{ "snapshots": 3 }"#, "\"snapshots\" must be an object"),
+    ] {
+        let err = parse(FILE, &dir(), text).unwrap_err();
+        assert!(err.message.contains(want), "{text}: {}", err.message);
+    }
+    let layer = parse(FILE, &dir(), r#"{ "snapshots": { "kept": 3 } }"#).unwrap();
+    assert!(
+        layer.warnings[0].message.contains("did you mean \"keep\""),
+        "{:?}",
+        layer.warnings
+    );
 }

@@ -369,6 +369,19 @@ mod tests {
     }
 
     #[test]
+    fn a_project_layer_cannot_set_the_change_records_limits() {
+        let l = layer(r#"{ "snapshots": { "max_file_mb": 100000 } }"#);
+        for trust in [Trust::Untrusted, Trust::Trusted] {
+            let g = gate(&l, trust);
+            assert_eq!(verdicts(&g), vec![("snapshots", Verdict::UserLayerOnly, 1)]);
+            assert_eq!(
+                g.layer.snapshots,
+                crate::settings::SnapshotLimits::default()
+            );
+        }
+    }
+
+    #[test]
     fn untrusted_keeps_text_and_narrowing_and_drops_the_rest() {
         let l = layer(HOSTILE);
         let g = gate(&l, Trust::Untrusted);

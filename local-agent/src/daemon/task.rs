@@ -25,7 +25,7 @@ type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// What ended the task's streaming.
 enum Ended {
     /// The executor returned this outcome; events may still be waiting.
-    Ran(TaskOutcome),
+    Ran(Box<TaskOutcome>),
     /// The server no longer expects the task: nothing more is sent.
     Gone,
 }
@@ -49,7 +49,7 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
     let mut outbox = Outbox::new();
     let ended = match claimed.into_spec() {
         Ok(spec) => stream(&d, &id, spec, &cancel, &mut outbox).await,
-        Err(refusal) => Ended::Ran(TaskOutcome::refused(&refusal)),
+        Err(refusal) => Ended::Ran(Box::new(TaskOutcome::refused(&refusal))),
     };
     ran.send_replace(true);
     match ended {
@@ -69,7 +69,7 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
                     .map(|p| berth_core::display::display(ctx, &p));
             }
             let status = outcome.status;
-            if deliver(&d, &id, &mut outbox, outcome).await {
+            if deliver(&d, &id, &mut outbox, *outcome).await {
                 println!("task {} {}", short(&id), status.as_str());
             }
         }
@@ -207,7 +207,7 @@ async fn stream(
         }
     }
     match outcome {
-        Some(o) if !gone => Ended::Ran(o),
+        Some(o) if !gone => Ended::Ran(Box::new(o)),
         Some(_) | None => Ended::Gone,
     }
 }

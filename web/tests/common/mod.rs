@@ -76,6 +76,7 @@ impl Executor for ShExecutor {
                 resume_id: Some(format!("resume-{}", task.task_id)),
                 branch: None,
                 denials: Vec::new(),
+                changes: None,
             };
             let _ = events.send(ExecEvent::Status {
                 status: TaskStatus::Running,

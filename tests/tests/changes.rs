@@ -1,0 +1,388 @@
+//! What the agent changed (issue 18), against the real binary: the exact per-task
+//! summary in a git repository and in a plain directory (added, modified, deleted,
+//! renamed, binary, a large file skipped, an ignored one left out), `task diff`,
+//! `task undo` byte for byte, its refusal after a later edit and `--force`, a crash
+//! mid-undo finished at the next start, worktree mode's commit and revert, and the
+//! refusals. Nothing appears in the user's directory or its `.git`.
+
+use berth_tests::steps::{add_command_agent, new_session, s, write_script};
+use berth_tests::{Berth, eventually};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every file under `dir` (not `.git`), with its bytes.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_name() == ".git" {
+                continue;
+            }
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Every entry under `.git` with its size and modification time.
+fn git_state(dir: &Path) -> Vec<(String, u64, i128)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.join(".git")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = e.metadata().unwrap();
+            let t = md
+                .modified()
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as i128;
+            out.push((e.path().to_string_lossy().into_owned(), md.len(), t));
+            if md.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A project: three files and a `.gitignore`, committed when `repo`.
+fn project(b: &Berth, name: &str, repo: bool) -> PathBuf {
+    let dir = b.user_home.join("code").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.md"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(dir.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(dir.join("keep.txt"), "same\nlines\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "*.log\n").unwrap();
+    if repo {
+        git(&dir, &["init", "-q"]);
+        git(&dir, &["add", "-A"]);
+        git(&dir, &["commit", "-q", "-m", "start"]);
+    }
+    dir
+}
+
+/// An agent that edits, deletes, renames, adds text, binary, large and ignored files.
+const EDITOR: &str = r#"printf 'one\nTWO\nthree\nfour\n' > notes.md
+rm gone.txt
+mv keep.txt moved.txt
+printf 'a\nb\n' > new.txt
+printf 'bin\000ary' > blob.bin
+head -c 2097152 /dev/zero > big.bin
+echo noise > debug.log
+"#;
+
+fn setup(tag: &str) -> Berth {
+    let mut b = Berth::new(tag);
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{ "snapshots": { "max_file_mb": 1 } }"#,
+    )
+    .unwrap();
+    b.serve();
+    let script = b.root.path().join("editor.sh");
+    write_script(&script, &format!("#!/bin/sh\n{EDITOR}"));
+    add_command_agent(&b, "editor", s(&script));
+    b
+}
+
+fn last_task(b: &Berth, session: &str) -> Value {
+    let tasks = b.json(&["task", "list", "--session", session, "--json"]);
+    tasks.as_array().unwrap().last().unwrap().clone()
+}
+
+/// A file change as (path, status, from, added, removed).
+type Row = (String, String, Option<String>, Option<u64>, Option<u64>);
+
+fn summary(task: &Value) -> Vec<Row> {
+    task["changes"]["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no changes: {task}"))
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["status"].as_str().unwrap().to_owned(),
+                f["from"].as_str().map(str::to_owned),
+                f["added"].as_u64(),
+                f["removed"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn exact(repo: bool) {
+    let b = setup(if repo {
+        "changes-repo"
+    } else {
+        "changes-plain"
+    });
+    let dir = project(&b, "app", repo);
+    let before = files(&dir);
+    let git_before = repo.then(|| git_state(&dir));
+    let id = new_session(&b, "editor", Some(&dir));
+
+    let out = b.run(&["send", &id, "edit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("5 files changed, +4 \u{2212}2 (1 not tracked: too large)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("renamed   keep.txt \u{2192} moved.txt"),
+        "{stderr}"
+    );
+    let task = last_task(&b, &id);
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        summary(&task),
+        [
+            ("blob.bin".into(), "added".into(), None, None, None),
+            ("gone.txt".into(), "deleted".into(), None, Some(0), Some(1)),
+            (
+                "moved.txt".into(),
+                "renamed".into(),
+                some("keep.txt"),
+                Some(0),
+                Some(0)
+            ),
+            ("new.txt".into(), "added".into(), None, Some(2), Some(0)),
+            ("notes.md".into(), "modified".into(), None, Some(2), Some(1)),
+        ]
+    );
+    assert_eq!(task["changes"]["skipped"][0]["path"], "big.bin", "{task}");
+    if let Some(g) = &git_before {
+        assert_eq!(&git_state(&dir), g, "the user's .git was touched");
+    }
+    let tid = task["id"].as_str().unwrap().to_owned();
+
+    // The diff, unified and --stat.
+    let diff = b.ok(&["task", "diff", &tid]);
+    assert!(diff.contains("+TWO") && diff.contains("-two"), "{diff}");
+    assert!(diff.contains("rename from keep.txt"), "{diff}");
+    assert!(
+        !diff.contains("debug.log") && !diff.contains("big.bin"),
+        "{diff}"
+    );
+    let stat = b.ok(&["task", "diff", &tid, "--stat"]);
+    assert!(stat.contains("5 files changed"), "{stat}");
+
+    // A later edit: undo refuses, naming the file; --force wins.
+    std::fs::write(dir.join("new.txt"), "the user's own edit\n").unwrap();
+    let out = b.run(&["task", "undo", &tid, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["code"], "changed_since", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("new.txt"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("new.txt")).unwrap(),
+        b"the user's own edit\n"
+    );
+    b.ok(&["task", "undo", &tid, "--force"]);
+
+    // Byte for byte as before; what was never tracked stays, and says so above.
+    let mut now = files(&dir);
+    assert_eq!(now.remove("big.bin").map(|b| b.len()), Some(2097152));
+    assert_eq!(now.remove("debug.log").as_deref(), Some(&b"noise\n"[..]));
+    assert_eq!(now, before);
+    if let Some(g) = &git_before {
+        assert_eq!(&git_state(&dir), g, "the user's .git was touched");
+        // Only the file too large to record is left, as the summary said.
+        assert_eq!(git(&dir, &["status", "--porcelain"]), "?? big.bin\n");
+    }
+    // The transcript records the undo; a second undo finds nothing to do.
+    let (_, events) = b.web_get(&format!("/api/v1/sessions/{id}/events"));
+    assert!(events.contains("event: undo"), "{events}");
+    let out = b.run(&["task", "undo", &tid]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already undone"));
+}
+
+#[test]
+fn the_summary_diff_and_undo_are_exact_in_a_git_repository() {
+    exact(true);
+}
+
+#[test]
+fn the_summary_diff_and_undo_are_exact_in_a_plain_directory() {
+    exact(false);
+}
+
+#[test]
+fn a_crash_mid_undo_is_finished_at_the_next_start() {
+    let mut b = setup("changes-crash");
+    let dir = project(&b, "app", false);
+    let before = files(&dir);
+    let id = new_session(&b, "editor", Some(&dir));
+    b.ok(&["send", &id, "edit"]);
+    let tid = last_task(&b, &id)["id"].as_str().unwrap().to_owned();
+    let after = files(&dir);
+
+    // The undo dies (as from SIGKILL: no cleanup) after putting back two files.
+    let out = b
+        .cmd()
+        .args(["task", "undo", &tid])
+        .env("BERTH_TEST_UNDO_CRASH_AFTER", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "the undo did not die mid-way");
+    let halfway = files(&dir);
+    assert_ne!(halfway, after, "nothing was undone before the crash");
+    assert_ne!(
+        halfway.keys().filter(|k| before.contains_key(*k)).count(),
+        0
+    );
+    let journals: Vec<_> = std::fs::read_dir(b.home.join("journal"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "undo"))
+        .collect();
+    assert_eq!(journals.len(), 1, "the undo's plan is journaled");
+
+    // Berth restarts: the undo is finished, and the journal goes.
+    b.stop("-TERM");
+    b.serve();
+    let mut now = files(&dir);
+    now.remove("big.bin");
+    now.remove("debug.log");
+    assert_eq!(now, before, "the directory is not fully undone");
+    let left = eventually(5, || {
+        let n = std::fs::read_dir(b.home.join("journal"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "undo"))
+            .count();
+        (n == 0).then_some(())
+    });
+    assert!(left.is_some(), "the undo journal stayed");
+}
+
+#[test]
+fn worktree_mode_summarizes_the_commit_and_undoes_with_a_revert() {
+    let mut b = Berth::new("changes-worktree");
+    b.serve();
+    let dir = project(&b, "app", true);
+    add_command_agent(&b, "poet", "printf 'one\\nTWO\\n' > notes.md");
+    let v = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "poet",
+        "--dir",
+        s(&dir),
+        "--mode",
+        "worktree",
+        "--json",
+    ]);
+    let id = v["id"].as_str().unwrap().to_owned();
+    b.ok(&["send", &id, "edit"]);
+    let task = last_task(&b, &id);
+    assert_eq!(
+        summary(&task),
+        [("notes.md".into(), "modified".into(), None, Some(1), Some(2))]
+    );
+    let commit = task["changes"]["commit"].as_str().unwrap().to_owned();
+    let tid = task["id"].as_str().unwrap().to_owned();
+    let diff = b.ok(&["task", "diff", &tid]);
+    assert!(diff.contains("+TWO"), "{diff}");
+    b.ok(&["task", "undo", &tid]);
+    let branch = format!("berth/{}", &id[..8]);
+    let log = git(&dir, &["log", "--format=%s", &branch]);
+    let subjects: Vec<&str> = log.lines().collect();
+    assert!(subjects[0].starts_with("Revert \"berth: task"), "{log}");
+    assert_eq!(
+        git(&dir, &["rev-parse", &format!("{branch}~1")]).trim(),
+        commit
+    );
+    // The user's checkout is as it was.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.md")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+}
+
+#[test]
+fn undo_refuses_what_it_cannot_undo() {
+    let mut b = Berth::new("changes-refuse");
+    b.serve();
+    add_command_agent(&b, "idle", "true");
+    add_command_agent(&b, "touch", "echo x > made.txt");
+    let dir = project(&b, "app", false);
+    let fail = |args: &[&str], want: &str| {
+        let out = b.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(stderr.contains("hint: "), "{stderr}");
+    };
+
+    // A scratch run has no record.
+    let scratch = new_session(&b, "touch", None);
+    b.ok(&["send", &scratch, "go"]);
+    let t = last_task(&b, &scratch)["id"].as_str().unwrap().to_owned();
+    fail(&["task", "undo", &t], "scratch directory");
+
+    // A task that changed nothing.
+    let idle = new_session(&b, "idle", Some(&dir));
+    b.ok(&["send", &idle, "go"]);
+    let t = last_task(&b, &idle)["id"].as_str().unwrap().to_owned();
+    fail(&["task", "undo", &t], "changed no files");
+
+    // A session bound elsewhere since.
+    let s1 = new_session(&b, "touch", Some(&dir));
+    b.ok(&["send", &s1, "go"]);
+    let t = last_task(&b, &s1)["id"].as_str().unwrap().to_owned();
+    let other = b.user_home.join("code/other");
+    std::fs::create_dir_all(&other).unwrap();
+    b.ok(&["session", "link", &s1, s(&other)]);
+    fail(&["task", "undo", &t], "is now bound to ~/code/other");
+
+    // The directory swapped for another at the same path.
+    b.ok(&["session", "link", &s1, s(&dir)]);
+    std::fs::rename(&dir, b.user_home.join("code/app-old")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("made.txt"), "x\n").unwrap();
+    let out = b.run(&["task", "undo", &t, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["code"], "path_changed", "{err}");
+    assert!(
+        dir.join("made.txt").exists(),
+        "a refused undo wrote into the directory"
+    );
+}
