@@ -149,8 +149,8 @@ pub struct Task {
     #[serde(default)]
     pub finished_at: Option<String>,
     /// What the task changed in its bound directory (in-place and worktree runs;
-    /// `null` for scratch runs and tasks that did not run).
-    #[serde(default)]
+    /// absent for scratch runs and tasks that did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
 }
 

@@ -140,6 +140,53 @@ fn native(c: &mut Criterion) {
         prepare(&format!("prepare+cleanup in place ({name})"), dir);
     }
 
+    // The change record (issue 18): what a task adds to an in-place run when nothing
+    // changed (the tree before and after, and their summary), and the first snapshot
+    // of a directory (a fresh shadow repository: every file hashed once).
+    let limits = berth_local_agent::changes::Limits::default();
+    for (name, dir) in &repos {
+        let pinned = validate(&ctx, dir.to_str().unwrap()).unwrap();
+        let shadow = berth_local_agent::changes::Shadow::open(
+            &cfg.berth_home,
+            pinned.path(),
+            pinned.identity(),
+        )
+        .unwrap();
+        shadow.snapshot(&limits).unwrap();
+        let mut n = 0u64;
+        c.bench_function(&format!("change record, steady state ({name})"), |b| {
+            b.iter(|| {
+                n += 1;
+                let before = shadow.snapshot(&limits).unwrap();
+                let after = shadow.snapshot(&limits).unwrap();
+                let changes = shadow
+                    .record(&format!("bench-{n}"), &before, &after, &limits)
+                    .unwrap();
+                assert!(changes.files.is_empty());
+            })
+        });
+    }
+    let mut first = c.benchmark_group("change record");
+    first.sample_size(10);
+    for (name, dir) in &repos {
+        let pinned = validate(&ctx, dir.to_str().unwrap()).unwrap();
+        let home = base.join("state/first-snapshot");
+        first.bench_function(format!("first snapshot ({name})"), |b| {
+            b.iter(|| {
+                let _ = std::fs::remove_dir_all(&home);
+                let shadow = berth_local_agent::changes::Shadow::open(
+                    &home,
+                    pinned.path(),
+                    pinned.identity(),
+                )
+                .unwrap();
+                shadow.snapshot(&limits).unwrap();
+            })
+        });
+    }
+    first.finish();
+    assert!(!repos[1].1.join(".berth").exists());
+
     let mut group = c.benchmark_group("git worktree");
     group.sample_size(10);
     for (name, repo) in &repos {

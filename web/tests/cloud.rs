@@ -220,7 +220,11 @@ async fn daemons_on_the_cloud_server_never_run_in_place() {
     .await;
     assert_eq!(r.status, 400, "{}", r.text);
     let agent = json!({"name": "cat", "kind": "command", "command": ["cat"]});
-    let r = daemon("POST", "/api/v1/daemon/api/agents".into(), agent).await;
+    // Agents are the server's settings: a daemon (never an admin) may not add one.
+    let r = daemon("POST", "/api/v1/daemon/api/agents".into(), agent.clone()).await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "admin_only");
+    let r = call(addr, "POST", "/api/v1/agents", Some(&admin), Some(agent)).await;
     assert_eq!(r.status, 201, "{}", r.text);
     let r = daemon(
         "POST",

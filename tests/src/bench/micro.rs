@@ -155,7 +155,10 @@ pub fn run(cfg: &Config, times: CriterionTimes) -> Result<Vec<Row>> {
         ];
         if bench == "native" && !times.big_worktree {
             // Criterion's filter is a regex over the full id: all but the big worktree.
-            args.push(r"^(full|prepare|git worktree/worktree add\+remove \(1k)".to_owned());
+            args.push(
+                r"^(full|prepare|change record, steady|change record/first snapshot \(1k|git worktree/worktree add\+remove \(1k)"
+                    .to_owned(),
+            );
         }
         let exe = std::env::var_os(exe_var)
             .filter(|v| !v.is_empty())
@@ -217,6 +220,36 @@ pub fn rows_from(est: &Estimates) -> Vec<Row> {
             "ms",
             None,
         );
+    }
+
+    for size in ["1k-file repo", "20k-file repo"] {
+        push(
+            &format!("change record, steady state ({size})"),
+            NS_PER_MS,
+            "ms",
+            (size == "20k-file repo").then_some(Goal::AtMost(50.0)),
+        );
+        push(
+            &format!("change record/first snapshot ({size})"),
+            NS_PER_MS,
+            "ms",
+            None,
+        );
+    }
+    let steady = |size: &str| get(&format!("change record, steady state ({size})"));
+    match steady("20k-file repo").zip(steady("1k-file repo")) {
+        Some((b, s)) => rows.push(Row::new(
+            "micro",
+            "change record growth, 20k / 1k files",
+            b / s,
+            "x",
+            None,
+        )),
+        None => rows.push(Row::not_available(
+            "micro",
+            "change record growth, 20k / 1k files",
+            "an estimate it needs is missing",
+        )),
     }
 
     let place = |size: &str| get(&format!("prepare+cleanup in place ({size})"));
