@@ -245,21 +245,20 @@ impl Shadow {
     }
 
     /// Records the directory's tree now (the caller holds the directory's lock).
+    ///
+    /// Three passes of git: the new files (with the untracked cache, cheap), `add -A`
+    /// (the index is the stat cache: only changed files are read), and `write-tree`.
+    /// A file over the cap is left out before it is ever read; a tracked file that
+    /// grows past it is read once, then left out from then on.
     pub fn snapshot(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
-        // Large files: those already left out (still large?), and new or changed ones.
+        // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.strip_prefix('/'))
             .map(unescape_glob)
             .collect();
-        let listed = self.git_bytes([
-            "ls-files",
-            "-z",
-            "--others",
-            "--modified",
-            "--exclude-standard",
-        ])?;
+        let listed = self.git_bytes(["ls-files", "-z", "--others", "--exclude-standard"])?;
         let mut large = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         for path in excluded.iter().map(String::as_str).chain(
@@ -298,9 +297,45 @@ impl Shadow {
             args.extend(large.iter().map(|(p, _, _)| p.clone()));
             self.git(&args)?;
         }
-        self.git(["add", "-A", "--ignore-errors"])
-            .or_else(|_| self.git(["add", "-A"]))?;
+        self.git(["add", "-A", "--ignore-errors"])?;
+        // Tracked files that grew past the cap since the last snapshot.
+        // The last snapshot's tree (a file, not a ref: one git process less). A tree
+        // pruned since only makes the check fail, and be skipped.
+        let last = std::fs::read_to_string(self.git_dir.join("berth-last")).ok();
+        let changed = last
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .and_then(|l| {
+                self.git_bytes(["diff-index", "--cached", "-z", "--name-only", l])
+                    .ok()
+            });
+        if let Some(changed) = changed {
+            let grown: Vec<(String, u64, i64)> = changed
+                .split(|b| *b == 0)
+                .filter_map(|p| std::str::from_utf8(p).ok())
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| {
+                    use std::os::unix::fs::MetadataExt;
+                    let md = std::fs::symlink_metadata(self.work_tree.join(p)).ok()?;
+                    (md.is_file() && md.len() > limits.max_file_bytes)
+                        .then(|| (p.to_owned(), md.len(), md.mtime()))
+                })
+                .collect();
+            if !grown.is_empty() {
+                let mut args = vec!["rm", "--cached", "-q", "--ignore-unmatch", "--"];
+                args.extend(grown.iter().map(|(p, _, _)| p.as_str()));
+                self.git(&args)?;
+                let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
+                for (p, _, _) in &grown {
+                    lines.push_str(&format!("/{}\n", escape_glob(p)));
+                }
+                std::fs::write(self.exclude_file(), lines)?;
+                large.extend(grown);
+            }
+        }
         let tree = self.git(["write-tree"])?;
+        std::fs::write(self.git_dir.join("berth-last"), &tree)?;
         Ok(Snapshot { tree, large })
     }
 
@@ -312,9 +347,25 @@ impl Shadow {
         after: &Snapshot,
         limits: &Limits,
     ) -> Result<Changes, ChangesError> {
-        let refs = |which: &str| format!("refs/berth/{task_id}/{which}");
-        self.git(["update-ref", &refs("before"), &before.tree])?;
-        self.git(["update-ref", &refs("after"), &after.tree])?;
+        let mut stdin = self
+            .command()
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut s) = stdin.stdin.take() {
+            use std::io::Write;
+            writeln!(s, "update refs/berth/{task_id}/before {}", before.tree)?;
+            writeln!(s, "update refs/berth/{task_id}/after {}", after.tree)?;
+        }
+        let out = stdin.wait_with_output()?;
+        if !out.status.success() {
+            return Err(ChangesError::Git {
+                args: "update-ref --stdin".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
         let mut log = self.log();
         log.push(Entry {
             task: task_id.to_owned(),
