@@ -395,6 +395,15 @@ impl Shadow {
             let _ = self.git(["prune", "--expire=now"]);
         }
         let mut changes = self.diff_trees(&before.tree, &after.tree)?;
+        // A recorded file that grew past the cap is still there: modified, its new
+        // content not recorded (not deleted).
+        for f in &mut changes.files {
+            if f.status == "deleted" && after.large.iter().any(|(p, _, _)| *p == f.path) {
+                f.status = String::from("modified");
+                f.added = None;
+                f.removed = None;
+            }
+        }
         // Large files new or changed during the task: not recorded, and said so.
         for (path, size, mtime) in &after.large {
             let same = before
@@ -942,6 +951,46 @@ mod tests {
                 ("src/a.rs", "modified", None, Some(3), Some(1)),
             ]
         );
+    }
+
+    #[test]
+    fn a_file_that_grows_past_the_cap_is_left_out_and_said_so() {
+        let root = std::env::temp_dir().join(format!("berth-changes-{}", std::process::id()));
+        let dir = root.join("dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("small.txt"), "tiny\n").unwrap();
+        std::fs::write(dir.join("grows.txt"), "tiny\n").unwrap();
+        let limits = Limits {
+            max_file_bytes: 10,
+            ..Limits::default()
+        };
+        let shadow = Shadow::open(&root.join("home"), &dir, (1, 2)).unwrap();
+        let before = shadow.snapshot(&limits).unwrap();
+        assert!(before.large.is_empty());
+        std::fs::write(dir.join("grows.txt"), "now well past ten bytes\n").unwrap();
+        std::fs::write(dir.join("new-big.txt"), "also well past ten bytes\n").unwrap();
+        let after = shadow.snapshot(&limits).unwrap();
+        let mut large: Vec<&str> = after.large.iter().map(|(p, _, _)| p.as_str()).collect();
+        large.sort();
+        assert_eq!(large, ["grows.txt", "new-big.txt"]);
+        let changes = shadow.record("t1", &before, &after, &limits).unwrap();
+        let files: Vec<(&str, &str)> = changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status.as_str()))
+            .collect();
+        // Modified, its new content not recorded, and listed as not tracked.
+        assert_eq!(files, [("grows.txt", "modified")]);
+        assert_eq!(
+            (changes.files[0].added, changes.files[0].removed),
+            (None, None)
+        );
+        let skipped: Vec<&str> = changes.skipped.iter().map(|s| s.path.as_str()).collect();
+        assert!(skipped.contains(&"grows.txt") && skipped.contains(&"new-big.txt"));
+        // Again, unchanged: still left out, nothing new to say.
+        let again = shadow.snapshot(&limits).unwrap();
+        assert_eq!(again.tree, after.tree);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
