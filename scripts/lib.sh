@@ -39,6 +39,20 @@ ensure_node() {
   fi
 }
 
+# The macOS cross build (issue 19): rustup's two Apple targets, and zig (PyPI's `ziglang`)
+# as the C compiler and linker through `cargo-zigbuild` (PyPI's prebuilt wheel).
+ensure_macos_cross() {
+  local installed
+  installed=$(rustup target list --installed)
+  for t in aarch64-apple-darwin x86_64-apple-darwin; do
+    grep -qx "$t" <<<"$installed" || rustup target add "$t"
+  done
+  if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
+    say "installing cargo-zigbuild and ziglang from PyPI"
+    python3 -m pip install --quiet --disable-pip-version-check cargo-zigbuild ziglang
+  fi
+}
+
 # tmux drives `berth chat` through a real pseudo-terminal in tests/tests/chat.rs.
 ensure_tmux() {
   if ! command -v tmux >/dev/null; then

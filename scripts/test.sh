@@ -34,6 +34,22 @@ cargo clippy -p berth-core -p berth-web -p berth-wasm --all-targets --no-default
 say "clippy, the browser bundle for wasm32"
 cargo clippy -p berth-wasm --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
+# macOS: built (linked, not only checked) and clippy-clean for both Apple targets, in
+# both feature sets. In a target directory of its own, so the host build is not
+# rebuilt. Nothing runs there: see the README's "Berth on the Mac".
+ensure_macos_cross
+mac_target="${CARGO_TARGET_DIR:-target}-macos"
+say "macOS: clippy (aarch64-apple-darwin), default features and without local-binding"
+CARGO_TARGET_DIR="$mac_target" cargo-zigbuild clippy --target aarch64-apple-darwin \
+  --workspace --all-targets --locked -- -D warnings
+CARGO_TARGET_DIR="$mac_target" cargo-zigbuild clippy --target aarch64-apple-darwin \
+  -p berth-core -p berth-web --all-targets --no-default-features --locked -- -D warnings
+for t in aarch64-apple-darwin x86_64-apple-darwin; do
+  say "macOS: building berth and berth-server for $t"
+  CARGO_TARGET_DIR="$mac_target" cargo zigbuild --target "$t" --locked \
+    -p berth-local-agent --bin berth -p berth-web --bin berth-server
+done
+
 say "tests, default features"
 cargo test --workspace --locked
 say "tests, without local-binding (the cloud build)"

@@ -893,7 +893,7 @@ pub fn replay_undos(journal_dir: &Path) -> Vec<String> {
             .as_ref()
             .ok()
             .and_then(|fd| rustix::fs::fstat(fd).ok())
-            .is_some_and(|st| st.st_dev == plan.dev && st.st_ino == plan.ino);
+            .is_some_and(|st| crate::pin::dev_of(&st) == plan.dev && st.st_ino == plan.ino);
         match (opened, same) {
             (Ok(fd), true) => match apply(&plan, &fd) {
                 Ok(()) => {

@@ -76,9 +76,12 @@ impl ExecutorConfig {
         let user_home = var("HOME")?;
         let berth_home = match home.or(var("BERTH_HOME")?) {
             Some(h) => h,
-            None => etcetera::choose_base_strategy()
-                .map(|s| etcetera::BaseStrategy::data_dir(&s).join("berth"))
-                .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+            None => match native_data_dir(user_home.as_deref()) {
+                Some(d) => d,
+                None => etcetera::choose_base_strategy()
+                    .map(|s| etcetera::BaseStrategy::data_dir(&s).join("berth"))
+                    .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+            },
         };
         let config_dir = match var("BERTH_CONFIG_DIR")? {
             Some(d) => d,
@@ -89,10 +92,12 @@ impl ExecutorConfig {
         let uid = rustix::process::getuid().as_raw();
         let lock_dir = match var("BERTH_LOCK_DIR")? {
             Some(d) => d,
-            None => match var("XDG_RUNTIME_DIR")? {
-                Some(run) => run.join("berth-locks"),
-                None => PathBuf::from(format!("/tmp/berth-locks-{uid}")),
-            },
+            None => default_lock_dir(
+                cfg!(target_os = "macos"),
+                var("XDG_RUNTIME_DIR")?,
+                var("TMPDIR")?,
+                uid,
+            ),
         };
         let user_name = passwd_name(uid).or_else(|| std::env::var("USER").ok());
         Ok(ExecutorConfig {
@@ -170,10 +175,62 @@ fn passwd_name(uid: u32) -> Option<String> {
     })
 }
 
+/// The host name (`uname`'s node name: `gethostname` on both Linux and macOS).
 fn hostname() -> Option<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .ok()?;
+    let uname = rustix::system::uname();
+    let h = uname.nodename().to_string_lossy();
     let h = h.trim();
     (!h.is_empty()).then(|| h.to_owned())
+}
+
+/// macOS: Berth's state in `~/Library/Application Support/berth`, as Mac apps keep
+/// theirs. Elsewhere `None`: the XDG data directory (`~/.local/share/berth`).
+fn native_data_dir(home: Option<&Path>) -> Option<PathBuf> {
+    if !cfg!(target_os = "macos") {
+        return None;
+    }
+    Some(home?.join("Library/Application Support/berth"))
+}
+
+/// The per-user lock directory when `BERTH_LOCK_DIR` is unset. Linux:
+/// `$XDG_RUNTIME_DIR/berth-locks`, else `/tmp/berth-locks-<uid>`. macOS has no
+/// `XDG_RUNTIME_DIR`; its `$TMPDIR` is already per user (`/var/folders/…`, mode 0700).
+fn default_lock_dir(
+    macos: bool,
+    xdg_runtime: Option<PathBuf>,
+    tmpdir: Option<PathBuf>,
+    uid: u32,
+) -> PathBuf {
+    match (macos, xdg_runtime, tmpdir) {
+        (false, Some(run), _) => run.join("berth-locks"),
+        (true, _, Some(tmp)) => tmp.join("berth-locks"),
+        (false, None, _) | (true, _, None) => PathBuf::from(format!("/tmp/berth-locks-{uid}")),
+    }
+}
+
+#[cfg(test)]
+mod platform_tests {
+    use super::*;
+
+    #[test]
+    fn lock_directories_follow_each_platforms_convention() {
+        let run = Some(PathBuf::from("/run/user/501"));
+        let tmp = Some(PathBuf::from("/var/folders/x7/abc/T"));
+        assert_eq!(
+            default_lock_dir(false, run.clone(), tmp.clone(), 501),
+            PathBuf::from("/run/user/501/berth-locks")
+        );
+        assert_eq!(
+            default_lock_dir(false, None, tmp.clone(), 501),
+            PathBuf::from("/tmp/berth-locks-501")
+        );
+        assert_eq!(
+            default_lock_dir(true, run, tmp, 501),
+            PathBuf::from("/var/folders/x7/abc/T/berth-locks")
+        );
+        assert_eq!(
+            default_lock_dir(true, None, None, 501),
+            PathBuf::from("/tmp/berth-locks-501")
+        );
+    }
 }

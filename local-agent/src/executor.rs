@@ -682,7 +682,7 @@ async fn run(
                 rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
             )
             .map_err(|e| crate::changes::ChangesError::Other(e.to_string()))?;
-            if (now.st_dev, now.st_ino) != identity {
+            if (crate::pin::dev_of(&now), now.st_ino) != identity {
                 return Err(crate::changes::ChangesError::Other(
                     "the directory was replaced during the run".into(),
                 ));

@@ -42,9 +42,19 @@ const GONE_WITHIN: Duration = Duration::from_secs(2);
 /// registration costs no fork. `shift` past the end would end the shell, so a stat line
 /// cut short (a command name holding a newline) is checked first: it gives no start
 /// time, like a leader that is gone.
-const WATCH: &str = r#"exec 2>/dev/null; set -f; g=
+#[cfg(target_os = "linux")]
+const WATCH_START: &str = r#"exec 2>/dev/null; set -f; g=
 start() { t=; [ -r /proc/$1/stat ] && read -r l < /proc/$1/stat && set -- ${l##*") "} && [ $# -ge 20 ] && shift 19 && t=$1; }
-while read -r line; do
+"#;
+
+/// macOS has no `/proc`: the start time comes from `ps` (a fork per registration,
+/// where Linux reads a file with builtins only). The rest of the script is the same.
+#[cfg(not(target_os = "linux"))]
+const WATCH_START: &str = r#"exec 2>/dev/null; set -f; g=
+start() { t=$(ps -o lstart= -p "$1" | tr -s ' ' _); }
+"#;
+
+const WATCH_LOOP: &str = r#"while read -r line; do
   p=${line#?}
   case $p in ''|*[!0-9]*) continue;; esac
   case $line in
@@ -53,6 +63,11 @@ while read -r line; do
   esac
 done
 for e in $g; do p=${e%%:*}; s=${e#*:}; start "$p"; { [ -z "$t" ] || [ "$t" = "$s" ]; } && kill -s KILL -- -$p; done"#;
+
+/// The watcher's whole script: how this platform reads a start time, then the loop.
+fn watch_script() -> String {
+    format!("{WATCH_START}{WATCH_LOOP}")
+}
 
 /// The durable record of one agent's process group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,17 +96,21 @@ pub struct StopReport {
     pub in_use: Vec<PathBuf>,
 }
 
-/// The start time of `pid` (field 22 of `/proc/<pid>/stat`), if it exists.
+/// The start time of `pid`, if it exists: field 22 of `/proc/<pid>/stat` on Linux
+/// (clock ticks since boot), `ps -o lstart=` on macOS (seconds since the epoch). Only
+/// ever compared with another reading on the same machine.
 pub fn start_time(pid: i32) -> Option<u64> {
     stat(pid).map(|s| s.start)
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Stat {
     state: char,
     pgrp: i32,
     start: u64,
 }
 
+#[cfg(target_os = "linux")]
 fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses; it ends at the last ')'.
@@ -104,6 +123,57 @@ fn stat(pid: i32) -> Option<Stat> {
     })
 }
 
+/// macOS: one `ps` line, `STAT PGID LSTART` (`S 4242 Tue Dec  1 05:33:08 2026`).
+#[cfg(not(target_os = "linux"))]
+fn stat(pid: i32) -> Option<Stat> {
+    let out = std::process::Command::new("ps")
+        .args(["-o", "stat=,pgid=,lstart=", "-p", &pid.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    parse_ps(String::from_utf8_lossy(&out.stdout).lines().next()?)
+}
+
+/// Parses `STAT PGID LSTART` as `ps` prints it.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn parse_ps(line: &str) -> Option<Stat> {
+    let mut words = line.split_whitespace();
+    let state = words.next()?.chars().next()?;
+    let pgrp = words.next()?.parse().ok()?;
+    let rest: Vec<&str> = words.collect();
+    Some(Stat {
+        state,
+        pgrp,
+        start: parse_lstart(&rest.join(" "))?,
+    })
+}
+
+/// `Tue Dec  1 05:33:08 2026` (ps's `lstart`, local time) as seconds since the epoch
+/// of that local clock: comparable with another reading, which is all it is for.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn parse_lstart(s: &str) -> Option<u64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let w: Vec<&str> = s.split_whitespace().collect();
+    let [_, month, day, time, year] = w.as_slice() else {
+        return None;
+    };
+    let m = MONTHS.iter().position(|x| x == month)? as i64 + 1;
+    let d: i64 = day.parse().ok()?;
+    let y: i64 = year.parse().ok()?;
+    let mut hms = time.split(':').map(|x| x.parse::<i64>().ok());
+    let (h, mi, se) = (hms.next()??, hms.next()??, hms.next()??);
+    // Days from civil (Howard Hinnant).
+    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + se).ok()
+}
+
 /// The live (not zombie) processes of group `pgid`.
 pub fn members(pgid: i32) -> Vec<i32> {
     let Some(id) = Pid::from_raw(pgid) else {
@@ -112,6 +182,38 @@ pub fn members(pgid: i32) -> Vec<i32> {
     if rustix::process::test_kill_process_group(id).is_err() {
         return Vec::new();
     }
+    members_listed(pgid)
+}
+
+/// macOS: every process's pid, group and state from one `ps`.
+#[cfg(not(target_os = "linux"))]
+fn members_listed(pgid: i32) -> Vec<i32> {
+    let Ok(out) = std::process::Command::new("ps")
+        .args(["-axo", "pid=,pgid=,stat="])
+        .stderr(Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    parse_ps_table(&String::from_utf8_lossy(&out.stdout), pgid)
+}
+
+/// The pids of `pgid`'s live members in `ps -axo pid=,pgid=,stat=` output.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn parse_ps_table(text: &str, pgid: i32) -> Vec<i32> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let pid: i32 = w.next()?.parse().ok()?;
+            let group: i32 = w.next()?.parse().ok()?;
+            let state = w.next()?.chars().next()?;
+            (group == pgid && state != 'Z').then_some(pid)
+        })
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+fn members_listed(pgid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -260,7 +362,7 @@ impl Running {
     /// group leave it alone.
     fn start() -> std::io::Result<Running> {
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", WATCH])
+            .args(["-c", &watch_script()])
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::piped())
@@ -358,6 +460,25 @@ impl Line {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// macOS's `ps` output (the data `proc_pidinfo` would give), parsed on any host.
+    #[test]
+    fn ps_output_parses_into_state_group_and_start() {
+        let s = parse_ps("Ss   4242 Tue Dec  1 05:33:08 2026").unwrap();
+        assert_eq!((s.state, s.pgrp), ('S', 4242));
+        // 2026-12-01T05:33:08 as seconds on that clock.
+        assert_eq!(s.start, 1_796_103_188);
+        assert_eq!(parse_lstart("Thu Jan  1 00:00:00 1970"), Some(0));
+        assert_eq!(
+            parse_lstart("Sat Feb 29 12:00:01 2020"),
+            Some(1_582_977_601)
+        );
+        assert_eq!(parse_lstart("Tue Smarch 1 05:33:08 2026"), None);
+        assert_eq!(parse_ps("Z+ 7 nonsense"), None);
+        let table = "  501   500 S\n  502   500 Z\n  503   777 R+\n  504   500 R\n";
+        assert_eq!(parse_ps_table(table, 500), [501, 504]);
+    }
     use super::Line;
 
     #[test]

@@ -355,7 +355,7 @@ fn replay_run(dir: &str, records: &[Record]) -> Result<(), String> {
     let again = rustix::fs::statat(CWD, dir, AtFlags::SYMLINK_NOFOLLOW);
     let same = again.is_ok_and(|a| a.st_dev == st.st_dev && a.st_ino == st.st_ino)
         && FileType::from_raw_mode(st.st_mode) == FileType::Directory;
-    if !same || st.st_dev != *dev || st.st_ino != *ino {
+    if !same || crate::pin::dev_of(&st) != *dev || st.st_ino != *ino {
         return Err(format!(
             "{dir} is no longer the directory the journal was written for"
         ));

@@ -37,7 +37,7 @@ impl PinnedDir {
         let st = rustix::fs::fstat(&fd)?;
         Ok(PinnedDir {
             fd,
-            dev: st.st_dev,
+            dev: dev_of(&st),
             ino: st.st_ino,
             uid: st.st_uid,
             canonical,
@@ -93,7 +93,7 @@ impl PinnedDir {
         match now {
             Ok(st)
                 if FileType::from_raw_mode(st.st_mode) == FileType::Directory
-                    && st.st_dev == self.dev
+                    && dev_of(&st) == self.dev
                     && st.st_ino == self.ino =>
             {
                 Ok(())
@@ -104,6 +104,22 @@ impl PinnedDir {
 }
 
 /// The refusal for a directory that is no longer the one validated.
+/// A `stat`'s device number as Berth stores and compares it. `dev_t` is `u64` on
+/// Linux and an `i32` on macOS, where it is never negative.
+pub fn dev_of(st: &rustix::fs::Stat) -> u64 {
+    device(st.st_dev)
+}
+
+#[cfg(target_os = "macos")]
+fn device(dev: i32) -> u64 {
+    u64::from(dev.cast_unsigned())
+}
+
+#[cfg(not(target_os = "macos"))]
+fn device(dev: u64) -> u64 {
+    dev
+}
+
 pub fn path_changed(display: &str) -> Refusal {
     Refusal::new(
         ErrorCode::PathChanged,

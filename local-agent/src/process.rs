@@ -199,6 +199,11 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
         cmd.pre_exec(move || {
             let os = |e: rustix::io::Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
             rustix::process::setsid().map_err(os)?;
+            // Linux: the kernel kills the agent when Berth dies. macOS has no such
+            // signal: there the watcher (see `groups`) alone stops the agent's group
+            // when Berth's end of its pipe closes; the `+PGID` below registers the
+            // group before the exec either way.
+            #[cfg(target_os = "linux")]
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(os)?;
             // The parent may have died before the death signal was armed.
             if rustix::process::getppid() != Some(parent) {

@@ -65,8 +65,20 @@ pub fn validate(ctx: &Context, input: &str) -> Result<PinnedDir, Refusal> {
     Ok(pinned)
 }
 
+/// macOS: the descriptor's own path (`fcntl(F_GETPATH)`) must be the canonical path,
+/// so a component swapped for a symlink between canonicalizing and opening is caught.
+#[cfg(target_os = "macos")]
+fn confirm_pinned_path(pinned: &PinnedDir) -> Result<(), Refusal> {
+    match rustix::fs::getpath(pinned.fd()) {
+        Ok(path) if path.to_bytes() == pinned.canonical().as_str().as_bytes() => Ok(()),
+        Ok(_) => Err(path_changed(pinned.display())),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Linux: the descriptor's own path must be the canonical path, so a component
 /// swapped for a symlink between canonicalizing and opening is caught.
+#[cfg(not(target_os = "macos"))]
 fn confirm_pinned_path(pinned: &PinnedDir) -> Result<(), Refusal> {
     if !cfg!(target_os = "linux") {
         return Ok(());

@@ -247,3 +247,39 @@ proptest! {
         let _ = check_str(&ctx, &input);
     }
 }
+
+/// What a Mac's `realpath` hands the rules (issue 19): `/tmp` and `/var` are links
+/// into `/private`, and names compare without regard to case (APFS's default).
+#[test]
+fn macos_realpath_forms() {
+    use ErrorCode::*;
+    let m = macos();
+    let cases: &[(&str, Result<&str, ErrorCode>)] = &[
+        // `/tmp` → `/private/tmp`: the shared temporary directory, refused as `/tmp` is.
+        ("/private/tmp", Err(SystemRoot)),
+        ("/private/tmp/", Err(SystemRoot)),
+        // A project made under `/tmp` is allowed, as under Linux's `/tmp`.
+        ("/private/tmp/app", Ok("/private/tmp/app")),
+        // `$TMPDIR` (`/var/folders/…`) → `/private/var/folders/…`: a system subtree.
+        ("/private/var/folders/x7/T/app", Err(SystemRoot)),
+        ("/PRIVATE/VAR/db", Err(SystemRoot)),
+        ("/private/etc/ssh", Err(SystemRoot)),
+        ("/private", Err(SystemRoot)),
+        // Case-insensitive names: the home, its credentials, the system folders.
+        ("/USERS/ALICE", Err(HomeDirectory)),
+        ("/Users/ALICE/.SSH/id", Err(CredentialDirectory)),
+        ("/users/alice/library/Keychains", Err(CredentialDirectory)),
+        ("/system/library/x", Err(SystemRoot)),
+        ("/applications/X.app", Err(SystemRoot)),
+    ];
+    for (input, want) in cases {
+        assert_eq!(
+            verdict(&m, input),
+            want.map(str::to_owned),
+            "macos {input:?}"
+        );
+    }
+    // A project under the home in another case is still the user's, shown with `~`.
+    let p = check_str(&m, "/users/Alice/Code/App").unwrap();
+    assert_eq!(crate::display::display(&m, &p), "~/Code/App");
+}

@@ -96,11 +96,28 @@ pub fn certificates(
 }
 
 /// The roots outgoing calls trust: the system's, plus `extra_ca`'s certificates.
+/// The system's roots. Linux and others: the OS store (`SSL_CERT_FILE`/`SSL_CERT_DIR`,
+/// else the distribution's bundle). macOS: the PEM bundle the system keeps at
+/// `/etc/ssl/cert.pem` (or `SSL_CERT_FILE`), read as a file: the keychain would need
+/// Apple's Security framework, which a cross-compiled build cannot link.
+#[cfg(not(target_os = "macos"))]
+fn system_roots() -> Vec<rustls_pki_types::CertificateDer<'static>> {
+    rustls_native_certs::load_native_certs().certs
+}
+
+#[cfg(target_os = "macos")]
+fn system_roots() -> Vec<rustls_pki_types::CertificateDer<'static>> {
+    let file = std::env::var_os("SSL_CERT_FILE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/etc/ssl/cert.pem"));
+    certificates("the system's CA bundle", &file).unwrap_or_default()
+}
+
 /// Returns the store and how many system roots were found.
 pub fn roots(extra_ca: Option<&Path>) -> Result<(RootCertStore, usize), TlsError> {
     let mut store = RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    let (system, _ignored) = store.add_parsable_certificates(native.certs);
+    let (system, _ignored) = store.add_parsable_certificates(system_roots());
     if let Some(path) = extra_ca {
         for cert in certificates("the CA file", path)? {
             store.add(cert).map_err(|e| TlsError::Invalid {
