@@ -47,9 +47,13 @@ ensure_macos_cross() {
   for t in aarch64-apple-darwin x86_64-apple-darwin; do
     grep -qx "$t" <<<"$installed" || rustup target add "$t"
   done
+  export PATH="$HOME/.local/bin:$PATH"
   if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
     say "installing cargo-zigbuild and ziglang from PyPI"
-    python3 -m pip install --quiet --disable-pip-version-check cargo-zigbuild ziglang
+    # A Debian python refuses system-wide installs (PEP 668): then into ~/.local.
+    python3 -m pip install --quiet --disable-pip-version-check cargo-zigbuild ziglang ||
+      python3 -m pip install --quiet --disable-pip-version-check --user \
+        --break-system-packages cargo-zigbuild ziglang
   fi
 }
 
