@@ -933,3 +933,77 @@ printf 'a\\nb\\n' > new.txt`,
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+uiTest("on a team server the page is one member's: their sessions, their name", { timeout: 60000 }, async () => {
+  // `berth-server` (beside the berth binary), with its own home and a member, ann.
+  const serverBin = path.join(path.dirname(BIN), "berth-server");
+  const teamHome = path.join(tmp, "team");
+  const port = await new Promise((resolve) => {
+    const s = http.createServer().listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+  });
+  const team = spawn(serverBin, ["--listen", `127.0.0.1:${port}`, "--home", teamHome], {
+    env: { ...env, BERTH_HOME: teamHome },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  try {
+    const info = await waitFor("berth-server's serve.json", () => {
+      try {
+        return JSON.parse(fs.readFileSync(path.join(teamHome, "serve.json"), "utf8"));
+      } catch {
+        return null;
+      }
+    });
+    const url = info.url.replace(/\/$/, "");
+    const admin = info.token;
+    const run = (args) =>
+      new Promise((resolve, reject) =>
+        execFile(serverBin, [...args, "--home", teamHome, "--json"], { env }, (err, stdout, stderr) =>
+          err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(JSON.parse(stdout)),
+        ),
+      );
+    const ann = (await run(["member", "add", "ann"])).token;
+    const call = async (tok, method, p, body) => {
+      const res = await fetch(`${url}${p}`, {
+        method,
+        headers: { authorization: `Bearer ${tok}`, "content-type": "application/json" },
+        body: body ? JSON.stringify(body) : undefined,
+      });
+      const text = await res.text();
+      assert.ok(res.ok, `${method} ${p}: ${res.status} ${text}`);
+      return JSON.parse(text);
+    };
+    await call(admin, "POST", "/api/v1/agents", { name: "cat", kind: "command", command: ["cat"] });
+    const mine = await call(ann, "POST", "/api/v1/sessions", { agent: "cat", title: "Ann's work" });
+    const theirs = await call(admin, "POST", "/api/v1/sessions", { agent: "cat", title: "Admin's own" });
+
+    // Ann: her session only, and her name in the header.
+    const { page, errors } = await openPage();
+    await page.goto(`${url}/?token=${ann}`);
+    await page.locator(`tr[data-session="${mine.id}"]`).waitFor();
+    await page.locator("#who:not([hidden])").waitFor();
+    assert.equal(await page.locator("#who").textContent(), "ann");
+    assert.equal(await page.locator(`tr[data-session="${theirs.id}"]`).count(), 0, "another member's session shows");
+    assert.equal(new URL(page.url()).search, "", "the token is stripped from the address bar");
+    await page.screenshot({ path: path.join(ARTIFACTS, "team-member.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+    // Her cookie does not open another member's session either (the console then
+    // logs that 404).
+    const res = await page.evaluate(async (id) => (await fetch(`/api/v1/sessions/${id}`)).status, theirs.id);
+    assert.equal(res, 404);
+    await page.close();
+
+    // The admin sees both, and is named as such.
+    const second = await context.newPage();
+    open.push(second);
+    await second.goto(`${url}/?token=${admin}`);
+    await second.locator(`tr[data-session="${theirs.id}"]`).waitFor();
+    await second.locator(`tr[data-session="${mine.id}"]`).waitFor();
+    assert.equal(await second.locator("#who").textContent(), "admin (admin: every session)");
+    await second.close();
+  } finally {
+    team.kill("SIGTERM");
+  }
+});

@@ -353,6 +353,14 @@ fn members_reach_only_their_own_sessions_and_machines() {
         "",
     );
     assert_eq!((st, code(&v)), (401, "unauthorized"));
+    // Signing in with `?token=` wins over a cookie another token left behind.
+    let (st, me) = team.http(
+        "GET",
+        &format!("/api/v1/me?token={bob}"),
+        &[("Cookie", "berth_token=berthm_stale")],
+        "",
+    );
+    assert_eq!((st, me["member"].as_str()), (200, Some("bob")), "{me}");
     // A cookie cannot write.
     let (st, _) = team.http(
         "POST",

@@ -107,13 +107,14 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
         .into_response();
     }
     // Writes only with the bearer token (a cookie would make them forgeable across
-    // sites); reads also with the cookie, or `?token=` which sets it.
+    // sites); reads also with `?token=` (an explicit sign-in: it wins over a cookie
+    // left by another token, and replaces it) or the cookie.
     let presented = match (bearer(&req), read) {
         (Some(t), _) => Some((Presented::Bearer, t.to_owned())),
         (None, false) => None,
-        (None, true) => cookie(&req)
-            .map(|t| (Presented::Cookie, t.to_owned()))
-            .or_else(|| query_token(&req).map(|t| (Presented::Query, t.to_owned()))),
+        (None, true) => query_token(&req)
+            .map(|t| (Presented::Query, t.to_owned()))
+            .or_else(|| cookie(&req).map(|t| (Presented::Cookie, t.to_owned()))),
     };
     let Some((how, token)) = presented else {
         return ApiError::Unauthorized.into_response();
