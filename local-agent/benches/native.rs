@@ -157,7 +157,7 @@ fn native(c: &mut Criterion) {
         c.bench_function(&format!("change record, steady state ({name})"), |b| {
             b.iter(|| {
                 n += 1;
-                let before = shadow.snapshot(&limits).unwrap();
+                let before = shadow.snapshot_before(&limits).unwrap();
                 let after = shadow.snapshot(&limits).unwrap();
                 let changes = shadow
                     .record(&format!("bench-{n}"), &before, &after, &limits)

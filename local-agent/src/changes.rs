@@ -251,6 +251,17 @@ impl Shadow {
     /// A file over the cap is left out before it is ever read; a tracked file that
     /// grows past it is read once, then left out from then on.
     pub fn snapshot(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        self.snapshot_as(limits, true)
+    }
+
+    /// The tree before a run: on the path to the agent's start, so one git process
+    /// less — a tracked file that grew past the cap since is read this once (and left
+    /// out by the snapshot after the run).
+    pub fn snapshot_before(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        self.snapshot_as(limits, false)
+    }
+
+    fn snapshot_as(&self, limits: &Limits, check_grown: bool) -> Result<Snapshot, ChangesError> {
         // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
@@ -305,7 +316,7 @@ impl Shadow {
         let changed = last
             .as_deref()
             .map(str::trim)
-            .filter(|l| !l.is_empty())
+            .filter(|l| check_grown && !l.is_empty())
             .and_then(|l| {
                 self.git_bytes(["diff-index", "--cached", "-z", "--name-only", l])
                     .ok()

@@ -510,7 +510,7 @@ async fn run(
         let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
         let started = blocking(move || -> Result<_, crate::changes::ChangesError> {
             let shadow = crate::changes::Shadow::open(&home, &path, identity)?;
-            let before = shadow.snapshot(&limits)?;
+            let before = shadow.snapshot_before(&limits)?;
             Ok((shadow, before, limits, path, identity))
         })
         .await;
