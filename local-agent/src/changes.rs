@@ -106,6 +106,74 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// The directory's metadata when a snapshot was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Manifest {
+    tree: String,
+    digest: u64,
+    count: usize,
+    taken_ns: u128,
+    large: Vec<(String, u64, i64)>,
+}
+
+/// Directories larger than this are not walked: git's own scan is then the check.
+const WALK_LIMIT: usize = 4_000;
+
+/// Timestamps are coarse (a kernel tick): an inode changed this close to the
+/// manifest's time may have changed again unseen, so it makes the walk inconclusive.
+const RACY_NS: u128 = 100_000_000;
+
+/// A digest of every entry under `root` but `.git` directories (ignored files
+/// included: this proves "nothing changed at all", which is stricter than git's view):
+/// the path, type, size, inode, modification and change times, in a fixed order.
+/// `None` when the walk fails, passes [`WALK_LIMIT`], or finds an entry changed within
+/// [`RACY_NS`] of `taken_ns` or later (any write updates the change time, which no
+/// one can set back).
+fn walk_digest(root: &Path, taken_ns: u128) -> Option<(u64, usize)> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut count = 0usize;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(root.join(&rel))
+            .ok()?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        names.sort();
+        for name in names {
+            if name == ".git" {
+                continue;
+            }
+            let path = rel.join(&name);
+            let md = std::fs::symlink_metadata(root.join(&path)).ok()?;
+            count += 1;
+            if count > WALK_LIMIT {
+                return None;
+            }
+            let changed_ns = u128::try_from(md.ctime()).ok()? * 1_000_000_000
+                + u128::try_from(md.ctime_nsec()).ok()?;
+            if taken_ns != u128::MAX && changed_ns + RACY_NS >= taken_ns {
+                return None;
+            }
+            path.hash(&mut hasher);
+            (md.mode(), md.len(), md.ino(), md.mtime(), md.mtime_nsec()).hash(&mut hasher);
+            (md.ctime(), md.ctime_nsec()).hash(&mut hasher);
+            if md.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    Some((hasher.finish(), count))
+}
+
 /// One record in the shadow repository's log: a task and when it ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Entry {
@@ -258,10 +326,78 @@ impl Shadow {
     /// less — a tracked file that grew past the cap since is read this once (and left
     /// out by the snapshot after the run).
     pub fn snapshot_before(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        // Most often nothing changed since the last snapshot (the previous run's
+        // end): a walk of the directory's metadata proves it without git.
+        if let Some(snap) = self.unchanged() {
+            return Ok(snap);
+        }
         self.snapshot_as(limits, false)
     }
 
+    fn manifest_file(&self) -> PathBuf {
+        self.git_dir.join("berth-manifest.json")
+    }
+
+    /// The last snapshot, if the directory's metadata is exactly as it was then.
+    fn unchanged(&self) -> Option<Snapshot> {
+        let text = std::fs::read_to_string(self.manifest_file()).ok()?;
+        let m: Manifest = serde_json::from_str(&text).ok()?;
+        let now = walk_digest(&self.work_tree, m.taken_ns)?;
+        (now.0 == m.digest && now.1 == m.count).then_some(Snapshot {
+            tree: m.tree,
+            large: m.large,
+        })
+    }
+
+    /// How many entries the shadow index holds (its header), without running git.
+    fn index_entries(&self) -> Option<u32> {
+        use std::io::Read;
+        let mut head = [0u8; 12];
+        std::fs::File::open(self.git_dir.join("index"))
+            .ok()?
+            .read_exact(&mut head)
+            .ok()?;
+        (&head[..4] == b"DIRC").then(|| u32::from_be_bytes([head[8], head[9], head[10], head[11]]))
+    }
+
+    /// Notes the directory's metadata with the tree just written, as of `taken_ns`
+    /// (when the snapshot began; see [`walk_digest`]). Only small directories get a
+    /// manifest: walking a large one's
+    /// metadata costs as much as git's own scan. A directory whose walk ran past the
+    /// limit (a large ignored tree) is not walked again until its index changes size.
+    fn note_manifest(&self, snap: &Snapshot, taken_ns: u128) {
+        let entries = self.index_entries().unwrap_or(u32::MAX);
+        let previous = std::fs::read_to_string(self.manifest_file()).unwrap_or_default();
+        let _ = std::fs::remove_file(self.manifest_file());
+        let too_big = format!("{{\"too_big_at\":{entries}}}");
+        if entries as usize > WALK_LIMIT / 2 || previous == too_big {
+            if previous == too_big {
+                let _ = std::fs::write(self.manifest_file(), &too_big);
+            }
+            return;
+        }
+        let Some((digest, count)) = walk_digest(&self.work_tree, u128::MAX) else {
+            let _ = std::fs::write(self.manifest_file(), &too_big);
+            return;
+        };
+        {
+            let m = Manifest {
+                tree: snap.tree.clone(),
+                digest,
+                count,
+                taken_ns,
+                large: snap.large.clone(),
+            };
+            if let Ok(text) = serde_json::to_string(&m) {
+                let _ = std::fs::write(self.manifest_file(), text);
+            }
+        }
+    }
+
     fn snapshot_as(&self, limits: &Limits, check_grown: bool) -> Result<Snapshot, ChangesError> {
+        // Before git reads anything: whatever changes from here on is newer than the
+        // manifest, so the next walk cannot take it for unchanged.
+        let started_ns = now_ns();
         // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
@@ -347,7 +483,9 @@ impl Shadow {
         }
         let tree = self.git(["write-tree"])?;
         std::fs::write(self.git_dir.join("berth-last"), &tree)?;
-        Ok(Snapshot { tree, large })
+        let snap = Snapshot { tree, large };
+        self.note_manifest(&snap, started_ns);
+        Ok(snap)
     }
 
     /// Keeps a task's two trees and returns what changed between them.
@@ -1001,6 +1139,32 @@ mod tests {
         // Again, unchanged: still left out, nothing new to say.
         let again = shadow.snapshot(&limits).unwrap();
         assert_eq!(again.tree, after.tree);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_before_snapshot_skips_git_only_when_nothing_changed() {
+        let root = std::env::temp_dir().join(format!("berth-manifest-{}", std::process::id()));
+        let dir = root.join("dir");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/a.txt"), "one\n").unwrap();
+        let limits = Limits::default();
+        let shadow = Shadow::open(&root.join("home"), &dir, (1, 2)).unwrap();
+        // Fresh writes are "racy": no shortcut right after them.
+        let first = shadow.snapshot(&limits).unwrap();
+        assert!(
+            shadow.unchanged().is_none(),
+            "a file changed 0 ms before the manifest"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let second = shadow.snapshot(&limits).unwrap();
+        assert_eq!(second.tree, first.tree);
+        assert_eq!(shadow.unchanged().map(|s| s.tree), Some(first.tree.clone()));
+        // Any change at all (an ignored file, a new empty directory) falls back to git.
+        std::fs::write(dir.join("sub/a.txt"), "two\n").unwrap();
+        assert!(shadow.unchanged().is_none());
+        let third = shadow.snapshot_before(&limits).unwrap();
+        assert_ne!(third.tree, first.tree);
         let _ = std::fs::remove_dir_all(&root);
     }
 
