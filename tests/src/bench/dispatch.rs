@@ -44,7 +44,77 @@ struct Samples {
     api: Vec<f64>,
 }
 
+/// The CLI's own start (issue 17): `berth --version` and `berth session list` on an
+/// empty store, against `cat /dev/null`, in one loop.
+fn startup(n: usize) -> Result<Vec<Row>> {
+    let b = served("bench-startup");
+    let (mut cat, mut version, mut list) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        let out = Command::new("cat").arg("/dev/null").output()?;
+        let c = ms_since(t);
+        ensure!(out.status.success(), "cat /dev/null failed");
+        let t = Instant::now();
+        let out = b.run(&["--version"]);
+        let v = ms_since(t);
+        ensure!(out.status.success(), "berth --version failed");
+        let t = Instant::now();
+        let out = b.run(&["session", "list", "--json"]);
+        let l = ms_since(t);
+        ensure!(
+            out.status.success() && out.stdout.starts_with(b"["),
+            "berth session list failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if i >= WARM_UP {
+            cat.push(c);
+            version.push(v);
+            list.push(l);
+        }
+    }
+    let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    let mut rows = vec![
+        Row::new(
+            "dispatch",
+            &format!("`cat /dev/null` p50 (n={n})"),
+            p50(&cat),
+            "ms",
+            None,
+        ),
+        Row::new(
+            "dispatch",
+            &format!("`berth --version` p50 (n={n})"),
+            p50(&version),
+            "ms",
+            None,
+        ),
+        Row::new(
+            "dispatch",
+            &format!("`berth session list`, empty store p50 (n={n})"),
+            p50(&list),
+            "ms",
+            None,
+        ),
+    ];
+    rows.push(Row::new(
+        "dispatch",
+        "`berth --version` p50 / `cat` p50",
+        p50(&version) / p50(&cat),
+        "x",
+        None,
+    ));
+    rows.push(Row::new(
+        "dispatch",
+        "`berth session list` p50 / `cat` p50",
+        p50(&list) / p50(&cat),
+        "x",
+        None,
+    ));
+    Ok(rows)
+}
+
 pub fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let startup_rows = startup(cfg.dispatch_messages.min(100))?;
     let b = served("bench-dispatch");
     let sock = socket(&b);
     let mut conn = Conn::connect(&sock)?;
@@ -126,5 +196,6 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         )
         .with_note("reference: includes starting the `berth` client process"),
     );
+    rows.extend(startup_rows);
     Ok(rows)
 }
