@@ -993,16 +993,17 @@ pub fn apply(plan: &UndoPlan, dir: impl AsFd) -> Result<(), String> {
     }
 }
 
-/// Test hook: stop (as if killed) after this many files of an undo.
-pub const CRASH_AFTER_ENV: &str = "BERTH_TEST_UNDO_CRASH_AFTER";
+/// Test hook: after this many files of an undo, stop and wait to be killed (the
+/// fault test SIGKILLs the process there). `N:FILE`: FILE is created when it waits.
+pub const PAUSE_AFTER_ENV: &str = "BERTH_TEST_UNDO_PAUSE_AFTER";
 
 /// Applies a plan, journaled (see the module's docs).
 pub fn undo(journal_dir: &Path, plan: &UndoPlan, dir: &PinnedDir) -> Result<(), String> {
     let journal = UndoJournal::write(journal_dir, plan)?;
-    if let Some(n) = std::env::var(CRASH_AFTER_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some((n, marker)) = std::env::var(PAUSE_AFTER_ENV).ok().and_then(|v| {
+        let (n, file) = v.split_once(':')?;
+        Some((n.parse::<usize>().ok()?, PathBuf::from(file)))
+    }) {
         let shadow = Shadow {
             git_dir: plan.git_dir.clone(),
             work_tree: PathBuf::from(&plan.dir),
@@ -1010,8 +1011,10 @@ pub fn undo(journal_dir: &Path, plan: &UndoPlan, dir: &PinnedDir) -> Result<(), 
         for r in plan.files.iter().take(n) {
             apply_one(&shadow, dir.fd(), r)?;
         }
-        // As a SIGKILL would: no cleanup, the journal stays.
-        std::process::abort();
+        let _ = std::fs::write(&marker, "");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
     }
     apply(plan, dir.fd())?;
     journal.done();
@@ -1165,6 +1168,36 @@ mod tests {
         assert!(shadow.unchanged().is_none());
         let third = shadow.snapshot_before(&limits).unwrap();
         assert_ne!(third.tree, first.tree);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn records_are_pruned_by_count_and_age() {
+        let root = std::env::temp_dir().join(format!("berth-prune-{}", std::process::id()));
+        let dir = root.join("dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+        let limits = Limits {
+            keep: 2,
+            max_age: Duration::from_secs(3600),
+            ..Limits::default()
+        };
+        let shadow = Shadow::open(&root.join("home"), &dir, (1, 2)).unwrap();
+        let snap = shadow.snapshot(&limits).unwrap();
+        for task in ["t1", "t2", "t3"] {
+            shadow.record(task, &snap, &snap, &limits).unwrap();
+        }
+        assert!(shadow.task_trees("t1").is_none(), "kept past the count");
+        assert!(shadow.task_trees("t2").is_some() && shadow.task_trees("t3").is_some());
+        // A record older than the age limit goes at the next record.
+        let log = shadow.git_dir.join("berth-log.json");
+        let mut entries = shadow.log();
+        assert_eq!(entries[0].task, "t2");
+        entries[0].at = 1;
+        std::fs::write(&log, serde_json::to_string(&entries).unwrap()).unwrap();
+        shadow.record("t4", &snap, &snap, &limits).unwrap();
+        assert!(shadow.task_trees("t2").is_none(), "kept past the age");
+        assert!(shadow.task_trees("t4").is_some());
         let _ = std::fs::remove_dir_all(&root);
     }
 

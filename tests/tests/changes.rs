@@ -161,6 +161,10 @@ fn exact(repo: bool) {
         stderr.contains("renamed   keep.txt \u{2192} moved.txt"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("only the bound directory is tracked"),
+        "the limit is not said: {stderr}"
+    );
     let task = last_task(&b, &id);
     let some = |s: &str| Some(s.to_owned());
     assert_eq!(
@@ -253,14 +257,25 @@ fn a_crash_mid_undo_is_finished_at_the_next_start() {
     let tid = last_task(&b, &id)["id"].as_str().unwrap().to_owned();
     let after = files(&dir);
 
-    // The undo dies (as from SIGKILL: no cleanup) after putting back two files.
-    let out = b
+    // The undo is SIGKILLed after putting back two files.
+    let marker = b.root.path().join("undo-paused");
+    let mut undo = b
         .cmd()
         .args(["task", "undo", &tid])
-        .env("BERTH_TEST_UNDO_CRASH_AFTER", "2")
-        .output()
+        .env(
+            "BERTH_TEST_UNDO_PAUSE_AFTER",
+            format!("2:{}", marker.display()),
+        )
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), None, "the undo did not die mid-way");
+    assert!(
+        eventually(30, || marker.exists().then_some(())).is_some(),
+        "the undo never reached its second file"
+    );
+    undo.kill().unwrap();
+    let status = undo.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the undo did not die by SIGKILL");
     let halfway = files(&dir);
     assert_ne!(halfway, after, "nothing was undone before the crash");
     assert_ne!(

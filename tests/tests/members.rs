@@ -424,6 +424,37 @@ fn members_reach_only_their_own_sessions_and_machines() {
     );
     assert_eq!((st, code(&v)), (403, "owner_only"), "{v}");
 
+    // Rotating bob's token: the old one stops working at once, the new one works; the
+    // first admin's token is serve.json's and cannot be rotated.
+    let rotated = team.admin_json(&["member", "token", "rotate", "bob"]);
+    let bob_new = rotated["token"].as_str().unwrap().to_owned();
+    assert_eq!(team.api(&bob, "GET", "/api/v1/sessions", "").0, 401);
+    let (st, list) = team.api(&bob_new, "GET", "/api/v1/sessions", "");
+    assert_eq!((st, ids(&list)), (200, vec![bob_s.clone()]));
+    let out = team.admin_cmd(&["member", "token", "rotate", "admin", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(code(&v), "member_protected", "{v}");
+    let out = team.admin_cmd(&["member", "remove", "nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no member is named"));
+    // An admin makes a daemon token for a member; it is that member's.
+    let (st, v) = team.api(
+        &admin,
+        "POST",
+        "/api/v1/daemon/tokens",
+        r#"{"name":"bob-desktop","member":"bob"}"#,
+    );
+    assert_eq!(st, 201, "{v}");
+    let (_, tokens) = team.api(&bob_new, "GET", "/api/v1/daemon/tokens", "");
+    let mine: Vec<(&str, &str)> = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["member"].as_str().unwrap()))
+        .collect();
+    assert_eq!(mine, [("bob-desktop", "bob"), ("bob-laptop", "bob")]);
+
     // Removing ann: her token stops working, her machine goes offline at once, her
     // daemon stops with a clear error, and her queued task waits for a machine of hers.
     let out = team.admin_cmd(&["member", "remove", "ann"]);
@@ -487,6 +518,7 @@ fn members_reach_only_their_own_sessions_and_machines() {
     has("ann", "send", "api");
     has("bob", "send", "machine laptop-bob");
     has("admin", "member.remove", "api");
+    has("admin", "member.rotate", "api");
     assert!(
         !steps.iter().any(|(m, a, _)| m == "bob" && a == "cancel"),
         "a refused request is no change: {steps:?}"

@@ -498,6 +498,9 @@ pub fn changes_lines(task: &Value) -> Vec<String> {
             inert(&s.reason)
         ));
     }
+    out.push(String::from(
+        "  (only the bound directory is tracked: changes made outside it are not in this list)",
+    ));
     if !changes.files.is_empty() {
         out.push(format!(
             "  (berth task diff {0} shows them; berth task undo {0} puts them back)",
