@@ -93,6 +93,14 @@ pub struct Snapshot {
     pub large: Vec<(String, u64, i64)>,
 }
 
+/// Where the shadow repository of `dir` lives: a hash of its path.
+fn shadow_dir(berth_home: &Path, dir: &Path) -> PathBuf {
+    let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
+    berth_home
+        .join(SNAPSHOTS_DIR)
+        .join(format!("{}.git", &key[..24]))
+}
+
 /// The shadow repository of one bound directory.
 #[derive(Debug, Clone)]
 pub struct Shadow {
@@ -189,12 +197,8 @@ impl Shadow {
         dir: &Path,
         identity: (u64, u64),
     ) -> Result<Shadow, ChangesError> {
-        let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
-        let git_dir = berth_home
-            .join(SNAPSHOTS_DIR)
-            .join(format!("{}.git", &key[..24]));
         let shadow = Shadow {
-            git_dir,
+            git_dir: shadow_dir(berth_home, dir),
             work_tree: dir.to_owned(),
         };
         let stamp = format!("{} {} {}\n", identity.0, identity.1, dir.display());
@@ -241,10 +245,7 @@ impl Shadow {
 
     /// The shadow repository of a directory recorded earlier, if there is one.
     pub fn existing(berth_home: &Path, dir: &Path) -> Option<(Shadow, (u64, u64))> {
-        let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
-        let git_dir = berth_home
-            .join(SNAPSHOTS_DIR)
-            .join(format!("{}.git", &key[..24]));
+        let git_dir = shadow_dir(berth_home, dir);
         let stamp = std::fs::read_to_string(git_dir.join("berth-identity")).ok()?;
         let mut words = stamp.split_whitespace();
         let dev = words.next()?.parse().ok()?;

@@ -26,6 +26,26 @@ fn add_agent(b: &Berth, name: &str) {
     add_command_agent(b, name, s(&script));
 }
 
+/// `berth ARGS` in `dir` with `input` on a pipe for stdin (the line mode), to its end.
+fn piped(b: &Berth, dir: &std::path::Path, args: &[&str], input: &str) -> std::process::Output {
+    let mut child = b
+        .cmd()
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn header(screen: &str) -> Vec<&str> {
     screen.lines().take(3).collect()
 }
@@ -286,24 +306,7 @@ fn the_line_mode_serves_a_pipe() {
     b.serve();
     add_agent(&b, "echo");
 
-    let run = |args: &[&str], input: &str| {
-        let mut child = b
-            .cmd()
-            .current_dir(&app)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let run = |args: &[&str], input: &str| piped(&b, &app, args, input);
 
     let out = run(
         &["chat", "--agent", "echo"],
@@ -378,24 +381,12 @@ fn chat_through_a_daemon_and_a_machine_going_offline() {
     let app = laptop.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
 
-    let out = {
-        let mut child = laptop
-            .cmd()
-            .current_dir(&app)
-            .args(["chat", "--agent", "echo"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"/link\nfrom the laptop\n")
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let out = piped(
+        &laptop,
+        &app,
+        &["chat", "--agent", "echo"],
+        "/link\nfrom the laptop\n",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

@@ -265,16 +265,7 @@ pub async fn run(args: Args, default_home: Option<PathBuf>) -> Result<(), AdminE
     }
     let client = HttpClient::new(&opts)
         .map_err(|e| AdminError::new(e.to_string(), "check --ca-file (a PEM certificate)"))?;
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
+    let enc = crate::net::encode;
     let api = format!("{url}/api/v1");
     let out = match &args.command {
         Command::Add { name, admin } => {

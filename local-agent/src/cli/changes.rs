@@ -160,10 +160,11 @@ pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, C
         ));
     }
     let cfg = config(c)?;
-    let (files, commit) = match &changes.commit {
+    let files: Vec<String> = changes.files.iter().map(|f| f.path.clone()).collect();
+    let (files, revert) = match &changes.commit {
         Some(commit) => (
-            undo_commit(c, &cfg, &task_id, &work_dir, commit).await?,
-            Some(commit),
+            files,
+            Some(undo_commit(&cfg, &tid, &work_dir, commit).await?),
         ),
         None => {
             if b["dir"].as_str() != Some(work_dir.as_str()) {
@@ -185,7 +186,7 @@ pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, C
     let recorded = c
         .post(
             &format!("/api/v1/tasks/{}/undone", encode(&task_id)),
-            &json!({"files": files, "forced": force, "commit": commit.map(|_| "revert")}),
+            &json!({"files": files, "forced": force, "commit": revert}),
         )
         .await;
     if json {
@@ -299,31 +300,22 @@ async fn undo_in_place(
     Ok(files)
 }
 
+/// Reverts a worktree turn's commit on the session's branch, under the worktree's
+/// lock; returns the revert commit.
 async fn undo_commit(
-    c: &Client,
     cfg: &ExecutorConfig,
-    task_id: &str,
+    tid: &str,
     work_dir: &str,
     commit: &str,
-) -> Result<Vec<String>, CliError> {
-    let _ = c;
-    let tid: String = task_id.chars().take(8).collect();
+) -> Result<String, CliError> {
     let dir = berth_core::LocalPath::parse(berth_core::Platform::native(), work_dir)
         .map_err(CliError::from_refusal)?;
-    let _lock = lock_dir(cfg, &dir, &tid).await?;
+    let _lock = lock_dir(cfg, &dir, tid).await?;
     let root = git_in(work_dir, &["rev-parse", "--show-toplevel"])?;
-    let files: Vec<String> = git_in(
-        work_dir,
-        &["diff-tree", "-r", "--name-only", "--no-commit-id", commit],
-    )?
-    .lines()
-    .map(str::to_owned)
-    .collect();
     berth_local_agent::worktree::revert(Path::new(root.trim()), commit).map_err(|e| {
         CliError::new(
             format!("task {tid}'s commit cannot be reverted cleanly: {e}"),
             "later turns changed the same lines; revert it by hand in the worktree, or merge as is",
         )
-    })?;
-    Ok(files)
+    })
 }

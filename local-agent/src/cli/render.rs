@@ -433,18 +433,8 @@ impl Stream {
             println!("{}", serde_json::json!({"task": task}));
             return;
         }
-        let status = s(&task["status"]);
-        let mut line = format!("task {} {status}", short(&task["id"]));
-        if let Some(c) = task["exit_code"].as_i64() {
-            line.push_str(&format!(" (exit {c})"));
-        }
-        if let Some(code) = task["error_code"].as_str() {
-            line.push_str(&format!(" [{code}]"));
-        }
-        if let Some(e) = task["error"].as_str() {
-            line.push_str(&format!(": {}", inert(e)));
-        }
-        if status == "succeeded" {
+        let line = task_line(task);
+        if s(&task["status"]) == "succeeded" {
             self.note(&line);
         } else {
             eprintln!("{line}");
@@ -452,23 +442,47 @@ impl Stream {
         for l in changes_lines(task) {
             eprintln!("{l}");
         }
-        let denials: Vec<&Value> = task["denials"].as_array().into_iter().flatten().collect();
-        if !denials.is_empty() {
-            let what: Vec<String> = denials
-                .iter()
-                .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
-                .collect();
-            self.alert(&format!(
-                "warning: the agent's permission system denied {} action{}: {}",
-                denials.len(),
-                if denials.len() == 1 { "" } else { "s" },
-                what.join("; ")
-            ));
+        if let Some(denied) = denials_line(task) {
+            self.alert(&format!("warning: {denied}"));
             self.alert(
                 "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
             );
         }
     }
+}
+
+/// How a task ended, in one line: `task 0d41be27 failed (exit 1) [code]: why`.
+pub fn task_line(task: &Value) -> String {
+    let mut line = format!("task {} {}", short(&task["id"]), s(&task["status"]));
+    if let Some(c) = task["exit_code"].as_i64() {
+        line.push_str(&format!(" (exit {c})"));
+    }
+    if let Some(code) = task["error_code"].as_str() {
+        line.push_str(&format!(" [{code}]"));
+    }
+    if let Some(e) = task["error"].as_str() {
+        line.push_str(&format!(": {}", inert(e)));
+    }
+    line
+}
+
+/// What the agent's permission system denied during a task, in one sentence; `None`
+/// when nothing was.
+pub fn denials_line(task: &Value) -> Option<String> {
+    let what: Vec<String> = task["denials"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
+        .collect();
+    (!what.is_empty()).then(|| {
+        format!(
+            "the agent's permission system denied {} action{}: {}",
+            what.len(),
+            if what.len() == 1 { "" } else { "s" },
+            what.join("; ")
+        )
+    })
 }
 
 /// A task's change summary: one line (`3 files changed, +20 −4`), then one per file.

@@ -113,18 +113,7 @@ pub fn json_body<T: Serialize>(value: &T) -> Body {
     berth_web::net::client::full(serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// Percent-encodes one path segment.
-pub fn encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use berth_web::net::encode;
 
 impl Remote {
     pub fn new(url: ServerUrl, token: String, machine_id: String, http: HttpClient) -> Remote {

@@ -252,25 +252,34 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, S
         .map_err(|_| StoreError::Corrupt(format!("unexpected value {s:?}")))
 }
 
-/// What [`resolve_prefix_of`] looks up.
+/// What [`resolve_id`] looks up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scoped {
     Sessions,
     Tasks,
 }
 
-/// Like [`resolve_prefix`], among the sessions (or their tasks) `owner` owns; among
-/// all with `None`.
-pub(crate) fn resolve_prefix_of(
+/// The full id of the session (or task) `prefix` names uniquely among those `owner`
+/// owns (among all with `None`): another member's neither match nor make a prefix
+/// ambiguous. Ids are lowercase uuids.
+pub(crate) fn resolve_id(
     conn: &Connection,
     what: Scoped,
     prefix: &str,
     owner: Option<&str>,
-) -> Result<Result<String, Vec<String>>, StoreError> {
-    let prefix = prefix.trim().to_ascii_lowercase();
-    let valid = !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+) -> Result<String, StoreError> {
+    let unknown = || match what {
+        Scoped::Sessions => StoreError::UnknownSession {
+            prefix: prefix.to_owned(),
+        },
+        Scoped::Tasks => StoreError::UnknownTask {
+            prefix: prefix.to_owned(),
+        },
+    };
+    let wanted = prefix.trim().to_ascii_lowercase();
+    let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
     if !valid {
-        return Ok(Err(Vec::new()));
+        return Err(unknown());
     }
     let sql = match what {
         Scoped::Sessions => {
@@ -285,39 +294,19 @@ pub(crate) fn resolve_prefix_of(
     };
     let mut stmt = conn.prepare_cached(sql)?;
     let ids = stmt
-        .query_map(rusqlite::params![&prefix, owner], |r| r.get::<_, String>(0))?
+        .query_map(rusqlite::params![&wanted, owner], |r| r.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    if let [only] = ids.as_slice() {
-        return Ok(Ok(only.clone()));
+    match ids.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(unknown()),
+        _ if ids.contains(&wanted) => Ok(wanted),
+        _ => Err(StoreError::Ambiguous {
+            what: match what {
+                Scoped::Sessions => "sessions",
+                Scoped::Tasks => "tasks",
+            },
+            prefix: prefix.to_owned(),
+            candidates: ids,
+        }),
     }
-    if ids.contains(&prefix) {
-        return Ok(Ok(prefix));
-    }
-    Ok(Err(ids))
-}
-
-/// Resolves an id given by unique prefix in `table` (ids are lowercase uuids).
-pub(crate) fn resolve_prefix(
-    conn: &Connection,
-    table: &'static str,
-    prefix: &str,
-) -> Result<Result<String, Vec<String>>, StoreError> {
-    let prefix = prefix.trim().to_ascii_lowercase();
-    let valid = !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-    if !valid {
-        return Ok(Err(Vec::new()));
-    }
-    let sql =
-        format!("SELECT id FROM {table} WHERE id >= ?1 AND id < ?1 || '~' ORDER BY id LIMIT 6");
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let ids = stmt
-        .query_map([&prefix], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    if let [only] = ids.as_slice() {
-        return Ok(Ok(only.clone()));
-    }
-    if ids.contains(&prefix) {
-        return Ok(Ok(prefix));
-    }
-    Ok(Err(ids))
 }

@@ -3,8 +3,7 @@
 use super::agents::{agent_names, get_agent};
 use super::rows::{SESSION_COLUMNS, SESSION_FROM, identity_columns};
 use super::{
-    NewSessionRow, Outbox, Scoped, SessionRow, Store, StoreError, StoredBinding, resolve_prefix,
-    resolve_prefix_of,
+    NewSessionRow, Outbox, Scoped, SessionRow, Store, StoreError, StoredBinding, resolve_id,
 };
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
@@ -24,17 +23,7 @@ pub(crate) fn get_session(conn: &Connection, id: &str) -> Result<SessionRow, Sto
 
 /// The full id of the session `prefix` names uniquely.
 pub(crate) fn session_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
-    match resolve_prefix(conn, "sessions", prefix)? {
-        Ok(id) => Ok(id),
-        Err(c) if c.is_empty() => Err(StoreError::UnknownSession {
-            prefix: prefix.to_owned(),
-        }),
-        Err(candidates) => Err(StoreError::Ambiguous {
-            what: "sessions",
-            prefix: prefix.to_owned(),
-            candidates,
-        }),
-    }
+    resolve_id(conn, Scoped::Sessions, prefix, None)
 }
 
 /// Appends one event to a session's transcript, numbering it after the last one.
@@ -180,20 +169,10 @@ impl Store {
     ) -> Result<SessionRow, StoreError> {
         let prefix = prefix.to_owned();
         self.read(move |conn| {
-            let id = match resolve_prefix_of(conn, Scoped::Sessions, &prefix, owner.as_deref())? {
-                Ok(id) => id,
-                Err(c) if c.is_empty() => {
-                    return Err(StoreError::UnknownSession { prefix });
-                }
-                Err(candidates) => {
-                    return Err(StoreError::Ambiguous {
-                        what: "sessions",
-                        prefix,
-                        candidates,
-                    });
-                }
-            };
-            get_session(conn, &id)
+            get_session(
+                conn,
+                &resolve_id(conn, Scoped::Sessions, &prefix, owner.as_deref())?,
+            )
         })
         .await
     }

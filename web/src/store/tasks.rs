@@ -2,7 +2,7 @@
 
 use super::rows::TASK_COLUMNS;
 use super::sessions::{append_event, get_session, session_id};
-use super::{Outbox, Store, StoreError, TaskRow, resolve_prefix};
+use super::{Outbox, Scoped, Store, StoreError, TaskRow, resolve_id};
 use crate::clock;
 use crate::transcript::EventKind;
 use berth_core::api::TaskStatus;
@@ -68,17 +68,7 @@ pub(crate) fn get_task(conn: &Connection, id: &str) -> Result<TaskRow, StoreErro
 }
 
 fn task_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
-    match resolve_prefix(conn, "tasks", prefix)? {
-        Ok(id) => Ok(id),
-        Err(c) if c.is_empty() => Err(StoreError::UnknownTask {
-            prefix: prefix.to_owned(),
-        }),
-        Err(candidates) => Err(StoreError::Ambiguous {
-            what: "tasks",
-            prefix: prefix.to_owned(),
-            candidates,
-        }),
-    }
+    resolve_id(conn, Scoped::Tasks, prefix, None)
 }
 
 fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<(), StoreError> {
@@ -472,22 +462,7 @@ impl Store {
     ) -> Result<TaskRow, StoreError> {
         let prefix = prefix.to_owned();
         self.read(move |conn| {
-            let id = match super::resolve_prefix_of(
-                conn,
-                super::Scoped::Tasks,
-                &prefix,
-                owner.as_deref(),
-            )? {
-                Ok(id) => id,
-                Err(c) if c.is_empty() => return Err(StoreError::UnknownTask { prefix }),
-                Err(candidates) => {
-                    return Err(StoreError::Ambiguous {
-                        what: "tasks",
-                        prefix,
-                        candidates,
-                    });
-                }
-            };
+            let id = resolve_id(conn, Scoped::Tasks, &prefix, owner.as_deref())?;
             get_task(conn, &id)
         })
         .await
@@ -510,24 +485,7 @@ impl Store {
         self.read(move |conn| {
             let (sql, arg) = match session {
                 Some(prefix) => {
-                    let id = match super::resolve_prefix_of(
-                        conn,
-                        super::Scoped::Sessions,
-                        &prefix,
-                        owner.as_deref(),
-                    )? {
-                        Ok(id) => id,
-                        Err(c) if c.is_empty() => {
-                            return Err(StoreError::UnknownSession { prefix });
-                        }
-                        Err(candidates) => {
-                            return Err(StoreError::Ambiguous {
-                                what: "sessions",
-                                prefix,
-                                candidates,
-                            });
-                        }
-                    };
+                    let id = resolve_id(conn, Scoped::Sessions, &prefix, owner.as_deref())?;
                     get_session(conn, &id)?;
                     (
                         format!(

@@ -2,7 +2,7 @@
 //! styled lines. No terminal here; `tty` paints it, tests read it.
 
 use super::super::commands::short;
-use super::super::render::{ignored_lines, inert, live_state};
+use super::super::render::{self, ignored_lines, inert, live_state};
 use berth_core::settings::trust::ProjectLayerReport;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -105,13 +105,31 @@ impl View {
         &self.session["binding"]
     }
 
-    /// Takes a fresh session document; looks at the directory again.
+    /// Takes a fresh session document. The directory is looked at in full (a
+    /// validation, which writes a probe file there) only when the binding is new to
+    /// this view; the once-a-second rereads keep the earlier finding and only notice a
+    /// directory that is gone, so an open composer never writes into the directory.
     pub fn set_session(&mut self, session: Value) {
+        let same = !self.session["binding"].is_null()
+            && self.session["binding"]["dir"] == session["binding"]["dir"]
+            && self.session["binding"]["daemon"] == session["binding"]["daemon"];
         self.session = session;
-        self.state = if self.binding().is_null() {
+        let b = self.binding();
+        self.state = if b.is_null() {
             String::new()
+        } else if !same {
+            live_state(b, &self.here)
         } else {
-            live_state(self.binding(), &self.here)
+            let gone = b["daemon"].as_str() == Some(self.here.as_str())
+                && b["dir"]
+                    .as_str()
+                    .is_some_and(|d| !std::path::Path::new(d).is_dir());
+            let recorded = b["state"].as_str().unwrap_or("");
+            match (gone, self.state.as_str()) {
+                (true, _) => String::from("missing"),
+                (false, "changed") if recorded == "ok" => String::from("changed"),
+                (false, _) => recorded.to_owned(),
+            }
         };
     }
 
@@ -351,47 +369,17 @@ impl View {
     }
 
     fn finish(&mut self, task: &Value) {
-        let status = s(&task["status"]);
-        let mut line = format!("task {} {status}", short(&task["id"]));
-        if let Some(c) = task["exit_code"].as_i64() {
-            line.push_str(&format!(" (exit {c})"));
-        }
-        if let Some(code) = task["error_code"].as_str() {
-            line.push_str(&format!(" [{code}]"));
-        }
-        if let Some(e) = task["error"].as_str() {
-            line.push_str(&format!(": {}", inert(e)));
-        }
-        let style = if status == "succeeded" {
+        let style = if s(&task["status"]) == "succeeded" {
             Style::Dim
         } else {
             Style::Alert
         };
-        self.push(style, line);
-        for l in super::super::render::changes_lines(task) {
+        self.push(style, render::task_line(task));
+        for l in render::changes_lines(task) {
             self.push(Style::Info, l);
         }
-        let denials: Vec<String> = task["denials"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|d| {
-                one_line(
-                    format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end(),
-                    80,
-                )
-            })
-            .collect();
-        if !denials.is_empty() {
-            self.push(
-                Style::Denied,
-                format!(
-                    "the agent's permission system denied {} action{}: {}",
-                    denials.len(),
-                    if denials.len() == 1 { "" } else { "s" },
-                    denials.join("; ")
-                ),
-            );
+        if let Some(denied) = render::denials_line(task) {
+            self.push(Style::Denied, denied);
         }
     }
 }
