@@ -166,6 +166,33 @@ fn native(c: &mut Criterion) {
             })
         });
     }
+    // The same with ten files edited during the "task": the cost of what changed.
+    for (name, dir) in &repos {
+        let pinned = validate(&ctx, dir.to_str().unwrap()).unwrap();
+        let shadow = berth_local_agent::changes::Shadow::open(
+            &cfg.berth_home,
+            pinned.path(),
+            pinned.identity(),
+        )
+        .unwrap();
+        shadow.snapshot(&limits).unwrap();
+        let mut n = 0u64;
+        c.bench_function(&format!("change record, 10 files edited ({name})"), |b| {
+            b.iter(|| {
+                n += 1;
+                let before = shadow.snapshot_before(&limits).unwrap();
+                for i in 0..10 {
+                    let path = pinned.path().join(format!("pkg{i:03}/f{:05}.txt", i * 100));
+                    std::fs::write(&path, format!("edit {n}\n")).unwrap();
+                }
+                let after = shadow.snapshot(&limits).unwrap();
+                let changes = shadow
+                    .record(&format!("bench-edit-{n}"), &before, &after, &limits)
+                    .unwrap();
+                assert_eq!(changes.files.len(), 10);
+            })
+        });
+    }
     let mut first = c.benchmark_group("change record");
     first.sample_size(10);
     for (name, dir) in &repos {

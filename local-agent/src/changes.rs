@@ -32,6 +32,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(target_os = "linux")]
+pub mod watch;
+
+/// Records dropped before their objects are pruned, together.
+const PRUNE_BATCH: usize = 50;
+
 /// Where the shadow repositories live inside Berth's home.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 
@@ -204,7 +210,10 @@ impl Shadow {
         let stamp = format!("{} {} {}\n", identity.0, identity.1, dir.display());
         let id_file = shadow.git_dir.join("berth-identity");
         match std::fs::read_to_string(&id_file) {
-            Ok(s) if s == stamp => return Ok(shadow),
+            Ok(s) if s == stamp => {
+                shadow.configure()?;
+                return Ok(shadow);
+            }
             Ok(_) => {
                 // Another directory now has this path: its history is not this one's.
                 std::fs::remove_dir_all(&shadow.git_dir)?;
@@ -224,6 +233,18 @@ impl Shadow {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             });
         }
+        shadow.configure()?;
+        std::fs::write(&id_file, stamp)?;
+        Ok(shadow)
+    }
+
+    /// The shadow repository's settings, applied once per version of them.
+    fn configure(&self) -> Result<(), ChangesError> {
+        const VERSION: &str = "2";
+        let stamp = self.git_dir.join("berth-config");
+        if std::fs::read_to_string(&stamp).is_ok_and(|v| v == VERSION) {
+            return Ok(());
+        }
         for (k, v) in [
             ("gc.auto", "0"),
             ("core.autocrlf", "false"),
@@ -231,11 +252,15 @@ impl Shadow {
             ("core.untrackedCache", "true"),
             ("core.fsmonitor", "false"),
             ("core.hooksPath", "/dev/null"),
+            // Every git step reads the index (20,000 entries: 1.6 MB): no checksum
+            // of it, and its compact form.
+            ("index.skipHash", "true"),
+            ("index.version", "4"),
         ] {
-            shadow.git(["config", k, v])?;
+            self.git(["config", k, v])?;
         }
-        std::fs::write(&id_file, stamp)?;
-        Ok(shadow)
+        std::fs::write(&stamp, VERSION)?;
+        Ok(())
     }
 
     /// The shadow repository's git directory.
@@ -320,6 +345,10 @@ impl Shadow {
     /// A file over the cap is left out before it is ever read; a tracked file that
     /// grows past it is read once, then left out from then on.
     pub fn snapshot(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        #[cfg(target_os = "linux")]
+        if let Some(snap) = watch::incremental(self, limits) {
+            return Ok(snap);
+        }
         self.snapshot_as(limits, true)
     }
 
@@ -327,6 +356,11 @@ impl Shadow {
     /// less — a tracked file that grew past the cap since is read this once (and left
     /// out by the snapshot after the run).
     pub fn snapshot_before(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        // A watched directory: only what the kernel reported changed is read.
+        #[cfg(target_os = "linux")]
+        if let Some(snap) = watch::incremental(self, limits) {
+            return Ok(snap);
+        }
         // Most often nothing changed since the last snapshot (the previous run's
         // end): a walk of the directory's metadata proves it without git.
         if let Some(snap) = self.unchanged() {
@@ -399,6 +433,9 @@ impl Shadow {
         // Before git reads anything: whatever changes from here on is newer than the
         // manifest, so the next walk cannot take it for unchanged.
         let started_ns = now_ns();
+        // Watching starts before the scan reads anything, for the same reason.
+        #[cfg(target_os = "linux")]
+        watch::begin(self);
         // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
@@ -486,6 +523,8 @@ impl Shadow {
         std::fs::write(self.git_dir.join("berth-last"), &tree)?;
         let snap = Snapshot { tree, large };
         self.note_manifest(&snap, started_ns);
+        #[cfg(target_os = "linux")]
+        watch::established(self, &snap);
         Ok(snap)
     }
 
@@ -497,25 +536,6 @@ impl Shadow {
         after: &Snapshot,
         limits: &Limits,
     ) -> Result<Changes, ChangesError> {
-        let mut stdin = self
-            .command()
-            .args(["update-ref", "--stdin"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if let Some(mut s) = stdin.stdin.take() {
-            use std::io::Write;
-            writeln!(s, "update refs/berth/{task_id}/before {}", before.tree)?;
-            writeln!(s, "update refs/berth/{task_id}/after {}", after.tree)?;
-        }
-        let out = stdin.wait_with_output()?;
-        if !out.status.success() {
-            return Err(ChangesError::Git {
-                args: "update-ref --stdin".into(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
-        }
         let mut log = self.log();
         log.push(Entry {
             task: task_id.to_owned(),
@@ -527,24 +547,65 @@ impl Shadow {
             .into_iter()
             .enumerate()
             .partition(|(i, e)| *i < keep_from || e.at < cut);
+        // One transaction: this task's two trees in, the records past the limits out.
+        let mut input = format!(
+            "update refs/berth/{task_id}/before {}\nupdate refs/berth/{task_id}/after {}\n",
+            before.tree, after.tree
+        );
         for (_, e) in &old {
             for which in ["before", "after"] {
-                let _ = self.git([
-                    "update-ref",
-                    "-d",
-                    &format!("refs/berth/{}/{which}", e.task),
-                ]);
+                input.push_str(&format!("delete refs/berth/{}/{which}\n", e.task));
             }
+        }
+        let mut child = self
+            .command()
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut s) = child.stdin.take() {
+            use std::io::Write;
+            s.write_all(input.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(ChangesError::Git {
+                args: "update-ref --stdin".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
         }
         let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
         std::fs::write(
             self.git_dir.join("berth-log.json"),
             serde_json::to_string(&kept).unwrap_or_default(),
         )?;
+        // The objects only the dropped records held go in batches: a prune reads
+        // every object, which would otherwise cost each task past the limit as much
+        // as a full scan.
         if !old.is_empty() {
-            let _ = self.git(["prune", "--expire=now"]);
+            let counter = self.git_dir.join("berth-unpruned");
+            let unpruned = std::fs::read_to_string(&counter)
+                .ok()
+                .and_then(|t| t.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+                + old.len();
+            if unpruned >= PRUNE_BATCH {
+                let _ = self.git(["prune", "--expire=now"]);
+                let _ = std::fs::remove_file(&counter);
+            } else {
+                std::fs::write(&counter, unpruned.to_string())?;
+            }
         }
-        let mut changes = self.diff_trees(&before.tree, &after.tree)?;
+        let mut changes = if before.tree == after.tree {
+            Changes {
+                files: Vec::new(),
+                skipped: Vec::new(),
+                commit: None,
+            }
+        } else {
+            self.diff_trees(&before.tree, &after.tree)?
+        };
         // A recorded file that grew past the cap is still there: modified, its new
         // content not recorded (not deleted).
         for f in &mut changes.files {
@@ -583,17 +644,28 @@ impl Shadow {
 
     /// The summary of two trees: status and line counts per file, renames found.
     pub fn diff_trees(&self, before: &str, after: &str) -> Result<Changes, ChangesError> {
-        let status = self.git_bytes([
-            "diff-tree",
-            "-r",
-            "-z",
-            "-M",
-            "--name-status",
-            before,
-            after,
-        ])?;
-        let numstat =
-            self.git_bytes(["diff-tree", "-r", "-z", "-M", "--numstat", before, after])?;
+        // The two passes run side by side.
+        let start = |format: &str| {
+            self.command()
+                .args(["diff-tree", "-r", "-z", "-M", format, before, after])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        };
+        let (status, numstat) = (start("--name-status")?, start("--numstat")?);
+        let finish = |child: std::process::Child, format: &str| {
+            let out = child.wait_with_output()?;
+            if out.status.success() {
+                Ok(out.stdout)
+            } else {
+                Err(ChangesError::Git {
+                    args: format!("diff-tree {format} {before} {after}"),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                })
+            }
+        };
+        let status = finish(status, "--name-status")?;
+        let numstat = finish(numstat, "--numstat")?;
         Ok(Changes {
             files: parse_diff(&status, &numstat),
             skipped: Vec::new(),
@@ -1161,6 +1233,10 @@ mod tests {
             "a file changed 0 ms before the manifest"
         );
         std::thread::sleep(std::time::Duration::from_millis(150));
+        // The manifest serves directories that are not watched (another OS, or the
+        // first run of a new process).
+        #[cfg(target_os = "linux")]
+        watch::forget(shadow.git_dir());
         let second = shadow.snapshot(&limits).unwrap();
         assert_eq!(second.tree, first.tree);
         assert_eq!(shadow.unchanged().map(|s| s.tree), Some(first.tree.clone()));
