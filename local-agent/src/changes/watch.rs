@@ -499,14 +499,19 @@ fn ignored_dirs(shadow: &Shadow) -> Result<HashSet<String>, ChangesError> {
 /// The next snapshot from the kernel's events, if the directory is watched and its
 /// events can be trusted; `None` means a full scan is needed.
 pub(super) fn incremental(shadow: &Shadow, limits: &Limits) -> Option<Snapshot> {
-    let mut guard = registry();
-    let reg = guard.as_mut()?;
-    reg.clock += 1;
-    let clock = reg.clock;
-    let (slot, used) = reg.slots.get_mut(&shadow.git_dir)?;
-    *used = clock;
-    let Slot::Watching(w) = slot else {
-        return None;
+    // Taken out of the registry while git runs (the caller holds the directory's
+    // lock, so no one else wants it meanwhile): other directories' snapshots go on.
+    let mut w = {
+        let mut guard = registry();
+        let reg = guard.as_mut()?;
+        match reg.slots.remove(&shadow.git_dir) {
+            Some((Slot::Watching(w), _)) => w,
+            Some(other) => {
+                reg.slots.insert(shadow.git_dir.clone(), other);
+                return None;
+            }
+            None => return None,
+        }
     };
     let base = w.base.clone()?;
     let last = std::fs::read_to_string(shadow.git_dir.join("berth-last")).unwrap_or_default();
@@ -523,11 +528,17 @@ pub(super) fn incremental(shadow: &Shadow, limits: &Limits) -> Option<Snapshot> 
         Ok(snap) => {
             w.settle();
             w.base = Some(snap.clone());
+            let mut guard = registry();
+            if let Some(reg) = guard.as_mut() {
+                reg.clock += 1;
+                let clock = reg.clock;
+                reg.slots
+                    .insert(shadow.git_dir.clone(), (Slot::Watching(w), clock));
+            }
             Some(snap)
         }
         Err(reason) => {
             tracing::debug!(dir = %shadow.work_tree.display(), %reason, "full scan");
-            reg.slots.remove(&shadow.git_dir);
             None
         }
     }
@@ -536,22 +547,25 @@ pub(super) fn incremental(shadow: &Shadow, limits: &Limits) -> Option<Snapshot> 
 /// Before a full scan: starts watching the directory (unless it could not be watched
 /// lately), so that whatever changes from here on is seen by the next snapshot.
 pub(super) fn begin(shadow: &Shadow) {
-    let mut guard = registry();
-    let reg = guard.get_or_insert_with(|| Registry {
-        slots: HashMap::new(),
-        clock: 0,
-        scans: HashMap::new(),
-    });
-    *reg.scans.entry(shadow.git_dir.clone()).or_default() += 1;
-    reg.clock += 1;
-    let clock = reg.clock;
-    if let Some((Slot::Refused { scans, .. }, used)) = reg.slots.get_mut(&shadow.git_dir) {
-        *scans += 1;
-        *used = clock;
-        if *scans < RETRY_AFTER {
-            return;
+    {
+        let mut guard = registry();
+        let reg = guard.get_or_insert_with(|| Registry {
+            slots: HashMap::new(),
+            clock: 0,
+            scans: HashMap::new(),
+        });
+        *reg.scans.entry(shadow.git_dir.clone()).or_default() += 1;
+        reg.clock += 1;
+        let clock = reg.clock;
+        if let Some((Slot::Refused { scans, .. }, used)) = reg.slots.get_mut(&shadow.git_dir) {
+            *scans += 1;
+            *used = clock;
+            if *scans < RETRY_AFTER {
+                return;
+            }
         }
     }
+    // The walk runs outside the registry's lock.
     let slot = match ignored_dirs(shadow)
         .map_err(|e| e.to_string())
         .and_then(|ignored| Watch::new(&shadow.work_tree, ignored))
@@ -562,6 +576,12 @@ pub(super) fn begin(shadow: &Shadow) {
             Slot::Refused { reason, scans: 0 }
         }
     };
+    let mut guard = registry();
+    let Some(reg) = guard.as_mut() else {
+        return;
+    };
+    reg.clock += 1;
+    let clock = reg.clock;
     reg.slots.insert(shadow.git_dir.clone(), (slot, clock));
     while reg.slots.len() > MAX_WATCHES {
         let Some(oldest) = reg
