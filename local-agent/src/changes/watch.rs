@@ -202,7 +202,9 @@ impl Watch {
 
     fn drain(&mut self) {
         let mut buf = [MaybeUninit::<u8>::uninit(); 16 * 1024];
-        let mut events: Vec<(i32, ReadFlags, Option<String>)> = Vec::new();
+        // A name that is not UTF-8 cannot be given to git as a path here: `None` in
+        // the inner option, and the events are no longer trusted.
+        let mut events: Vec<(i32, ReadFlags, Option<Option<String>>)> = Vec::new();
         {
             let mut reader = inotify::Reader::new(&self.fd, &mut buf);
             loop {
@@ -210,7 +212,7 @@ impl Watch {
                     Ok(ev) => events.push((
                         ev.wd(),
                         ev.events(),
-                        ev.file_name().map(|n| n.to_string_lossy().into_owned()),
+                        ev.file_name().map(|n| n.to_str().ok().map(str::to_owned)),
                     )),
                     Err(Errno::AGAIN) => break,
                     Err(Errno::INTR) => {}
@@ -226,7 +228,7 @@ impl Watch {
         }
     }
 
-    fn event(&mut self, wd: i32, flags: ReadFlags, name: Option<String>) {
+    fn event(&mut self, wd: i32, flags: ReadFlags, name: Option<Option<String>>) {
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
             self.broken = Some("the kernel's event queue overflowed".to_owned());
             return;
@@ -250,6 +252,10 @@ impl Watch {
             return;
         }
         let Some(name) = name else {
+            return;
+        };
+        let Some(name) = name else {
+            self.broken = Some(format!("a file name that is not UTF-8 in {dir:?}"));
             return;
         };
         let path = join(&dir, &name);
@@ -889,6 +895,18 @@ mod tests {
         check("a nested repository", 4);
         let why = super::state(shadow.git_dir()).expect_err("not watched");
         assert!(why.contains("nested git repository"), "{why}");
+        // Watched again without it; then a file name that is not UTF-8 (which git
+        // takes, and a path string here cannot carry).
+        std::fs::remove_dir_all(dir.join("z/inner")).unwrap();
+        super::forget(shadow.git_dir());
+        check("the nested repository gone", 5);
+        super::state(shadow.git_dir()).expect("watched again");
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+            std::fs::write(dir.join("z").join(name), "latin-1\n").unwrap();
+        }
+        check("a file name that is not UTF-8", 6);
         let _ = std::fs::remove_dir_all(&root);
     }
 }
