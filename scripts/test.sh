@@ -52,6 +52,8 @@ done
 
 say "tests, default features"
 cargo test --workspace --locked
+say "the agents' process tests again on the fork path (macOS's, and old kernels')"
+BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test processes --test groups --test agents
 say "tests, without local-binding (the cloud build)"
 cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features --locked
 

@@ -22,6 +22,8 @@ pub mod process;
 pub mod scratch;
 pub mod settings;
 pub mod sidecar;
+#[cfg(target_os = "linux")]
+pub mod spawn;
 pub mod trust;
 mod turn;
 pub mod validate;

@@ -18,8 +18,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// An agent's output stream.
+pub type Output = Box<dyn AsyncRead + Send + Unpin>;
 
 /// Variables passed through from Berth's environment to every agent: the basics of a
 /// login, and how to reach the network (proxies, and the CA bundles that a company
@@ -80,18 +83,72 @@ impl SpawnError {
     }
 }
 
+/// The agent's process, as this side waits for it.
+enum Leader {
+    /// Started by `fork` (tokio's `Command`): macOS, and kernels without pidfds.
+    Forked(Child),
+    /// Started by [`crate::spawn`]: a pidfd to wait on, and the exit once reaped.
+    #[cfg(target_os = "linux")]
+    Cloned {
+        pid: u32,
+        /// Taken by `Drop` to reap an agent nobody waited for.
+        pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+        exit: Option<Option<i32>>,
+    },
+}
+
+impl Leader {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Leader::Forked(c) => c.id(),
+            #[cfg(target_os = "linux")]
+            Leader::Cloned { pid, exit, .. } => exit.is_none().then_some(*pid),
+        }
+    }
+
+    /// Waits for the exit (once reaped, the same answer again).
+    async fn wait(&mut self) -> std::io::Result<Option<i32>> {
+        match self {
+            Leader::Forked(c) => Ok(c.wait().await?.code()),
+            #[cfg(target_os = "linux")]
+            Leader::Cloned { pidfd, exit, .. } => {
+                if let Some(code) = exit {
+                    return Ok(*code);
+                }
+                let pidfd = pidfd
+                    .as_ref()
+                    .ok_or_else(|| std::io::Error::other("the agent's pidfd is gone"))?;
+                loop {
+                    let mut ready = pidfd.readable().await?;
+                    use std::os::fd::AsFd;
+                    if let Some(code) = crate::spawn::try_reap(ready.get_inner().as_fd())? {
+                        *exit = Some(code);
+                        return Ok(code);
+                    }
+                    ready.clear_ready();
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Leader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Leader({:?})", self.id())
+    }
+}
+
 /// A running agent: the leader of its own process group.
-#[derive(Debug)]
 pub struct AgentProcess {
-    child: Child,
+    child: Leader,
     pgid: Option<Pid>,
     /// Whether the leader was waited for (its pgid may then be reused once empty).
     reaped: bool,
     record: Option<GroupRecord>,
     /// The pipe of the watcher the group registered with, to unregister it.
     watcher: Option<Arc<WatchPipe>>,
-    pub stdout: Option<ChildStdout>,
-    pub stderr: Option<ChildStderr>,
+    pub stdout: Option<Output>,
+    pub stderr: Option<Output>,
 }
 
 /// The environment of an agent: the allowlist (plus the adapter's credential
@@ -129,20 +186,6 @@ pub async fn spawn(
     shown: &str,
     watcher: &Watcher,
 ) -> Result<AgentProcess, SpawnError> {
-    let mut cmd = Command::new(&inv.program);
-    cmd.args(&inv.args)
-        .env_clear()
-        .envs(env)
-        .stdin(if inv.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // Must resolve to some directory; the child fchdirs to the pinned one before exec.
-    cmd.current_dir("/");
     let raw_dir = dir.as_raw_fd();
     let parent = rustix::process::getpid();
     // Watched from before the exec: the agent cannot start anything unwatched. The
@@ -151,17 +194,122 @@ pub async fn spawn(
         program: inv.program.clone(),
         source,
     })?;
-    in_child(&mut cmd, raw_dir, parent, watcher.raw());
-    let mut child = cmd.spawn().map_err(|source| SpawnError::Spawn {
+    let spawn_error = |source| SpawnError::Spawn {
         program: inv.program.clone(),
         source,
-    })?;
-    let pgid = child.id().and_then(|id| Pid::from_raw(id as i32));
-    let stdin = child.stdin.take();
+    };
+    #[cfg(target_os = "linux")]
+    let started = if crate::spawn::supported() {
+        // SAFETY of the descriptor: the watcher's pipe is held (above) until the spawn
+        // returns.
+        #[allow(unsafe_code)]
+        let watcher_fd = unsafe { BorrowedFd::borrow_raw(watcher.raw()) };
+        let spawned = crate::spawn::spawn(&crate::spawn::Request {
+            program: &inv.program,
+            args: &inv.args,
+            env: &env,
+            dir,
+            watcher: watcher_fd,
+            stdin: inv.stdin.is_some(),
+        })
+        .map_err(spawn_error)?;
+        let pipe = |fd| -> Result<Output, SpawnError> {
+            Ok(Box::new(
+                tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(spawn_error)?,
+            ))
+        };
+        let stdin = match (spawned.stdin, inv.stdin.as_deref()) {
+            (Some(fd), Some(bytes)) => {
+                let sender =
+                    tokio::net::unix::pipe::Sender::from_owned_fd(fd).map_err(spawn_error)?;
+                // Most prompts fit the pipe's buffer: written now, without a task, and
+                // closed (EOF) at once; the rest, if any, below.
+                let written = sender.try_write(bytes).unwrap_or(0);
+                (written < bytes.len()).then_some((sender, written))
+            }
+            _ => None,
+        };
+        let pid = spawned.pid.as_raw_nonzero().get();
+        Some((
+            Leader::Cloned {
+                pid: pid.unsigned_abs(),
+                // SAFETY: an owned descriptor, open for the AsyncFd's whole life.
+                #[allow(unsafe_code)]
+                pidfd: Some(unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        spawned.pidfd,
+                        tokio::io::Interest::READABLE,
+                    )
+                    .map_err(|e| spawn_error(std::io::Error::other(e.to_string())))?
+                }),
+                exit: None,
+            },
+            stdin.map(|(s, written)| {
+                (
+                    Box::new(s) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    written,
+                )
+            }),
+            pipe(spawned.stdout)?,
+            pipe(spawned.stderr)?,
+        ))
+    } else {
+        None
+    };
+    #[cfg(not(target_os = "linux"))]
+    let started = None;
+    let (leader, stdin, stdout, stderr) = match started {
+        Some(s) => s,
+        None => {
+            let mut cmd = Command::new(&inv.program);
+            cmd.args(&inv.args)
+                .env_clear()
+                .envs(env)
+                .stdin(if inv.stdin.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            // Must resolve to some directory; the child fchdirs to the pinned one
+            // before exec.
+            cmd.current_dir("/");
+            in_child(&mut cmd, raw_dir, parent, watcher.raw());
+            let mut child = cmd.spawn().map_err(spawn_error)?;
+            let stdin = child.stdin.take().map(|s| {
+                (
+                    Box::new(s) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    0,
+                )
+            });
+            let stdout = child.stdout.take().map(|s| Box::new(s) as Output);
+            let stderr = child.stderr.take().map(|s| Box::new(s) as Output);
+            match (stdout, stderr) {
+                (Some(o), Some(e)) => (Leader::Forked(child), stdin, o, e),
+                _ => {
+                    return Err(spawn_error(std::io::Error::other(
+                        "the agent's output pipes are missing",
+                    )));
+                }
+            }
+        }
+    };
+    let pgid = leader.id().and_then(|id| Pid::from_raw(id as i32));
+    if let (Some(bytes), Some((mut stdin, written))) = (inv.stdin.clone(), stdin) {
+        // Written off the caller's path, then closed: the agent sees EOF. An agent that
+        // exits without reading is not an error of ours. Started before the group's
+        // record is written, so the agent need not wait for it.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&bytes[written..]).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
     let mut proc = AgentProcess {
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-        child,
+        stdout: Some(stdout),
+        stderr: Some(stderr),
+        child: leader,
         pgid,
         reaped: false,
         record: None,
@@ -172,14 +320,6 @@ pub async fn spawn(
         return Err(SpawnError::Record {
             program: inv.program.clone(),
             source,
-        });
-    }
-    if let (Some(bytes), Some(mut stdin)) = (inv.stdin.clone(), stdin) {
-        // Written off the caller's path, then closed: the agent sees EOF. An agent that
-        // exits without reading is not an error of ours.
-        tokio::spawn(async move {
-            let _ = stdin.write_all(&bytes).await;
-            let _ = stdin.shutdown().await;
         });
     }
     Ok(proc)
@@ -219,6 +359,16 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
             }
             Ok(())
         });
+    }
+}
+
+impl std::fmt::Debug for AgentProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentProcess")
+            .field("child", &self.child)
+            .field("pgid", &self.pgid)
+            .field("reaped", &self.reaped)
+            .finish_non_exhaustive()
     }
 }
 
@@ -288,9 +438,9 @@ impl AgentProcess {
 
     /// Waits for the agent to exit; its exit code (`None` if killed by a signal).
     pub async fn wait(&mut self) -> std::io::Result<Option<i32>> {
-        let status = self.child.wait().await?;
+        let code = self.child.wait().await?;
         self.reaped = true;
-        Ok(status.code())
+        Ok(code)
     }
 
     /// Stops the agent's whole process group: SIGTERM, then SIGKILL after `grace`.
@@ -305,15 +455,15 @@ impl AgentProcess {
                 if let Some(pgid) = self.pgid {
                     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
                 }
-                Ok(status?.code())
+                status
             }
             Err(_) => {
                 if let Some(pgid) = self.pgid {
                     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
                 }
-                let status = self.child.wait().await?;
+                let code = self.child.wait().await?;
                 self.reaped = true;
-                Ok(status.code())
+                Ok(code)
             }
         }
     }
@@ -326,6 +476,25 @@ impl Drop for AgentProcess {
             && let Some(pgid) = self.pgid
         {
             let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+        }
+        // A cloned leader nobody waited for is reaped once it is gone (tokio does the
+        // same for its own children).
+        #[cfg(target_os = "linux")]
+        if let Leader::Cloned {
+            pidfd, exit: None, ..
+        } = &mut self.child
+            && let Some(fd) = pidfd.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                use std::os::fd::AsFd;
+                while let Ok(mut ready) = fd.readable().await {
+                    match crate::spawn::try_reap(ready.get_inner().as_fd()) {
+                        Ok(None) => ready.clear_ready(),
+                        Ok(Some(_)) | Err(_) => break,
+                    }
+                }
+            });
         }
     }
 }

@@ -237,6 +237,62 @@ async fn sse_replays_after_last_event_id_without_gaps_or_duplicates() {
     assert_eq!(tail, all[n - 1..].to_vec());
 }
 
+/// `berth send`'s one request: the message, answered by its turn as a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_message_is_answered_by_its_turn() {
+    let t = TestServer::start(8).await;
+    add_agent(&t, "cat", "cat").await;
+    let s = new_session(&t, "cat").await;
+    // Earlier turns are not replayed: the stream starts at this message.
+    let first = send(&t, &s, "before").await;
+    t.wait_task(&first).await;
+    let stream = tokio::net::UnixStream::connect(&t.socket).await.unwrap();
+    let evs = common::sse_request(
+        stream,
+        "POST",
+        &format!("/api/v1/sessions/{s}/messages?stream=true"),
+        &[("host", "x"), ("accept", "text/event-stream")],
+        Some(json!({"text": "streamed"})),
+        |evs| evs.iter().any(|e| e.event == "task"),
+    )
+    .await;
+    assert_eq!(evs[0].event, "accepted");
+    let task = evs[0].data["task"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(task, first);
+    assert_eq!(evs[1].event, "message");
+    assert_eq!(evs[1].id, evs[0].data["message_seq"].as_i64().unwrap());
+    // Every event after it is this turn's, in order, through its end.
+    for pair in evs[1..].windows(2) {
+        assert_eq!(pair[1].id, pair[0].id + 1);
+    }
+    assert!(evs[1..].iter().all(|e| e.data["task_id"] == json!(task)));
+    let end = evs.last().unwrap();
+    assert_eq!(end.data["payload"]["task"]["status"], "succeeded");
+    let said: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.event == "agent")
+        .filter_map(|e| e.data["payload"]["text"].as_str())
+        .collect();
+    assert!(said.concat().contains("streamed"), "{said:?}");
+    // A refused message is refused before any stream starts.
+    let r = t
+        .call(
+            "POST",
+            &format!("/api/v1/sessions/{s}/messages?stream=true"),
+            Some(json!({"text": "  "})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let r = t
+        .call(
+            "POST",
+            "/api/v1/sessions/nope/messages?stream=true",
+            Some(json!({"text": "x"})),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+}
+
 async fn web(t: &TestServer) -> (std::net::SocketAddr, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -154,6 +154,49 @@ impl Client {
         self.call(Method::POST, path, Some(body)).await
     }
 
+    /// Sends a message and follows its turn in the same request (`?stream=true`):
+    /// the task document from the first `accepted` event, and the stream of the
+    /// session's events from the message on.
+    pub async fn send_streamed(
+        &self,
+        session: &str,
+        body: &Value,
+    ) -> Result<(Value, EventStream), CliError> {
+        let path = format!("/api/v1/sessions/{}/messages?stream=true", encode(session));
+        let headers = [("accept", "text/event-stream".to_owned())];
+        let resp = self.send(Method::POST, &path, Some(body), &headers).await?;
+        if resp.status() != StatusCode::OK {
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(CliError::from_body(status, &value));
+        }
+        let mut stream = EventStream {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        };
+        match stream.next().await? {
+            Some(ev) if ev.event == "accepted" => {
+                let reply = serde_json::from_str(&ev.data).map_err(|e| {
+                    CliError::new(
+                        format!("berth answered the message with an unreadable task: {e}"),
+                        "check that the socket belongs to a Berth server of the same version",
+                    )
+                })?;
+                Ok((reply, stream))
+            }
+            _ => Err(CliError::new(
+                "berth did not accept the message in its answer",
+                "check that the socket belongs to a Berth server of the same version",
+            )),
+        }
+    }
+
     /// Opens a session's event stream (SSE), resuming after `after` when given.
     pub async fn events(&self, session: &str, after: Option<i64>) -> Result<EventStream, CliError> {
         let headers: Vec<(&str, String)> = match after {

@@ -578,12 +578,19 @@ async fn send(
     detach: bool,
     json: bool,
 ) -> Result<u8, CliError> {
-    let reply = c
-        .post(
-            &format!("/api/v1/sessions/{}/messages", encode(id)),
-            &json!({"text": text}),
-        )
-        .await?;
+    // Following the turn: one request, its answer the turn's events.
+    let (reply, streamed) = if detach {
+        let reply = c
+            .post(
+                &format!("/api/v1/sessions/{}/messages", encode(id)),
+                &json!({"text": text}),
+            )
+            .await?;
+        (reply, None)
+    } else {
+        let (reply, stream) = c.send_streamed(id, &json!({"text": text})).await?;
+        (reply, Some(stream))
+    };
     let task = reply["task"].clone();
     let task_id = task["id"].as_str().unwrap_or_default().to_owned();
     let session_id = task["session_id"].as_str().unwrap_or(id).to_owned();
@@ -599,8 +606,13 @@ async fn send(
         }
         return Ok(0);
     }
-    let after = reply["message_seq"].as_i64().map(|n| n - 1);
-    let mut stream = c.events(&session_id, after).await?;
+    let mut stream = match streamed {
+        Some(stream) => stream,
+        None => {
+            let after = reply["message_seq"].as_i64().map(|n| n - 1);
+            c.events(&session_id, after).await?
+        }
+    };
     let mut view = render::Stream::new(json);
     let final_task = loop {
         let Some(ev) = stream.next().await? else {

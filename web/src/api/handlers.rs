@@ -230,11 +230,24 @@ pub(crate) async fn create_session(
     Ok(resp)
 }
 
+/// `?stream=true` on a message: the answer is the turn itself, as Server-Sent Events.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SendQuery {
+    #[serde(default)]
+    stream: bool,
+}
+
+/// `POST sessions/{id}/messages`: 202 with the task; with `?stream=true`, 200 and the
+/// session's events from this message on (`text/event-stream`), after a first
+/// `accepted` event whose data is that same task document. One request for what a
+/// client would otherwise do in two (the POST, then `GET events` from
+/// `message_seq - 1`), for `berth send`.
 pub(crate) async fn post_message(
     State(ctx): State<Ctx>,
     Path(id): Path<String>,
+    Query(q): Query<SendQuery>,
     JsonBody(req): JsonBody<NewMessage>,
-) -> Result<(StatusCode, Json<TaskReply>), ApiError> {
+) -> Result<Response, ApiError> {
     if req.text.trim().is_empty() {
         return Err(ApiError::BadRequest {
             message: "the message text is empty".into(),
@@ -246,13 +259,23 @@ pub(crate) async fn post_message(
         .add_message(id, ctx.surface.origin(), req.text)
         .await?;
     ctx.app.scheduler.notify(&task.session_id);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(TaskReply {
-            task: task_doc(ctx.surface, &ctx.app.display, &task),
-            message_seq: Some(seq),
-        }),
-    ))
+    let reply = TaskReply {
+        task: task_doc(ctx.surface, &ctx.app.display, &task),
+        message_seq: Some(seq),
+    };
+    if !q.stream {
+        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
+    }
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures_util::StreamExt;
+    let accepted = Event::default()
+        .event("accepted")
+        .data(serde_json::to_string(&reply).unwrap_or_default());
+    let events = super::sse::feed(&ctx, task.session_id.clone(), seq - 1);
+    let stream = futures_util::stream::once(async move { Ok(accepted) }).chain(events);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(super::sse::KEEP_ALIVE))
+        .into_response())
 }
 
 pub(crate) async fn list_tasks(

@@ -136,11 +136,20 @@ pub(crate) async fn events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok());
     let after = header.or(q.after).unwrap_or(0).max(0);
+    Ok(Sse::new(feed(&ctx, session.id, after)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// The session's events after `after`, then live.
+pub(crate) fn feed(
+    ctx: &Ctx,
+    session: String,
+    after: i64,
+) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
     // Subscribe first: whatever is stored after this point is also delivered live.
-    let live = ctx.app.store.hub().subscribe(&session.id);
+    let live = ctx.app.store.hub().subscribe(&session);
     let feed = Feed {
         store: ctx.app.store.clone(),
-        session: session.id,
+        session,
         last: after,
         backlog: VecDeque::new(),
         behind: true,
@@ -149,6 +158,5 @@ pub(crate) async fn events(
         display: ctx.app.display.clone(),
         closing: ctx.app.closing.clone(),
     };
-    let stream = futures_util::stream::unfold(feed, next);
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    futures_util::stream::unfold(feed, next)
 }

@@ -179,6 +179,13 @@ const V8: &str = r#"
 ALTER TABLE tasks ADD COLUMN changes TEXT;
 "#;
 
+/// A session's next waiting task without walking its whole history: the index holds
+/// only the tasks still waiting (the scheduler's `next_task` matches its condition).
+const V9: &str = r#"
+CREATE INDEX tasks_waiting ON tasks(session_id, seq)
+    WHERE status IN ('queued', 'waiting_daemon') AND started_at IS NULL;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -190,6 +197,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V6),
         M::up(V7),
         M::up(V8),
+        M::up(V9),
     ])
 }
 

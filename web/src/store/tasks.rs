@@ -302,11 +302,9 @@ fn next_task(
         return Ok(None);
     };
     let task = TaskRow::from_row(r)?;
-    let (text, origin): (String, String) = conn.query_row(
-        "SELECT text, origin FROM messages WHERE id = ?1",
-        [&task.message_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let (text, origin): (String, String) = conn
+        .prepare_cached("SELECT text, origin FROM messages WHERE id = ?1")?
+        .query_row([&task.message_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(Some((task, text, super::parse_enum(&origin)?)))
 }
 

@@ -330,6 +330,22 @@ pub async fn sse<S>(
     stream: S,
     path: &str,
     headers: &[(&str, &str)],
+    done: impl FnMut(&[SseEvent]) -> bool,
+) -> Vec<SseEvent>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    sse_request(stream, "GET", path, headers, None, done).await
+}
+
+/// [`sse`] for any request: a POST with a JSON body answered as a stream, too. An
+/// event without an id (`accepted`) comes with id 0.
+pub async fn sse_request<S>(
+    stream: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
     mut done: impl FnMut(&[SseEvent]) -> bool,
 ) -> Vec<SseEvent>
 where
@@ -339,12 +355,19 @@ where
         .await
         .expect("handshake");
     tokio::spawn(conn);
-    let mut req = hyper::Request::builder().method("GET").uri(path);
+    let mut req = hyper::Request::builder().method(method).uri(path);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
+    let bytes = match body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Bytes::from(v.to_string())
+        }
+        None => Bytes::new(),
+    };
     let res = send
-        .send_request(req.body(Full::new(Bytes::new())).expect("request"))
+        .send_request(req.body(Full::new(bytes)).expect("request"))
         .await
         .expect("response");
     assert_eq!(res.status().as_u16(), 200, "SSE status");
@@ -372,6 +395,7 @@ where
                         data.push_str(v);
                     }
                 }
+                let id = id.or_else(|| (!event.is_empty()).then_some(0));
                 if let Some(id) = id {
                     out.push(SseEvent {
                         id,
