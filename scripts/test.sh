@@ -64,4 +64,13 @@ if [[ -z "$quick" && -x scripts/test-browser.sh ]]; then
   say "the web UI in headless Chromium"
   scripts/test-browser.sh
 fi
+
+if [[ -z "$quick" ]]; then
+  # Issue 17: the dispatch figures against a bare spawn, measured in one run. A missed
+  # goal prints NO and never fails the tests; a benchmark that cannot run does.
+  say "dispatch regression check (the bench's quick mode; prints the ratios)"
+  cargo build --release --locked -p berth-local-agent --bin berth -p berth-tests --bin berth-bench
+  rel="${CARGO_TARGET_DIR:-target}/release"
+  BERTH_BIN="$rel/berth" "$rel/berth-bench" --quick --only dispatch
+fi
 say "all tests passed"

@@ -385,11 +385,9 @@ impl AgentProcess {
             start,
             dir: shown.to_owned(),
         };
-        let records = records.to_owned();
-        let record = tokio::task::spawn_blocking(move || GroupRecord::create(&records, &group))
-            .await
-            .map_err(std::io::Error::other)??;
-        self.record = Some(record);
+        // A few small local file operations, on this thread: no hand-off to another
+        // while the agent starts.
+        self.record = Some(GroupRecord::create(records, &group)?);
         Ok(())
     }
 
@@ -411,9 +409,15 @@ impl AgentProcess {
             Some(pgid)
                 if start.is_some_and(|s| groups::start_time(pgid).is_none_or(|t| t == s)) =>
             {
-                tokio::task::spawn_blocking(move || groups::kill_and_wait(pgid))
-                    .await
-                    .unwrap_or(false)
+                // Most often the group went with its leader: known at once, without a
+                // hand-off to a blocking thread that polls.
+                if let Some(id) = Pid::from_raw(pgid) {
+                    let _ = rustix::process::kill_process_group(id, Signal::KILL);
+                }
+                groups::members(pgid).is_empty()
+                    || tokio::task::spawn_blocking(move || groups::kill_and_wait(pgid))
+                        .await
+                        .unwrap_or(false)
             }
             Some(_) | None => true,
         };
