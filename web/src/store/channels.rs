@@ -107,7 +107,7 @@ impl Store {
         &self,
         session_id: String,
     ) -> Result<Option<ChannelThread>, StoreError> {
-        self.read(move |conn| {
+        self.read_small(move |conn| {
             conn.query_row(
                 "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
                 [&session_id],

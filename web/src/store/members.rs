@@ -123,7 +123,7 @@ impl Store {
 
     /// The live member whose token hashes to `hash`.
     pub async fn member_by_hash(&self, hash: String) -> Result<Option<MemberRow>, StoreError> {
-        self.read(move |conn| {
+        self.read_small(move |conn| {
             Ok(conn
                 .query_row(
                     &format!(
@@ -139,7 +139,7 @@ impl Store {
 
     /// The live member named `name`.
     pub async fn member(&self, name: String) -> Result<Option<MemberRow>, StoreError> {
-        self.read(move |conn| Ok(get_member(conn, &name)?.filter(|m| m.removed_at.is_none())))
+        self.read_small(move |conn| Ok(get_member(conn, &name)?.filter(|m| m.removed_at.is_none())))
             .await
     }
 

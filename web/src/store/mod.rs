@@ -1,8 +1,14 @@
 //! The store: one SQLite file, `berth.db`, in Berth's home.
 //!
 //! # Threads
-//! SQLite calls block, so none runs on the async executor's threads: every call goes
-//! through [`Store::read`] or [`Store::write`], which run it under `spawn_blocking`.
+//! SQLite calls block. Every call goes through [`Store::read`], [`Store::read_small`]
+//! or [`Store::write`]. A read of many rows (a list, a page of the transcript) runs
+//! under `spawn_blocking`. A write, and a read of a row or a few, is a matter of tens
+//! of microseconds: it runs on the calling thread when its connection is free (the
+//! writer not held, a pooled reader idle), and under `spawn_blocking` otherwise, so an
+//! async thread never waits for another's write. The hand-off to a blocking thread and
+//! back costs two thread wake-ups each, which is what a task's dispatch spent most of
+//! its time on (issue 17).
 //! Writes share one connection behind a mutex: SQLite admits one writer at a time
 //! anyway, and serializing them in-process means no `SQLITE_BUSY` retries and a single
 //! place where transcript events are numbered and then published in order. Reads take
@@ -174,6 +180,36 @@ impl Store {
             .map_err(|e| StoreError::Worker(e.to_string()))?
     }
 
+    /// A small read (one row or a few) on the calling thread when a pooled connection
+    /// is free, as [`Store::write`] does; otherwise as [`Store::read`].
+    pub async fn read_small<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let pooled = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match pooled {
+            Some(conn) => {
+                let out = f(&conn);
+                let mut pool = self
+                    .inner
+                    .readers
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if pool.len() < READER_POOL {
+                    pool.push(conn);
+                }
+                out
+            }
+            None => self.read(f).await,
+        }
+    }
+
     /// Runs a read on the calling thread (tests, benchmarks, startup).
     pub fn read_blocking<T>(
         &self,
@@ -219,6 +255,17 @@ impl Store {
             + Send
             + 'static,
     {
+        // Writes are short transactions. When the writer is free, one runs right here:
+        // no hand-off to a blocking thread and back (two thread wake-ups, a tenth of a
+        // task's dispatch). When another write holds it, the wait is a blocking
+        // thread's.
+        match self.inner.writer.try_lock() {
+            Ok(conn) => return self.write_locked(conn, f),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                return self.write_locked(p.into_inner(), f);
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.write_blocking(f))
             .await
@@ -230,11 +277,19 @@ impl Store {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self
+        let conn = self
             .inner
             .writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.write_locked(conn, f)
+    }
+
+    fn write_locked<T>(
+        &self,
+        mut conn: std::sync::MutexGuard<'_, Connection>,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let tx = conn.transaction()?;
         let mut outbox = Outbox::default();
         let out = f(&tx, &mut outbox)?;

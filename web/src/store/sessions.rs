@@ -168,7 +168,7 @@ impl Store {
         owner: Option<String>,
     ) -> Result<SessionRow, StoreError> {
         let prefix = prefix.to_owned();
-        self.read(move |conn| {
+        self.read_small(move |conn| {
             get_session(
                 conn,
                 &resolve_id(conn, Scoped::Sessions, &prefix, owner.as_deref())?,
@@ -180,7 +180,7 @@ impl Store {
     /// The session `prefix` names uniquely.
     pub async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
         let prefix = prefix.to_owned();
-        self.read(move |conn| get_session(conn, &session_id(conn, &prefix)?))
+        self.read_small(move |conn| get_session(conn, &session_id(conn, &prefix)?))
             .await
     }
 

@@ -256,7 +256,7 @@ impl Store {
     /// The session's next task with everything its run needs, in one read: the
     /// scheduler's hot path.
     pub async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
-        self.read(move |conn| {
+        self.read_small(move |conn| {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
             };
@@ -459,7 +459,7 @@ impl Store {
         owner: Option<String>,
     ) -> Result<TaskRow, StoreError> {
         let prefix = prefix.to_owned();
-        self.read(move |conn| {
+        self.read_small(move |conn| {
             let id = resolve_id(conn, Scoped::Tasks, &prefix, owner.as_deref())?;
             get_task(conn, &id)
         })
@@ -469,7 +469,7 @@ impl Store {
     /// The task `prefix` names uniquely.
     pub async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
         let prefix = prefix.to_owned();
-        self.read(move |conn| get_task(conn, &task_id(conn, &prefix)?))
+        self.read_small(move |conn| get_task(conn, &task_id(conn, &prefix)?))
             .await
     }
 
