@@ -144,7 +144,8 @@ fn native(c: &mut Criterion) {
     // changed (the tree before and after, and their summary), and the first snapshot
     // of a directory (a fresh shadow repository: every file hashed once).
     let limits = berth_local_agent::changes::Limits::default();
-    for (name, dir) in &repos {
+    // A directory pinned, and its shadow repository with a first snapshot taken.
+    let recorded = |dir: &Path| {
         let pinned = validate(&ctx, dir.to_str().unwrap()).unwrap();
         let shadow = berth_local_agent::changes::Shadow::open(
             &cfg.berth_home,
@@ -153,6 +154,10 @@ fn native(c: &mut Criterion) {
         )
         .unwrap();
         shadow.snapshot(&limits).unwrap();
+        (pinned, shadow)
+    };
+    for (name, dir) in &repos {
+        let (_, shadow) = recorded(dir);
         let mut n = 0u64;
         c.bench_function(&format!("change record, steady state ({name})"), |b| {
             b.iter(|| {
@@ -168,14 +173,7 @@ fn native(c: &mut Criterion) {
     }
     // The same with ten files edited during the "task": the cost of what changed.
     for (name, dir) in &repos {
-        let pinned = validate(&ctx, dir.to_str().unwrap()).unwrap();
-        let shadow = berth_local_agent::changes::Shadow::open(
-            &cfg.berth_home,
-            pinned.path(),
-            pinned.identity(),
-        )
-        .unwrap();
-        shadow.snapshot(&limits).unwrap();
+        let (pinned, shadow) = recorded(dir);
         let mut n = 0u64;
         c.bench_function(&format!("change record, 10 files edited ({name})"), |b| {
             b.iter(|| {

@@ -164,22 +164,9 @@ impl Client {
     ) -> Result<(Value, EventStream), CliError> {
         let path = format!("/api/v1/sessions/{}/messages?stream=true", encode(session));
         let headers = [("accept", "text/event-stream".to_owned())];
-        let resp = self.send(Method::POST, &path, Some(body), &headers).await?;
-        if resp.status() != StatusCode::OK {
-            let status = resp.status();
-            let bytes = resp
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Err(CliError::from_body(status, &value));
-        }
-        let mut stream = EventStream {
-            body: resp.into_body(),
-            buf: Vec::new(),
-        };
+        let mut stream = self
+            .stream(Method::POST, &path, Some(body), &headers)
+            .await?;
         match stream.next().await? {
             Some(ev) if ev.event == "accepted" => {
                 let reply = serde_json::from_str(&ev.data).map_err(|e| {
@@ -207,7 +194,18 @@ impl Client {
             None => vec![("accept", "text/event-stream".into())],
         };
         let path = format!("/api/v1/sessions/{}/events", encode(session));
-        let resp = self.send(Method::GET, &path, None, &headers).await?;
+        self.stream(Method::GET, &path, None, &headers).await
+    }
+
+    /// A request answered by an event stream (200), or the server's error.
+    async fn stream(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, String)],
+    ) -> Result<EventStream, CliError> {
+        let resp = self.send(method, path, body, headers).await?;
         if resp.status() != StatusCode::OK {
             let status = resp.status();
             let bytes = resp

@@ -593,8 +593,8 @@ async fn send(
     };
     let task = reply["task"].clone();
     let task_id = task["id"].as_str().unwrap_or_default().to_owned();
-    let session_id = task["session_id"].as_str().unwrap_or(id).to_owned();
-    if detach {
+    // Detached: no stream, the task is only queued.
+    let Some(mut stream) = streamed else {
         if json {
             println!("{}", json!({"task": task}));
         } else {
@@ -605,13 +605,6 @@ async fn send(
             );
         }
         return Ok(0);
-    }
-    let mut stream = match streamed {
-        Some(stream) => stream,
-        None => {
-            let after = reply["message_seq"].as_i64().map(|n| n - 1);
-            c.events(&session_id, after).await?
-        }
     };
     let mut view = render::Stream::new(json);
     let final_task = loop {

@@ -187,25 +187,8 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let pooled = self
-            .inner
-            .readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        match pooled {
-            Some(conn) => {
-                let out = f(&conn);
-                let mut pool = self
-                    .inner
-                    .readers
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if pool.len() < READER_POOL {
-                    pool.push(conn);
-                }
-                out
-            }
+        match self.pooled_reader() {
+            Some(conn) => self.read_on(conn, f),
             None => self.read(f).await,
         }
     }
@@ -215,13 +198,7 @@ impl Store {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = self
-            .inner
-            .readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let conn = match pooled {
+        let conn = match self.pooled_reader() {
             Some(c) => c,
             None => {
                 let c = Connection::open_with_flags(
@@ -234,6 +211,24 @@ impl Store {
                 c
             }
         };
+        self.read_on(conn, f)
+    }
+
+    /// An idle pooled reader, if there is one.
+    fn pooled_reader(&self) -> Option<Connection> {
+        self.inner
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    /// Runs `f` on `conn`, then gives the connection back to the pool (if it has room).
+    fn read_on<T>(
+        &self,
+        conn: Connection,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let out = f(&conn);
         let mut pool = self
             .inner
