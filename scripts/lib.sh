@@ -65,6 +65,17 @@ ensure_tmux() {
   fi
 }
 
+# PostgreSQL's server, for the tests' throwaway clusters (scripts/pg-cluster.sh), found
+# where that script looks: pg_config's bindir, else /usr/lib/postgresql/*/bin.
+ensure_postgres() {
+  local bindir
+  bindir=$(pg_config --bindir 2>/dev/null) || bindir=""
+  if [[ ! -x "$bindir/postgres" ]] && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
+    say "installing PostgreSQL from Debian's packages"
+    apt_install postgresql
+  fi
+}
+
 # The coding agent CLIs that tests/tests/real_clis.rs drives against a fake model server,
 # at pinned versions (about 800 MB), in BERTH_AGENT_CLIS (default ~/.cache/berth-agents).
 # Installs only when either binary is missing or reports another version, then exports

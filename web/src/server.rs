@@ -81,6 +81,9 @@ pub struct ServerOptions {
     /// The client answers to chat platforms go out through; `None`: one from
     /// [`crate::net::ClientOptions::from_env`] (the system's roots, `BERTH_CA_FILE`).
     pub http: Option<crate::net::HttpClient>,
+    /// `postgres://…`: the store on PostgreSQL (`berth-server --database`); `None`:
+    /// SQLite in the home.
+    pub database: Option<String>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -92,6 +95,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("channels", &self.channels)
             .field("daemons", &self.daemons)
             .field("http", &self.http)
+            .field("database", &self.database.is_some())
             .finish()
     }
 }
@@ -225,7 +229,19 @@ impl Server {
                 .map_err(io_err(home))?;
         }
         let lock = InstanceLock::acquire(home)?;
-        let store = Store::open(home).await?;
+        let store = match &opts.database {
+            None => Store::open(home).await?,
+            #[cfg(feature = "postgres")]
+            Some(url) => Store::connect(url).await?,
+            #[cfg(not(feature = "postgres"))]
+            Some(_) => {
+                return Err(ServerError::Store(StoreError::Unavailable(
+                    "this build has no PostgreSQL support (berth-web's `postgres` feature)"
+                        .to_owned(),
+                )));
+            }
+        };
+        tracing::info!(store = %store.describe(), "store open");
         if let Some(exec) = &opts.executor {
             let (id, name) = exec.machine();
             store.touch_machine(id, name).await?;

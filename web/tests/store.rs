@@ -1,11 +1,21 @@
-//! The store on a real SQLite file: round trips, restart recovery, id prefixes.
+//! The store suite, on both backends: a real SQLite file, and a real PostgreSQL server
+//! (a throwaway cluster, `common::pg`). Every test in [`on_both!`] runs on each, against
+//! the same expectations: round trips, restart recovery, id prefixes, the task
+//! lifecycle, members and tokens, channels, projects and bindings.
 
 mod common;
 
+use berth_core::api::Denial;
 use berth_core::api::TaskStatus;
+use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
+use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
-use berth_web::store::{NewSessionRow, Store, StoreError};
+use berth_web::store::{
+    ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, MemberChange, MemberRow, NewChannelMessage,
+    NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store, StoreError, StoredBinding,
+    TokenChange, TokenRow,
+};
 use common::TempDir;
 
 fn agent() -> AgentSpec {
@@ -28,11 +38,55 @@ fn unbound(title: &str) -> NewSessionRow {
     }
 }
 
-#[tokio::test]
-async fn everything_accepted_survives_a_restart_and_running_tasks_become_interrupted() {
-    let home = TempDir::new();
+/// Where one test's store lives.
+enum Place {
+    Sqlite(TempDir),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+impl Place {
+    /// Opens (again, after a "restart") the store.
+    async fn open(&self) -> Store {
+        match self {
+            Place::Sqlite(home) => Store::open(home.path()).await.unwrap(),
+            #[cfg(feature = "postgres")]
+            Place::Postgres(url) => Store::connect(url).await.unwrap(),
+        }
+    }
+}
+
+/// Runs each named test on SQLite and on PostgreSQL: `NAME::sqlite`, `NAME::postgres`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Place::Sqlite(super::TempDir::new())).await
+            }
+            #[cfg(feature = "postgres")]
+            #[tokio::test]
+            async fn postgres() {
+                let url = super::common::pg::fresh_database().await;
+                super::$name(super::Place::Postgres(url)).await
+            }
+        }
+    )*};
+}
+
+on_both!(
+    everything_accepted_survives_a_restart_and_running_tasks_become_interrupted,
+    ids_resolve_by_unique_prefix,
+    an_unknown_agent_names_the_known_ones,
+    a_task_goes_through_its_whole_life,
+    members_tokens_and_the_audit_trail,
+    channel_messages_are_taken_in_once,
+    projects_bindings_and_listing,
+);
+
+async fn everything_accepted_survives_a_restart_and_running_tasks_become_interrupted(place: Place) {
     let (session, running, queued) = {
-        let store = Store::open(home.path()).await.unwrap();
+        let store = place.open().await;
         assert_eq!(store.add_agent(agent()).await.unwrap(), agent());
         let s = store.create_session(unbound("demo")).await.unwrap();
         let (t1, seq1) = store
@@ -52,7 +106,7 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
         (s, t1, t2)
         // The store is dropped here as if the process died.
     };
-    let store = Store::open(home.path()).await.unwrap();
+    let store = place.open().await;
     let rec = store.recover().await.unwrap();
     assert_eq!(rec.interrupted, vec![running.id.clone()]);
     assert_eq!(rec.pending_sessions, vec![session.id.clone()]);
@@ -111,10 +165,8 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
     assert!(again.interrupted.is_empty());
 }
 
-#[tokio::test]
-async fn ids_resolve_by_unique_prefix() {
-    let home = TempDir::new();
-    let store = Store::open(home.path()).await.unwrap();
+async fn ids_resolve_by_unique_prefix(place: Place) {
+    let store = place.open().await;
     store.add_agent(agent()).await.unwrap();
     // Ids are random: among 17 sessions, two share at least their first character.
     let mut made = Vec::new();
@@ -184,10 +236,8 @@ async fn ids_resolve_by_unique_prefix() {
     ));
 }
 
-#[tokio::test]
-async fn an_unknown_agent_names_the_known_ones() {
-    let home = TempDir::new();
-    let store = Store::open(home.path()).await.unwrap();
+async fn an_unknown_agent_names_the_known_ones(place: Place) {
+    let store = place.open().await;
     store.add_agent(agent()).await.unwrap();
     let mut new = unbound("x");
     new.agent = Some("nope".into());
@@ -201,6 +251,567 @@ async fn an_unknown_agent_names_the_known_ones() {
         store.add_agent(agent()).await,
         Err(StoreError::AgentExists { .. })
     ));
+}
+
+fn finish(status: TaskStatus) -> Finish {
+    Finish {
+        status,
+        exit_code: None,
+        error: None,
+        error_code: None,
+        work_dir: None,
+        work_dir_display: None,
+        denials: Vec::new(),
+        changes: None,
+        record: None,
+    }
+}
+
+/// Every event of a session, in order.
+async fn transcript(store: &Store, session: &str) -> Vec<(i64, String)> {
+    store
+        .events_after(session.to_owned(), 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind))
+        .collect()
+}
+
+async fn a_task_goes_through_its_whole_life(place: Place) {
+    let store = place.open().await;
+    store.add_agent(agent()).await.unwrap();
+    let s = store.create_session(unbound("life")).await.unwrap();
+    let (t1, _) = store
+        .add_message(s.id.clone(), Origin::Api, "first".into())
+        .await
+        .unwrap();
+    let (t2, _) = store
+        .add_message(s.id.clone(), Origin::Web, "second".into())
+        .await
+        .unwrap();
+    let (t3, _) = store
+        .add_message(s.id.clone(), Origin::Api, "third".into())
+        .await
+        .unwrap();
+    assert_eq!((t1.seq, t2.seq, t3.seq), (1, 2, 3));
+    assert_eq!(t1.status, TaskStatus::Queued);
+
+    // The next run is the oldest waiting task, with its prompt and context.
+    let next = store.next_run(s.id.clone()).await.unwrap().unwrap();
+    assert_eq!(
+        (next.task.id.as_str(), next.prompt.as_str(), next.origin),
+        (t1.id.as_str(), "first", Origin::Api)
+    );
+    assert_eq!(
+        (next.agent, next.session.id.as_str()),
+        (agent(), s.id.as_str())
+    );
+    // Claimed once only.
+    assert!(store.claim(t1.id.clone()).await.unwrap());
+    assert!(!store.claim(t1.id.clone()).await.unwrap());
+    assert_eq!(
+        store.next_run(s.id.clone()).await.unwrap().unwrap().task.id,
+        t2.id
+    );
+
+    // What the run reports, then how it ended.
+    store
+        .run_events(
+            t1.clone(),
+            vec![
+                RunItem::Status {
+                    status: TaskStatus::Running,
+                    wait_reason: None,
+                },
+                RunItem::Agent(serde_json::json!({"type": "text", "text": "hello"})),
+                RunItem::Agent(serde_json::json!({"type": "text", "text": "world"})),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut fin = finish(TaskStatus::Succeeded);
+    fin.exit_code = Some(0);
+    fin.work_dir = Some("/srv/work".into());
+    fin.work_dir_display = Some("~/work".into());
+    fin.denials = vec![Denial {
+        tool: "Bash".into(),
+        target: "rm -rf /".into(),
+    }];
+    fin.record = Some(RunRecord {
+        binding_rev: s.binding_rev,
+        work_dir: Some("/srv/work".into()),
+        work_dir_display: Some("~/work".into()),
+        resume_id: Some("resume-1".into()),
+    });
+    let done = store.finish(t1.id.clone(), fin).await.unwrap();
+    assert_eq!(
+        (done.status, done.exit_code, done.denials.len()),
+        (TaskStatus::Succeeded, Some(0), 1)
+    );
+    assert!(done.started_at.is_some() && done.finished_at.is_some());
+    let session = store.session(&s.id).await.unwrap();
+    assert_eq!(
+        (
+            session.work_dir.as_deref(),
+            session.work_dir_display.as_deref(),
+            session.resume_id.as_deref()
+        ),
+        (Some("/srv/work"), Some("~/work"), Some("resume-1"))
+    );
+    let said = store.task_agent_events(done.clone()).await.unwrap();
+    assert_eq!(said[1]["text"], "world");
+
+    // A failure without a code gets the stable one; a refusal for a missing directory
+    // marks the binding... (unbound here: nothing to mark).
+    assert!(store.claim(t2.id.clone()).await.unwrap());
+    let failed = store
+        .finish(t2.id.clone(), finish(TaskStatus::Failed))
+        .await
+        .unwrap();
+    assert_eq!(failed.error_code.as_deref(), Some("internal"));
+
+    // Cancelled before it started; a started one is not "waiting".
+    let cancelled = store.cancel_waiting(t3.id.clone()).await.unwrap().unwrap();
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
+    assert!(store.cancel_waiting(t3.id.clone()).await.unwrap().is_none());
+    assert!(store.next_run(s.id.clone()).await.unwrap().is_none());
+
+    // Back in line: a claimed task its machine never started.
+    let (t4, _) = store
+        .add_message(s.id.clone(), Origin::Api, "fourth".into())
+        .await
+        .unwrap();
+    assert!(store.claim(t4.id.clone()).await.unwrap());
+    assert!(
+        store
+            .requeue(t4.id.clone(), "machine away".into())
+            .await
+            .unwrap()
+    );
+    let back = store.task(&t4.id).await.unwrap();
+    assert_eq!(
+        (back.status, back.wait_reason.as_deref(), back.started_at),
+        (TaskStatus::WaitingDaemon, Some("machine away"), None)
+    );
+    assert_eq!(store.waiting_sessions().await.unwrap(), vec![s.id.clone()]);
+    let undo_seq = store
+        .record_undo(
+            t1.id.clone(),
+            serde_json::json!({"task_id": t1.id, "files": 2}),
+        )
+        .await
+        .unwrap();
+
+    // The transcript: numbered 1, 2, 3… without a gap, every kind in place.
+    let events = transcript(&store, &s.id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.0).collect();
+    assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
+    let kinds: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message", "message", "message", "status", "agent", "agent", "task", "task", "task",
+            "message", "status", "undo"
+        ]
+    );
+    assert_eq!(undo_seq, events.len() as i64);
+    let tail = store.events_after(s.id.clone(), 10, 1).await.unwrap();
+    assert_eq!((tail.len(), tail[0].seq), (1, 11));
+
+    let listed: Vec<String> = store
+        .list_tasks(Some(s.id[..8].to_owned()), None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(listed, [t1.id, t2.id, t3.id, t4.id]);
+}
+
+async fn members_tokens_and_the_audit_trail(place: Place) {
+    let store = place.open().await;
+    store.add_agent(agent()).await.unwrap();
+    let before = store
+        .create_session(unbound("before members"))
+        .await
+        .unwrap();
+    assert_eq!(before.owner, None);
+    store.ensure_first_admin("hash-admin".into()).await.unwrap();
+    assert_eq!(
+        store.session(&before.id).await.unwrap().owner.as_deref(),
+        Some(FIRST_ADMIN)
+    );
+    // A new token at every start replaces the first admin's hash.
+    store
+        .ensure_first_admin("hash-admin-2".into())
+        .await
+        .unwrap();
+    assert!(
+        store
+            .member_by_hash("hash-admin".into())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let admin = store
+        .member_by_hash("hash-admin-2".into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(admin.admin && admin.name == FIRST_ADMIN);
+
+    let MemberChange::Done(ann) = store
+        .add_member("ann".into(), false, "hash-ann".into())
+        .await
+        .unwrap()
+    else {
+        panic!("ann not added")
+    };
+    assert!(!ann.admin);
+    assert_eq!(
+        store
+            .add_member("ann".into(), true, "other".into())
+            .await
+            .unwrap(),
+        MemberChange::Exists
+    );
+    assert_eq!(
+        store
+            .rotate_member_token(FIRST_ADMIN.into(), "x".into())
+            .await
+            .unwrap(),
+        MemberChange::Protected
+    );
+    assert!(matches!(
+        store
+            .rotate_member_token("ann".into(), "hash-ann-2".into())
+            .await
+            .unwrap(),
+        MemberChange::Done(_)
+    ));
+    assert!(
+        store
+            .member_by_hash("hash-ann".into())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .member_by_hash("hash-ann-2".into())
+            .await
+            .unwrap()
+            .map(|m| m.name),
+        Some("ann".to_owned())
+    );
+
+    // Daemon tokens: one live name at a time, bound to the first machine.
+    let TokenChange::Done(t) = store
+        .create_token("laptop".into(), "th1".into(), Some("ann".into()))
+        .await
+        .unwrap()
+    else {
+        panic!("token not created")
+    };
+    assert_eq!((t.machine, t.member.as_deref()), (None, Some("ann")));
+    assert_eq!(
+        store
+            .create_token("laptop".into(), "th2".into(), None)
+            .await
+            .unwrap(),
+        TokenChange::Exists
+    );
+    let m1 = MachineId::new("m-1");
+    assert!(matches!(
+        store.bind_token("laptop".into(), m1.clone()).await.unwrap(),
+        TokenChange::Done(TokenRow { machine: Some(ref m), .. }) if *m == m1
+    ));
+    assert_eq!(
+        store
+            .bind_token("laptop".into(), MachineId::new("m-2"))
+            .await
+            .unwrap(),
+        TokenChange::OtherMachine(m1.clone())
+    );
+    assert_eq!(
+        store.bind_token("nope".into(), m1.clone()).await.unwrap(),
+        TokenChange::Unknown
+    );
+    store
+        .create_token("desk".into(), "th3".into(), Some("ann".into()))
+        .await
+        .unwrap();
+
+    // Removing ann names her live daemon tokens (the registry revokes them).
+    let (change, tokens) = store.remove_member("ann".into()).await.unwrap();
+    assert!(matches!(
+        change,
+        MemberChange::Done(MemberRow {
+            removed_at: Some(_),
+            ..
+        })
+    ));
+    assert_eq!(tokens, ["desk", "laptop"]);
+    assert_eq!(store.member("ann".into()).await.unwrap(), None);
+    assert_eq!(
+        store.remove_member(FIRST_ADMIN.into()).await.unwrap().0,
+        MemberChange::Protected
+    );
+    let TokenChange::Done(revoked) = store.revoke_token("laptop".into()).await.unwrap() else {
+        panic!("not revoked")
+    };
+    assert!(revoked.revoked_at.is_some());
+    // A revoked name may be used again.
+    assert!(matches!(
+        store
+            .create_token("laptop".into(), "th4".into(), None)
+            .await
+            .unwrap(),
+        TokenChange::Done(TokenRow {
+            revoked_at: None,
+            ..
+        })
+    ));
+    let names: Vec<String> = store
+        .tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["desk", "laptop"]);
+    let members: Vec<String> = store
+        .members()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(members, ["admin", "ann"]);
+
+    for (who, what) in [
+        ("admin", "member.add"),
+        ("ann", "send"),
+        ("admin", "member.remove"),
+    ] {
+        store
+            .audit(who.into(), what.into(), Some("ann".into()), "api".into())
+            .await
+            .unwrap();
+    }
+    let all: Vec<(String, String)> = store
+        .audit_trail(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.member, a.action))
+        .collect();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[2], ("admin".to_owned(), "member.remove".to_owned()));
+    let ann_only = store.audit_trail(Some("ann".into())).await.unwrap();
+    assert_eq!(ann_only.len(), 1);
+    assert_eq!(ann_only[0].via, "api");
+}
+
+fn slack(event_id: &str, thread: &str, text: &str) -> NewChannelMessage {
+    NewChannelMessage {
+        platform: "slack",
+        thread_key: thread.into(),
+        event_id: event_id.into(),
+        text: text.into(),
+        agent: None,
+        title: format!("slack {thread}"),
+        owner: Some("admin".into()),
+    }
+}
+
+async fn channel_messages_are_taken_in_once(place: Place) {
+    let store = place.open().await;
+    // No agent yet: the intake fails and records nothing, so the retry can succeed.
+    assert!(matches!(
+        store.channel_intake(slack("ev1", "C1:1", "hi")).await,
+        Err(StoreError::UnknownAgent { .. })
+    ));
+    store.add_agent(agent()).await.unwrap();
+    let ChannelIntake::Queued {
+        session_id,
+        task,
+        new_session: true,
+    } = store
+        .channel_intake(slack("ev1", "C1:1", "hi"))
+        .await
+        .unwrap()
+    else {
+        panic!("not queued in a new session")
+    };
+    assert_eq!(
+        store
+            .channel_intake(slack("ev1", "C1:1", "hi"))
+            .await
+            .unwrap(),
+        ChannelIntake::Duplicate
+    );
+    let ChannelIntake::Queued {
+        session_id: same,
+        new_session: false,
+        ..
+    } = store
+        .channel_intake(slack("ev2", "C1:1", "more"))
+        .await
+        .unwrap()
+    else {
+        panic!("not queued in the same session")
+    };
+    assert_eq!(same, session_id);
+    let session = store.session(&session_id).await.unwrap();
+    assert_eq!(
+        (session.origin, session.owner.as_deref(), session.binding),
+        (Origin::Channel, Some("admin"), None)
+    );
+    assert_eq!(task.seq, 1);
+    assert_eq!(
+        store.channel_thread(session_id.clone()).await.unwrap(),
+        Some(ChannelThread {
+            platform: "slack".into(),
+            thread_key: "C1:1".into()
+        })
+    );
+    let tasks = store.list_tasks(Some(session_id), None).await.unwrap();
+    assert_eq!(tasks.len(), 2);
+}
+
+async fn projects_bindings_and_listing(place: Place) {
+    let store = place.open().await;
+    store.add_agent(agent()).await.unwrap();
+    store.add_project("app".into()).await.unwrap();
+    assert!(matches!(
+        store.add_project("app".into()).await,
+        Err(StoreError::ProjectExists { .. })
+    ));
+    let m1 = MachineId::new("m-1");
+    store
+        .touch_machine(m1.clone(), "laptop".into())
+        .await
+        .unwrap();
+    for dir in ["/home/u/app", "/home/u/app2"] {
+        store
+            .set_project_dir(
+                "app".into(),
+                ProjectDirRow {
+                    machine: m1.clone(),
+                    dir: dir.into(),
+                    display: "~/app".into(),
+                    mode: BindMode::InPlace,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let projects = store.list_projects().await.unwrap();
+    assert_eq!(projects.len(), 1);
+    assert_eq!(projects[0].dirs.len(), 1, "replaced, not added");
+    assert_eq!(projects[0].dirs[0].dir, "/home/u/app2");
+    assert!(matches!(
+        store
+            .set_project_dir("nope".into(), projects[0].dirs[0].clone())
+            .await,
+        Err(StoreError::UnknownProject { .. })
+    ));
+
+    let mut new = unbound("bound");
+    new.project = Some("app".into());
+    new.owner = Some("ann".into());
+    let s = store.create_session(new).await.unwrap();
+    let binding = StoredBinding {
+        dir: "/home/u/app2".into(),
+        display: "~/app2".into(),
+        identity: Some(DirIdentity {
+            dev: u64::MAX - 1,
+            ino: 42,
+        }),
+        machine: m1.clone(),
+        machine_name: "laptop".into(),
+        mode: BindMode::Worktree,
+        state: BindingState::Ok,
+    };
+    let bound = store
+        .set_binding(s.id.clone(), Some(binding.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        bound.binding.as_ref(),
+        Some(&binding),
+        "identity bits and machine name round-trip"
+    );
+    assert_eq!(bound.binding_rev, s.binding_rev + 1);
+    assert_eq!(
+        store.set_machine_online(m1.clone(), false).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store.session(&s.id).await.unwrap().binding.unwrap().state,
+        BindingState::MachineOffline
+    );
+    assert_eq!(store.set_machine_online(m1.clone(), true).await.unwrap(), 1);
+    assert_eq!(
+        store.mark_remote_offline(Some(m1.clone())).await.unwrap(),
+        0
+    );
+    assert_eq!(store.mark_remote_offline(None).await.unwrap(), 1);
+    let unbound_again = store.set_binding(s.id.clone(), None).await.unwrap();
+    assert_eq!(
+        (unbound_again.binding, unbound_again.resume_id),
+        (None, None)
+    );
+    let events = store.events_after(s.id.clone(), 0, 10).await.unwrap();
+    assert_eq!(
+        events[0].payload,
+        serde_json::json!({"from": null, "to": "~/app2"})
+    );
+    assert_eq!(
+        events[1].payload,
+        serde_json::json!({"from": "~/app2", "to": null})
+    );
+
+    // Listing: everyone's, or one owner's, oldest first.
+    let other = store.create_session(unbound("other")).await.unwrap();
+    let ids = |json: Vec<u8>| -> Vec<String> {
+        let v: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
+        v.into_iter()
+            .map(|d| d["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionRow| {
+        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+    };
+    assert_eq!(
+        ids(store.sessions_json(None, doc).await.unwrap()),
+        [s.id.clone(), other.id.clone()]
+    );
+    assert_eq!(
+        ids(store.sessions_json(Some("ann".into()), doc).await.unwrap()),
+        [s.id.clone()]
+    );
+    assert!(ids(store.sessions_json(Some("bob".into()), doc).await.unwrap()).is_empty());
+    // Another member's sessions do not match a prefix.
+    assert!(matches!(
+        store.session_of(&s.id, Some("bob".into())).await,
+        Err(StoreError::UnknownSession { .. })
+    ));
+    assert_eq!(
+        store
+            .session_of(&s.id, Some("ann".into()))
+            .await
+            .unwrap()
+            .id,
+        s.id
+    );
+    let machines = store.machines().await.unwrap();
+    assert_eq!(
+        (machines[0].0.clone(), machines[0].1.as_str()),
+        (m1, "laptop")
+    );
 }
 
 /// Listing 10,000 sessions (the budget: 20 ms). Run with

@@ -282,6 +282,17 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
             "project_exists",
             "choose another name".into(),
         ),
+        StoreError::Unavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the server's database is not reachable right now; try again in a few seconds".into(),
+        ),
+        #[cfg(feature = "postgres")]
+        StoreError::Postgres(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "see the server's log".into(),
+        ),
         StoreError::Sqlite(_)
         | StoreError::Migration { .. }
         | StoreError::Corrupt(_)

@@ -149,19 +149,9 @@ pub(crate) async fn list_sessions(
     let body = ctx
         .app
         .store
-        .read(move |conn| {
-            let rows = crate::store::list_sessions(conn, owner.as_deref())?;
-            let mut out = Vec::with_capacity(rows.len() * 256 + 2);
-            out.push(b'[');
-            for (i, row) in rows.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut out, &session_doc(surface, &display, row))
-                    .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
-            }
-            out.push(b']');
-            Ok(out)
+        .sessions_json(owner, move |out, row| {
+            serde_json::to_writer(out, &session_doc(surface, &display, row))
+                .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))
         })
         .await?;
     Ok((

@@ -10,13 +10,19 @@
 //! `$BERTH_HOME/serve.json`), reads by the bearer token or the cookie. With
 //! `--tls-cert`/`--tls-key` (PEM) it speaks https only; a non-loopback listener without
 //! TLS is refused unless `--insecure-http` says a proxy in front terminates TLS.
+//!
+//! `--database postgres://…` (or `BERTH_DATABASE_URL`) keeps the team's state in
+//! PostgreSQL instead of `berth.db` in the home. `BERTH_ADMIN_TOKEN` fixes the first
+//! admin's token (instead of a new one at every start): replicas on one database share
+//! it.
 
 use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
+const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--database postgres://USER:PASSWORD@HOST:PORT/DB]
+                    [--tls-cert FILE --tls-key FILE] [--insecure-http]
        berth-server member|audit … (berth-server member --help)";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
@@ -26,6 +32,7 @@ struct Args {
     home: PathBuf,
     tls: Option<(PathBuf, PathBuf)>,
     insecure_http: bool,
+    database: Option<String>,
 }
 
 fn default_home() -> Option<PathBuf> {
@@ -42,6 +49,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut listen = DEFAULT_LISTEN.to_owned();
     let mut home = None;
     let (mut cert, mut key, mut insecure_http) = (None, None, false);
+    let mut database = std::env::var("BERTH_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
@@ -56,6 +66,12 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 ))
             }
             "--insecure-http" => insecure_http = true,
+            "--database" => {
+                database = Some(
+                    args.next()
+                        .ok_or("--database needs a URL: postgres://USER:PASSWORD@HOST:PORT/DB")?,
+                )
+            }
             "--home" => {
                 home = Some(PathBuf::from(
                     args.next().ok_or("--home needs a directory")?,
@@ -81,6 +97,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         home,
         tls,
         insecure_http,
+        database,
     })
 }
 
@@ -153,6 +170,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ServerOptions {
             daemons: Some(berth_web::daemon::DaemonConfig::from_env()),
             channels: Some(channels),
+            database: args.database.clone(),
             ..ServerOptions::default()
         },
     )
@@ -180,7 +198,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             WebListener::Plain(tcp)
         }
     };
-    let token = new_token()?;
+    let token = match std::env::var("BERTH_ADMIN_TOKEN") {
+        Ok(t) if t.len() >= 32 => t,
+        Ok(t) if !t.is_empty() => {
+            return Err("BERTH_ADMIN_TOKEN is shorter than 32 characters; use a long random token (e.g. `openssl rand -hex 32`)".into());
+        }
+        _ => new_token()?,
+    };
     // The token in serve.json is the first admin's.
     server
         .state()

@@ -1,5 +1,6 @@
 //! Agents, projects with their directories, and machines.
 
+use super::rows::Cols;
 use super::{Store, StoreError, parse_enum};
 use crate::clock;
 use crate::executor::{AgentKind, AgentSpec};
@@ -24,7 +25,7 @@ pub struct ProjectRow {
     pub dirs: Vec<ProjectDirRow>,
 }
 
-fn kind_str(kind: AgentKind) -> &'static str {
+pub(crate) fn kind_str(kind: AgentKind) -> &'static str {
     match kind {
         AgentKind::Claude => "claude",
         AgentKind::Codex => "codex",
@@ -32,12 +33,12 @@ fn kind_str(kind: AgentKind) -> &'static str {
     }
 }
 
-fn agent_from_row(r: &rusqlite::Row<'_>) -> Result<AgentSpec, StoreError> {
-    let kind: String = r.get(1)?;
-    let command: String = r.get(2)?;
-    let permissions: Option<String> = r.get(3)?;
+pub(crate) fn agent_from_row(r: &impl Cols) -> Result<AgentSpec, StoreError> {
+    let kind = r.text(1)?;
+    let command = r.text(2)?;
+    let permissions = r.opt_text(3)?;
     Ok(AgentSpec {
-        name: r.get(0)?,
+        name: r.text(0)?,
         kind: parse_enum(&kind)?,
         command: serde_json::from_str(&command)
             .map_err(|e| StoreError::Corrupt(format!("agent command {command:?}: {e}")))?,
@@ -109,6 +110,7 @@ pub(crate) fn run_context(
 impl Store {
     /// Registers an agent; names are unique.
     pub async fn add_agent(&self, spec: AgentSpec) -> Result<AgentSpec, StoreError> {
+        on_pg!(self, pg => pg.add_agent(spec));
         self.write(move |tx, _| {
             let command = serde_json::to_string(&spec.command)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -134,6 +136,7 @@ impl Store {
 
     /// Every agent, oldest first.
     pub async fn list_agents(&self) -> Result<Vec<AgentSpec>, StoreError> {
+        on_pg!(self, pg => pg.list_agents());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT name, kind, command, permissions FROM agents ORDER BY created_at, name",
@@ -150,6 +153,7 @@ impl Store {
 
     /// Creates a project; names are unique.
     pub async fn add_project(&self, name: String) -> Result<ProjectRow, StoreError> {
+        on_pg!(self, pg => pg.add_project(name));
         self.write(move |tx, _| {
             let inserted = tx.execute(
                 "INSERT INTO projects (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
@@ -168,6 +172,7 @@ impl Store {
 
     /// Every project with its directories.
     pub async fn list_projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
+        on_pg!(self, pg => pg.list_projects());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached("SELECT name FROM projects ORDER BY name")?;
             let names = stmt
@@ -190,6 +195,7 @@ impl Store {
         project: String,
         dir: ProjectDirRow,
     ) -> Result<ProjectRow, StoreError> {
+        on_pg!(self, pg => pg.set_project_dir(project, dir));
         self.write(move |tx, _| {
             let known: Option<String> = tx
                 .query_row(
@@ -225,6 +231,7 @@ impl Store {
 
     /// Records a machine (the embedded executor, later a daemon) as seen now.
     pub async fn touch_machine(&self, id: MachineId, name: String) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.touch_machine(id, name));
         self.write(move |tx, _| {
             tx.execute(
                 "INSERT INTO machines (id, name, last_seen) VALUES (?1, ?2, ?3)

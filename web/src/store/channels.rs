@@ -54,6 +54,7 @@ impl Store {
     /// When anything fails (e.g. no agent to use), nothing is recorded, so the
     /// platform's retry can succeed later.
     pub async fn channel_intake(&self, m: NewChannelMessage) -> Result<ChannelIntake, StoreError> {
+        on_pg!(self, pg => pg.channel_intake(m));
         self.write(move |tx, outbox| {
             let fresh = tx.execute(
                 "INSERT INTO channel_events (platform, event_id, received_at) VALUES (?1, ?2, ?3)
@@ -107,6 +108,7 @@ impl Store {
         &self,
         session_id: String,
     ) -> Result<Option<ChannelThread>, StoreError> {
+        on_pg!(self, pg => pg.channel_thread(session_id));
         self.read_small(move |conn| {
             conn.query_row(
                 "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
@@ -129,6 +131,7 @@ impl Store {
         &self,
         task: TaskRow,
     ) -> Result<Vec<serde_json::Value>, StoreError> {
+        on_pg!(self, pg => pg.task_agent_events(task));
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT payload FROM events

@@ -1,6 +1,7 @@
 //! Remote daemons' tokens, waiting work, and which bound sessions' machines are
 //! offline.
 
+use super::rows::Cols;
 use super::{Store, StoreError};
 use crate::clock;
 use berth_core::binding::MachineId;
@@ -30,17 +31,21 @@ pub enum TokenChange<T> {
     OtherMachine(MachineId),
 }
 
-const TOKEN_COLUMNS: &str = "name, hash, machine, created_at, revoked_at, member";
+pub(crate) const TOKEN_COLUMNS: &str = "name, hash, machine, created_at, revoked_at, member";
+
+pub(crate) fn token_from(r: &impl Cols) -> Result<TokenRow, StoreError> {
+    Ok(TokenRow {
+        name: r.text(0)?,
+        hash: r.text(1)?,
+        machine: r.opt_text(2)?.map(MachineId::new),
+        created_at: r.text(3)?,
+        revoked_at: r.opt_text(4)?,
+        member: r.opt_text(5)?,
+    })
+}
 
 fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRow> {
-    Ok(TokenRow {
-        name: r.get(0)?,
-        hash: r.get(1)?,
-        machine: r.get::<_, Option<String>>(2)?.map(MachineId::new),
-        created_at: r.get(3)?,
-        revoked_at: r.get(4)?,
-        member: r.get(5)?,
-    })
+    token_from(r).map_err(StoreError::into_sqlite)
 }
 
 fn get_token(conn: &rusqlite::Connection, name: &str) -> Result<Option<TokenRow>, StoreError> {
@@ -56,6 +61,7 @@ fn get_token(conn: &rusqlite::Connection, name: &str) -> Result<Option<TokenRow>
 impl Store {
     /// Every token, revoked ones included, by name.
     pub async fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        on_pg!(self, pg => pg.tokens());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {TOKEN_COLUMNS} FROM daemon_tokens ORDER BY name"
@@ -76,6 +82,7 @@ impl Store {
         hash: String,
         member: Option<String>,
     ) -> Result<TokenChange<TokenRow>, StoreError> {
+        on_pg!(self, pg => pg.create_token(name, hash, member));
         self.write(move |tx, _| {
             if let Some(old) = get_token(tx, &name)? {
                 if old.revoked_at.is_none() {
@@ -94,6 +101,7 @@ impl Store {
 
     /// Revokes a token; revoking a revoked one changes nothing.
     pub async fn revoke_token(&self, name: String) -> Result<TokenChange<TokenRow>, StoreError> {
+        on_pg!(self, pg => pg.revoke_token(name));
         self.write(move |tx, _| {
             tx.execute(
                 "UPDATE daemon_tokens SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
@@ -111,6 +119,7 @@ impl Store {
         name: String,
         machine: MachineId,
     ) -> Result<TokenChange<TokenRow>, StoreError> {
+        on_pg!(self, pg => pg.bind_token(name, machine));
         self.write(move |tx, _| {
             let Some(row) = get_token(tx, &name)? else {
                 return Ok(TokenChange::Unknown);
@@ -135,6 +144,7 @@ impl Store {
 
     /// Machines' names and when they were last seen, by id.
     pub async fn machines(&self) -> Result<Vec<(MachineId, String, Option<String>)>, StoreError> {
+        on_pg!(self, pg => pg.machines());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached("SELECT id, name, last_seen FROM machines")?;
             let rows = stmt
@@ -150,6 +160,7 @@ impl Store {
     /// Sessions whose next task waits for a machine, oldest first: scheduled again
     /// when a machine comes online.
     pub async fn waiting_sessions(&self) -> Result<Vec<String>, StoreError> {
+        on_pg!(self, pg => pg.waiting_sessions());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT session_id FROM tasks WHERE status = 'waiting_daemon'
@@ -166,6 +177,7 @@ impl Store {
     /// Puts a task claimed for a machine that never started it back in line:
     /// `waiting_daemon` with `reason`, not started. `false` if it has moved on.
     pub async fn requeue(&self, id: String, reason: String) -> Result<bool, StoreError> {
+        on_pg!(self, pg => pg.requeue(id, reason));
         self.write(move |tx, outbox| {
             let n = tx.execute(
                 "UPDATE tasks SET started_at = NULL, status = 'waiting_daemon', wait_reason = ?2
@@ -189,6 +201,7 @@ impl Store {
         machine: MachineId,
         online: bool,
     ) -> Result<usize, StoreError> {
+        on_pg!(self, pg => pg.set_machine_online(machine, online));
         self.write(move |tx, _| {
             let (from, to) = if online {
                 ("machine_offline", "ok")
@@ -208,6 +221,7 @@ impl Store {
     /// At startup no daemon is online yet: every binding on a machine other than
     /// `local` shows `machine_offline` until that machine registers.
     pub async fn mark_remote_offline(&self, local: Option<MachineId>) -> Result<usize, StoreError> {
+        on_pg!(self, pg => pg.mark_remote_offline(local));
         self.write(move |tx, _| {
             let n = tx.execute(
                 "UPDATE sessions SET binding_state = 'machine_offline'

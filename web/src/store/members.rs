@@ -1,5 +1,6 @@
 //! A team's members (on `berth-server`), their hashed API tokens, and the audit trail.
 
+use super::rows::Cols;
 use super::{Store, StoreError};
 use crate::clock;
 use rusqlite::{OptionalExtension, params};
@@ -42,15 +43,20 @@ pub struct AuditRow {
     pub via: String,
 }
 
-const MEMBER_COLUMNS: &str = "name, admin, created_at, removed_at";
+pub(crate) const MEMBER_COLUMNS: &str = "name, admin, created_at, removed_at";
+
+/// A member row; `admin` is stored as an integer on both backends.
+pub(crate) fn member_from(r: &impl Cols) -> Result<MemberRow, StoreError> {
+    Ok(MemberRow {
+        name: r.text(0)?,
+        admin: r.int(1)? != 0,
+        created_at: r.text(2)?,
+        removed_at: r.opt_text(3)?,
+    })
+}
 
 fn member_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemberRow> {
-    Ok(MemberRow {
-        name: r.get(0)?,
-        admin: r.get::<_, i64>(1)? != 0,
-        created_at: r.get(2)?,
-        removed_at: r.get(3)?,
-    })
+    member_from(r).map_err(StoreError::into_sqlite)
 }
 
 fn get_member(conn: &rusqlite::Connection, name: &str) -> Result<Option<MemberRow>, StoreError> {
@@ -67,6 +73,7 @@ impl Store {
     /// Makes `serve.json`'s token the first admin's (a new one at every start), and
     /// gives the first admin what was made before members existed.
     pub async fn ensure_first_admin(&self, hash: String) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.ensure_first_admin(hash));
         self.write(move |tx, _| {
             let now = clock::now();
             tx.execute(
@@ -94,6 +101,7 @@ impl Store {
         admin: bool,
         hash: String,
     ) -> Result<MemberChange, StoreError> {
+        on_pg!(self, pg => pg.add_member(name, admin, hash));
         self.write(move |tx, _| {
             if get_member(tx, &name)?.is_some() {
                 return Ok(MemberChange::Exists);
@@ -109,6 +117,7 @@ impl Store {
 
     /// Every member, removed ones included, by name.
     pub async fn members(&self) -> Result<Vec<MemberRow>, StoreError> {
+        on_pg!(self, pg => pg.members());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {MEMBER_COLUMNS} FROM members ORDER BY name"
@@ -123,6 +132,7 @@ impl Store {
 
     /// The live member whose token hashes to `hash`.
     pub async fn member_by_hash(&self, hash: String) -> Result<Option<MemberRow>, StoreError> {
+        on_pg!(self, pg => pg.member_by_hash(hash));
         self.read_small(move |conn| {
             Ok(conn
                 .query_row(
@@ -139,6 +149,7 @@ impl Store {
 
     /// The live member named `name`.
     pub async fn member(&self, name: String) -> Result<Option<MemberRow>, StoreError> {
+        on_pg!(self, pg => pg.member(name));
         self.read_small(move |conn| Ok(get_member(conn, &name)?.filter(|m| m.removed_at.is_none())))
             .await
     }
@@ -149,6 +160,7 @@ impl Store {
         &self,
         name: String,
     ) -> Result<(MemberChange, Vec<String>), StoreError> {
+        on_pg!(self, pg => pg.remove_member(name));
         self.write(move |tx, _| {
             if name == FIRST_ADMIN {
                 return Ok((MemberChange::Protected, Vec::new()));
@@ -181,6 +193,7 @@ impl Store {
         name: String,
         hash: String,
     ) -> Result<MemberChange, StoreError> {
+        on_pg!(self, pg => pg.rotate_member_token(name, hash));
         self.write(move |tx, _| {
             if name == FIRST_ADMIN {
                 return Ok(MemberChange::Protected);
@@ -205,6 +218,7 @@ impl Store {
         target: Option<String>,
         via: String,
     ) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.audit(member, action, target, via));
         self.write(move |tx, _| {
             tx.execute(
                 "INSERT INTO audit (at, member, action, target, via) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -217,6 +231,7 @@ impl Store {
 
     /// The audit trail, oldest first; only `member`'s entries when given.
     pub async fn audit_trail(&self, member: Option<String>) -> Result<Vec<AuditRow>, StoreError> {
+        on_pg!(self, pg => pg.audit_trail(member));
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, at, member, action, target, via FROM audit

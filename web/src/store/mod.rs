@@ -1,4 +1,9 @@
-//! The store: one SQLite file, `berth.db`, in Berth's home.
+//! The store: one SQLite file, `berth.db`, in Berth's home; or, for a team's
+//! `berth-server --database postgres://…`, a PostgreSQL database ([`postgres`]).
+//!
+//! Both backends answer the same methods with the same rows; each public method runs
+//! PostgreSQL's version when the store is there ([`on_pg!`]) and SQLite's otherwise.
+//! The notes below are SQLite's; `postgres.rs` has its own.
 //!
 //! # Threads
 //! SQLite calls block. Every call goes through [`Store::read`], [`Store::read_small`]
@@ -20,10 +25,23 @@
 //! WAL with `synchronous=NORMAL`: a committed transaction survives a process crash;
 //! a power loss may drop the last few commits, never corrupt the file.
 
+/// Runs a method's PostgreSQL version when the store is on PostgreSQL:
+/// `on_pg!(self, pg => pg.method(args))` returns its result from the enclosing method.
+macro_rules! on_pg {
+    ($store:expr, $pg:ident => $call:expr) => {
+        #[cfg(feature = "postgres")]
+        if let Some($pg) = $store.pg() {
+            return $call.await;
+        }
+    };
+}
+
 mod agents;
 mod channels;
 mod daemons;
 mod members;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod rows;
 mod schema;
 mod sessions;
@@ -86,6 +104,24 @@ pub enum StoreError {
     ProjectExists { name: String },
     #[error("the store's worker thread failed: {0}")]
     Worker(String),
+    /// PostgreSQL's answer to a statement (`From` sorts out the transient ones).
+    #[cfg(feature = "postgres")]
+    #[error("database error: {0}")]
+    Postgres(tokio_postgres::Error),
+    /// The database cannot be reached (PostgreSQL down or restarting): the request may
+    /// be tried again shortly (503).
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// Back into a rusqlite error, inside a rusqlite row callback.
+    pub(crate) fn into_sqlite(self) -> rusqlite::Error {
+        match self {
+            StoreError::Sqlite(e) => e,
+            other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
+        }
+    }
 }
 
 /// A handle to the store; cheap to clone.
@@ -96,10 +132,22 @@ pub struct Store {
 
 #[derive(Debug)]
 struct Inner {
+    backend: Backend,
+    hub: Arc<Hub>,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(Sqlite),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Pg),
+}
+
+#[derive(Debug)]
+struct Sqlite {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    hub: Hub,
 }
 
 /// Collects the transcript events a write appends; they are published only after the
@@ -142,12 +190,60 @@ impl Store {
             })?;
         Ok(Store {
             inner: Arc::new(Inner {
-                path,
-                writer: Mutex::new(conn),
-                readers: Mutex::new(Vec::new()),
-                hub: Hub::default(),
+                backend: Backend::Sqlite(Sqlite {
+                    path,
+                    writer: Mutex::new(conn),
+                    readers: Mutex::new(Vec::new()),
+                }),
+                hub: Arc::new(Hub::default()),
             }),
         })
+    }
+
+    /// Connects to the PostgreSQL database at `url` (`postgres://…`) and migrates it
+    /// to the latest schema, under an advisory lock (replicas starting together apply
+    /// each migration once).
+    #[cfg(feature = "postgres")]
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let hub = Arc::new(Hub::default());
+        let pg = postgres::Pg::connect(url, hub.clone()).await?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                backend: Backend::Postgres(pg),
+                hub,
+            }),
+        })
+    }
+
+    /// The PostgreSQL backend, when the store is on it.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn pg(&self) -> Option<&postgres::Pg> {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Which backend, for logs and `serve.json`: `sqlite PATH` or `postgres HOST/DB`
+    /// (never a password).
+    pub fn describe(&self) -> String {
+        match &self.inner.backend {
+            Backend::Sqlite(s) => format!("sqlite {}", s.path.display()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => format!("postgres {}", pg.describe()),
+        }
+    }
+
+    /// The SQLite side; a rusqlite call on a PostgreSQL store is a bug in the caller,
+    /// reported as an error.
+    fn sqlite(&self) -> Result<&Sqlite, StoreError> {
+        match &self.inner.backend {
+            Backend::Sqlite(s) => Ok(s),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Err(StoreError::Worker(
+                "a SQLite call reached the PostgreSQL store".to_owned(),
+            )),
+        }
     }
 
     /// Opens the store without blocking the async executor.
@@ -156,11 +252,6 @@ impl Store {
         tokio::task::spawn_blocking(move || Store::open_blocking(&dir))
             .await
             .map_err(|e| StoreError::Worker(e.to_string()))?
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
     }
 
     /// The transcript's live feed.
@@ -202,7 +293,7 @@ impl Store {
             Some(c) => c,
             None => {
                 let c = Connection::open_with_flags(
-                    &self.inner.path,
+                    &self.sqlite()?.path,
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 configure(&c)?;
@@ -216,7 +307,8 @@ impl Store {
 
     /// An idle pooled reader, if there is one.
     fn pooled_reader(&self) -> Option<Connection> {
-        self.inner
+        self.sqlite()
+            .ok()?
             .readers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -230,13 +322,14 @@ impl Store {
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let out = f(&conn);
-        let mut pool = self
-            .inner
-            .readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if pool.len() < READER_POOL {
-            pool.push(conn);
+        if let Ok(sqlite) = self.sqlite() {
+            let mut pool = sqlite
+                .readers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if pool.len() < READER_POOL {
+                pool.push(conn);
+            }
         }
         out
     }
@@ -254,7 +347,7 @@ impl Store {
         // no hand-off to a blocking thread and back (two thread wake-ups, a tenth of a
         // task's dispatch). When another write holds it, the wait is a blocking
         // thread's.
-        match self.inner.writer.try_lock() {
+        match self.sqlite()?.writer.try_lock() {
             Ok(conn) => return self.write_locked(conn, f),
             Err(std::sync::TryLockError::Poisoned(p)) => {
                 return self.write_locked(p.into_inner(), f);
@@ -273,7 +366,7 @@ impl Store {
         f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let conn = self
-            .inner
+            .sqlite()?
             .writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);

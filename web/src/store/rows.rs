@@ -4,7 +4,53 @@ use super::{StoreError, parse_enum};
 use berth_core::api::{Task, TaskStatus};
 use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
-use rusqlite::Row;
+
+/// A result row of either backend, read by column index. Both backends return the same
+/// columns in the same order for the same query; the row types share one parser.
+pub(crate) trait Cols {
+    fn text(&self, i: usize) -> Result<String, StoreError>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError>;
+    fn int(&self, i: usize) -> Result<i64, StoreError>;
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError>;
+    fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError>;
+}
+
+impl Cols for rusqlite::Row<'_> {
+    fn text(&self, i: usize) -> Result<String, StoreError> {
+        Ok(self.get(i)?)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+        Ok(self.get(i)?)
+    }
+    fn int(&self, i: usize) -> Result<i64, StoreError> {
+        Ok(self.get(i)?)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError> {
+        Ok(self.get(i)?)
+    }
+    fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError> {
+        Ok(self.get(i)?)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Cols for tokio_postgres::Row {
+    fn text(&self, i: usize) -> Result<String, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+    fn int(&self, i: usize) -> Result<i64, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+    fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+}
 
 /// A session's binding as stored: the canonical path, its display form, the machine
 /// and mode, and the state last observed.
@@ -92,22 +138,19 @@ fn origin_from(s: &str) -> Result<Origin, StoreError> {
 }
 
 impl SessionRow {
-    pub(crate) fn from_row(r: &Row<'_>) -> Result<SessionRow, StoreError> {
-        let origin = r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
-        let origin = origin_from(origin)?;
-        let dir: Option<String> = r.get(7)?;
-        let binding = match dir {
+    pub(crate) fn from_row(r: &impl Cols) -> Result<SessionRow, StoreError> {
+        let origin = origin_from(&r.text(3)?)?;
+        let binding = match r.opt_text(7)? {
             None => None,
             Some(dir) => {
-                let machine: String = r.get(9)?;
-                let mode: Option<String> = r.get(10)?;
-                let state: Option<String> = r.get(11)?;
-                let name: Option<String> = r.get(15)?;
-                let dev: Option<i64> = r.get(16)?;
-                let ino: Option<i64> = r.get(17)?;
+                let machine = r.text(9)?;
+                let mode = r.opt_text(10)?;
+                let state = r.opt_text(11)?;
+                let name = r.opt_text(15)?;
+                let (dev, ino) = (r.opt_int(16)?, r.opt_int(17)?);
                 Some(StoredBinding {
                     dir,
-                    display: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+                    display: r.opt_text(8)?.unwrap_or_default(),
                     identity: identity_from(dev, ino),
                     machine_name: name.unwrap_or_else(|| machine.clone()),
                     machine: MachineId::new(machine),
@@ -117,19 +160,19 @@ impl SessionRow {
             }
         };
         Ok(SessionRow {
-            id: r.get(0)?,
-            title: r.get(1)?,
-            agent: r.get(2)?,
+            id: r.text(0)?,
+            title: r.text(1)?,
+            agent: r.text(2)?,
             origin,
-            project: r.get(4)?,
-            created_at: r.get(5)?,
-            updated_at: r.get(6)?,
+            project: r.opt_text(4)?,
+            created_at: r.text(5)?,
+            updated_at: r.text(6)?,
             binding,
-            binding_rev: r.get(12)?,
-            work_dir: r.get(13)?,
-            work_dir_display: r.get(18)?,
-            resume_id: r.get(14)?,
-            owner: r.get(19)?,
+            binding_rev: r.int(12)?,
+            work_dir: r.opt_text(13)?,
+            work_dir_display: r.opt_text(18)?,
+            resume_id: r.opt_text(14)?,
+            owner: r.opt_text(19)?,
         })
     }
 
@@ -203,29 +246,28 @@ pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, 
     work_dir_display, denials, changes";
 
 impl TaskRow {
-    pub(crate) fn from_row(r: &Row<'_>) -> Result<TaskRow, StoreError> {
-        let status: String = r.get(4)?;
+    pub(crate) fn from_row(r: &impl Cols) -> Result<TaskRow, StoreError> {
         Ok(TaskRow {
-            id: r.get(0)?,
-            session_id: r.get(1)?,
-            seq: r.get(2)?,
-            message_id: r.get(3)?,
-            status: parse_enum(&status)?,
-            wait_reason: r.get(5)?,
-            work_dir: r.get(6)?,
-            exit_code: r.get(7)?,
-            error: r.get(8)?,
-            error_code: r.get(9)?,
-            created_at: r.get(10)?,
-            started_at: r.get(11)?,
-            finished_at: r.get(12)?,
-            work_dir_display: r.get(13)?,
-            denials: match r.get::<_, Option<String>>(14)? {
+            id: r.text(0)?,
+            session_id: r.text(1)?,
+            seq: r.int(2)?,
+            message_id: r.text(3)?,
+            status: parse_enum(&r.text(4)?)?,
+            wait_reason: r.opt_text(5)?,
+            work_dir: r.opt_text(6)?,
+            exit_code: r.opt_i32(7)?,
+            error: r.opt_text(8)?,
+            error_code: r.opt_text(9)?,
+            created_at: r.text(10)?,
+            started_at: r.opt_text(11)?,
+            finished_at: r.opt_text(12)?,
+            work_dir_display: r.opt_text(13)?,
+            denials: match r.opt_text(14)? {
                 Some(text) => serde_json::from_str(&text)
                     .map_err(|e| StoreError::Corrupt(format!("task denials {text:?}: {e}")))?,
                 None => Vec::new(),
             },
-            changes: match r.get::<_, Option<String>>(15)? {
+            changes: match r.opt_text(15)? {
                 Some(text) => Some(
                     serde_json::from_str(&text)
                         .map_err(|e| StoreError::Corrupt(format!("task changes: {e}")))?,

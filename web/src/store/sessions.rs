@@ -157,6 +157,7 @@ pub(crate) fn insert_session(
 impl Store {
     /// Creates a session. Without an agent name, the only registered agent is used.
     pub async fn create_session(&self, new: NewSessionRow) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.create_session(new));
         self.write(move |tx, _| insert_session(tx, new)).await
     }
 
@@ -167,6 +168,7 @@ impl Store {
         prefix: &str,
         owner: Option<String>,
     ) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.session_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
             get_session(
@@ -179,6 +181,7 @@ impl Store {
 
     /// The session `prefix` names uniquely.
     pub async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.session(prefix));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| get_session(conn, &session_id(conn, &prefix)?))
             .await
@@ -192,6 +195,7 @@ impl Store {
         id: String,
         binding: Option<StoredBinding>,
     ) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.set_binding(id, binding));
         self.write(move |tx, outbox| {
             let before = get_session(tx, &id)?;
             let b = binding.as_ref();
@@ -232,9 +236,50 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<TranscriptEvent>, StoreError> {
+        on_pg!(self, pg => pg.events_after(session_id, after, limit));
         self.read(move |conn| events_after(conn, &session_id, after, limit))
             .await
     }
+}
+
+impl Store {
+    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
+    /// the documents `doc` writes, built off the async threads: a long list costs them
+    /// nothing.
+    pub async fn sessions_json<F>(
+        &self,
+        owner: Option<String>,
+        doc: F,
+    ) -> Result<Vec<u8>, StoreError>
+    where
+        F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError> + Send + 'static,
+    {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            let rows = pg.list_sessions(owner).await?;
+            return tokio::task::spawn_blocking(move || json_array(&rows, &doc))
+                .await
+                .map_err(|e| StoreError::Worker(e.to_string()))?;
+        }
+        self.read(move |conn| json_array(&list_sessions(conn, owner.as_deref())?, &doc))
+            .await
+    }
+}
+
+fn json_array<F>(rows: &[SessionRow], doc: &F) -> Result<Vec<u8>, StoreError>
+where
+    F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError>,
+{
+    let mut out = Vec::with_capacity(rows.len() * 256 + 2);
+    out.push(b'[');
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        doc(&mut out, row)?;
+    }
+    out.push(b']');
+    Ok(out)
 }
 
 /// Every session, oldest first; only `owner`'s when given.

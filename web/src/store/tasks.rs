@@ -127,7 +127,7 @@ fn record_status(
 /// The code of a task that ended badly without a more precise one: every failed,
 /// refused or interrupted task carries a stable code (an executor that reported none
 /// failed in a way nobody named — a bug).
-fn default_code(status: TaskStatus) -> Option<String> {
+pub(crate) fn default_code(status: TaskStatus) -> Option<String> {
     let code = match status {
         TaskStatus::Interrupted => berth_core::ErrorCode::Interrupted,
         TaskStatus::Failed | TaskStatus::Refused => berth_core::ErrorCode::Internal,
@@ -237,6 +237,7 @@ impl Store {
     /// Marks tasks left running by a previous process `interrupted` and lists the
     /// sessions whose queued tasks must be scheduled again.
     pub async fn recover(&self) -> Result<Recovery, StoreError> {
+        on_pg!(self, pg => pg.recover());
         self.write(|tx, outbox| recover(tx, outbox)).await
     }
 
@@ -249,6 +250,7 @@ impl Store {
         origin: Origin,
         text: String,
     ) -> Result<(TaskRow, i64), StoreError> {
+        on_pg!(self, pg => pg.add_message(session_prefix, origin, text));
         self.write(move |tx, outbox| insert_message(tx, outbox, &session_prefix, origin, &text))
             .await
     }
@@ -256,6 +258,7 @@ impl Store {
     /// The session's next task with everything its run needs, in one read: the
     /// scheduler's hot path.
     pub async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
+        on_pg!(self, pg => pg.next_run(session));
         self.read_small(move |conn| {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
@@ -311,6 +314,7 @@ fn next_task(
 impl Store {
     /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
     pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
+        on_pg!(self, pg => pg.claim(id));
         self.write(move |tx, _| {
             let n = tx.execute(
                 "UPDATE tasks SET started_at = ?2 WHERE id = ?1
@@ -329,6 +333,7 @@ impl Store {
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.set_status(id, status, wait_reason));
         self.write(move |tx, outbox| record_status(tx, outbox, &id, status, wait_reason))
             .await
     }
@@ -337,6 +342,7 @@ impl Store {
     /// changes (each also a transcript event) and agent events. Throughput depends on
     /// it: an agent's first output usually arrives with its `running` status.
     pub async fn run_events(&self, task: TaskRow, items: Vec<RunItem>) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.run_events(task, items));
         self.write(move |tx, outbox| {
             for item in items {
                 match item {
@@ -366,6 +372,7 @@ impl Store {
     /// Records how a task ended, updates its session, and appends the final task
     /// document to the transcript.
     pub async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.finish(id, fin));
         self.write(move |tx, outbox| {
             let now = clock::now();
             let error_code = fin.error_code.clone().or_else(|| default_code(fin.status));
@@ -415,6 +422,7 @@ impl Store {
 
     /// Cancels a task that has not started; `None` if it already has (or ended).
     pub async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
+        on_pg!(self, pg => pg.cancel_waiting(id));
         self.write(move |tx, outbox| {
             let n = tx.execute(
                 "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = ?2
@@ -437,6 +445,7 @@ impl Store {
         task_id: String,
         payload: serde_json::Value,
     ) -> Result<i64, StoreError> {
+        on_pg!(self, pg => pg.record_undo(task_id, payload));
         self.write(move |tx, outbox| {
             let task = get_task(tx, &task_id)?;
             append_event(
@@ -458,6 +467,7 @@ impl Store {
         prefix: &str,
         owner: Option<String>,
     ) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.task_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
             let id = resolve_id(conn, Scoped::Tasks, &prefix, owner.as_deref())?;
@@ -468,6 +478,7 @@ impl Store {
 
     /// The task `prefix` names uniquely.
     pub async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.task(prefix));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| get_task(conn, &task_id(conn, &prefix)?))
             .await
@@ -480,6 +491,7 @@ impl Store {
         session: Option<String>,
         owner: Option<String>,
     ) -> Result<Vec<TaskRow>, StoreError> {
+        on_pg!(self, pg => pg.list_tasks(session, owner));
         self.read(move |conn| {
             let (sql, arg) = match session {
                 Some(prefix) => {

@@ -1,6 +1,9 @@
 //! Shared test fixtures: temp homes, a real `sh -c` executor, a raw HTTP client.
 #![allow(dead_code)]
 
+#[cfg(feature = "postgres")]
+pub mod pg;
+
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
@@ -232,6 +235,7 @@ impl TestServer {
             channels: Some(Default::default()),
             daemons,
             http: None,
+            database: None,
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();
