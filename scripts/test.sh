@@ -15,6 +15,7 @@ ensure_wasm_toolchain
 ensure_node
 ensure_agent_clis
 ensure_tmux
+ensure_postgres
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
@@ -31,6 +32,7 @@ say "clippy, default features"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 say "clippy, without local-binding (browser and cloud builds)"
 cargo clippy -p berth-core -p berth-web -p berth-wasm --all-targets --no-default-features --locked -- -D warnings
+cargo clippy -p berth-web --all-targets --no-default-features --features postgres --locked -- -D warnings
 say "clippy, the browser bundle for wasm32"
 cargo clippy -p berth-wasm --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
@@ -50,12 +52,20 @@ for t in aarch64-apple-darwin x86_64-apple-darwin; do
     -p berth-local-agent --bin berth -p berth-web --bin berth-server
 done
 
+# One throwaway PostgreSQL cluster for every test that needs one (the store suite on
+# PostgreSQL, berth-server --database): in a temporary directory, as a non-root user,
+# on a loopback port; its reaper stops it and removes it when this script exits.
+say "a throwaway PostgreSQL server for the tests"
+BERTH_TEST_DATABASE_URL=$(scripts/pg-cluster.sh start --watch $$)
+export BERTH_TEST_DATABASE_URL
+
 say "tests, default features"
 cargo test --workspace --locked
 say "the agents' process tests again on the fork path (macOS's, and old kernels')"
 BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test processes --test groups --test agents
-say "tests, without local-binding (the cloud build)"
-cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features --locked
+say "tests, without local-binding (the cloud build, with PostgreSQL)"
+cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features \
+  --features berth-web/postgres --locked
 
 say "wasm tests under Node"
 cargo test -p berth-wasm --target wasm32-unknown-unknown --locked

@@ -241,6 +241,7 @@ impl Server {
                 )));
             }
         };
+        store.serve_exclusively().await?;
         tracing::info!(store = %store.describe(), "store open");
         if let Some(exec) = &opts.executor {
             let (id, name) = exec.machine();

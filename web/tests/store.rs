@@ -791,7 +791,7 @@ async fn projects_bindings_and_listing(place: Place) {
     );
     assert_eq!(
         ids(store.sessions_json(Some("ann".into()), doc).await.unwrap()),
-        [s.id.clone()]
+        std::slice::from_ref(&s.id)
     );
     assert!(ids(store.sessions_json(Some("bob".into()), doc).await.unwrap()).is_empty());
     // Another member's sessions do not match a prefix.
@@ -860,4 +860,149 @@ fn bench_list_10000_sessions() {
         total[total.len() / 2],
         total[total.len() - 1]
     );
+}
+
+/// PostgreSQL only: what several processes on one database must get right.
+#[cfg(feature = "postgres")]
+mod postgres_only {
+    use super::common::pg;
+    use super::*;
+
+    async fn count(url: &str, sql: &str) -> i64 {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client.query_one(sql, &[]).await.unwrap().get(0)
+    }
+
+    #[tokio::test]
+    async fn two_handles_number_a_session_without_gaps_and_claim_each_task_once() {
+        let url = pg::fresh_database().await;
+        let (a, b) = (
+            Store::connect(&url).await.unwrap(),
+            Store::connect(&url).await.unwrap(),
+        );
+        a.add_agent(agent()).await.unwrap();
+        let s = a.create_session(unbound("busy")).await.unwrap();
+        let mut sends = Vec::new();
+        for i in 0..20 {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let id = s.id.clone();
+            sends.push(tokio::spawn(async move {
+                store
+                    .add_message(id, Origin::Api, format!("m{i}"))
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut tasks = Vec::new();
+        for h in sends {
+            tasks.push(h.await.unwrap());
+        }
+        let mut seqs: Vec<i64> = tasks.iter().map(|(t, _)| t.seq).collect();
+        let mut event_seqs: Vec<i64> = tasks.iter().map(|(_, e)| *e).collect();
+        seqs.sort();
+        event_seqs.sort();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+        assert_eq!(event_seqs, (1..=20).collect::<Vec<_>>());
+        // Both handles claim every task at once: exactly one wins each.
+        let mut races = Vec::new();
+        for (t, _) in &tasks {
+            for store in [a.clone(), b.clone()] {
+                let id = t.id.clone();
+                races.push(tokio::spawn(async move { store.claim(id).await.unwrap() }));
+            }
+        }
+        let mut won = 0;
+        for r in races {
+            won += usize::from(r.await.unwrap());
+        }
+        assert_eq!(won, 20);
+    }
+
+    #[tokio::test]
+    async fn servers_starting_together_migrate_once() {
+        let url = pg::fresh_database().await;
+        let mut opening = Vec::new();
+        for _ in 0..4 {
+            let url = url.clone();
+            opening.push(tokio::spawn(async move { Store::connect(&url).await }));
+        }
+        for o in opening {
+            o.await.unwrap().unwrap();
+        }
+        let applied = count(&url, "SELECT count(*) FROM berth_schema").await;
+        assert_eq!(applied, berth_web::store::postgres::MIGRATIONS.len() as i64);
+        // A database from a newer build is refused, not half-used.
+        pg::admin(
+            Some(url.rsplit('/').next().unwrap()),
+            "INSERT INTO berth_schema (version, applied_at) VALUES (99, 'later')",
+        )
+        .await;
+        match Store::connect(&url).await {
+            Err(StoreError::Corrupt(msg)) => assert!(msg.contains("version 99"), "{msg}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_server_at_a_time_serves_a_database() {
+        let url = pg::fresh_database().await;
+        let first = Store::connect(&url).await.unwrap();
+        first.serve_exclusively().await.unwrap();
+        let second = Store::connect(&url).await.unwrap();
+        match second.serve_exclusively().await {
+            Err(StoreError::InUse(msg)) => assert!(msg.contains("another berth-server"), "{msg}"),
+            other => panic!("expected in use, got {other:?}"),
+        }
+        // Once the first one is gone, the next one starts.
+        drop(first);
+        second.serve_exclusively().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn lost_connections_are_replaced_and_an_absent_server_is_unavailable() {
+        let url = pg::fresh_database().await;
+        let db = url.rsplit('/').next().unwrap().to_owned();
+        let store = Store::connect(&url).await.unwrap();
+        store.add_agent(agent()).await.unwrap();
+        let s = store.create_session(unbound("x")).await.unwrap();
+        // The server drops every connection of the store (as a restart does).
+        pg::admin(
+            None,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+            ),
+        )
+        .await;
+        // Dropped connections are noticed and never handed out again: the store works
+        // at once, at worst after one call answered "unavailable" (503).
+        let mut unavailable = 0;
+        let again = loop {
+            match store.session(&s.id).await {
+                Ok(row) => break row,
+                Err(StoreError::Unavailable(_)) if unavailable == 0 => unavailable += 1,
+                Err(e) => panic!("a lost connection must read as unavailable: {e:?}"),
+            }
+        };
+        assert_eq!(again.id, s.id);
+        store
+            .add_message(s.id.clone(), Origin::Api, "after".into())
+            .await
+            .unwrap();
+        // Nothing listens on this port: unavailable, with the address named.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        match Store::connect(&format!("postgres://berth:x@127.0.0.1:{closed}/berth")).await {
+            Err(StoreError::Unavailable(msg)) => {
+                assert!(msg.contains(&format!("127.0.0.1:{closed}")), "{msg}");
+                assert!(!msg.contains(":x@"), "no password in messages: {msg}");
+            }
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+    }
 }

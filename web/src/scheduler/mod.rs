@@ -291,11 +291,55 @@ fn dispatch(inner: &Arc<Inner>, session: String) {
         left: AtomicBool::new(false),
     };
     tokio::spawn(async move {
-        if let Err(e) = drain(&guard).await {
-            tracing::error!(session = %session, error = %e, "scheduling stopped for the session");
+        let mut pause = RETRY_FIRST;
+        loop {
+            match drain(&guard).await {
+                Ok(()) => break,
+                // The database is away (PostgreSQL restarting): the session's work is
+                // still stored; look again after a pause.
+                Err(StoreError::Unavailable(e)) if !guard.inner.stopping.load(Ordering::SeqCst) => {
+                    tracing::warn!(session = %session, error = %e, pause_ms = pause.as_millis() as u64,
+                        "the database is unavailable; scheduling the session again after a pause");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+                Err(e) => {
+                    tracing::error!(session = %session, error = %e, "scheduling stopped for the session");
+                    break;
+                }
+            }
         }
         drop(guard);
     });
+}
+
+/// The first pause before a store call is tried again while the database is
+/// unavailable; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a run's record (its events, its outcome) is retried before it is given up.
+const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs a store write, again with backoff while the database is unavailable (for up to
+/// [`RETRY_FOR`]): what a run reported and how it ended must not be lost to a database
+/// restart. Any other error returns at once.
+async fn durable<T, Fut>(what: &str, mut call: impl FnMut() -> Fut) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let start = std::time::Instant::now();
+    let mut pause = RETRY_FIRST;
+    loop {
+        match call().await {
+            Err(StoreError::Unavailable(e)) if start.elapsed() < RETRY_FOR => {
+                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64,
+                    "the database is unavailable; {what} is tried again after a pause");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Runs a session's waiting tasks in order until none is left.
@@ -442,7 +486,10 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         let reason = outcome
             .error
             .unwrap_or_else(|| "the task waits for its machine".to_owned());
-        store.requeue(task.id, reason).await?;
+        durable("putting the task back in line", || {
+            store.requeue(task.id.clone(), reason.clone())
+        })
+        .await?;
         return Ok(Next::Continue);
     }
     let mut status = outcome.status;
@@ -471,7 +518,10 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
             resume_id: outcome.resume_id,
         }),
     };
-    let done = store.finish(task.id, fin).await?;
+    let done = durable("recording the task's outcome", || {
+        store.finish(task.id.clone(), fin.clone())
+    })
+    .await?;
     inner.finished(&done);
     Ok(Next::Continue)
 }
@@ -534,7 +584,11 @@ async fn execute(
                 }
             }
         }
-        if let Err(e) = store.run_events(task.clone(), items).await {
+        let recorded = durable("recording the task's events", || {
+            store.run_events(task.clone(), items.clone())
+        })
+        .await;
+        if let Err(e) = recorded {
             tracing::error!(task = %task.id, error = %e, "could not record events");
         }
     }

@@ -112,15 +112,18 @@ pub enum StoreError {
     /// be tried again shortly (503).
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
+    /// Another server holds the database (see `Store::serve_exclusively`).
+    #[error("{0}")]
+    InUse(String),
 }
 
 impl StoreError {
     /// Back into a rusqlite error, inside a rusqlite row callback.
     pub(crate) fn into_sqlite(self) -> rusqlite::Error {
-        match self {
-            StoreError::Sqlite(e) => e,
-            other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
+        if let StoreError::Sqlite(e) = self {
+            return e;
         }
+        rusqlite::Error::ToSqlConversionFailure(Box::new(self))
     }
 }
 
@@ -140,7 +143,7 @@ struct Inner {
 enum Backend {
     Sqlite(Sqlite),
     #[cfg(feature = "postgres")]
-    Postgres(postgres::Pg),
+    Postgres(Box<postgres::Pg>),
 }
 
 #[derive(Debug)]
@@ -209,7 +212,7 @@ impl Store {
         let pg = postgres::Pg::connect(url, hub.clone()).await?;
         Ok(Store {
             inner: Arc::new(Inner {
-                backend: Backend::Postgres(pg),
+                backend: Backend::Postgres(Box::new(pg)),
                 hub,
             }),
         })
@@ -222,6 +225,14 @@ impl Store {
             Backend::Postgres(pg) => Some(pg),
             Backend::Sqlite(_) => None,
         }
+    }
+
+    /// On PostgreSQL, makes this process the database's only server for its lifetime
+    /// (refused with [`StoreError::InUse`] while another holds it). SQLite's home has
+    /// `serve.lock` for that.
+    pub async fn serve_exclusively(&self) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.serve_exclusively());
+        Ok(())
     }
 
     /// Which backend, for logs and `serve.json`: `sqlite PATH` or `postgres HOST/DB`

@@ -61,6 +61,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The advisory lock that serialises migrations across replicas ("berth" in ASCII).
 const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
+/// The advisory lock the serving `berth-server` holds for its lifetime ("berthS").
+const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
+
+/// How long a starting server waits for the serving lock (a server that just stopped
+/// releases it when its connection closes).
+const SERVING_WAIT: Duration = Duration::from_secs(3);
+
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
 pub const MIGRATIONS: &[&str] = &[V1];
@@ -235,6 +242,8 @@ pub struct Pg {
     idle: Mutex<Vec<Conn>>,
     slots: Semaphore,
     hub: Arc<Hub>,
+    /// The connection holding [`SERVING_LOCK`], once [`Pg::serve_exclusively`] took it.
+    serving: Mutex<Option<Client>>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -376,6 +385,7 @@ impl Pg {
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(POOL),
             hub,
+            serving: Mutex::new(None),
         };
         pg.migrate().await?;
         Ok(pg)
@@ -461,6 +471,35 @@ impl Pg {
             .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
             .await?;
         out
+    }
+
+    /// Makes this process the database's only server, for as long as it lives: one
+    /// replica at a time, until the scheduler and the daemon registry share their state
+    /// through the database. A second server on the same database is refused at start
+    /// rather than left to interrupt the first one's running tasks (start-up recovery)
+    /// and run its queue a second time.
+    pub(crate) async fn serve_exclusively(&self) -> Result<(), StoreError> {
+        let conn = self.open().await?;
+        let deadline = std::time::Instant::now() + SERVING_WAIT;
+        loop {
+            let got: bool = conn
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&SERVING_LOCK])
+                .await?
+                .try_get(0)?;
+            if got {
+                *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.client);
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(StoreError::InUse(format!(
+                    "another berth-server is serving the database {}; this build serves one \
+                     database from one replica at a time",
+                    self.describe()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn publish(&self, w: W<'_>) -> Result<(), StoreError> {
