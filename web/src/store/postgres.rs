@@ -234,6 +234,9 @@ impl From<tokio_postgres::Error> for StoreError {
 struct Conn {
     client: Client,
     stmts: HashMap<String, Statement>,
+    /// A statement found the connection lost: it is not pooled again, even while the
+    /// client has not noticed yet (its `is_closed` lags the error).
+    broken: bool,
 }
 
 /// The PostgreSQL backend: a connection pool and the replica's live feed.
@@ -262,6 +265,7 @@ struct Lease<'a> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take()
+            && !conn.broken
             && !conn.client.is_closed()
         {
             self.pg
@@ -287,16 +291,25 @@ impl Lease<'_> {
         Ok(Q {
             c: &conn.client,
             stmts: &mut conn.stmts,
+            broken: &mut conn.broken,
         })
     }
 
     /// Begins a write.
     async fn begin(&mut self) -> Result<W<'_>, StoreError> {
-        let Conn { client, stmts } = self.conn()?;
-        let tx = client.transaction().await?;
+        let Conn {
+            client,
+            stmts,
+            broken,
+        } = self.conn()?;
+        let tx = match client.transaction().await {
+            Ok(tx) => tx,
+            Err(e) => return Err(mark(broken, e)),
+        };
         Ok(W {
             tx,
             stmts,
+            broken,
             outbox: Outbox::default(),
         })
     }
@@ -306,6 +319,16 @@ impl Lease<'_> {
 struct Q<'a, C> {
     c: &'a C,
     stmts: &'a mut HashMap<String, Statement>,
+    broken: &'a mut bool,
+}
+
+/// The store's error for `e`; a lost connection marks it broken.
+fn mark(broken: &mut bool, e: tokio_postgres::Error) -> StoreError {
+    let e = StoreError::from(e);
+    if matches!(e, StoreError::Unavailable(_)) {
+        *broken = true;
+    }
+    e
 }
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
@@ -315,29 +338,42 @@ impl<C: GenericClient + Sync> Q<'_, C> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.c.prepare(sql).await?;
+        let s = self
+            .c
+            .prepare(sql)
+            .await
+            .map_err(|e| mark(self.broken, e))?;
         self.stmts.insert(sql.to_owned(), s.clone());
         Ok(s)
     }
 
     async fn exec(&mut self, sql: &str, p: Params<'_>) -> Result<u64, StoreError> {
         let st = self.prepared(sql).await?;
-        Ok(self.c.execute(&st, p).await?)
+        self.c
+            .execute(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
     }
 
     async fn rows(&mut self, sql: &str, p: Params<'_>) -> Result<Vec<Row>, StoreError> {
         let st = self.prepared(sql).await?;
-        Ok(self.c.query(&st, p).await?)
+        self.c.query(&st, p).await.map_err(|e| mark(self.broken, e))
     }
 
     async fn opt(&mut self, sql: &str, p: Params<'_>) -> Result<Option<Row>, StoreError> {
         let st = self.prepared(sql).await?;
-        Ok(self.c.query_opt(&st, p).await?)
+        self.c
+            .query_opt(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
     }
 
     async fn one(&mut self, sql: &str, p: Params<'_>) -> Result<Row, StoreError> {
         let st = self.prepared(sql).await?;
-        Ok(self.c.query_one(&st, p).await?)
+        self.c
+            .query_one(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
     }
 }
 
@@ -346,6 +382,7 @@ impl<C: GenericClient + Sync> Q<'_, C> {
 struct W<'a> {
     tx: Transaction<'a>,
     stmts: &'a mut HashMap<String, Statement>,
+    broken: &'a mut bool,
     outbox: Outbox,
 }
 
@@ -354,11 +391,13 @@ impl<'a> W<'a> {
         Q {
             c: &self.tx,
             stmts: self.stmts,
+            broken: self.broken,
         }
     }
 
     async fn commit(self, hub: &Hub) -> Result<(), StoreError> {
-        self.tx.commit().await?;
+        let broken = self.broken;
+        self.tx.commit().await.map_err(|e| mark(broken, e))?;
         for ev in self.outbox.0 {
             hub.publish(ev);
         }
@@ -423,6 +462,7 @@ impl Pg {
         Ok(Conn {
             client,
             stmts: HashMap::new(),
+            broken: false,
         })
     }
 
