@@ -3,8 +3,12 @@
 //! `scripts/pg-cluster.sh`), a real daemon on a machine of its own, tasks through the
 //! API. Nothing is kept in the server's home: a server SIGKILLed mid-task and started
 //! again from another, empty home finds every session, task and transcript event, and
-//! the task it was running `interrupted`. A second server on the same database is
-//! refused while the first serves it.
+//! the task it was running `interrupted`.
+//!
+//! Several replicas: two servers and three daemons behind a small loopback TCP balancer
+//! written here, 20 sessions × 10 messages sent through both servers, the leading one
+//! SIGKILLed midway. Every message runs at most once, in order within its session, and
+//! nothing is left queued; a Slack event retried to both servers runs once.
 
 #[path = "../../web/tests/common/pg.rs"]
 mod pg;
@@ -45,12 +49,16 @@ impl Drop for Replica {
     }
 }
 
+const SLACK_SECRET: &str = "pg-e2e-signing-secret";
+
 fn start(home: &Path, port: u16, database: &str, admin: &str, log: PathBuf) -> Child {
     let out = std::fs::File::create(&log).unwrap();
     Command::new(server_bin())
         .args(["--listen", &format!("127.0.0.1:{port}"), "--home", s(home)])
         .args(["--database", database])
         .env("BERTH_ADMIN_TOKEN", admin)
+        .env("BERTH_SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .env("BERTH_CHANNEL_AGENT", "echo")
         .env("BERTH_DAEMON_WINDOW_MS", "1500")
         .env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000")
         .stdin(Stdio::null())
@@ -179,22 +187,15 @@ fn a_server_on_postgres_keeps_nothing_in_its_home_and_survives_a_sigkill() {
         "on PostgreSQL the home holds no database"
     );
 
-    // A second server on the same database is refused, and says why.
-    let mut other = start(
-        &root.path().join("two"),
-        free_port(),
-        &database,
-        &admin,
-        root.path().join("two.log"),
-    );
-    let status =
-        eventually(30, || other.try_wait().ok().flatten()).expect("the second server exits");
-    assert!(!status.success());
-    let said = std::fs::read_to_string(root.path().join("two.log")).unwrap();
-    assert!(
-        said.contains("another berth-server is serving the database"),
-        "{said}"
-    );
+    // A second server on the same database joins as a replica: it reads the same
+    // sessions, and what is sent through it runs (on the leader's daemon).
+    let two = Replica::start(root.path(), "two", free_port(), &database, &admin);
+    let (st, list) = two.api(&admin, "GET", "/api/v1/sessions", "");
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(list[0]["id"], session.as_str());
+    let via_two = two.send(&admin, &session, "through the replica");
+    two.wait_status(&admin, &via_two, &["succeeded"]);
+    let said = std::fs::read_to_string(&two.log).unwrap();
     assert!(
         !said.contains(&database),
         "the password is never printed: {said}"
@@ -209,9 +210,253 @@ fn a_server_on_postgres_keeps_nothing_in_its_home_and_survives_a_sigkill() {
     assert_eq!(t["error_code"], "interrupted", "{t}");
     assert_eq!(
         statuses(&second, &admin, &session),
-        ["succeeded", "succeeded", "succeeded", "interrupted"]
+        [
+            "succeeded",
+            "succeeded",
+            "succeeded",
+            "succeeded",
+            "interrupted"
+        ]
     );
+    drop(two);
     // The daemon reconnects to the new server and runs the next task.
     let after = second.send(&admin, &session, "after the restart");
     second.wait_status(&admin, &after, &["succeeded"]);
+}
+
+/// A loopback TCP balancer: each connection goes to the next backend that accepts it,
+/// round robin; bytes are copied both ways until either side closes.
+struct Balancer {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Balancer {
+    fn start(backends: Vec<String>) -> Balancer {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        std::thread::spawn(move || {
+            let turn = AtomicUsize::new(0);
+            while !halt.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                };
+                client.set_nonblocking(false).unwrap();
+                let start = turn.fetch_add(1, Ordering::SeqCst);
+                let upstream = (0..backends.len()).find_map(|i| {
+                    let b = &backends[(start + i) % backends.len()];
+                    TcpStream::connect_timeout(&b.parse().unwrap(), Duration::from_millis(500)).ok()
+                });
+                let Some(upstream) = upstream else { continue };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                pipe(upstream, client);
+            }
+        });
+        Balancer { port, stop }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// An agent that appends `SESSION-TAG N` (its prompt) to a log shared by the machines,
+/// then answers.
+fn appender(log: &Path) -> String {
+    format!(
+        r#"p=$(cat); sleep 0.05; printf '%s\n' "$p" >> {}; echo "done $p""#,
+        s(log)
+    )
+}
+
+fn slack_event(addr: &str, event_id: &str) -> u16 {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let body = json!({
+        "type": "event_callback", "event_id": event_id, "event_time": 1, "team_id": "T1",
+        "event": {"type": "message", "channel": "C9", "user": "U1", "text": "slack once", "ts": "9.1"}
+    })
+    .to_string();
+    let head = format!(
+        "POST /hooks/slack HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: {}\r\n",
+        berth_tests::steps::slack_sign(SLACK_SECRET, &ts, body.as_bytes())
+    );
+    let mut stream = TcpStream::connect(addr).unwrap();
+    raw_http(&mut stream, &head, body.as_bytes()).0
+}
+
+#[test]
+fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let database = rt.block_on(pg::fresh_database());
+    let root = TempDir::new("pg-replicas");
+    let admin = format!("{:064x}", 0x2e91_u64);
+    let one = Replica::start(root.path(), "one", free_port(), &database, &admin);
+    let two = Replica::start(root.path(), "two", free_port(), &database, &admin);
+    let balancer = Balancer::start(vec![one.addr.clone(), two.addr.clone()]);
+    let front = format!("http://127.0.0.1:{}", balancer.port);
+
+    let log = root.path().join("ran.log");
+    let script = root.path().join("append.sh");
+    write_script(&script, &format!("#!/bin/sh\n{}\n", appender(&log)));
+    let agent = json!({"name": "echo", "kind": "command", "command": [s(&script)]}).to_string();
+    assert_eq!(two.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+    let mut machines = Vec::new();
+    for i in 0..3 {
+        let (st, v) = two.api(
+            &admin,
+            "POST",
+            "/api/v1/daemon/tokens",
+            &json!({ "name": format!("m{i}") }).to_string(),
+        );
+        assert_eq!(st, 201, "{v}");
+        let mut m = Berth::new(&format!("pg-m{i}"));
+        m.daemon(
+            &front,
+            v["token"].as_str().unwrap(),
+            &format!("machine-{i}"),
+        );
+        machines.push(m);
+    }
+
+    // A Slack event delivered to both servers (the platform retrying elsewhere).
+    let (a, b) = (one.addr.clone(), two.addr.clone());
+    let deliveries = [
+        std::thread::spawn(move || slack_event(&a, "EvRetried")),
+        std::thread::spawn(move || slack_event(&b, "EvRetried")),
+    ];
+    for d in deliveries {
+        assert_eq!(d.join().unwrap(), 200);
+    }
+
+    let servers = [&one, &two];
+    let mut sessions = Vec::new();
+    for i in 0..20 {
+        let (st, v) = servers[i % 2].api(&admin, "POST", "/api/v1/sessions", r#"{"agent":"echo"}"#);
+        assert_eq!(st, 201, "{v}");
+        sessions.push(v["id"].as_str().unwrap().to_owned());
+    }
+    let mut tasks: Vec<(usize, usize, String)> = Vec::new();
+    let mut one = Some(one);
+    for n in 0..10 {
+        if n == 5 {
+            // The leader (one started first) dies with tasks running.
+            drop(one.take());
+        }
+        for (i, session) in sessions.iter().enumerate() {
+            let via = match (&one, (i + n) % 2) {
+                (Some(r), 0) => r,
+                _ => &two,
+            };
+            let task = via.send(&admin, session, &format!("s{i:02} {n}"));
+            tasks.push((i, n, task));
+        }
+    }
+
+    // Everything reaches a final status: a task the leader had claimed when it died
+    // ends `interrupted` (never run again: it may have started); every other succeeds.
+    let mut status = std::collections::HashMap::new();
+    for (i, n, task) in &tasks {
+        let done = eventually(60, || {
+            let (st, t) = two.api(&admin, "GET", &format!("/api/v1/tasks/{task}"), "");
+            (st == 200
+                && ["succeeded", "interrupted"].contains(&t["status"].as_str().unwrap_or("")))
+            .then_some(t)
+        });
+        let Some(t) = done else {
+            let logs: Vec<String> = machines.iter().map(|m| m.serve_log()).collect();
+            panic!(
+                "s{i:02} {n} ({task}) did not end: {:?}\ndaemons:\n{}",
+                two.api(&admin, "GET", &format!("/api/v1/tasks/{task}"), ""),
+                logs.join("\n---\n")
+            );
+        };
+        status.insert(
+            format!("s{i:02} {n}"),
+            t["status"].as_str().unwrap().to_owned(),
+        );
+    }
+    let interrupted: Vec<&String> = status
+        .iter()
+        .filter(|(_, st)| st.as_str() == "interrupted")
+        .map(|(k, _)| k)
+        .collect();
+    // The dead leader's claimed tasks: running on a machine, or handed to a machine's
+    // queue. At most one per session, and no more than its scheduler runs at once.
+    let max_parallel = berth_web::scheduler::DEFAULT_MAX_PARALLEL;
+    assert!(
+        interrupted.len() <= max_parallel,
+        "more than the leader had claimed: {interrupted:?}"
+    );
+    let mut per_session: Vec<&str> = interrupted.iter().map(|k| &k[..3]).collect();
+    per_session.sort_unstable();
+    let before = per_session.len();
+    per_session.dedup();
+    assert_eq!(
+        per_session.len(),
+        before,
+        "two of one session's tasks at once: {interrupted:?}"
+    );
+    // What the agents did: a succeeded task exactly once, an interrupted one at most
+    // once, and each session's in the order it was sent.
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = ran.lines().filter(|l| l.starts_with('s')).collect();
+    for (prompt, st) in &status {
+        let times = lines.iter().filter(|l| **l == prompt.as_str()).count();
+        match st.as_str() {
+            "succeeded" => assert_eq!(times, 1, "{prompt} ran {times} times"),
+            _ => assert!(times <= 1, "{prompt} ran {times} times"),
+        }
+    }
+    for (i, _) in sessions.iter().enumerate() {
+        let tag = format!("s{i:02} ");
+        let ns: Vec<usize> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&tag))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "s{i:02} out of order: {ns:?}"
+        );
+    }
+    let (_, all) = two.api(&admin, "GET", "/api/v1/tasks", "");
+    let open: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !["succeeded", "interrupted"].contains(&t["status"].as_str().unwrap_or("")))
+        .collect();
+    assert!(open.is_empty(), "left behind: {open:?}");
+    // The Slack event: one session, one task, run once.
+    let slack_runs = ran.lines().filter(|l| *l == "slack once").count();
+    assert_eq!(slack_runs, 1, "{ran}");
+    let channel_tasks = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !sessions.contains(&t["session_id"].as_str().unwrap_or("").to_owned()))
+        .count();
+    assert_eq!(channel_tasks, 1);
+    drop(machines);
 }

@@ -140,6 +140,10 @@ impl InstanceLock {
     }
 }
 
+/// How often a process that does not lead tries to (the leader's lock is free as soon
+/// as its connection closes).
+pub const LEAD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A running server's parts.
 #[derive(Debug)]
 pub struct Server {
@@ -151,6 +155,8 @@ pub struct Server {
     /// What the operator should know about the chat channels' configuration.
     channel_warnings: Vec<String>,
     closing: Arc<watch::Sender<bool>>,
+    /// On a database other processes may share (PostgreSQL).
+    shared: bool,
     _lock: InstanceLock,
 }
 
@@ -241,7 +247,9 @@ impl Server {
                 )));
             }
         };
-        store.serve_exclusively().await?;
+        // On a database several processes may share, the leader recovers and runs
+        // tasks ([`Server::lead`]); until then this one only serves the API.
+        let shared = opts.database.is_some();
         tracing::info!(store = %store.describe(), "store open");
         if let Some(exec) = &opts.executor {
             let (id, name) = exec.machine();
@@ -256,7 +264,11 @@ impl Server {
             }
             None => Vec::new(),
         };
-        let recovery = store.recover().await?;
+        let recovery = if shared {
+            Recovery::default()
+        } else {
+            store.recover().await?
+        };
         let display = opts.display.unwrap_or_else(native_context);
         let local = opts.executor.as_ref().map(|e| e.machine().0);
         let scheduler = Scheduler::start(store.clone(), opts.executor, opts.scheduler);
@@ -267,7 +279,11 @@ impl Server {
         )
         .await?;
         // No daemon is online before it registers: bindings on other machines show it.
-        store.mark_remote_offline(local).await?;
+        if shared {
+            scheduler.follow();
+        } else {
+            store.mark_remote_offline(local).await?;
+        }
         scheduler.attach_daemons(daemons.clone());
         let channels = opts
             .channels
@@ -285,7 +301,7 @@ impl Server {
             store.clone(),
             channels.clone(),
             Arc::new(display.clone()),
-            http,
+            http.clone(),
         )));
         let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
         for session in &recovery.pending_sessions {
@@ -301,11 +317,13 @@ impl Server {
                 closing: closed,
                 channels,
                 daemons,
+                http,
             },
             recovery,
             executor_notes,
             channel_warnings,
             closing: Arc::new(closing),
+            shared,
             _lock: lock,
         })
     }
@@ -333,6 +351,91 @@ impl Server {
     /// posted back), one line each, for the operator.
     pub fn channel_warnings(&self) -> &[String] {
         &self.channel_warnings
+    }
+
+    /// On a shared database (`ServerOptions::database`): takes part in the election of
+    /// the processes' leader, advertising `url` (how the others reach this one), until
+    /// this one leads; then recovers what the last leader left (its running tasks
+    /// become `interrupted`, queued ones run) and runs every process's work. The
+    /// receiver fires if leadership is lost (the database restarted, or dropped the
+    /// connection holding it): the caller should stop, and another process, or this
+    /// one started again, takes over. Does nothing on SQLite.
+    /// The first attempt is made before this returns: a server that can lead at once
+    /// has recovered and runs tasks when its caller starts answering.
+    pub async fn lead(&self, url: String) -> tokio::sync::oneshot::Receiver<String> {
+        let (lost_tx, lost) = tokio::sync::oneshot::channel();
+        if !self.shared {
+            // One process on its own file: it has led since it opened. The sender
+            // lives as long as the server.
+            let closing = self.closing.clone();
+            tokio::spawn(async move {
+                closing.closed().await;
+                drop(lost_tx);
+            });
+            return lost;
+        }
+        let state = self.state.clone();
+        let local = state.scheduler.executor().map(|e| e.machine().0);
+        let first = state.store.try_lead(&url).await;
+        let first_led: Result<bool, ()> = first.as_ref().map(|b| *b).map_err(|_| ());
+        let (tx, ready) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let store = &state.store;
+            let mut pause = std::time::Duration::from_millis(200);
+            let mut attempt = Some(first);
+            loop {
+                let result = match attempt.take() {
+                    Some(r) => r,
+                    None => store.try_lead(&url).await,
+                };
+                match result {
+                    Ok(true) => break,
+                    Ok(false) => pause = LEAD_RETRY,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot take part in the leader election; retrying");
+                        pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                    }
+                }
+                tokio::time::sleep(pause).await;
+            }
+            tracing::info!(url = %url, "this berth-server leads: it runs the tasks");
+            let recovered = async {
+                let rec = store.recover().await?;
+                store.mark_remote_offline(local.clone()).await?;
+                state.daemons.reload_tokens().await?;
+                Ok::<_, StoreError>(rec)
+            };
+            match recovered.await {
+                Ok(rec) => {
+                    for id in &rec.interrupted {
+                        tracing::warn!(task = %id, "interrupted: it was running when the last leader stopped");
+                    }
+                    state.scheduler.lead();
+                    for session in &rec.pending_sessions {
+                        state.scheduler.notify(session);
+                    }
+                    let _ = tx.send(());
+                }
+                Err(e) => {
+                    let _ = lost_tx.send(format!("recovery as the new leader failed: {e}"));
+                    return;
+                }
+            }
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                if !store.leads() {
+                    let _ = lost_tx
+                        .send("the database connection holding the leadership was lost".to_owned());
+                    return;
+                }
+            }
+        });
+        // Leading from the start: wait for the recovery. Otherwise another process
+        // leads (or will), and this one serves the API meanwhile.
+        if matches!(first_led, Ok(true)) {
+            let _ = ready.await;
+        }
+        lost
     }
 
     /// The handle the CLI calls on SIGINT/SIGTERM.

@@ -55,6 +55,9 @@ pub struct TranscriptEvent {
     pub at: String,
 }
 
+/// The `seq` of a [`Hub::nudge`]: no event, only "read the store".
+pub const NUDGE_SEQ: i64 = i64::MAX;
+
 /// How many undelivered events a slow subscriber may fall behind before it re-reads
 /// the store.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -73,6 +76,33 @@ impl Hub {
         map.entry(session_id.to_owned())
             .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
             .subscribe()
+    }
+
+    /// Tells a session's subscribers that the store holds events they have not been
+    /// given (another process on the database wrote them): they read the store.
+    pub fn nudge(&self, session_id: &str) {
+        self.publish(TranscriptEvent {
+            session_id: session_id.to_owned(),
+            seq: NUDGE_SEQ,
+            task_id: None,
+            kind: String::new(),
+            payload: serde_json::Value::Null,
+            at: String::new(),
+        });
+    }
+
+    /// [`Hub::nudge`] for every session with subscribers.
+    pub fn nudge_all(&self) {
+        let sessions: Vec<String> = self
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for s in sessions {
+            self.nudge(&s);
+        }
     }
 
     /// Delivers a stored event to the session's subscribers, if any.

@@ -293,11 +293,6 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
             "internal",
             "see the server's log".into(),
         ),
-        StoreError::InUse(_) => (
-            StatusCode::CONFLICT,
-            "database_in_use",
-            "stop the other berth-server, or give this one another database".into(),
-        ),
         StoreError::Sqlite(_)
         | StoreError::Migration { .. }
         | StoreError::Corrupt(_)

@@ -22,6 +22,7 @@ mod auth;
 mod binding;
 mod body;
 mod error;
+mod forward;
 mod handlers;
 mod members;
 mod redact;
@@ -93,6 +94,8 @@ pub struct AppState {
     pub channels: Arc<crate::hooks::Channels>,
     /// Remote daemons: tokens, and the machines online.
     pub daemons: crate::daemon::Daemons,
+    /// Outgoing requests: to the leader, from a server that does not lead.
+    pub http: crate::net::HttpClient,
 }
 
 /// A router's state: the shared state and the surface it serves.
@@ -230,9 +233,14 @@ pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app, true);
+    let leader = app.clone();
     finish(all_routes().merge(member_routes()), app, Surface::Cloud)
         .merge(crate::ui::ui_router())
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)
         .merge(daemons)
+        .layer(axum::middleware::from_fn_with_state(
+            leader,
+            forward::to_leader,
+        ))
 }

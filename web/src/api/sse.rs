@@ -116,6 +116,8 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
             _ = feed.closing.wait_for(|c| *c) => return None,
         };
         match received {
+            // Another process stored events: read them.
+            Ok(ev) if ev.seq == crate::transcript::NUDGE_SEQ => feed.behind = true,
             Ok(ev) if ev.seq <= feed.last => {}
             Ok(ev) if ev.seq == feed.last + 1 => feed.backlog.push_back((*ev).clone()),
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => feed.behind = true,

@@ -12,17 +12,20 @@
 //! TLS is refused unless `--insecure-http` says a proxy in front terminates TLS.
 //!
 //! `--database postgres://…` (or `BERTH_DATABASE_URL`) keeps the team's state in
-//! PostgreSQL instead of `berth.db` in the home. `BERTH_ADMIN_TOKEN` fixes the first
-//! admin's token (instead of a new one at every start): replicas on one database share
-//! it.
+//! PostgreSQL instead of `berth.db` in the home, so that several `berth-server`s
+//! (replicas, behind any HTTP load balancer) serve one team. One of them, elected
+//! through the database, leads: it runs the tasks and holds the daemons' connections;
+//! the others forward those requests to the address it advertises (`--advertise URL`,
+//! by default this listener's own). `BERTH_ADMIN_TOKEN` fixes the first admin's token
+//! (instead of a new one at every start): replicas on one database share it.
 
 use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--database postgres://USER:PASSWORD@HOST:PORT/DB]
-                    [--tls-cert FILE --tls-key FILE] [--insecure-http]
+const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
+                    [--database postgres://USER:PASSWORD@HOST:PORT/DB [--advertise URL]]
        berth-server member|audit … (berth-server member --help)";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
@@ -33,6 +36,7 @@ struct Args {
     tls: Option<(PathBuf, PathBuf)>,
     insecure_http: bool,
     database: Option<String>,
+    advertise: Option<String>,
 }
 
 fn default_home() -> Option<PathBuf> {
@@ -48,7 +52,7 @@ fn default_home() -> Option<PathBuf> {
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut listen = DEFAULT_LISTEN.to_owned();
     let mut home = None;
-    let (mut cert, mut key, mut insecure_http) = (None, None, false);
+    let (mut cert, mut key, mut insecure_http, mut advertise) = (None, None, false, None);
     let mut database = std::env::var("BERTH_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty());
@@ -66,6 +70,12 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 ))
             }
             "--insecure-http" => insecure_http = true,
+            "--advertise" => {
+                advertise = Some(
+                    args.next()
+                        .ok_or("--advertise needs the URL the other replicas reach this one at")?,
+                )
+            }
             "--database" => {
                 database = Some(
                     args.next()
@@ -97,6 +107,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         home,
         tls,
         insecure_http,
+        advertise,
         database,
     })
 }
@@ -198,6 +209,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             WebListener::Plain(tcp)
         }
     };
+    if args.database.is_some() && std::env::var_os("BERTH_ADMIN_TOKEN").is_none() {
+        eprintln!(
+            "warning: without BERTH_ADMIN_TOKEN every start makes a new first-admin token, and the one in the other replicas' serve.json stops working"
+        );
+    }
     let token = match std::env::var("BERTH_ADMIN_TOKEN") {
         Ok(t) if t.len() >= 32 => t,
         Ok(t) if !t.is_empty() => {
@@ -212,6 +228,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .ensure_first_admin(berth_web::daemon::token_hash(&token))
         .await?;
     let url = format!("{}://{addr}", listener.scheme());
+    // On a shared database: the election. A process that stops leading stops: its
+    // running tasks belong to the next leader's recovery.
+    let advertise = args.advertise.clone().unwrap_or_else(|| url.clone());
+    let mut lost = server.lead(advertise).await;
     let path = server.write_serve_json(&ServeInfo {
         url: Some(url.clone()),
         token: token.clone(),
@@ -231,6 +251,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         stop.shutdown().await;
     });
-    server.serve_cloud(listener, token).await?;
+    tokio::select! {
+        served = server.serve_cloud(listener, token) => served?,
+        Ok(why) = &mut lost => {
+            return Err(format!("this berth-server stopped leading ({why}); start it again to rejoin as a replica").into());
+        }
+    }
     Ok(())
 }

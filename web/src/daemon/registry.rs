@@ -227,6 +227,21 @@ impl Daemons {
         Ok(daemons)
     }
 
+    /// Reads the tokens again from the store: a server that starts leading a shared
+    /// database serves daemons whose tokens were made through the previous leader.
+    pub async fn reload_tokens(&self) -> Result<(), StoreError> {
+        let tokens = self
+            .inner
+            .store
+            .tokens()
+            .await?
+            .into_iter()
+            .map(|t| (t.hash.clone(), t))
+            .collect();
+        lock(&self.inner.state).tokens = tokens;
+        Ok(())
+    }
+
     pub fn config(&self) -> DaemonConfig {
         self.inner.config
     }

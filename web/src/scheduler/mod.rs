@@ -80,6 +80,9 @@ struct Inner {
     workers: watch::Sender<usize>,
     observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
     daemons: OnceLock<crate::daemon::Daemons>,
+    /// `false` while another process on the database leads: work is announced to it
+    /// instead of run here ([`Scheduler::follow`], [`Scheduler::lead`]).
+    leading: AtomicBool,
 }
 
 impl Inner {
@@ -177,6 +180,7 @@ impl Scheduler {
             workers: watch::channel(0).0,
             observers: Mutex::new(Vec::new()),
             daemons: OnceLock::new(),
+            leading: AtomicBool::new(true),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -191,10 +195,67 @@ impl Scheduler {
         Scheduler { inner }
     }
 
-    /// Tells the scheduler a session has new work.
+    /// Tells the scheduler a session has new work. While another process leads, the
+    /// session is announced to it instead (the stored message already was, at its
+    /// commit; this covers work that did not come with a message).
     pub fn notify(&self, session_id: &str) {
+        if !self.inner.leading.load(Ordering::SeqCst) {
+            let (store, session) = (self.inner.store.clone(), session_id.to_owned());
+            tokio::spawn(async move {
+                if let Err(e) = store.announce_work(session).await {
+                    tracing::warn!(error = %e, "could not announce work to the leader");
+                }
+            });
+            return;
+        }
         // The dispatcher only goes away with the last handle.
         let _ = self.inner.notify.send(session_id.to_owned());
+    }
+
+    /// Another process on the database leads: run nothing here, announce work to it.
+    pub fn follow(&self) {
+        self.inner.leading.store(false, Ordering::SeqCst);
+    }
+
+    /// This process leads the database's processes: it runs the work any of them
+    /// announces, and looks for queued work every [`RECHECK`] besides, so that a
+    /// missed announcement only delays a task.
+    pub fn lead(&self) {
+        self.inner.leading.store(true, Ordering::SeqCst);
+        let weak = Arc::downgrade(&self.inner);
+        #[cfg(feature = "postgres")]
+        if let Some(mut notices) = self.inner.store.work_notices() {
+            let weak = weak.clone();
+            tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    let notice = notices.recv().await;
+                    let Some(inner) = weak.upgrade() else { break };
+                    match notice {
+                        Ok(crate::store::postgres::Notice::Work(session)) => {
+                            let _ = inner.notify.send(session);
+                        }
+                        Ok(crate::store::postgres::Notice::Resync) | Err(RecvError::Lagged(_)) => {
+                            requeue_all(&inner).await;
+                        }
+                        Err(RecvError::Closed) => break,
+                    }
+                }
+            });
+        }
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(RECHECK);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                if inner.stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                requeue_all(&inner).await;
+            }
+        });
     }
 
     /// Adds an observer of finished tasks.
@@ -269,6 +330,22 @@ impl Scheduler {
         let mut workers = self.inner.workers.subscribe();
         // The sender lives in `inner`, which we hold: the wait ends only at zero.
         let _ = workers.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// How often the leader looks for queued work nobody announced (see
+/// [`Scheduler::lead`]).
+pub const RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Schedules every session with queued work.
+async fn requeue_all(inner: &Arc<Inner>) {
+    match inner.store.queued_sessions().await {
+        Ok(sessions) => {
+            for s in sessions {
+                let _ = inner.notify.send(s);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not look for queued work"),
     }
 }
 

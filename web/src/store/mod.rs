@@ -112,9 +112,6 @@ pub enum StoreError {
     /// be tried again shortly (503).
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
-    /// Another server holds the database (see `Store::serve_exclusively`).
-    #[error("{0}")]
-    InUse(String),
 }
 
 impl StoreError {
@@ -143,7 +140,7 @@ struct Inner {
 enum Backend {
     Sqlite(Sqlite),
     #[cfg(feature = "postgres")]
-    Postgres(Box<postgres::Pg>),
+    Postgres(Arc<postgres::Pg>),
 }
 
 #[derive(Debug)]
@@ -209,10 +206,11 @@ impl Store {
     #[cfg(feature = "postgres")]
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         let hub = Arc::new(Hub::default());
-        let pg = postgres::Pg::connect(url, hub.clone()).await?;
+        let pg = Arc::new(postgres::Pg::connect(url, hub.clone()).await?);
+        postgres::Pg::listen(&pg);
         Ok(Store {
             inner: Arc::new(Inner {
-                backend: Backend::Postgres(Box::new(pg)),
+                backend: Backend::Postgres(pg),
                 hub,
             }),
         })
@@ -227,12 +225,56 @@ impl Store {
         }
     }
 
-    /// On PostgreSQL, makes this process the database's only server for its lifetime
-    /// (refused with [`StoreError::InUse`] while another holds it). SQLite's home has
-    /// `serve.lock` for that.
-    pub async fn serve_exclusively(&self) -> Result<(), StoreError> {
-        on_pg!(self, pg => pg.serve_exclusively());
+    /// Tries to become the leader of the processes on this database: the one whose
+    /// scheduler runs tasks and whose registry holds the daemons, advertised at `url`
+    /// for the others to forward to. Always `true` on SQLite (one process: its home
+    /// has `serve.lock`).
+    pub async fn try_lead(&self, url: &str) -> Result<bool, StoreError> {
+        on_pg!(self, pg => pg.try_lead(url));
+        Ok(true)
+    }
+
+    /// Whether this process still leads (see [`Store::try_lead`]).
+    pub fn leads(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return pg.leads();
+        }
+        true
+    }
+
+    /// The leader's advertised address (`None` on SQLite, or before any led).
+    pub async fn leader_url(&self) -> Result<Option<String>, StoreError> {
+        on_pg!(self, pg => pg.leader_url());
+        Ok(None)
+    }
+
+    /// Work announced by any process on the database (PostgreSQL only).
+    #[cfg(feature = "postgres")]
+    pub fn work_notices(&self) -> Option<tokio::sync::broadcast::Receiver<postgres::Notice>> {
+        self.pg().map(|pg| pg.work())
+    }
+
+    /// Tells the leader `session` has work (PostgreSQL; nothing to tell on SQLite).
+    pub async fn announce_work(&self, session: String) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.announce_work(session));
+        let _ = session;
         Ok(())
+    }
+
+    /// Sessions with a task queued and not started.
+    pub async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
+        on_pg!(self, pg => pg.queued_sessions());
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT DISTINCT session_id FROM tasks WHERE status = 'queued' AND started_at IS NULL",
+            )?;
+            let rows = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            Ok(rows)
+        })
+        .await
     }
 
     /// Which backend, for logs and `serve.json`: `sqlite PATH` or `postgres HOST/DB`

@@ -61,16 +61,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The advisory lock that serialises migrations across replicas ("berth" in ASCII).
 const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
-/// The advisory lock the serving `berth-server` holds for its lifetime ("berthS").
+/// The advisory lock the leading `berth-server` holds while it leads ("berthS").
 const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
-
-/// How long a starting server waits for the serving lock (a server that just stopped
-/// releases it when its connection closes).
-const SERVING_WAIT: Duration = Duration::from_secs(3);
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1];
+pub const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -203,6 +199,32 @@ CREATE TABLE audit (
 CREATE INDEX audit_member ON audit(member, id);
 "#;
 
+/// Several replicas on one database: the leader's address, for the others to forward
+/// what only the leader serves (daemon connections, cancelling a running task).
+const V2: &str = r#"
+CREATE TABLE berth_leader (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    replica     TEXT NOT NULL,
+    url         TEXT NOT NULL,
+    since       TEXT NOT NULL
+);
+"#;
+
+/// `NOTIFY` channels, payload `REPLICA SESSION`: a session's transcript grew; a
+/// session has work for the leader's scheduler.
+const EVENTS_CHANNEL: &str = "berth_events";
+const WORK_CHANNEL: &str = "berth_work";
+
+/// What another process on the database announced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A session has new work.
+    Work(String),
+    /// Notifications may have been missed (the listening connection was lost): look
+    /// at everything again.
+    Resync,
+}
+
 impl From<tokio_postgres::Error> for StoreError {
     /// A lost connection, or a server shutting down or starting, is
     /// [`StoreError::Unavailable`]; anything else is the statement's own error.
@@ -245,8 +267,12 @@ pub struct Pg {
     idle: Mutex<Vec<Conn>>,
     slots: Semaphore,
     hub: Arc<Hub>,
-    /// The connection holding [`SERVING_LOCK`], once [`Pg::serve_exclusively`] took it.
+    /// The connection holding [`SERVING_LOCK`] while this process leads.
     serving: Mutex<Option<Client>>,
+    /// This process, in notification payloads (its own are not news to it).
+    replica: String,
+    /// Work announced by any process, for the leader's scheduler.
+    work: tokio::sync::broadcast::Sender<Notice>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -311,6 +337,7 @@ impl Lease<'_> {
             stmts,
             broken,
             outbox: Outbox::default(),
+            work: Vec::new(),
         })
     }
 }
@@ -384,6 +411,8 @@ struct W<'a> {
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
     outbox: Outbox,
+    /// Sessions given new work, announced at commit.
+    work: Vec<String>,
 }
 
 impl<'a> W<'a> {
@@ -395,7 +424,31 @@ impl<'a> W<'a> {
         }
     }
 
-    async fn commit(self, hub: &Hub) -> Result<(), StoreError> {
+    async fn commit(self, hub: &Hub, replica: &str) -> Result<(), StoreError> {
+        // Other processes' live feeds hear of every session this write appended to,
+        // and the leader of every session given work: delivered at commit, not before.
+        let mut sessions: Vec<&str> = self
+            .outbox
+            .0
+            .iter()
+            .map(|e| e.session_id.as_str())
+            .collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        for session in sessions {
+            let payload = format!("{replica} {session}");
+            self.tx
+                .execute("SELECT pg_notify($1, $2)", &[&EVENTS_CHANNEL, &payload])
+                .await
+                .map_err(|e| mark(self.broken, e))?;
+        }
+        for session in &self.work {
+            let payload = format!("{replica} {session}");
+            self.tx
+                .execute("SELECT pg_notify($1, $2)", &[&WORK_CHANNEL, &payload])
+                .await
+                .map_err(|e| mark(self.broken, e))?;
+        }
         let broken = self.broken;
         self.tx.commit().await.map_err(|e| mark(broken, e))?;
         for ev in self.outbox.0 {
@@ -425,9 +478,139 @@ impl Pg {
             slots: Semaphore::new(POOL),
             hub,
             serving: Mutex::new(None),
+            replica: uuid::Uuid::new_v4().simple().to_string(),
+            work: tokio::sync::broadcast::channel(4096).0,
         };
         pg.migrate().await?;
         Ok(pg)
+    }
+
+    /// Listens for other processes' notices, for as long as `pg` lives: transcript
+    /// growth reaches this process's live feed (its subscribers read the new events
+    /// from the store), work reaches [`Pg::work`]. A lost connection is replaced, with
+    /// backoff, and a [`Notice::Resync`] (plus a nudge to every live subscriber) covers
+    /// whatever was announced meanwhile.
+    pub(crate) fn listen(pg: &Arc<Pg>) {
+        let weak = Arc::downgrade(pg);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            let mut first = true;
+            loop {
+                let Some(pg) = weak.upgrade() else { return };
+                let config = pg.config.clone();
+                drop(pg);
+                match config.connect(NoTls).await {
+                    Ok((client, mut connection)) => {
+                        let listening = async {
+                            client
+                                .batch_execute(&format!(
+                                    "LISTEN {EVENTS_CHANNEL}; LISTEN {WORK_CHANNEL}"
+                                ))
+                                .await
+                        };
+                        let mut listening = std::pin::pin!(listening);
+                        let mut subscribed = false;
+                        loop {
+                            tokio::select! {
+                                r = &mut listening, if !subscribed => {
+                                    if r.is_err() { break; }
+                                    subscribed = true;
+                                    pause = Duration::from_millis(100);
+                                    let Some(pg) = weak.upgrade() else { return };
+                                    if !first {
+                                        pg.hub.nudge_all();
+                                        let _ = pg.work.send(Notice::Resync);
+                                    }
+                                    first = false;
+                                }
+                                msg = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                                    let Some(Ok(msg)) = msg else { break };
+                                    let Some(pg) = weak.upgrade() else { return };
+                                    if let tokio_postgres::AsyncMessage::Notification(n) = msg {
+                                        pg.noticed(n.channel(), n.payload());
+                                    }
+                                }
+                            }
+                        }
+                        tracing::warn!(
+                            "the database connection for notifications was lost; reconnecting"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for database notifications; retrying");
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    fn noticed(&self, channel: &str, payload: &str) {
+        match channel {
+            EVENTS_CHANNEL => {
+                if let Some((replica, session)) = payload.split_once(' ')
+                    && replica != self.replica
+                {
+                    self.hub.nudge(session);
+                }
+            }
+            WORK_CHANNEL => {
+                // This process's own work went to its scheduler directly.
+                if let Some((replica, session)) = payload.split_once(' ')
+                    && replica != self.replica
+                {
+                    let _ = self.work.send(Notice::Work(session.to_owned()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Work announced on the database (by this process too).
+    pub(crate) fn work(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.work.subscribe()
+    }
+
+    /// Announces that `session` has work, to whichever process leads.
+    pub(crate) async fn announce_work(&self, session: String) -> Result<(), StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .exec(
+                "SELECT pg_notify($1, $2)",
+                &[&WORK_CHANNEL, &format!("{} {session}", self.replica)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Sessions with a task queued and not started: the leader's periodic re-check,
+    /// so that a missed notification only delays.
+    pub(crate) async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .rows(
+                "SELECT DISTINCT session_id FROM tasks
+                 WHERE status = 'queued' AND started_at IS NULL",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.text(0))
+            .collect()
+    }
+
+    /// The leader's address, as it advertised it.
+    pub(crate) async fn leader_url(&self) -> Result<Option<String>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .opt("SELECT url FROM berth_leader WHERE id = 1", &[])
+            .await?
+            .map(|r| r.text(0))
+            .transpose()
     }
 
     /// `HOST:PORT/DATABASE` as user `USER` (never the password).
@@ -513,37 +696,44 @@ impl Pg {
         out
     }
 
-    /// Makes this process the database's only server, for as long as it lives: one
-    /// replica at a time, until the scheduler and the daemon registry share their state
-    /// through the database. A second server on the same database is refused at start
-    /// rather than left to interrupt the first one's running tasks (start-up recovery)
-    /// and run its queue a second time.
-    pub(crate) async fn serve_exclusively(&self) -> Result<(), StoreError> {
+    /// Tries to become the database's leader: the one process whose scheduler runs
+    /// tasks and whose registry holds the daemons' connections (the others forward
+    /// those to it). Holds [`SERVING_LOCK`] on a connection of its own for as long as it
+    /// leads, and advertises `url` for the others. `Ok(false)`: another process leads.
+    pub(crate) async fn try_lead(&self, url: &str) -> Result<bool, StoreError> {
         let conn = self.open().await?;
-        let deadline = std::time::Instant::now() + SERVING_WAIT;
-        loop {
-            let got: bool = conn
-                .client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&SERVING_LOCK])
-                .await?
-                .try_get(0)?;
-            if got {
-                *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.client);
-                return Ok(());
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(StoreError::InUse(format!(
-                    "another berth-server is serving the database {}; this build serves one \
-                     database from one replica at a time",
-                    self.describe()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let got: bool = conn
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&SERVING_LOCK])
+            .await?
+            .try_get(0)?;
+        if !got {
+            return Ok(false);
         }
+        conn.client
+            .execute(
+                "INSERT INTO berth_leader (id, replica, url, since) VALUES (1, $1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE
+                 SET replica = excluded.replica, url = excluded.url, since = excluded.since",
+                &[&self.replica, &url, &clock::now()],
+            )
+            .await?;
+        *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.client);
+        Ok(true)
+    }
+
+    /// Whether this process still holds the leadership it took: `false` once the
+    /// connection holding the lock is gone (the database restarted, or dropped it).
+    pub(crate) fn leads(&self) -> bool {
+        self.serving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|c| !c.is_closed())
     }
 
     async fn publish(&self, w: W<'_>) -> Result<(), StoreError> {
-        w.commit(&self.hub).await
+        w.commit(&self.hub, &self.replica).await
     }
 }
 
@@ -952,6 +1142,7 @@ impl W<'_> {
                 &[&session, &now],
             )
             .await?;
+        self.work.push(session.clone());
         Ok((get_task(&mut self.q(), &task).await?, message_seq))
     }
 }
