@@ -231,6 +231,7 @@ impl Store {
     /// has `serve.lock`).
     pub async fn try_lead(&self, url: &str) -> Result<bool, StoreError> {
         on_pg!(self, pg => pg.try_lead(url));
+        let _ = url;
         Ok(true)
     }
 
