@@ -8,6 +8,9 @@
 #       as the only line on stdout (everything else goes to stderr). With --watch, a
 #       detached reaper stops the cluster and removes its directory once PID is gone, or
 #       after 2 hours at the latest (BERTH_PG_LIFETIME seconds, to test that).
+#   scripts/pg-cluster.sh restart URL_OR_PORT SECONDS
+#       stop the server (fast: its connections are dropped), keep it down SECONDS, start
+#       it again on the same port with the same data: the fault tests' database restart
 #   scripts/pg-cluster.sh stop URL_OR_PORT
 #       stop the cluster on that port at once and remove its directory; exits 0 when
 #       there is none
@@ -41,7 +44,7 @@ die() {
   exit 1
 }
 usage() {
-  echo "usage: scripts/pg-cluster.sh start [--watch PID] | stop URL_OR_PORT" >&2
+  echo "usage: scripts/pg-cluster.sh start [--watch PID] | stop URL_OR_PORT | restart URL_OR_PORT SECONDS" >&2
   exit 2
 }
 
@@ -273,10 +276,9 @@ EOF
   trap - EXIT HUP INT TERM
 }
 
-stop() {
-  [[ $# -eq 1 ]] || usage
-  local port="$1" dir found=""
-  # postgres://user:password@host:PORT/db: the digits after the host's colon.
+# The port of a port or a postgres://user:password@host:PORT/db URL.
+port_of() {
+  local port="$1"
   if [[ "$port" == *://* ]]; then
     port="${port#*://}"
     port="${port#*@}"
@@ -285,6 +287,40 @@ stop() {
     port="${port##*:}"
   fi
   [[ "$port" =~ ^[0-9]+$ ]] || die "not a port or a postgres:// URL with a port: $1"
+  echo "$port"
+}
+
+# The cluster directory serving PORT.
+dir_of() {
+  local dir
+  for dir in "$root"/berth-pg.*; do
+    [[ -f "$dir/port" && "$(cat "$dir/port" 2>/dev/null)" == "$1" ]] || continue
+    echo "$dir"
+    return
+  done
+  die "no cluster on port $1 under $root"
+}
+
+# Stops the server (fast: connections are told and dropped, as an operator's restart
+# does), keeps it down SECONDS, and starts it again on the same port and data.
+restart() {
+  [[ $# -eq 2 && "$2" =~ ^[0-9.]+$ ]] || usage
+  local port dir bindir user
+  port=$(port_of "$1")
+  dir=$(dir_of "$port")
+  bindir=$(find_bindir)
+  user=$(stat -c %U "$dir")
+  log "stopping the server on port $port for $2 s"
+  as_user "$user" "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >&2
+  sleep "$2"
+  as_user "$user" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -o "-p $port" -w -t 30 start >&2
+  log "the server on port $port is back"
+}
+
+stop() {
+  [[ $# -eq 1 ]] || usage
+  local port dir found=""
+  port=$(port_of "$1")
   for dir in "$root"/berth-pg.*; do
     [[ -f "$dir/port" && "$(cat "$dir/port" 2>/dev/null)" == "$port" ]] || continue
     log "stopping the cluster on port $port in $dir"
@@ -297,6 +333,7 @@ stop() {
 case "${1:-}" in
   start) shift && start "$@" ;;
   stop) shift && stop "$@" ;;
+  restart) shift && restart "$@" ;;
   _reap)
     [[ $# -eq 3 ]] || usage
     reap "$2" "$3"

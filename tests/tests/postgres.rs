@@ -460,3 +460,90 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
     assert_eq!(channel_tasks, 1);
     drop(machines);
 }
+
+/// A cluster of this test's own (the fault test restarts it), stopped when the test
+/// process exits.
+fn private_cluster() -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("scripts/pg-cluster.sh");
+    let out = Command::new(&script)
+        .args(["start", "--watch", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no cluster");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_database_restart_is_503_meanwhile_and_needs_no_server_restart() {
+    let url = private_cluster();
+    let root = TempDir::new("pg-restart");
+    let admin = format!("{:064x}", 0x5e57_u64);
+    let mut one = Replica::start(root.path(), "one", free_port(), &url, &admin);
+    let mut two = Replica::start(root.path(), "two", free_port(), &url, &admin);
+    let script = root.path().join("echo.sh");
+    write_script(&script, &format!("#!/bin/sh\n{ECHO}\n"));
+    let agent = json!({"name": "echo", "kind": "command", "command": [s(&script)]}).to_string();
+    assert_eq!(two.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+    let (st, v) = two.api(&admin, "POST", "/api/v1/daemon/tokens", r#"{"name":"m"}"#);
+    assert_eq!(st, 201, "{v}");
+    let mut machine = Berth::new("pg-restart-m");
+    machine.daemon(
+        &format!("http://{}", two.addr),
+        v["token"].as_str().unwrap(),
+        "m",
+    );
+    let (_, v) = one.api(&admin, "POST", "/api/v1/sessions", r#"{"agent":"echo"}"#);
+    let session = v["id"].as_str().unwrap().to_owned();
+    let first = one.send(&admin, &session, "before");
+    one.wait_status(&admin, &first, &["succeeded"]);
+
+    // The database goes away for three seconds.
+    let restart = {
+        let url = url.clone();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("scripts/pg-cluster.sh");
+        std::thread::spawn(move || {
+            let status = Command::new(script)
+                .args(["restart", &url, "3"])
+                .stdin(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        })
+    };
+    // Meanwhile both servers answer, with 503 and a stable code.
+    for r in [&one, &two] {
+        let down = eventually(10, || {
+            let (st, v) = r.api(&admin, "GET", "/api/v1/sessions", "");
+            (st == 503).then_some(v)
+        })
+        .expect("a 503 while the database is down");
+        assert_eq!(down["error"]["code"], "unavailable", "{down}");
+    }
+    restart.join().unwrap();
+
+    // Back without a restart of either server: reads, a new task, the same processes.
+    for r in [&one, &two] {
+        eventually(20, || {
+            (r.api(&admin, "GET", "/api/v1/sessions", "").0 == 200).then_some(())
+        })
+        .expect("the server answers again");
+    }
+    let after = two.send(&admin, &session, "after");
+    let t = two.wait_status(&admin, &after, &["succeeded"]);
+    assert_eq!(t["exit_code"], 0, "{t}");
+    for r in [&mut one, &mut two] {
+        assert!(
+            r.child.try_wait().unwrap().is_none(),
+            "a server stopped: {}",
+            std::fs::read_to_string(&r.log).unwrap_or_default()
+        );
+    }
+}

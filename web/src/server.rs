@@ -383,10 +383,21 @@ impl Server {
             let store = &state.store;
             let mut pause = std::time::Duration::from_millis(200);
             let mut attempt = Some(first);
+            // A leader that lost its connection (the database restarted) takes the lock
+            // back within a fraction of a second: only a lock seen free twice, a
+            // [`LEAD_RETRY`] apart, is the leader's death.
+            let mut free_before = false;
             loop {
                 let result = match attempt.take() {
                     Some(r) => r,
-                    None => store.try_lead(&url).await,
+                    None => match store.leader_lock_free().await {
+                        Ok(true) if free_before => store.try_lead(&url).await,
+                        Ok(free) => {
+                            free_before = free;
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
+                    },
                 };
                 match result {
                     Ok(true) => break,
@@ -421,12 +432,26 @@ impl Server {
                     return;
                 }
             }
+            // Leading: keep the lock. Its connection may go (the database restarted):
+            // take the lock back, for as long as the database is away. Another process
+            // holding it by then leads: this one stops.
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-                if !store.leads() {
-                    let _ = lost_tx
-                        .send("the database connection holding the leadership was lost".to_owned());
-                    return;
+                if store.leads() {
+                    continue;
+                }
+                tracing::warn!("the connection holding the leadership was lost; taking it back");
+                loop {
+                    match store.try_lead(&url).await {
+                        Ok(true) => break,
+                        Ok(false) => {
+                            let _ = lost_tx.send(
+                                "the database connection holding the leadership was lost, and another berth-server leads now".to_owned(),
+                            );
+                            return;
+                        }
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+                    }
                 }
             }
         });

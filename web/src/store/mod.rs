@@ -235,6 +235,12 @@ impl Store {
         Ok(true)
     }
 
+    /// Whether no process holds the leadership now (always `false` on SQLite).
+    pub async fn leader_lock_free(&self) -> Result<bool, StoreError> {
+        on_pg!(self, pg => pg.leader_lock_free());
+        Ok(false)
+    }
+
     /// Whether this process still leads (see [`Store::try_lead`]).
     pub fn leads(&self) -> bool {
         #[cfg(feature = "postgres")]

@@ -722,6 +722,28 @@ impl Pg {
         Ok(true)
     }
 
+    /// Whether no process holds the leader's lock now (a leader that lost its
+    /// connection takes it back within a fraction of a second; see `Server::lead`).
+    pub(crate) async fn leader_lock_free(&self) -> Result<bool, StoreError> {
+        let mut lease = self.lease().await?;
+        // A bigint advisory key shows as (classid, objid) = (high, low) 32 bits, with
+        // objsubid 1.
+        let (high, low) = (
+            (SERVING_LOCK >> 32) as u32,
+            (SERVING_LOCK & 0xffff_ffff) as u32,
+        );
+        let row = lease
+            .read()?
+            .one(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+                   AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+                &[&i64::from(high), &i64::from(low)],
+            )
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
     /// Whether this process still holds the leadership it took: `false` once the
     /// connection holding the lock is gone (the database restarted, or dropped it).
     pub(crate) fn leads(&self) -> bool {
