@@ -547,3 +547,110 @@ fn a_database_restart_is_503_meanwhile_and_needs_no_server_restart() {
         );
     }
 }
+
+/// Reads a session's SSE stream on `addr` (resuming after `last` with `Last-Event-ID`)
+/// until `stop` says so; the `(id, event)` pairs read. Chunk-size lines of the
+/// chunked encoding are skipped: every event is written as one chunk.
+fn sse_until(
+    addr: &str,
+    token: &str,
+    session: &str,
+    last: Option<i64>,
+    stop: impl Fn(&str, &Value) -> bool,
+) -> Vec<(i64, String)> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let resume = last
+        .map(|n| format!("Last-Event-ID: {n}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET /api/v1/sessions/{session}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n{resume}\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let (mut out, mut id, mut kind) = (Vec::new(), None, String::new());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("the stream goes on");
+        assert!(n > 0, "the stream ended: {out:?}");
+        let l = line.trim_end();
+        if let Some(v) = l.strip_prefix("id: ") {
+            id = v.parse().ok();
+        } else if let Some(v) = l.strip_prefix("event: ") {
+            kind = v.to_owned();
+        } else if let Some(v) = l.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(v).unwrap();
+            out.push((id.take().expect("an id before the data"), kind.clone()));
+            if stop(&kind, &data) {
+                return out;
+            }
+        }
+    }
+}
+
+fn contiguous(ids: &[(i64, String)], from: i64) {
+    let got: Vec<i64> = ids.iter().map(|(i, _)| *i).collect();
+    let want: Vec<i64> = (from..from + got.len() as i64).collect();
+    assert_eq!(got, want, "gaps or repeats: {ids:?}");
+}
+
+#[test]
+fn transcripts_stream_live_and_resume_on_any_replica() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let database = rt.block_on(pg::fresh_database());
+    let root = TempDir::new("pg-sse");
+    let admin = format!("{:064x}", 0x55e_u64);
+    let one = Replica::start(root.path(), "one", free_port(), &database, &admin);
+    let two = Replica::start(root.path(), "two", free_port(), &database, &admin);
+    let script = root.path().join("echo.sh");
+    write_script(&script, &format!("#!/bin/sh\n{ECHO}\n"));
+    let agent = json!({"name": "echo", "kind": "command", "command": [s(&script)]}).to_string();
+    assert_eq!(one.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+    let (_, v) = two.api(&admin, "POST", "/api/v1/daemon/tokens", r#"{"name":"m"}"#);
+    let mut machine = Berth::new("pg-sse-m");
+    machine.daemon(
+        &format!("http://{}", two.addr),
+        v["token"].as_str().unwrap(),
+        "m",
+    );
+    let (_, v) = one.api(&admin, "POST", "/api/v1/sessions", r#"{"agent":"echo"}"#);
+    let session = v["id"].as_str().unwrap().to_owned();
+
+    // Live on the replica that does not lead, for a message sent through the leader.
+    let ended = |kind: &str, data: &Value| {
+        kind == "task" && data["payload"]["task"]["status"] == "succeeded"
+    };
+    let watch = {
+        let (addr, token, session) = (two.addr.clone(), admin.clone(), session.clone());
+        std::thread::spawn(move || sse_until(&addr, &token, &session, None, ended))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    one.send(&admin, &session, "first");
+    let seen = watch.join().unwrap();
+    contiguous(&seen, 1);
+    let kinds: Vec<&str> = seen.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"message"));
+    assert!(kinds.contains(&"agent"), "{kinds:?}");
+    let last = seen.last().unwrap().0;
+
+    // Resumed on the leader with Last-Event-ID, for a message sent through the other:
+    // the two events before the resume point are not sent again, nothing is missed.
+    let watch = {
+        let (addr, token, session) = (one.addr.clone(), admin.clone(), session.clone());
+        let second_ended = move |kind: &str, data: &Value| {
+            ended(kind, data) && data["seq"].as_i64().is_some_and(|n| n > last)
+        };
+        std::thread::spawn(move || sse_until(&addr, &token, &session, Some(last - 2), second_ended))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    two.send(&admin, &session, "second");
+    let resumed = watch.join().unwrap();
+    contiguous(&resumed, last - 1);
+    assert!(resumed.len() > 2 + 3, "{resumed:?}");
+    drop(machine);
+}
