@@ -947,18 +947,35 @@ mod postgres_only {
     }
 
     #[tokio::test]
-    async fn one_server_at_a_time_serves_a_database() {
+    async fn one_process_leads_a_database_and_the_next_takes_over() {
         let url = pg::fresh_database().await;
         let first = Store::connect(&url).await.unwrap();
-        first.serve_exclusively().await.unwrap();
+        assert!(first.try_lead("http://first").await.unwrap());
+        assert!(first.leads());
         let second = Store::connect(&url).await.unwrap();
-        match second.serve_exclusively().await {
-            Err(StoreError::InUse(msg)) => assert!(msg.contains("another berth-server"), "{msg}"),
-            other => panic!("expected in use, got {other:?}"),
-        }
-        // Once the first one is gone, the next one starts.
+        assert!(!second.try_lead("http://second").await.unwrap());
+        assert!(!second.leads());
+        assert!(!second.leader_lock_free().await.unwrap());
+        assert_eq!(
+            second.leader_url().await.unwrap().as_deref(),
+            Some("http://first")
+        );
+        // Once the first one is gone (its connections close), the lock is free and the
+        // next one leads, advertising itself.
         drop(first);
-        second.serve_exclusively().await.unwrap();
+        let free = async {
+            while !second.leader_lock_free().await.unwrap() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), free)
+            .await
+            .expect("the lock is released with the first one's connection");
+        assert!(second.try_lead("http://second").await.unwrap());
+        assert_eq!(
+            second.leader_url().await.unwrap().as_deref(),
+            Some("http://second")
+        );
     }
 
     #[tokio::test]
@@ -1005,4 +1022,129 @@ mod postgres_only {
             other => panic!("expected unavailable, got {other:?}"),
         }
     }
+}
+
+/// A `berth.db` made by an older build (schema version 6: before members, change
+/// records and the waiting-task index), with its data, is upgraded in place on open.
+#[tokio::test]
+async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
+    let home = TempDir::new();
+    let path = home.path().join(berth_web::store::DB_FILE);
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        berth_web::store::schema::migrations()
+            .to_version(&mut conn, 6)
+            .unwrap();
+        conn.execute_batch(
+            r#"
+            INSERT INTO agents (name, kind, command, created_at) VALUES ('echo', 'command', '["cat"]', '2026-01-01T00:00:00.000Z');
+            INSERT INTO sessions (id, title, agent, origin, created_at, updated_at)
+                VALUES ('0a1b2c3d-0000-4000-8000-000000000001', 'old one', 'echo', 'desktop', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z');
+            INSERT INTO messages (id, session_id, origin, text, created_at)
+                VALUES ('m1', '0a1b2c3d-0000-4000-8000-000000000001', 'desktop', 'done before', '2026-01-01T00:00:02.000Z'),
+                       ('m2', '0a1b2c3d-0000-4000-8000-000000000001', 'desktop', 'still queued', '2026-01-01T00:00:03.000Z');
+            INSERT INTO tasks (id, session_id, seq, message_id, status, created_at, started_at, finished_at, exit_code)
+                VALUES ('7a000000-0000-4000-8000-000000000001', '0a1b2c3d-0000-4000-8000-000000000001', 1, 'm1', 'succeeded', '2026-01-01T00:00:02.000Z', '2026-01-01T00:00:02.100Z', '2026-01-01T00:00:02.500Z', 0),
+                       ('7a000000-0000-4000-8000-000000000002', '0a1b2c3d-0000-4000-8000-000000000001', 2, 'm2', 'queued', '2026-01-01T00:00:03.000Z', NULL, NULL, NULL);
+            INSERT INTO events (session_id, seq, task_id, kind, payload, at)
+                VALUES ('0a1b2c3d-0000-4000-8000-000000000001', 1, '7a000000-0000-4000-8000-000000000001', 'message', '{"text":"done before"}', '2026-01-01T00:00:02.000Z');
+            "#,
+        )
+        .unwrap();
+    }
+    let store = Store::open(home.path()).await.unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 9);
+    let s = store.session("0a1b2c3d").await.unwrap();
+    assert_eq!((s.title.as_str(), s.owner), ("old one", None));
+    let tasks = store.list_tasks(Some(s.id.clone()), None).await.unwrap();
+    assert_eq!(
+        tasks
+            .iter()
+            .map(|t| (t.seq, t.status, t.changes.is_none()))
+            .collect::<Vec<_>>(),
+        [
+            (1, TaskStatus::Succeeded, true),
+            (2, TaskStatus::Queued, true)
+        ]
+    );
+    // The waiting-task index answers for the upgraded rows.
+    let next = store.next_run(s.id.clone()).await.unwrap().unwrap();
+    assert_eq!(next.prompt, "still queued");
+    let (t3, seq) = store
+        .add_message(s.id.clone(), Origin::Desktop, "new".into())
+        .await
+        .unwrap();
+    assert_eq!((t3.seq, seq), (3, 2));
+    // Members came with version 7: the first admin takes the old session.
+    store.ensure_first_admin("h".into()).await.unwrap();
+    assert_eq!(
+        store.session(&s.id).await.unwrap().owner.as_deref(),
+        Some(FIRST_ADMIN)
+    );
+}
+
+/// PostgreSQL: a database at schema version 1 (one server, before replicas), with its
+/// data, is upgraded in place when a newer server connects.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn an_old_postgres_schema_is_upgraded_in_place_with_its_data() {
+    use berth_web::store::postgres::MIGRATIONS;
+    let url = common::pg::fresh_database().await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    common::pg::admin(
+        Some(&db),
+        &format!(
+            "{}
+            CREATE TABLE berth_schema (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+            INSERT INTO berth_schema VALUES (1, 'then');
+            INSERT INTO agents (name, kind, command, created_at) VALUES ('echo', 'command', '[\"cat\"]', '2026-01-01T00:00:00.000Z');
+            INSERT INTO sessions (id, title, agent, origin, created_at, updated_at, event_seq, owner)
+                VALUES ('0a1b2c3d-0000-4000-8000-000000000001', 'old one', 'echo', 'api', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z', 1, 'admin');
+            INSERT INTO messages (id, session_id, origin, text, created_at)
+                VALUES ('m1', '0a1b2c3d-0000-4000-8000-000000000001', 'api', 'queued then', '2026-01-01T00:00:02.000Z');
+            INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
+                VALUES ('7a000000-0000-4000-8000-000000000001', '0a1b2c3d-0000-4000-8000-000000000001', 1, 'm1', 'queued', '2026-01-01T00:00:02.000Z');
+            INSERT INTO events (session_id, seq, task_id, kind, payload, at)
+                VALUES ('0a1b2c3d-0000-4000-8000-000000000001', 1, '7a000000-0000-4000-8000-000000000001', 'message', '{{\"text\":\"queued then\"}}', '2026-01-01T00:00:02.000Z');",
+            MIGRATIONS[0]
+        ),
+    )
+    .await;
+    let store = Store::connect(&url).await.unwrap();
+    let s = store.session("0a1b").await.unwrap();
+    assert_eq!(
+        (s.title.as_str(), s.owner.as_deref()),
+        ("old one", Some("admin"))
+    );
+    let next = store.next_run(s.id.clone()).await.unwrap().unwrap();
+    assert_eq!(next.prompt, "queued then");
+    // Numbering goes on after the stored events.
+    let (_, seq) = store
+        .add_message(s.id.clone(), Origin::Api, "after".into())
+        .await
+        .unwrap();
+    assert_eq!(seq, 2);
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let versions: Vec<i64> = client
+        .query("SELECT version FROM berth_schema ORDER BY version", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, (1..=MIGRATIONS.len() as i64).collect::<Vec<_>>());
+    // The replicas' table came with version 2.
+    assert!(store.leader_url().await.unwrap().is_none());
+    assert!(store.try_lead("http://127.0.0.1:1").await.unwrap());
+    assert_eq!(
+        store.leader_url().await.unwrap().as_deref(),
+        Some("http://127.0.0.1:1")
+    );
 }

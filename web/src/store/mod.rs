@@ -43,7 +43,7 @@ mod members;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod rows;
-mod schema;
+pub mod schema;
 mod sessions;
 mod tasks;
 
