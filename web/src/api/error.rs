@@ -310,6 +310,14 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
-        (status, Json(self.body())).into_response()
+        let mut res = (status, Json(self.body())).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // The database is away for a moment (a restart): say when to try again.
+            res.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        res
     }
 }
