@@ -373,8 +373,9 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
         }
     }
 
-    // Everything reaches a final status: a task the leader had claimed when it died
-    // ends `interrupted` (never run again: it may have started); every other succeeds.
+    // Everything reaches a final status: a task the leader had handed to a machine
+    // when it died ends `interrupted` (never run again: it may have started there);
+    // every other succeeds, those it had only claimed included.
     let mut status = std::collections::HashMap::new();
     for (i, n, task) in &tasks {
         let done = eventually(60, || {
@@ -401,8 +402,8 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
         .filter(|(_, st)| st.as_str() == "interrupted")
         .map(|(k, _)| k)
         .collect();
-    // The dead leader's claimed tasks: running on a machine, or handed to a machine's
-    // queue. At most one per session, and no more than its scheduler runs at once.
+    // The dead leader's tasks on machines: at most one per session, and no more than
+    // its scheduler runs at once.
     let max_parallel = berth_web::scheduler::DEFAULT_MAX_PARALLEL;
     assert!(
         interrupted.len() <= max_parallel,

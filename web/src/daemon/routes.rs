@@ -130,6 +130,10 @@ async fn claim(
         tokio::pin!(notified);
         notified.as_mut().enable();
         if let Some(task) = daemons.take(&caller, &req.instance) {
+            // Before the daemon has it: whoever leads next must know it may have run.
+            // Not recorded (the database is away), the daemon does not get it, and the
+            // registry puts it back in line after the window, as a lost claim answer.
+            ctx.app.store.mark_handed(task.task_id.clone()).await?;
             return Ok(Json(task).into_response());
         }
         tokio::select! {

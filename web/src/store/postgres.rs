@@ -200,7 +200,9 @@ CREATE INDEX audit_member ON audit(member, id);
 "#;
 
 /// Several replicas on one database: the leader's address, for the others to forward
-/// what only the leader serves (daemon connections, cancelling a running task).
+/// what only the leader serves (daemon connections, cancelling a running task); and
+/// when a claimed task was handed to its machine, so that a new leader puts back in
+/// line what the last one claimed but never handed over.
 const V2: &str = r#"
 CREATE TABLE berth_leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -208,6 +210,7 @@ CREATE TABLE berth_leader (
     url         TEXT NOT NULL,
     since       TEXT NOT NULL
 );
+ALTER TABLE tasks ADD COLUMN handed_at TEXT;
 "#;
 
 /// `NOTIFY` channels, payload `REPLICA SESSION`: a session's transcript grew; a
@@ -1922,6 +1925,16 @@ impl Pg {
     pub(crate) async fn recover(&self) -> Result<Recovery, StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
+        // Claimed by the last leader but never handed to a machine: nothing ran, so
+        // back in line, in order.
+        w.q()
+            .exec(
+                "UPDATE tasks SET started_at = NULL
+                 WHERE status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL
+                   AND handed_at IS NULL",
+                &[],
+            )
+            .await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM tasks
              WHERE status IN ('running', 'waiting_lock')
@@ -2020,6 +2033,19 @@ impl Pg {
             agent,
             dirs,
         }))
+    }
+
+    /// Records that a claimed task reached its machine (see [`V2`]).
+    pub(crate) async fn mark_handed(&self, id: String) -> Result<(), StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .exec(
+                "UPDATE tasks SET handed_at = $2 WHERE id = $1",
+                &[&id, &clock::now()],
+            )
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn claim(&self, id: String) -> Result<bool, StoreError> {

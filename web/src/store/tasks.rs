@@ -312,6 +312,17 @@ fn next_task(
 }
 
 impl Store {
+    /// Records that a claimed task was handed to a daemon's machine: from then on it may
+    /// have started there. On PostgreSQL a new leader puts back in line, rather than
+    /// ending `interrupted`, what the last one claimed and never handed over. SQLite's
+    /// single server ends every claimed task `interrupted` at a restart: nothing to
+    /// record.
+    pub async fn mark_handed(&self, id: String) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.mark_handed(id));
+        let _ = id;
+        Ok(())
+    }
+
     /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
     pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
         on_pg!(self, pg => pg.claim(id));
