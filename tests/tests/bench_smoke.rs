@@ -42,6 +42,7 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
         ("throughput", bench::throughput::run),
         ("reads", bench::reads::run),
         ("remote claim", bench::remote::run),
+        ("postgres", bench::postgres::run),
     ] {
         let got = bench::guarded(name, || f(&cfg));
         assert!(!measured(name, &got).is_empty(), "{name} produced no rows");
@@ -70,6 +71,9 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
         "idle `berth serve` resident memory (VmRSS)",
         "long-polling daemon p50 (n=3)",
         "daemon polling every 1 s p50 (n=2)",
+        "API round trip, PostgreSQL, 1 server p50 (n=3)",
+        "API round trip, PostgreSQL, 2 replicas, alternating p50 (n=3)",
+        "GET /api/v1/sessions, 5 sessions, berth-server on PostgreSQL p50 (n=2)",
     ] {
         assert!(metrics.contains(&wanted), "no {wanted:?} in {metrics:?}");
     }
@@ -78,6 +82,11 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
         .find(|r| r.metric == "lost (tasks not `succeeded`)")
         .and_then(|r| r.value);
     assert_eq!(lost, Some(0.0));
+    let pg_lost = rows
+        .iter()
+        .find(|r| r.metric == "lost tasks (not `succeeded`), all three throughput runs")
+        .and_then(|r| r.value);
+    assert_eq!(pg_lost, Some(0.0));
 
     // The report renders: JSON with every row, a table and a page naming each figure.
     let report = report(rows);

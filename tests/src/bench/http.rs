@@ -14,19 +14,20 @@ use std::time::Duration;
 
 /// How a response's body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+pub(super) enum Framing {
     Length(usize),
     Chunked,
 }
 
 /// A status line and the headers that matter here.
 #[derive(Debug)]
-struct Head {
-    status: u16,
-    framing: Framing,
+pub(super) struct Head {
+    pub(super) status: u16,
+    pub(super) framing: Framing,
 }
 
-fn read_head(r: &mut impl BufRead) -> Result<Head> {
+/// Reads a response's status line and headers (also over TCP: `postgres.rs`).
+pub(super) fn read_head(r: &mut impl BufRead) -> Result<Head> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 {
         bail!("the server closed the connection");
@@ -62,14 +63,14 @@ fn read_head(r: &mut impl BufRead) -> Result<Head> {
 
 /// A chunked body as a plain byte stream; reads return 0 after the last chunk.
 #[derive(Debug)]
-struct Chunked<R> {
+pub(super) struct Chunked<R> {
     inner: R,
     left: usize,
     done: bool,
 }
 
 impl<R: BufRead> Chunked<R> {
-    fn new(inner: R) -> Chunked<R> {
+    pub(super) fn new(inner: R) -> Chunked<R> {
         Chunked {
             inner,
             left: 0,
@@ -115,10 +116,14 @@ impl<R: BufRead> Read for Chunked<R> {
     }
 }
 
-/// One keep-alive connection to the control socket.
+/// One keep-alive connection: to the control socket, or over TCP with a bearer
+/// token (`berth-server`, see `postgres.rs`).
 #[derive(Debug)]
-pub struct Conn {
-    r: BufReader<UnixStream>,
+pub struct Conn<S = UnixStream> {
+    r: BufReader<S>,
+    /// The `Host` header, and where errors say the request went.
+    host: String,
+    bearer: Option<String>,
 }
 
 impl Conn {
@@ -128,9 +133,27 @@ impl Conn {
         s.set_read_timeout(Some(Duration::from_secs(120)))?;
         Ok(Conn {
             r: BufReader::with_capacity(64 * 1024, s),
+            host: "berth".to_owned(),
+            bearer: None,
         })
     }
+}
 
+impl Conn<std::net::TcpStream> {
+    /// A connection to `addr` (`host:port`) whose requests carry `bearer`.
+    pub fn tcp(addr: &str, bearer: &str) -> Result<Self> {
+        let s = std::net::TcpStream::connect(addr).with_context(|| format!("connect to {addr}"))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        Ok(Conn {
+            r: BufReader::with_capacity(64 * 1024, s),
+            host: addr.to_owned(),
+            bearer: Some(bearer.to_owned()),
+        })
+    }
+}
+
+impl<S: Read + Write> Conn<S> {
     /// Sends one request and reads the whole answer: (status, body).
     pub fn request(
         &mut self,
@@ -139,7 +162,10 @@ impl Conn {
         body: Option<&Value>,
     ) -> Result<(u16, Vec<u8>)> {
         let body = body.map(Value::to_string).unwrap_or_default();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: berth\r\n");
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
+        if let Some(token) = &self.bearer {
+            req.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
         if !body.is_empty() || method == "POST" {
             req.push_str(&format!(
                 "Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -168,7 +194,8 @@ impl Conn {
         let (status, bytes) = self.request(method, path, body)?;
         if !(200..300).contains(&status) {
             bail!(
-                "{method} {path}: HTTP {status}: {}",
+                "{method} {path} on {}: HTTP {status}: {}",
+                self.host,
                 String::from_utf8_lossy(&bytes)
             );
         }

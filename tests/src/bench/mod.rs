@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod footprint;
 pub mod http;
 pub mod micro;
+pub mod postgres;
 pub mod reads;
 pub mod remote;
 pub mod report;
@@ -19,6 +20,7 @@ pub use report::{Goal, Machine, Report, Row, Verdict, quantile};
 use crate::Berth;
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -41,6 +43,11 @@ pub struct Config {
     /// Messages to the long-polling daemon, and to the one polling every second.
     pub remote_messages: usize,
     pub poll_messages: usize,
+    /// berth-server on SQLite against PostgreSQL (issue 16): timed round trips per
+    /// configuration, and its throughput run's sessions × messages.
+    pub pg_round_trips: usize,
+    pub pg_sessions: usize,
+    pub pg_messages: usize,
     /// Criterion's `--warm-up-time` and `--measurement-time` for core and native, in
     /// seconds; `None` skips the micro benchmarks.
     pub criterion: Option<CriterionTimes>,
@@ -74,6 +81,9 @@ impl Config {
             transcript_reads: 5,
             remote_messages: 1_000,
             poll_messages: 20,
+            pg_round_trips: 1_000,
+            pg_sessions: 100,
+            pg_messages: 20,
             criterion: Some(CriterionTimes {
                 warm_up: 1,
                 core_measure: 2,
@@ -95,6 +105,9 @@ impl Config {
             transcript_reads: 3,
             remote_messages: 100,
             poll_messages: 5,
+            pg_round_trips: 200,
+            pg_sessions: 50,
+            pg_messages: 10,
             criterion: Some(CriterionTimes {
                 warm_up: 1,
                 core_measure: 1,
@@ -119,6 +132,9 @@ impl Config {
             transcript_reads: 1,
             remote_messages: 3,
             poll_messages: 2,
+            pg_round_trips: 3,
+            pg_sessions: 2,
+            pg_messages: 2,
             criterion: None,
             workspace: workspace_root(),
         }
@@ -158,7 +174,11 @@ pub fn socket(b: &Berth) -> PathBuf {
 }
 
 /// Creates an unbound session of `agent` over the API; returns its id.
-pub fn new_session(conn: &mut http::Conn, agent: &str, title: &str) -> Result<String> {
+pub fn new_session<S: Read + Write>(
+    conn: &mut http::Conn<S>,
+    agent: &str,
+    title: &str,
+) -> Result<String> {
     let doc = conn.json(
         "POST",
         "/api/v1/sessions",
@@ -171,7 +191,11 @@ pub fn new_session(conn: &mut http::Conn, agent: &str, title: &str) -> Result<St
 }
 
 /// Posts a message; returns the task's id.
-pub fn post_message(conn: &mut http::Conn, session: &str, text: &str) -> Result<String> {
+pub fn post_message<S: Read + Write>(
+    conn: &mut http::Conn<S>,
+    session: &str,
+    text: &str,
+) -> Result<String> {
     let reply = conn.json(
         "POST",
         &format!("/api/v1/sessions/{session}/messages"),
@@ -271,12 +295,13 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
 }
 
 /// The benchmark groups, in the order they run.
-pub const GROUPS: [&str; 6] = [
+pub const GROUPS: [&str; 7] = [
     "footprint",
     "dispatch",
     "remote",
     "throughput",
     "reads",
+    "postgres",
     "micro",
 ];
 
@@ -301,6 +326,9 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
     if wanted("reads") {
         rows.extend(guarded("reads", || reads::run(cfg)));
+    }
+    if wanted("postgres") {
+        rows.extend(guarded("postgres", || postgres::run(cfg)));
     }
     if let Some(times) = cfg.criterion.filter(|_| wanted("micro")) {
         rows.extend(guarded("micro", || micro::run(cfg, times)));
@@ -345,6 +373,14 @@ pub fn notes() -> Vec<String> {
          is timed from request to the last byte on a keep-alive connection. The \
          transcript is read over SSE from a fresh connection, from the request to the \
          last stored event.",
+        "**postgres**: `berth-server` on SQLite against the same server on PostgreSQL \
+         (`--database`, a throwaway cluster on loopback with fsync off), then one \
+         PostgreSQL replica against two on one database (the first started leads and runs \
+         every task; messages go alternately through both, daemons connect to either). The \
+         round trip is one long-polling daemon, one message at a time, from the POST to \
+         its task's final event on the session's stream; tasks per second is three \
+         daemons and every message posted at once; the list is 10,000 sessions (1,000 in \
+         quick mode), topped up by one SQL statement on PostgreSQL.",
         "**micro**: criterion's median point estimates, read from \
          `target/bench-criterion/<name>/new/estimates.json` written by this run \
          (`CRITERION_HOME`, apart from anyone's own `cargo bench`). The ≤ 1 ms goal for \

@@ -2,7 +2,8 @@
 //! benchmarks against the release `berth` named by `BERTH_BIN`, prints a table (or one
 //! JSON document), and writes `BENCHMARKS.md`. `scripts/bench.sh` builds everything
 //! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `remote`,
-//! `throughput`, `reads`, `micro`) and writes no page unless `--markdown` names one.
+//! `throughput`, `reads`, `postgres`, `micro`) and writes no page unless `--markdown`
+//! names one.
 
 use anyhow::{Context as _, Result, bail};
 use berth_tests::bench::{self, Config, Verdict};
