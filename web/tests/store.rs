@@ -1148,3 +1148,51 @@ async fn an_old_postgres_schema_is_upgraded_in_place_with_its_data() {
         Some("http://127.0.0.1:1")
     );
 }
+
+/// Listing 10,000 sessions on PostgreSQL, and where the time goes. Run with
+/// `cargo test -p berth-web --release --test store -- --ignored --nocapture postgres_list`.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_postgres_list_10000_sessions() {
+    let url = common::pg::fresh_database().await;
+    let store = Store::connect(&url).await.unwrap();
+    store.add_agent(agent()).await.unwrap();
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    common::pg::admin(
+        Some(&db),
+        "INSERT INTO sessions (id, title, agent, origin, created_at, updated_at, owner)
+         SELECT gen_random_uuid()::text, 'session ' || i, 'echo', 'web',
+                to_char(now() + i * interval '1 ms', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                to_char(now() + i * interval '1 ms', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), 'admin'
+         FROM generate_series(1, 10000) i; ANALYZE sessions;",
+    )
+    .await;
+    let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionRow| {
+        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+    };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let sql = "SELECT s.id, s.title, s.agent, s.origin, s.project, s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, s.binding_dev, s.binding_ino, s.work_dir_display, s.owner FROM sessions s LEFT JOIN machines m ON m.id = s.binding_machine ORDER BY s.created_at, s.id";
+    let st = client.prepare(sql).await.unwrap();
+    let (mut raw, mut total) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let t = std::time::Instant::now();
+        let rows = client.query(&st, &[]).await.unwrap();
+        raw.push(t.elapsed());
+        assert_eq!(rows.len(), 10_000);
+        let t = std::time::Instant::now();
+        let json = store.sessions_json(None, doc).await.unwrap();
+        total.push(t.elapsed());
+        assert!(json.len() > 10_000);
+    }
+    raw.sort();
+    total.sort();
+    println!(
+        "postgres, 10,000 sessions: the query alone p50 {:?}; sessions_json p50 {:?}",
+        raw[raw.len() / 2],
+        total[total.len() / 2]
+    );
+}

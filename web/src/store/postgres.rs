@@ -1177,11 +1177,17 @@ fn default_code(status: TaskStatus) -> Option<String> {
     super::tasks::default_code(status)
 }
 
+/// The list's query: [`SESSION_SELECT`]'s columns without the join (a probe of
+/// `machines` per row was most of the server's time); the few machines' names are read
+/// once and filled in ([`Pg::sessions_json`]).
 fn session_list_sql(owner: bool) -> String {
+    let select = SESSION_SELECT
+        .replace(", m.name,", ", NULL::text,")
+        .replace(" LEFT JOIN machines m ON m.id = s.binding_machine", "");
     if owner {
-        format!("{SESSION_SELECT} WHERE s.owner = $1 ORDER BY s.created_at, s.id")
+        format!("{select} WHERE s.owner = $1 ORDER BY s.created_at, s.id")
     } else {
-        format!("{SESSION_SELECT} ORDER BY s.created_at, s.id")
+        format!("{select} ORDER BY s.created_at, s.id")
     }
 }
 
@@ -1906,18 +1912,91 @@ impl Pg {
             .collect()
     }
 
-    /// Every session, oldest first; only `owner`'s when given.
-    pub(crate) async fn list_sessions(
+    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
+    /// the documents `doc` writes. The rows are turned into documents on a blocking
+    /// thread while the next ones still arrive: a long list's time is the larger of the
+    /// two, not their sum.
+    pub(crate) async fn sessions_json<F>(
         &self,
         owner: Option<String>,
-    ) -> Result<Vec<SessionRow>, StoreError> {
+        doc: F,
+    ) -> Result<Vec<u8>, StoreError>
+    where
+        F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError> + Send + 'static,
+    {
+        use futures_util::StreamExt;
+        const BATCH: usize = 256;
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
-        let rows = match &owner {
-            Some(o) => q.rows(&session_list_sql(true), &[o]).await?,
-            None => q.rows(&session_list_sql(false), &[]).await?,
+        let names: HashMap<String, String> = q
+            .rows("SELECT id, name FROM machines", &[])
+            .await?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .collect::<Result<_, StoreError>>()?;
+        let st = q.prepared(&session_list_sql(owner.is_some())).await?;
+        let params: Vec<&(dyn ToSql + Sync)> = match &owner {
+            Some(o) => vec![o],
+            None => Vec::new(),
         };
-        rows.iter().map(SessionRow::from_row).collect()
+        let rows =
+            q.c.query_raw(&st, params)
+                .await
+                .map_err(|e| mark(q.broken, e))?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Row>>(8);
+        let render = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(64 * 1024);
+            out.push(b'[');
+            let mut first = true;
+            while let Some(batch) = rx.blocking_recv() {
+                for row in &batch {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    let mut session = SessionRow::from_row(row)?;
+                    if let Some(b) = &mut session.binding
+                        && let Some(name) = names.get(b.machine.as_str())
+                    {
+                        b.machine_name.clone_from(name);
+                    }
+                    doc(&mut out, &session)?;
+                }
+            }
+            out.push(b']');
+            Ok::<_, StoreError>(out)
+        });
+        let mut rows = std::pin::pin!(rows);
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut failed = None;
+        while let Some(row) = rows.next().await {
+            match row {
+                Ok(r) => batch.push(r),
+                Err(e) => {
+                    failed = Some(mark(q.broken, e));
+                    break;
+                }
+            }
+            if batch.len() == BATCH
+                && tx
+                    .send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                    .await
+                    .is_err()
+            {
+                break;
+            }
+        }
+        if !batch.is_empty() {
+            let _ = tx.send(batch).await;
+        }
+        drop(tx);
+        let out = render
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?;
+        match failed {
+            Some(e) => Err(e),
+            None => out,
+        }
     }
 
     // ---- tasks -----------------------------------------------------------------------

@@ -254,13 +254,7 @@ impl Store {
     where
         F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError> + Send + 'static,
     {
-        #[cfg(feature = "postgres")]
-        if let Some(pg) = self.pg() {
-            let rows = pg.list_sessions(owner).await?;
-            return tokio::task::spawn_blocking(move || json_array(&rows, &doc))
-                .await
-                .map_err(|e| StoreError::Worker(e.to_string()))?;
-        }
+        on_pg!(self, pg => pg.sessions_json(owner, doc));
         self.read(move |conn| json_array(&list_sessions(conn, owner.as_deref())?, &doc))
             .await
     }
