@@ -355,8 +355,9 @@ impl Server {
 
     /// On a shared database (`ServerOptions::database`): takes part in the election of
     /// the processes' leader, advertising `url` (how the others reach this one), until
-    /// this one leads; then recovers what the last leader left (its running tasks
-    /// become `interrupted`, queued ones run) and runs every process's work. The
+    /// this one leads; then recovers what the last leader left (tasks it had handed to
+    /// daemons carry on when those come back, others it ran become `interrupted`,
+    /// queued ones run) and runs every process's work. The
     /// receiver fires if leadership is lost (the database restarted, or dropped the
     /// connection holding it): the caller should stop, and another process, or this
     /// one started again, takes over. Does nothing on SQLite.
@@ -421,6 +422,13 @@ impl Server {
                     for id in &rec.interrupted {
                         tracing::warn!(task = %id, "interrupted: it was running when the last leader stopped");
                     }
+                    for a in &rec.adopted {
+                        tracing::info!(task = %a.task.id, machine = %a.machine_name,
+                            "carrying on with a task the last leader handed to a daemon");
+                    }
+                    // Before daemon calls are served here: the daemon that runs an
+                    // adopted task finds it, rather than being told to stop it.
+                    state.scheduler.adopt(rec.adopted).await;
                     state.scheduler.lead();
                     for session in &rec.pending_sessions {
                         state.scheduler.notify(session);

@@ -922,6 +922,121 @@ mod postgres_only {
     }
 
     #[tokio::test]
+    async fn a_new_leader_carries_on_what_the_last_one_handed_to_daemons() {
+        let url = pg::fresh_database().await;
+        let old = Store::connect(&url).await.unwrap();
+        old.add_agent(agent()).await.unwrap();
+        let machine = MachineId::new("m-1");
+        old.touch_machine(machine.clone(), "laptop".into())
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for title in ["streaming", "reported", "claimed only"] {
+            let s = old.create_session(unbound(title)).await.unwrap();
+            let (t, _) = old
+                .add_message(s.id.clone(), Origin::Api, title.into())
+                .await
+                .unwrap();
+            assert!(old.claim(t.id.clone()).await.unwrap());
+            tasks.push(t);
+        }
+        let (streaming, reported, claimed) = (&tasks[0], &tasks[1], &tasks[2]);
+        for t in [streaming, reported] {
+            old.mark_handed(t.id.clone(), machine.clone(), "instance-1".into())
+                .await
+                .unwrap();
+        }
+        // The daemon's first two events, stored and counted in one step.
+        let text = |t: &str| RunItem::Agent(serde_json::json!({"type": "text", "text": t}));
+        let items = vec![
+            RunItem::Status {
+                status: TaskStatus::Running,
+                wait_reason: None,
+            },
+            text("one"),
+        ];
+        let stored = old
+            .daemon_events(
+                streaming.id.clone(),
+                streaming.session_id.clone(),
+                items.clone(),
+                0,
+                2,
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored, 2);
+        // The same batch again (its answer was lost): not stored twice.
+        let again = old
+            .daemon_events(
+                streaming.id.clone(),
+                streaming.session_id.clone(),
+                items,
+                0,
+                2,
+            )
+            .await
+            .unwrap();
+        assert_eq!(again, 2);
+        assert_eq!(
+            transcript(&old, &streaming.session_id).await,
+            [
+                (1, "message".into()),
+                (2, "status".into()),
+                (3, "agent".into())
+            ]
+        );
+        let outcome = berth_web::executor::TaskOutcome {
+            status: TaskStatus::Succeeded,
+            exit_code: Some(0),
+            error: None,
+            code: None,
+            ..berth_web::executor::TaskOutcome::failed(berth_core::ErrorCode::Internal, "")
+        };
+        old.daemon_outcome(reported.id.clone(), outcome.clone())
+            .await
+            .unwrap();
+        drop(old);
+
+        let new = Store::connect(&url).await.unwrap();
+        let rec = new.recover().await.unwrap();
+        assert!(rec.interrupted.is_empty(), "{rec:?}");
+        let mut adopted: Vec<(&str, u64, bool)> = rec
+            .adopted
+            .iter()
+            .map(|a| (a.task.id.as_str(), a.received, a.outcome.is_some()))
+            .collect();
+        adopted.sort_unstable();
+        let mut want = vec![
+            (streaming.id.as_str(), 2, false),
+            (reported.id.as_str(), 0, true),
+        ];
+        want.sort_unstable();
+        assert_eq!(adopted, want);
+        for a in &rec.adopted {
+            assert_eq!(a.machine, machine);
+            assert_eq!(a.machine_name, "laptop");
+            assert_eq!(a.instance, "instance-1");
+        }
+        let streaming_row = rec
+            .adopted
+            .iter()
+            .find(|a| a.task.id == streaming.id)
+            .unwrap();
+        assert_eq!(streaming_row.task.status, TaskStatus::Running);
+        let reported_row = rec
+            .adopted
+            .iter()
+            .find(|a| a.task.id == reported.id)
+            .unwrap();
+        assert_eq!(reported_row.outcome.as_ref(), Some(&outcome));
+        // Claimed and never handed over: back in line, to run.
+        let back = new.task(&claimed.id).await.unwrap();
+        assert_eq!((back.status, back.started_at), (TaskStatus::Queued, None));
+        assert!(rec.pending_sessions.contains(&claimed.session_id));
+    }
+
+    #[tokio::test]
     async fn servers_starting_together_migrate_once() {
         let url = pg::fresh_database().await;
         let mut opening = Vec::new();

@@ -51,8 +51,16 @@ fn unavailable(message: String) -> Response {
 }
 
 pub(crate) async fn to_leader(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    if app.store.leads() || !leader_only(req.method(), req.uri().path()) {
+    if !leader_only(req.method(), req.uri().path()) {
         return next.run(req).await;
+    }
+    if app.store.leads() {
+        // Led from here: served once the last leader's work is taken over (a daemon
+        // asking about its task before then would be told to stop it).
+        if app.scheduler.leads() {
+            return next.run(req).await;
+        }
+        return unavailable("this berth-server is taking over as the leader".to_owned());
     }
     if req.headers().contains_key(FORWARDED) {
         // Sent here as to the leader, which this process no longer is (or never was):

@@ -4,7 +4,9 @@ mod registry;
 mod routes;
 pub mod wire;
 
-pub use registry::{AuthError, Caller, Daemons, Finished, Gone, token_hash, waiting_for};
+pub use registry::{
+    AuthError, Caller, Daemons, Finished, Gone, TaskCallError, token_hash, waiting_for,
+};
 pub use routes::daemon_router;
 pub(crate) use routes::{create_token, list_tokens, revoke_token};
 
@@ -23,6 +25,11 @@ pub struct Via {
 
 /// The default heartbeat window: a daemon silent this long is offline.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15);
+/// The longest a daemon waits between two attempts to reach its server while it cannot
+/// (with up to a fifth more of jitter): `berth daemon` keeps to it. A task the last
+/// leader handed to a daemon is kept this long past the window for that daemon to
+/// come back to the new one.
+pub const DAEMON_RETRY_CAP: Duration = Duration::from_secs(15);
 /// The default longest claim held open.
 pub const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(20);
 

@@ -14,12 +14,13 @@ use super::wire::{
     ClaimedTask, EventBatch, EventsReply, FinishRequest, HeartbeatReply, Registered, TokenInfo,
 };
 use crate::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec};
-use crate::store::{Store, StoreError, TokenChange, TokenRow};
+use crate::store::{Adopted, Store, StoreError, TokenChange, TokenRow};
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -51,6 +52,16 @@ pub struct Gone {
     pub machine: String,
 }
 
+/// Why a daemon's events or outcome were not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskCallError {
+    #[error(transparent)]
+    Gone(#[from] Gone),
+    /// Not stored (the database is away): the daemon sends them again.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// What `finish` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finished {
@@ -70,9 +81,9 @@ pub struct Caller {
     pub member: Option<String>,
 }
 
-/// Where a run's events and outcome go.
+/// Where a run's outcome goes, and whether it is cancelled. (Its events go straight
+/// to the store: see [`Daemons::events`].)
 struct Link {
-    events: mpsc::UnboundedSender<ExecEvent>,
     done: oneshot::Sender<TaskOutcome>,
     cancel: watch::Receiver<bool>,
 }
@@ -82,11 +93,29 @@ struct Pending {
     link: Link,
 }
 
+/// How far a run's events are stored.
+#[derive(Debug, Default)]
+struct RunLog {
+    /// How many of the daemon's events for the task are stored (and acknowledged).
+    received: AtomicU64,
+    /// Whether the transcript already says the task runs.
+    running: AtomicBool,
+    /// One batch at a time is stored (a retried request may overlap its original).
+    write: tokio::sync::Mutex<()>,
+}
+
 struct RemoteRun {
     link: Link,
-    received: u64,
+    session_id: String,
+    log: Arc<RunLog>,
     claimed_at: Instant,
     instance: String,
+}
+
+impl RemoteRun {
+    fn received(&self) -> u64 {
+        self.log.received.load(Ordering::SeqCst)
+    }
 }
 
 struct Machine {
@@ -464,7 +493,7 @@ impl Daemons {
             .collect();
         for id in lost {
             if let Some(run) = m.runs.remove(&id) {
-                let out = if run.received == 0 {
+                let out = if run.received() == 0 {
                     back_in_line(&m.name)
                 } else {
                     outcome(
@@ -511,7 +540,8 @@ impl Daemons {
                 id,
                 RemoteRun {
                     link: p.link,
-                    received: 0,
+                    session_id: p.task.session_id.clone(),
+                    log: Arc::default(),
                     claimed_at: Instant::now(),
                     instance: instance.to_owned(),
                 },
@@ -521,54 +551,147 @@ impl Daemons {
         None
     }
 
-    /// Events of a running task: stores those not seen yet, in order.
-    pub fn events(
+    /// Events of a running task: stores those not seen yet, in order, before
+    /// answering how many are stored. The count the daemon is told is on the task's
+    /// row as well (PostgreSQL), so a new leader resumes the stream where it stands.
+    pub async fn events(
         &self,
         caller: &Caller,
         task: &str,
         batch: EventBatch,
-    ) -> Result<EventsReply, Gone> {
-        let mut state = lock(&self.inner.state);
-        let m = holding(&mut state, caller, task)?;
-        let run = m.runs.get_mut(task).ok_or_else(|| gone(caller, task))?;
-        if batch.first <= run.received {
-            let skip = usize::try_from(run.received - batch.first).unwrap_or(usize::MAX);
-            for ev in batch.events.into_iter().skip(skip) {
-                // The scheduler's side only goes away once the run is finished.
-                let _ = run.link.events.send(ev.into());
-                run.received += 1;
+    ) -> Result<EventsReply, TaskCallError> {
+        let (log, session_id, cancel) = {
+            let mut state = lock(&self.inner.state);
+            let m = holding(&mut state, caller, task)?;
+            let run = m.runs.get(task).ok_or_else(|| gone(caller, task))?;
+            (
+                run.log.clone(),
+                run.session_id.clone(),
+                run.link.cancel.clone(),
+            )
+        };
+        // On a task of its own: a daemon that gives up on the request (or loses its
+        // connection) drops this handler, and a write that committed must still be
+        // counted, or the events would be stored again when they come again.
+        let store = self.inner.store.clone();
+        let task_id = task.to_owned();
+        let write = tokio::spawn(async move {
+            let _one = log.write.lock().await;
+            let received = log.received.load(Ordering::SeqCst);
+            if batch.first <= received {
+                let skip = usize::try_from(received - batch.first).unwrap_or(usize::MAX);
+                let fresh: Vec<ExecEvent> = batch
+                    .events
+                    .into_iter()
+                    .skip(skip)
+                    .map(Into::into)
+                    .collect();
+                if !fresh.is_empty() {
+                    let now = received + fresh.len() as u64;
+                    let mut running = log.running.load(Ordering::SeqCst);
+                    let items = crate::scheduler::run_items(&task_id, fresh, &mut running);
+                    let stored = store
+                        .daemon_events(task_id, session_id, items, received, now)
+                        .await?;
+                    if stored == now {
+                        log.running.store(running, Ordering::SeqCst);
+                    }
+                    log.received.store(stored, Ordering::SeqCst);
+                }
             }
-        }
-        Ok(EventsReply {
-            received: run.received,
-            cancel: *run.link.cancel.borrow(),
-        })
+            Ok::<u64, StoreError>(log.received.load(Ordering::SeqCst))
+        });
+        let received = write
+            .await
+            .map_err(|e| StoreError::Worker(format!("storing a daemon's events failed: {e}")))??;
+        let cancel = *cancel.borrow();
+        Ok(EventsReply { received, cancel })
     }
 
-    /// The outcome of a task, once all its events are here.
-    pub fn finish(
+    /// Carries on with a task the last leader handed to `a.machine`'s daemon process
+    /// `a.instance`: that process finds it here when it comes back (registering
+    /// again with the same instance), and its events resume after `a.received`. The
+    /// outcome comes on the receiver; `interrupted` if the process does not come back
+    /// within the heartbeat window (or comes back as another process), and back in
+    /// line if it never had the task.
+    pub fn adopt(
+        &self,
+        a: &Adopted,
+        cancel: watch::Receiver<bool>,
+    ) -> oneshot::Receiver<TaskOutcome> {
+        let (done, finished) = oneshot::channel();
+        let mut state = lock(&self.inner.state);
+        let now = Instant::now();
+        let m = state
+            .machines
+            .entry(a.machine.clone())
+            .or_insert_with(|| Machine {
+                name: a.machine_name.clone(),
+                member: None,
+                instance: a.instance.clone(),
+                last_seen: now,
+                online: false,
+                queue: VecDeque::new(),
+                runs: HashMap::new(),
+                finished: VecDeque::new(),
+                wake: Arc::new(Notify::new()),
+            });
+        let log = RunLog::default();
+        log.received.store(a.received, Ordering::SeqCst);
+        log.running
+            .store(a.task.status == TaskStatus::Running, Ordering::SeqCst);
+        m.runs.insert(
+            a.task.id.clone(),
+            RemoteRun {
+                link: Link { done, cancel },
+                session_id: a.task.session_id.clone(),
+                log: Arc::new(log),
+                claimed_at: now,
+                instance: a.instance.clone(),
+            },
+        );
+        finished
+    }
+
+    /// The outcome of a task, once all its events are here. It is stored (on
+    /// PostgreSQL) before the daemon is told so and forgets the task: a new leader
+    /// records it even if this process dies before its scheduler does.
+    pub async fn finish(
         &self,
         caller: &Caller,
         task: &str,
         req: FinishRequest,
-    ) -> Result<Finished, Gone> {
-        let mut state = lock(&self.inner.state);
-        let m = holding(&mut state, caller, task)?;
-        let Some(run) = m.runs.get(task) else {
-            return m
-                .finished
+    ) -> Result<Finished, TaskCallError> {
+        let remembered = |m: &Machine| {
+            m.finished
                 .iter()
                 .find(|(id, _)| id == task)
                 .map(|(_, s)| Finished::Done(*s))
-                .ok_or_else(|| gone(caller, task));
+                .ok_or_else(|| gone(caller, task))
         };
-        if run.received < req.events {
-            return Ok(Finished::Missing {
-                received: run.received,
-            });
+        {
+            let mut state = lock(&self.inner.state);
+            let m = holding(&mut state, caller, task)?;
+            let Some(run) = m.runs.get(task) else {
+                return Ok(remembered(m)?);
+            };
+            if run.received() < req.events {
+                return Ok(Finished::Missing {
+                    received: run.received(),
+                });
+            }
         }
+        // On a task of its own, as for events: a dropped request must not leave it
+        // half done.
+        let store = self.inner.store.clone();
+        let (id, outcome) = (task.to_owned(), req.outcome.clone());
+        tokio::spawn(async move { store.daemon_outcome(id, outcome).await })
+            .await
+            .map_err(|e| StoreError::Worker(format!("storing a daemon's outcome failed: {e}")))??;
+        let mut state = lock(&self.inner.state);
+        let m = holding(&mut state, caller, task)?;
         let Some(run) = m.runs.remove(task) else {
-            return Err(gone(caller, task));
+            return Ok(remembered(m)?);
         };
         let status = req.outcome.status;
         let _ = run.link.done.send(req.outcome);
@@ -603,6 +726,7 @@ impl Daemons {
     /// Takes machines silent for longer than the window offline.
     async fn expire(&self) {
         let window = self.inner.config.window;
+        let grace = window + super::DAEMON_RETRY_CAP + super::DAEMON_RETRY_CAP / 5;
         let gone: Vec<MachineId> = {
             let mut state = lock(&self.inner.state);
             let mut gone = Vec::new();
@@ -610,6 +734,19 @@ impl Daemons {
                 if m.online && m.last_seen.elapsed() > window {
                     take_offline(m, window);
                     gone.push(id.clone());
+                } else if !m.online && !m.runs.is_empty() && m.last_seen.elapsed() > grace {
+                    // Runs carried over from the last leader whose daemon did not
+                    // come back.
+                    for (_, run) in m.runs.drain() {
+                        let _ = run.link.done.send(outcome(
+                            TaskStatus::Interrupted,
+                            format!(
+                                "machine {} did not come back within {} s after the server that handed it the task stopped",
+                                m.name,
+                                grace.as_secs_f64()
+                            ),
+                        ));
+                    }
                 }
             }
             gone
@@ -865,8 +1002,10 @@ impl Executor for RemoteExecutor {
         Box::pin(async move {
             let id = task.task_id.clone();
             let (done, mut finished) = oneshot::channel();
+            // The daemon's events are stored as they arrive (`Daemons::events`), not
+            // through the scheduler's channel.
+            drop(events);
             let link = Link {
-                events,
                 done,
                 cancel: cancel.clone(),
             };

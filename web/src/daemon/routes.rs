@@ -2,7 +2,7 @@
 //! and the token routes of the control API.
 
 use super::Via;
-use super::registry::{AuthError, Caller, Finished};
+use super::registry::{AuthError, Caller, Finished, TaskCallError};
 use super::wire::{
     self, ClaimRequest, CreatedToken, EventBatch, FinishReply, FinishRequest, Heartbeat, NewToken,
     Register, TokenInfo, Validated,
@@ -133,7 +133,14 @@ async fn claim(
             // Before the daemon has it: whoever leads next must know it may have run.
             // Not recorded (the database is away), the daemon does not get it, and the
             // registry puts it back in line after the window, as a lost claim answer.
-            ctx.app.store.mark_handed(task.task_id.clone()).await?;
+            ctx.app
+                .store
+                .mark_handed(
+                    task.task_id.clone(),
+                    caller.machine.clone(),
+                    req.instance.clone(),
+                )
+                .await?;
             return Ok(Json(task).into_response());
         }
         tokio::select! {
@@ -151,7 +158,11 @@ async fn events(
     JsonBody(batch): JsonBody<EventBatch>,
 ) -> Result<Json<wire::EventsReply>, ApiError> {
     let caller = caller(&ctx, &headers)?;
-    Ok(Json(ctx.app.daemons.events(&caller, &id, batch)?))
+    match ctx.app.daemons.events(&caller, &id, batch).await {
+        Ok(reply) => Ok(Json(reply)),
+        Err(TaskCallError::Gone(g)) => Err(g.into()),
+        Err(TaskCallError::Store(e)) => Err(e.into()),
+    }
 }
 
 async fn finish(
@@ -169,9 +180,11 @@ async fn finish(
             ),
         });
     }
-    match ctx.app.daemons.finish(&caller, &id, req)? {
-        Finished::Done(status) => Ok(Json(FinishReply { status })),
-        Finished::Missing { received } => Err(ApiError::EventsMissing { received }),
+    match ctx.app.daemons.finish(&caller, &id, req).await {
+        Ok(Finished::Done(status)) => Ok(Json(FinishReply { status })),
+        Ok(Finished::Missing { received }) => Err(ApiError::EventsMissing { received }),
+        Err(TaskCallError::Gone(g)) => Err(g.into()),
+        Err(TaskCallError::Store(e)) => Err(e.into()),
     }
 }
 

@@ -17,7 +17,7 @@
 pub mod placement;
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
-use crate::store::{Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
+use crate::store::{Adopted, Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
@@ -212,6 +212,12 @@ impl Scheduler {
         let _ = self.inner.notify.send(session_id.to_owned());
     }
 
+    /// Whether this process runs the tasks: on a shared database, once it leads and
+    /// has recovered what the last leader left ([`Scheduler::lead`]).
+    pub fn leads(&self) -> bool {
+        self.inner.leading.load(Ordering::SeqCst)
+    }
+
     /// Another process on the database leads: run nothing here, announce work to it.
     pub fn follow(&self) {
         self.inner.leading.store(false, Ordering::SeqCst);
@@ -256,6 +262,49 @@ impl Scheduler {
                 requeue_all(&inner).await;
             }
         });
+    }
+
+    /// Carries on with tasks the last leader handed to daemons ([`Adopted`]): each
+    /// holds its session as a running task does, until its daemon reports how it
+    /// ended (or misses the window); the session's later tasks run after it. Call
+    /// with the daemons attached, before [`Scheduler::lead`] schedules the sessions.
+    pub async fn adopt(&self, adopted: Vec<Adopted>) {
+        for a in adopted {
+            let (cancel_tx, cancel_rx) = watch::channel(false);
+            let interrupted = Arc::new(AtomicBool::new(false));
+            let finished = match (&a.outcome, self.inner.daemons.get()) {
+                (Some(outcome), _) => {
+                    // Its daemon had reported it: only the record is left to make.
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(outcome.clone());
+                    rx
+                }
+                (None, Some(d)) => d.adopt(&a, cancel_rx),
+                (None, None) => {
+                    // Nothing here can hear from a daemon: the task ends now.
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(interrupted_run(
+                        "the server stopped while the task was running; it was not run again",
+                    ));
+                    rx
+                }
+            };
+            self.inner.running.lock().await.insert(
+                a.task.id.clone(),
+                Run {
+                    cancel: cancel_tx,
+                    interrupted: interrupted.clone(),
+                },
+            );
+            let first = Resumed {
+                task: a.task,
+                binding_rev: a.binding_rev,
+                finished,
+                interrupted,
+            };
+            let session = first.task.session_id.clone();
+            start_worker(&self.inner, session, Some(first));
+        }
     }
 
     /// Adds an observer of finished tasks.
@@ -349,7 +398,28 @@ async fn requeue_all(inner: &Arc<Inner>) {
     }
 }
 
+/// A run carried over from the last leader ([`Scheduler::adopt`]): its worker waits
+/// for its outcome before the session's next task.
+struct Resumed {
+    task: TaskRow,
+    binding_rev: i64,
+    finished: tokio::sync::oneshot::Receiver<TaskOutcome>,
+    interrupted: Arc<AtomicBool>,
+}
+
+/// A run that ended without an outcome from its executor.
+fn interrupted_run(error: &str) -> TaskOutcome {
+    TaskOutcome {
+        status: TaskStatus::Interrupted,
+        ..TaskOutcome::failed(ErrorCode::Interrupted, error)
+    }
+}
+
 fn dispatch(inner: &Arc<Inner>, session: String) {
+    start_worker(inner, session, None);
+}
+
+fn start_worker(inner: &Arc<Inner>, session: String, first: Option<Resumed>) {
     {
         let mut sessions = inner
             .sessions
@@ -357,9 +427,12 @@ fn dispatch(inner: &Arc<Inner>, session: String) {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(more) = sessions.get_mut(&session) {
             *more = true;
-            return;
+            if first.is_none() {
+                return;
+            }
+        } else {
+            sessions.insert(session.clone(), false);
         }
-        sessions.insert(session.clone(), false);
     }
     inner.workers.send_modify(|n| *n += 1);
     let guard = WorkerGuard {
@@ -368,6 +441,23 @@ fn dispatch(inner: &Arc<Inner>, session: String) {
         left: AtomicBool::new(false),
     };
     tokio::spawn(async move {
+        if let Some(r) = first {
+            let outcome = r.finished.await.unwrap_or_else(|_| {
+                interrupted_run("the server lost track of the task on its machine")
+            });
+            guard.inner.running.lock().await.remove(&r.task.id);
+            let recorded = record(
+                &guard.inner,
+                &r.task,
+                r.binding_rev,
+                outcome,
+                &r.interrupted,
+            )
+            .await;
+            if let Err(e) = recorded {
+                tracing::error!(task = %r.task.id, error = %e, "could not record a carried-over task");
+            }
+        }
         let mut pause = RETRY_FIRST;
         loop {
             match drain(&guard).await {
@@ -556,6 +646,19 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     };
     let outcome = execute(store, &executor, &task, spec, cancel_rx).await;
     inner.running.lock().await.remove(&task.id);
+    record(inner, &task, session.binding_rev, outcome, &interrupted).await
+}
+
+/// Records how a run ended: back in line if its machine never started it, otherwise
+/// its final status on the task and what it leaves on the session.
+async fn record(
+    inner: &Arc<Inner>,
+    task: &TaskRow,
+    binding_rev: i64,
+    outcome: TaskOutcome,
+    interrupted: &AtomicBool,
+) -> Result<Next, StoreError> {
+    let store = &inner.store;
     if outcome.status == TaskStatus::WaitingDaemon {
         // Its machine never started it (it went offline, or the claim was lost): back
         // in line, in order, and resolved again at once — it waits if the machine is
@@ -589,7 +692,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         denials: outcome.denials,
         changes: outcome.changes,
         record: Some(RunRecord {
-            binding_rev: session.binding_rev,
+            binding_rev,
             work_dir: outcome.work_dir,
             work_dir_display: outcome.work_dir_display,
             resume_id: outcome.resume_id,
@@ -613,6 +716,46 @@ async fn wait(store: &Store, task: &TaskRow, reason: String) -> Result<(), Store
     Ok(())
 }
 
+/// What a run reported, as the store records it: an agent event with no `running`
+/// status before it brings one (`running` says whether the transcript already has it).
+pub(crate) fn run_items(
+    task: &str,
+    events: impl IntoIterator<Item = ExecEvent>,
+    running: &mut bool,
+) -> Vec<RunItem> {
+    let mut items = Vec::new();
+    for ev in events {
+        match ev {
+            ExecEvent::Status {
+                status,
+                wait_reason,
+            } => {
+                *running = status == TaskStatus::Running;
+                items.push(RunItem::Status {
+                    status,
+                    wait_reason,
+                });
+            }
+            ExecEvent::Agent(ev) => {
+                if !*running {
+                    *running = true;
+                    items.push(RunItem::Status {
+                        status: TaskStatus::Running,
+                        wait_reason: None,
+                    });
+                }
+                match serde_json::to_value(&ev) {
+                    Ok(payload) => items.push(RunItem::Agent(payload)),
+                    Err(e) => {
+                        tracing::error!(task = %task, error = %e, "could not encode an event");
+                    }
+                }
+            }
+        }
+    }
+    items
+}
+
 /// Runs the executor, storing what it reports as it happens.
 async fn execute(
     store: &Store,
@@ -631,36 +774,7 @@ async fn execute(
         while let Ok(more) = rx.try_recv() {
             burst.push(more);
         }
-        let mut items = Vec::with_capacity(burst.len() + 1);
-        for ev in burst.drain(..) {
-            match ev {
-                ExecEvent::Status {
-                    status,
-                    wait_reason,
-                } => {
-                    running = status == TaskStatus::Running;
-                    items.push(RunItem::Status {
-                        status,
-                        wait_reason,
-                    });
-                }
-                ExecEvent::Agent(ev) => {
-                    if !running {
-                        running = true;
-                        items.push(RunItem::Status {
-                            status: TaskStatus::Running,
-                            wait_reason: None,
-                        });
-                    }
-                    match serde_json::to_value(&ev) {
-                        Ok(payload) => items.push(RunItem::Agent(payload)),
-                        Err(e) => {
-                            tracing::error!(task = %task.id, error = %e, "could not encode an event");
-                        }
-                    }
-                }
-            }
-        }
+        let items = run_items(&task.id, burst.drain(..), &mut running);
         let recorded = durable("recording the task's events", || {
             store.run_events(task.clone(), items.clone())
         })

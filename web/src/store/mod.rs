@@ -53,7 +53,7 @@ pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow};
 pub use rows::{NewSessionRow, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
-pub use tasks::{Finish, NextRun, Recovery, RunItem, RunRecord};
+pub use tasks::{Adopted, Finish, NextRun, Recovery, RunItem, RunRecord};
 
 use crate::transcript::{Hub, TranscriptEvent};
 use rusqlite::{Connection, OpenFlags};

@@ -30,11 +30,13 @@
 use super::agents::{agent_from_row, kind_str};
 use super::daemons::{TOKEN_COLUMNS, token_from};
 use super::members::{FIRST_ADMIN, MEMBER_COLUMNS, member_from};
-use super::rows::{Cols, TASK_COLUMNS, identity_columns};
+use super::rows::{
+    Cols, TASK_COLUMN_COUNT, TASK_COLUMNS, identity_columns, qualified_task_columns,
+};
 use super::{
-    AuditRow, ChannelIntake, ChannelThread, Finish, MemberChange, MemberRow, NewChannelMessage,
-    NewSessionRow, NextRun, Outbox, ProjectDirRow, ProjectRow, Recovery, RunItem, SessionRow,
-    StoreError, StoredBinding, TaskRow, TokenChange, TokenRow, parse_enum,
+    Adopted, AuditRow, ChannelIntake, ChannelThread, Finish, MemberChange, MemberRow,
+    NewChannelMessage, NewSessionRow, NextRun, Outbox, ProjectDirRow, ProjectRow, Recovery,
+    RunItem, SessionRow, StoreError, StoredBinding, TaskRow, TokenChange, TokenRow, parse_enum,
 };
 use crate::clock;
 use crate::executor::AgentSpec;
@@ -66,7 +68,7 @@ const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -211,6 +213,17 @@ CREATE TABLE berth_leader (
     since       TEXT NOT NULL
 );
 ALTER TABLE tasks ADD COLUMN handed_at TEXT;
+"#;
+
+/// A new leader carries on what the last one handed to a daemon: the machine and the
+/// daemon process it went to, how many of that daemon's events for it are stored, and
+/// the outcome it reported (what the daemon was told is stored, is; it sends the rest
+/// again).
+const V3: &str = r#"
+ALTER TABLE tasks ADD COLUMN handed_to TEXT COLLATE "C";
+ALTER TABLE tasks ADD COLUMN handed_instance TEXT;
+ALTER TABLE tasks ADD COLUMN daemon_events BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN daemon_outcome TEXT;
 "#;
 
 /// `NOTIFY` channels, payload `REPLICA SESSION`: a session's transcript grew; a
@@ -1560,7 +1573,9 @@ impl Pg {
         let n = w
             .q()
             .exec(
-                "UPDATE tasks SET started_at = NULL, status = 'waiting_daemon', wait_reason = $2
+                "UPDATE tasks SET started_at = NULL, status = 'waiting_daemon', wait_reason = $2,
+                   handed_at = NULL, handed_to = NULL, handed_instance = NULL, daemon_events = 0,
+                   daemon_outcome = NULL
                  WHERE id = $1 AND status IN ('queued', 'waiting_daemon') AND finished_at IS NULL",
                 &[&id, &reason],
             )
@@ -2014,10 +2029,44 @@ impl Pg {
                 &[],
             )
             .await?;
+        // Handed to a daemon's process: it may be running there still. The new leader
+        // carries on with it when that process comes back (see `Adopted`).
+        let adopt_sql = format!(
+            "SELECT {TASK_COLUMNS}, t.handed_to, t.handed_instance, t.daemon_events,
+                    COALESCE(m.name, t.handed_to), s.binding_rev, t.daemon_outcome
+             FROM tasks t JOIN sessions s ON s.id = t.session_id
+                  LEFT JOIN machines m ON m.id = t.handed_to
+             WHERE t.status IN ('queued', 'waiting_daemon', 'waiting_lock', 'running')
+               AND t.started_at IS NOT NULL AND t.handed_at IS NOT NULL
+               AND t.handed_to IS NOT NULL AND t.handed_instance IS NOT NULL
+             ORDER BY t.session_id, t.seq",
+            TASK_COLUMNS = qualified_task_columns("t")
+        );
+        let mut adopted = Vec::new();
+        for r in w.q().rows(&adopt_sql, &[]).await?.iter() {
+            let n = TASK_COLUMN_COUNT;
+            adopted.push(Adopted {
+                task: TaskRow::from_row(r)?,
+                machine: MachineId::new(r.text(n)?),
+                instance: r.text(n + 1)?,
+                received: u64::try_from(r.int(n + 2)?).unwrap_or(0),
+                machine_name: r.text(n + 3)?,
+                binding_rev: r.int(n + 4)?,
+                outcome: r
+                    .opt_text(n + 5)?
+                    .map(|text| {
+                        serde_json::from_str(&text)
+                            .map_err(|e| StoreError::Corrupt(format!("a daemon's outcome: {e}")))
+                    })
+                    .transpose()?,
+            });
+        }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM tasks
-             WHERE status IN ('running', 'waiting_lock')
-                OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL)
+             WHERE (status IN ('running', 'waiting_lock')
+                    OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL))
+               AND NOT (handed_at IS NOT NULL AND handed_to IS NOT NULL
+                        AND handed_instance IS NOT NULL)
              ORDER BY session_id, seq"
         );
         let stale = w
@@ -2045,7 +2094,8 @@ impl Pg {
         }
         w.q()
             .exec(
-                "UPDATE tasks SET status = 'queued', wait_reason = NULL WHERE status = 'waiting_daemon'",
+                "UPDATE tasks SET status = 'queued', wait_reason = NULL
+                 WHERE status = 'waiting_daemon' AND started_at IS NULL",
                 &[],
             )
             .await?;
@@ -2063,6 +2113,7 @@ impl Pg {
         Ok(Recovery {
             interrupted,
             pending_sessions,
+            adopted,
         })
     }
 
@@ -2115,13 +2166,20 @@ impl Pg {
     }
 
     /// Records that a claimed task reached its machine (see [`V2`]).
-    pub(crate) async fn mark_handed(&self, id: String) -> Result<(), StoreError> {
+    pub(crate) async fn mark_handed(
+        &self,
+        id: String,
+        machine: MachineId,
+        instance: String,
+    ) -> Result<(), StoreError> {
         let mut lease = self.lease().await?;
         lease
             .read()?
             .exec(
-                "UPDATE tasks SET handed_at = $2 WHERE id = $1",
-                &[&id, &clock::now()],
+                "UPDATE tasks SET handed_at = $2, handed_to = $3, handed_instance = $4,
+                   daemon_events = 0, daemon_outcome = NULL
+                 WHERE id = $1",
+                &[&id, &clock::now(), &machine.as_str(), &instance],
             )
             .await?;
         Ok(())
@@ -2175,6 +2233,75 @@ impl Pg {
             }
         }
         self.publish(w).await
+    }
+
+    pub(crate) async fn daemon_events(
+        &self,
+        task_id: String,
+        session_id: String,
+        items: Vec<RunItem>,
+        from: u64,
+        to: u64,
+    ) -> Result<u64, StoreError> {
+        let (from, to) = (
+            i64::try_from(from).unwrap_or(i64::MAX),
+            i64::try_from(to).unwrap_or(i64::MAX),
+        );
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        // First, and only from where the count stands: a batch whose commit was
+        // already made (its answer lost) is not stored twice.
+        let n = w
+            .q()
+            .exec(
+                "UPDATE tasks SET daemon_events = $3 WHERE id = $1 AND daemon_events = $2",
+                &[&task_id, &from, &to],
+            )
+            .await?;
+        if n == 0 {
+            let stood = w
+                .q()
+                .rows("SELECT daemon_events FROM tasks WHERE id = $1", &[&task_id])
+                .await?
+                .first()
+                .map(|r| r.int(0))
+                .transpose()?
+                .unwrap_or(0);
+            return Ok(u64::try_from(stood).unwrap_or(0));
+        }
+        for item in items {
+            match item {
+                RunItem::Status {
+                    status,
+                    wait_reason,
+                } => {
+                    w.record_status(&task_id, status, wait_reason).await?;
+                }
+                RunItem::Agent(payload) => {
+                    w.append(&session_id, Some(&task_id), EventKind::Agent, payload)
+                        .await?;
+                }
+            }
+        }
+        self.publish(w).await?;
+        Ok(u64::try_from(to).unwrap_or(0))
+    }
+
+    pub(crate) async fn daemon_outcome(
+        &self,
+        task_id: String,
+        outcome: crate::executor::TaskOutcome,
+    ) -> Result<(), StoreError> {
+        let text = json_text(&outcome)?;
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .exec(
+                "UPDATE tasks SET daemon_outcome = $2 WHERE id = $1 AND finished_at IS NULL",
+                &[&task_id, &text],
+            )
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {

@@ -245,6 +245,20 @@ pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, 
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
     work_dir_display, denials, changes";
 
+/// How many columns [`TASK_COLUMNS`] names: a query's own columns follow them.
+#[cfg(feature = "postgres")]
+pub(crate) const TASK_COLUMN_COUNT: usize = 16;
+
+/// [`TASK_COLUMNS`], each qualified by a table alias (`t.id, t.session_id, …`).
+#[cfg(feature = "postgres")]
+pub(crate) fn qualified_task_columns(alias: &str) -> String {
+    TASK_COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl TaskRow {
     pub(crate) fn from_row(r: &impl Cols) -> Result<TaskRow, StoreError> {
         Ok(TaskRow {

@@ -6,6 +6,7 @@ use super::{Outbox, Scoped, Store, StoreError, TaskRow, resolve_id};
 use crate::clock;
 use crate::transcript::EventKind;
 use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
 use rusqlite::{Connection, params};
 
@@ -17,6 +18,30 @@ pub struct Recovery {
     pub interrupted: Vec<String>,
     /// Sessions with tasks still waiting to run, to schedule again.
     pub pending_sessions: Vec<String>,
+    /// On PostgreSQL, tasks the last leader had handed to a daemon: they may still be
+    /// running there, and the new leader carries on with them (never on SQLite, whose
+    /// one server ends them `interrupted`).
+    pub adopted: Vec<Adopted>,
+}
+
+/// A task a daemon's process may still be running, left by the last leader: the new
+/// one takes its events and outcome if that process comes back within the heartbeat
+/// window, and ends it `interrupted` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    pub task: TaskRow,
+    /// The machine it was handed to, and its name as last seen.
+    pub machine: MachineId,
+    pub machine_name: String,
+    /// The daemon process (its registration's instance) that took it.
+    pub instance: String,
+    /// How many of the daemon's events for it are stored.
+    pub received: u64,
+    /// The session's binding revision now (a binding changed since still keeps the
+    /// session's recorded directory, as for any run).
+    pub binding_rev: i64,
+    /// How it ended, if its daemon had reported that: recorded at once.
+    pub outcome: Option<crate::executor::TaskOutcome>,
 }
 
 /// One thing a run reported, for [`Store::run_events`].
@@ -185,6 +210,7 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     Ok(Recovery {
         interrupted,
         pending_sessions,
+        adopted: Vec::new(),
     })
 }
 
@@ -317,9 +343,14 @@ impl Store {
     /// ending `interrupted`, what the last one claimed and never handed over. SQLite's
     /// single server ends every claimed task `interrupted` at a restart: nothing to
     /// record.
-    pub async fn mark_handed(&self, id: String) -> Result<(), StoreError> {
-        on_pg!(self, pg => pg.mark_handed(id));
-        let _ = id;
+    pub async fn mark_handed(
+        &self,
+        id: String,
+        machine: MachineId,
+        instance: String,
+    ) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.mark_handed(id, machine, instance));
+        let _ = (id, machine, instance);
         Ok(())
     }
 
@@ -378,6 +409,60 @@ impl Store {
             Ok(())
         })
         .await
+    }
+
+    /// Records events a daemon sent for a task it runs, like [`Store::run_events`]: its
+    /// events numbered `from` up to `to`. On PostgreSQL the task's row counts them in
+    /// the same transaction, and only from `from`: a new leader knows where the
+    /// daemon's stream resumes, and a batch committed once (its answer lost) is not
+    /// stored again. Answers how many of the daemon's events are stored now.
+    pub async fn daemon_events(
+        &self,
+        task_id: String,
+        session_id: String,
+        items: Vec<RunItem>,
+        from: u64,
+        to: u64,
+    ) -> Result<u64, StoreError> {
+        on_pg!(self, pg => pg.daemon_events(task_id, session_id, items, from, to));
+        let _ = from;
+        self.write(move |tx, outbox| {
+            for item in items {
+                match item {
+                    RunItem::Status {
+                        status,
+                        wait_reason,
+                    } => {
+                        record_status(tx, outbox, &task_id, status, wait_reason)?;
+                    }
+                    RunItem::Agent(payload) => {
+                        append_event(
+                            tx,
+                            outbox,
+                            &session_id,
+                            Some(&task_id),
+                            EventKind::Agent,
+                            payload,
+                        )?;
+                    }
+                }
+            }
+            Ok(to)
+        })
+        .await
+    }
+
+    /// Keeps what a daemon reported of how a task ended, before the daemon is told it
+    /// was received (PostgreSQL; see [`Adopted::outcome`]): [`Store::finish`] records
+    /// it. SQLite's one server has nothing to hand it to.
+    pub async fn daemon_outcome(
+        &self,
+        task_id: String,
+        outcome: crate::executor::TaskOutcome,
+    ) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.daemon_outcome(task_id, outcome));
+        let _ = (task_id, outcome);
+        Ok(())
     }
 
     /// Records how a task ended, updates its session, and appends the final task
