@@ -236,6 +236,13 @@ fn a_server_on_postgres_keeps_nothing_in_its_home_and_survives_a_sigkill() {
     // it again.
     let stuck = second.send(&admin, &session, "stuck one");
     second.wait_status(&admin, &stuck, &["running"]);
+    eventually(10, || {
+        texts(&second.addr, &admin, &session)
+            .iter()
+            .any(|(_, t)| t == "got=stuck one")
+            .then_some(())
+    })
+    .expect("the stuck task's line is stored before the kill");
     drop(second);
     machine.stop("-KILL");
     let third = Replica::start(root.path(), "four", port, &database, &admin);

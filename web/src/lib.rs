@@ -9,6 +9,7 @@ pub mod clock;
 pub mod daemon;
 pub mod executor;
 pub mod hooks;
+pub mod log;
 pub mod net;
 pub mod scheduler;
 pub mod server;

@@ -21,6 +21,7 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     if let Some(DaemonCmd::Token(cmd)) = args.command {
         return token(home, cmd);
     }
+    super::serve::init_log()?;
     let Some(server) = args.server else {
         return Err(CliError::usage(
             "berth daemon needs --server URL",

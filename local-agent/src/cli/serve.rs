@@ -14,9 +14,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
+    init_log()?;
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
     runtime()?.block_on(run(config, args))
+}
+
+/// What the long-running commands (`serve`, `daemon`) report beyond their own lines:
+/// warnings and errors on stderr (the store retrying, a daemon going offline);
+/// `BERTH_LOG` changes how much.
+pub(super) fn init_log() -> Result<(), CliError> {
+    let level = berth_web::log::level_from_env(tracing::level_filters::LevelFilter::WARN)
+        .map_err(|e| CliError::usage(e.to_string(), e.hint()))?;
+    berth_web::log::init(level);
+    Ok(())
 }
 
 /// The runtime of the long-running commands (`serve`, `daemon`): two workers, one

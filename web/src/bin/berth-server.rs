@@ -26,7 +26,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
                     [--database postgres://USER:PASSWORD@HOST:PORT/DB [--advertise URL]]
-       berth-server member|audit … (berth-server member --help)";
+       berth-server member|audit … (berth-server member --help)
+BERTH_LOG=error|warn|info|debug|trace|off: what it reports on stderr (default info)";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
 #[derive(Debug)]
@@ -148,6 +149,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A server's own account of itself (leadership, the database going away and
+    // coming back, daemons going offline) on stderr; BERTH_LOG changes how much.
+    match berth_web::log::level_from_env(tracing::level_filters::LevelFilter::INFO) {
+        Ok(level) => berth_web::log::init(level),
+        Err(e) => {
+            eprintln!("error: {e}\nhint: {}", e.hint());
+            return ExitCode::from(2);
+        }
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
