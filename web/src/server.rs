@@ -540,6 +540,12 @@ impl Server {
     async fn serve_on(&self, listener: WebListener, router: axum::Router) -> io::Result<()> {
         match listener {
             WebListener::Plain(l) => {
+                // As the TLS listener does: small writes (an SSE event, an answer's
+                // last bytes) go out at once, never held for the peer's delayed ACK.
+                use axum::serve::ListenerExt as _;
+                let l = l.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 axum::serve(l, router)
                     .with_graceful_shutdown(self.until_closed())
                     .await

@@ -150,7 +150,7 @@ pub(crate) async fn list_sessions(
         .app
         .store
         .sessions_json(owner, move |out, row| {
-            serde_json::to_writer(out, &session_doc(surface, &display, row))
+            super::views::write_session_doc(surface, &display, out, row)
                 .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))
         })
         .await?;

@@ -1,7 +1,7 @@
 //! The documents each surface returns.
 
 use super::Surface;
-use crate::store::{SessionRow, TaskRow};
+use crate::store::{SessionCols, SessionRow, TaskRow};
 use berth_core::api::{Session, Task};
 use berth_core::resolve::Origin;
 use berth_core::{Context, LocalPath};
@@ -44,22 +44,140 @@ pub enum SessionDoc {
 pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> SessionDoc {
     match surface {
         Surface::Control | Surface::Cloud => SessionDoc::Full(row.to_api()),
-        Surface::Web => SessionDoc::Web(WebSession {
-            id: row.id.clone(),
-            title: row.title.clone(),
-            agent: row.agent.clone(),
-            origin: row.origin,
-            project: row.project.clone(),
-            work_dir: row
-                .work_dir_display
-                .clone()
-                .or_else(|| row.work_dir.as_deref().and_then(|p| strip_path(ctx, p))),
-            created_at: row.created_at.clone(),
-            updated_at: row.updated_at.clone(),
-            #[cfg(feature = "local-binding")]
-            binding: row.binding_view(),
-        }),
+        Surface::Web => web_session(ctx, row),
     }
+}
+
+/// Writes [`session_doc`]'s JSON for a listed session's borrowed columns, copying no
+/// text on the way: the same bytes, field for field (a test holds the two together),
+/// for the cost of writing them.
+pub(crate) fn write_session_doc(
+    surface: Surface,
+    ctx: &Context,
+    out: &mut Vec<u8>,
+    s: &SessionCols<'_>,
+) -> Result<(), serde_json::Error> {
+    match surface {
+        Surface::Control | Surface::Cloud => serde_json::to_writer(
+            out,
+            &SessionRef {
+                id: s.id,
+                title: s.title,
+                agent: s.agent,
+                origin: s.origin,
+                project: s.project,
+                work_dir: s.work_dir,
+                created_at: s.created_at,
+                updated_at: s.updated_at,
+                #[cfg(feature = "local-binding")]
+                binding: s.binding.map(|b| BindingRef {
+                    dir: b.dir,
+                    display: b.display,
+                    daemon: b.machine,
+                    daemon_name: b.machine_name,
+                    mode: b.mode,
+                    state: b.state,
+                }),
+            },
+        ),
+        Surface::Web => serde_json::to_writer(
+            out,
+            &WebSessionRef {
+                id: s.id,
+                title: s.title,
+                agent: s.agent,
+                origin: s.origin,
+                project: s.project,
+                work_dir: match (s.work_dir_display, s.work_dir) {
+                    (Some(shown), _) => Some(std::borrow::Cow::Borrowed(shown)),
+                    (None, Some(p)) => strip_path(ctx, p).map(std::borrow::Cow::Owned),
+                    (None, None) => None,
+                },
+                created_at: s.created_at,
+                updated_at: s.updated_at,
+                #[cfg(feature = "local-binding")]
+                binding: s.binding.map(|b| BindingViewRef {
+                    display: b.display,
+                    daemon: b.machine,
+                    daemon_name: b.machine_name,
+                    mode: b.mode,
+                    state: b.state,
+                }),
+            },
+        ),
+    }
+}
+
+/// [`Session`], borrowed (its fields in its order).
+#[derive(Serialize)]
+struct SessionRef<'a> {
+    id: &'a str,
+    title: &'a str,
+    agent: &'a str,
+    origin: Origin,
+    project: Option<&'a str>,
+    work_dir: Option<&'a str>,
+    created_at: &'a str,
+    updated_at: &'a str,
+    #[cfg(feature = "local-binding")]
+    binding: Option<BindingRef<'a>>,
+}
+
+/// `berth_core::api::SessionBinding`, borrowed.
+#[cfg(feature = "local-binding")]
+#[derive(Serialize)]
+struct BindingRef<'a> {
+    dir: &'a str,
+    display: &'a str,
+    daemon: &'a str,
+    daemon_name: &'a str,
+    mode: berth_core::binding::BindMode,
+    state: berth_core::binding::BindingState,
+}
+
+/// [`WebSession`], borrowed.
+#[derive(Serialize)]
+struct WebSessionRef<'a> {
+    id: &'a str,
+    title: &'a str,
+    agent: &'a str,
+    origin: Origin,
+    project: Option<&'a str>,
+    work_dir: Option<std::borrow::Cow<'a, str>>,
+    created_at: &'a str,
+    updated_at: &'a str,
+    #[cfg(feature = "local-binding")]
+    binding: Option<BindingViewRef<'a>>,
+}
+
+/// `berth_core::binding::BindingView`, borrowed.
+#[cfg(feature = "local-binding")]
+#[derive(Serialize)]
+struct BindingViewRef<'a> {
+    display: &'a str,
+    daemon: &'a str,
+    daemon_name: &'a str,
+    mode: berth_core::binding::BindMode,
+    state: berth_core::binding::BindingState,
+}
+
+/// The web listener's session: display forms only.
+fn web_session(ctx: &Context, row: &SessionRow) -> SessionDoc {
+    SessionDoc::Web(WebSession {
+        id: row.id.clone(),
+        title: row.title.clone(),
+        agent: row.agent.clone(),
+        origin: row.origin,
+        project: row.project.clone(),
+        work_dir: row
+            .work_dir_display
+            .clone()
+            .or_else(|| row.work_dir.as_deref().and_then(|p| strip_path(ctx, p))),
+        created_at: row.created_at.clone(),
+        updated_at: row.updated_at.clone(),
+        #[cfg(feature = "local-binding")]
+        binding: row.binding_view(),
+    })
 }
 
 pub(crate) fn task_doc(surface: Surface, ctx: &Context, row: &TaskRow) -> Task {
@@ -79,5 +197,67 @@ pub(crate) fn web_task(surface: Surface, ctx: &Context, task: &mut Task) {
     match surface {
         Surface::Control | Surface::Cloud => {}
         Surface::Web => task.work_dir = task.work_dir.as_deref().and_then(|p| strip_path(ctx, p)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoredBinding;
+    use berth_core::Platform;
+
+    fn rows() -> Vec<SessionRow> {
+        let plain = SessionRow {
+            id: "0192f3a1-7c2e-7d10-9a4b-5c6d7e8f9a0b".into(),
+            title: "fix \"the\" build\n\tnow ✓".into(),
+            agent: "claude".into(),
+            origin: Origin::Desktop,
+            project: None,
+            created_at: "2026-12-01T20:38:24.123Z".into(),
+            updated_at: "2026-12-01T20:39:00.000Z".into(),
+            binding: None,
+            binding_rev: 3,
+            work_dir: None,
+            work_dir_display: None,
+            resume_id: Some("r-1".into()),
+            owner: Some("ann".into()),
+        };
+        let mut worked = plain.clone();
+        worked.origin = Origin::Channel;
+        worked.project = Some("app".into());
+        worked.work_dir = Some("/home/ann/code/app".into());
+        let mut shown = worked.clone();
+        shown.work_dir_display = Some("~/code/app (on laptop)".into());
+        let mut odd = worked.clone();
+        odd.work_dir = Some("not a path".into());
+        let mut bound = worked.clone();
+        bound.binding = Some(StoredBinding {
+            dir: "/home/ann/code/app".into(),
+            display: "~/code/app".into(),
+            identity: None,
+            machine: berth_core::binding::MachineId::new("m-1"),
+            machine_name: "ann's laptop".into(),
+            mode: berth_core::binding::BindMode::Worktree,
+            state: berth_core::binding::BindingState::MachineOffline,
+        });
+        vec![plain, worked, shown, odd, bound]
+    }
+
+    #[test]
+    fn a_listed_document_is_byte_for_byte_the_typed_one() {
+        let ctx = Context::new(Platform::Linux)
+            .with_home(LocalPath::parse(Platform::Linux, "/home/ann").unwrap());
+        for row in rows() {
+            for surface in [Surface::Control, Surface::Cloud, Surface::Web] {
+                let typed = serde_json::to_vec(&session_doc(surface, &ctx, &row)).unwrap();
+                let mut listed = Vec::new();
+                write_session_doc(surface, &ctx, &mut listed, &SessionCols::of(&row)).unwrap();
+                assert_eq!(
+                    String::from_utf8(listed).unwrap(),
+                    String::from_utf8(typed).unwrap(),
+                    "{surface:?} {row:?}"
+                );
+            }
+        }
     }
 }

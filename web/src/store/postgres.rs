@@ -1190,17 +1190,16 @@ fn default_code(status: TaskStatus) -> Option<String> {
     super::tasks::default_code(status)
 }
 
-/// The list's query: [`SESSION_SELECT`]'s columns without the join (a probe of
-/// `machines` per row was most of the server's time); the few machines' names are read
-/// once and filled in ([`Pg::sessions_json`]).
+/// The list's query: only what a listed session's documents need
+/// ([`super::rows::LIST_COLUMNS`]), without the join (a probe of `machines` per row was
+/// most of the server's time), in no order ([`Pg::sessions_json`] sorts); the few
+/// machines' names are read once and filled in.
 fn session_list_sql(owner: bool) -> String {
-    let select = SESSION_SELECT
-        .replace(", m.name,", ", NULL::text,")
-        .replace(" LEFT JOIN machines m ON m.id = s.binding_machine", "");
+    let columns = super::rows::LIST_COLUMNS;
     if owner {
-        format!("{select} WHERE s.owner = $1 ORDER BY s.created_at, s.id")
+        format!("SELECT {columns} FROM sessions s WHERE s.owner = $1")
     } else {
-        format!("{select} ORDER BY s.created_at, s.id")
+        format!("SELECT {columns} FROM sessions s")
     }
 }
 
@@ -1937,10 +1936,10 @@ impl Pg {
         doc: F,
     ) -> Result<Vec<u8>, StoreError>
     where
-        F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError> + Send + 'static,
+        F: Fn(&mut Vec<u8>, &super::rows::SessionCols<'_>) -> Result<(), StoreError>
+            + Send
+            + 'static,
     {
-        use futures_util::StreamExt;
-        const BATCH: usize = 256;
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
         let names: HashMap<String, String> = q
@@ -1949,69 +1948,33 @@ impl Pg {
             .iter()
             .map(|r| Ok((r.text(0)?, r.text(1)?)))
             .collect::<Result<_, StoreError>>()?;
-        let st = q.prepared(&session_list_sql(owner.is_some())).await?;
-        let params: Vec<&(dyn ToSql + Sync)> = match &owner {
-            Some(o) => vec![o],
-            None => Vec::new(),
+        let rows = match &owner {
+            Some(o) => q.rows(&session_list_sql(true), &[o]).await?,
+            None => q.rows(&session_list_sql(false), &[]).await?,
         };
-        let rows =
-            q.c.query_raw(&st, params)
-                .await
-                .map_err(|e| mark(q.broken, e))?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Row>>(8);
-        let render = tokio::task::spawn_blocking(move || {
+        drop(lease);
+        tokio::task::spawn_blocking(move || {
+            // Ordered here rather than by the server: an index scan in that order
+            // visits the table's pages at random, which cost the server more than the
+            // whole sort costs this one (`COLLATE "C"` orders bytes, as `str` does).
+            let mut listed = rows
+                .iter()
+                .map(|r| super::rows::SessionCols::from_row(r, &names))
+                .collect::<Result<Vec<_>, _>>()?;
+            listed.sort_unstable_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
             let mut out = Vec::with_capacity(64 * 1024);
             out.push(b'[');
-            let mut first = true;
-            while let Some(batch) = rx.blocking_recv() {
-                for row in &batch {
-                    if !first {
-                        out.push(b',');
-                    }
-                    first = false;
-                    let mut session = SessionRow::from_row(row)?;
-                    if let Some(b) = &mut session.binding
-                        && let Some(name) = names.get(b.machine.as_str())
-                    {
-                        b.machine_name.clone_from(name);
-                    }
-                    doc(&mut out, &session)?;
+            for (i, s) in listed.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
                 }
+                doc(&mut out, s)?;
             }
             out.push(b']');
             Ok::<_, StoreError>(out)
-        });
-        let mut rows = std::pin::pin!(rows);
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut failed = None;
-        while let Some(row) = rows.next().await {
-            match row {
-                Ok(r) => batch.push(r),
-                Err(e) => {
-                    failed = Some(mark(q.broken, e));
-                    break;
-                }
-            }
-            if batch.len() == BATCH
-                && tx
-                    .send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
-                    .await
-                    .is_err()
-            {
-                break;
-            }
-        }
-        if !batch.is_empty() {
-            let _ = tx.send(batch).await;
-        }
-        drop(tx);
-        let out = render
-            .await
-            .map_err(|e| StoreError::Worker(e.to_string()))?;
-        match failed {
-            Some(e) => Err(e),
-            None => out,
-        }
+        })
+        .await
+        .map_err(|e| StoreError::Worker(e.to_string()))?
     }
 
     // ---- tasks -----------------------------------------------------------------------

@@ -13,6 +13,8 @@ pub(crate) trait Cols {
     fn int(&self, i: usize) -> Result<i64, StoreError>;
     fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError>;
     fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError>;
+    /// A text column borrowed from the row, without a copy.
+    fn str_at(&self, i: usize) -> Result<Option<&str>, StoreError>;
 }
 
 impl Cols for rusqlite::Row<'_> {
@@ -31,6 +33,12 @@ impl Cols for rusqlite::Row<'_> {
     fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError> {
         Ok(self.get(i)?)
     }
+    fn str_at(&self, i: usize) -> Result<Option<&str>, StoreError> {
+        Ok(self
+            .get_ref(i)?
+            .as_str_or_null()
+            .map_err(rusqlite::Error::from)?)
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -48,6 +56,9 @@ impl Cols for tokio_postgres::Row {
         Ok(self.try_get(i)?)
     }
     fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError> {
+        Ok(self.try_get(i)?)
+    }
+    fn str_at(&self, i: usize) -> Result<Option<&str>, StoreError> {
         Ok(self.try_get(i)?)
     }
 }
@@ -90,6 +101,121 @@ pub struct SessionRow {
     pub owner: Option<String>,
 }
 
+/// A listed session's columns, borrowed from its result row: what its documents need,
+/// without a copy of any text (a long list reads one per session; see
+/// `api::views::write_session_doc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionCols<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub agent: &'a str,
+    pub origin: Origin,
+    pub project: Option<&'a str>,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub binding: Option<BindingCols<'a>>,
+    pub work_dir: Option<&'a str>,
+    pub work_dir_display: Option<&'a str>,
+}
+
+/// A listed session's binding, borrowed: everything but its (device, inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindingCols<'a> {
+    pub dir: &'a str,
+    pub display: &'a str,
+    pub machine: &'a str,
+    pub machine_name: &'a str,
+    pub mode: BindMode,
+    pub state: BindingState,
+}
+
+impl<'a> SessionCols<'a> {
+    /// Reads a row of the list's query ([`LIST_COLUMNS`]): the machine's name comes
+    /// from `names`, by id.
+    pub(crate) fn from_row(
+        r: &'a impl Cols,
+        names: &'a std::collections::HashMap<String, String>,
+    ) -> Result<SessionCols<'a>, StoreError> {
+        let need = |i: usize| {
+            r.str_at(i)?
+                .ok_or_else(|| StoreError::Corrupt(format!("session column {i} is NULL")))
+        };
+        let binding = match r.str_at(7)? {
+            None => None,
+            Some(dir) => {
+                let machine = need(9)?;
+                Some(BindingCols {
+                    dir,
+                    display: r.str_at(8)?.unwrap_or_default(),
+                    machine,
+                    machine_name: names.get(machine).map_or(machine, String::as_str),
+                    mode: parse_enum(r.str_at(10)?.unwrap_or("in-place"))?,
+                    state: parse_enum(r.str_at(11)?.unwrap_or("ok"))?,
+                })
+            }
+        };
+        Ok(SessionCols {
+            id: need(0)?,
+            title: need(1)?,
+            agent: need(2)?,
+            origin: origin_from(need(3)?)?,
+            project: r.str_at(4)?,
+            created_at: need(5)?,
+            updated_at: need(6)?,
+            binding,
+            work_dir: r.str_at(12)?,
+            work_dir_display: r.str_at(13)?,
+        })
+    }
+
+    /// The same columns, borrowed from a session read whole.
+    pub fn of(row: &'a SessionRow) -> SessionCols<'a> {
+        SessionCols {
+            id: &row.id,
+            title: &row.title,
+            agent: &row.agent,
+            origin: row.origin,
+            project: row.project.as_deref(),
+            created_at: &row.created_at,
+            updated_at: &row.updated_at,
+            binding: row.binding.as_ref().map(|b| BindingCols {
+                dir: &b.dir,
+                display: &b.display,
+                machine: b.machine.as_str(),
+                machine_name: &b.machine_name,
+                mode: b.mode,
+                state: b.state,
+            }),
+            work_dir: row.work_dir.as_deref(),
+            work_dir_display: row.work_dir_display.as_deref(),
+        }
+    }
+
+    /// The contract's session document (a copy of every text: for tests and single
+    /// reads; a list writes `api::views::write_session_doc` instead).
+    pub fn to_api(&self) -> berth_core::api::Session {
+        berth_core::api::Session {
+            id: self.id.to_owned(),
+            title: self.title.to_owned(),
+            agent: self.agent.to_owned(),
+            origin: self.origin,
+            project: self.project.map(str::to_owned),
+            work_dir: self.work_dir.map(str::to_owned),
+            created_at: self.created_at.to_owned(),
+            updated_at: self.updated_at.to_owned(),
+            #[cfg(feature = "local-binding")]
+            binding: self.binding.map(|b| berth_core::api::SessionBinding {
+                dir: b.dir.to_owned(),
+                display: b.display.to_owned(),
+                daemon: MachineId::new(b.machine),
+                daemon_name: b.machine_name.to_owned(),
+                mode: b.mode,
+                state: b.state,
+            }),
+        }
+    }
+}
+
 /// What creating a session stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewSessionRow {
@@ -107,6 +233,13 @@ pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.pr
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
     s.binding_dev, s.binding_ino, s.work_dir_display, s.owner";
+
+/// What a listed session's documents need, in [`SessionCols::from_row`]'s order: the
+/// list reads no more (on PostgreSQL, every column costs the server and the wire
+/// something per session).
+pub(crate) const LIST_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
+    s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
+    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -179,27 +312,30 @@ impl SessionRow {
     /// The contract's session document, with the real path (control socket, and the
     /// cloud build, where no session has a binding).
     pub fn to_api(&self) -> berth_core::api::Session {
+        self.clone().into_api()
+    }
+
+    /// The contract's session document, taking the row's strings rather than copying
+    /// them (a long list makes one per session).
+    pub fn into_api(self) -> berth_core::api::Session {
         berth_core::api::Session {
-            id: self.id.clone(),
-            title: self.title.clone(),
-            agent: self.agent.clone(),
+            id: self.id,
+            title: self.title,
+            agent: self.agent,
             origin: self.origin,
-            project: self.project.clone(),
-            work_dir: self.work_dir.clone(),
-            created_at: self.created_at.clone(),
-            updated_at: self.updated_at.clone(),
+            project: self.project,
+            work_dir: self.work_dir,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
             #[cfg(feature = "local-binding")]
-            binding: self
-                .binding
-                .as_ref()
-                .map(|b| berth_core::api::SessionBinding {
-                    dir: b.dir.clone(),
-                    display: b.display.clone(),
-                    daemon: b.machine.clone(),
-                    daemon_name: b.machine_name.clone(),
-                    mode: b.mode,
-                    state: b.state,
-                }),
+            binding: self.binding.map(|b| berth_core::api::SessionBinding {
+                dir: b.dir,
+                display: b.display,
+                daemon: b.machine,
+                daemon_name: b.machine_name,
+                mode: b.mode,
+                state: b.state,
+            }),
         }
     }
 

@@ -1,13 +1,15 @@
 //! Sessions, their bindings, and the transcript's storage.
 
 use super::agents::{agent_names, get_agent};
-use super::rows::{SESSION_COLUMNS, SESSION_FROM, identity_columns};
+use super::rows::SessionCols;
+use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, identity_columns};
 use super::{
     NewSessionRow, Outbox, Scoped, SessionRow, Store, StoreError, StoredBinding, resolve_id,
 };
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
 
 pub(crate) fn get_session(conn: &Connection, id: &str) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = ?1");
@@ -252,28 +254,59 @@ impl Store {
         doc: F,
     ) -> Result<Vec<u8>, StoreError>
     where
-        F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError> + Send + 'static,
+        F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
         on_pg!(self, pg => pg.sessions_json(owner, doc));
-        self.read(move |conn| json_array(&list_sessions(conn, owner.as_deref())?, &doc))
-            .await
+        self.read(move |conn| {
+            let mut out = Vec::with_capacity(64 * 1024);
+            out.push(b'[');
+            let mut first = true;
+            each_listed(conn, LIST_COLUMNS, owner.as_deref(), |r, names| {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                doc(&mut out, &SessionCols::from_row(r, names)?)
+            })?;
+            out.push(b']');
+            Ok(out)
+        })
+        .await
     }
 }
 
-fn json_array<F>(rows: &[SessionRow], doc: &F) -> Result<Vec<u8>, StoreError>
-where
-    F: Fn(&mut Vec<u8>, &SessionRow) -> Result<(), StoreError>,
-{
-    let mut out = Vec::with_capacity(rows.len() * 256 + 2);
-    out.push(b'[');
-    for (i, row) in rows.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        doc(&mut out, row)?;
+/// The list's query: the sessions alone, oldest first, `columns` of each. Machine
+/// names come from one read of the machines ([`each_listed`]): a join probed the
+/// machines for every session, bound or not.
+fn session_list_sql(columns: &str, owner: bool) -> String {
+    if owner {
+        format!("SELECT {columns} FROM sessions s WHERE s.owner = ?1 ORDER BY s.created_at, s.id")
+    } else {
+        format!("SELECT {columns} FROM sessions s ORDER BY s.created_at, s.id")
     }
-    out.push(b']');
-    Ok(out)
+}
+
+/// Calls `f` with every session's row of the list's query (only `owner`'s when
+/// given), oldest first, as it is read, with the machines' names by id.
+fn each_listed(
+    conn: &Connection,
+    columns: &str,
+    owner: Option<&str>,
+    mut f: impl FnMut(&rusqlite::Row<'_>, &HashMap<String, String>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let names: HashMap<String, String> = conn
+        .prepare_cached("SELECT id, name FROM machines")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare_cached(&session_list_sql(columns, owner.is_some()))?;
+    let mut rows = match owner {
+        Some(o) => stmt.query([o])?,
+        None => stmt.query([])?,
+    };
+    while let Some(r) = rows.next()? {
+        f(r, &names)?;
+    }
+    Ok(())
 }
 
 /// Every session, oldest first; only `owner`'s when given.
@@ -281,14 +314,18 @@ pub fn list_sessions(
     conn: &Connection,
     owner: Option<&str>,
 ) -> Result<Vec<SessionRow>, StoreError> {
-    let sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE ?1 IS NULL OR s.owner = ?1 ORDER BY s.created_at, s.id"
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([owner])?;
     let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        out.push(SessionRow::from_row(r)?);
-    }
+    // Every column, the machine's name left NULL (and filled in from `names`).
+    let columns = SESSION_COLUMNS.replace(", m.name,", ", NULL,");
+    each_listed(conn, &columns, owner, |r, names| {
+        let mut session = SessionRow::from_row(r)?;
+        if let Some(b) = &mut session.binding
+            && let Some(name) = names.get(b.machine.as_str())
+        {
+            b.machine_name.clone_from(name);
+        }
+        out.push(session);
+        Ok(())
+    })?;
     Ok(out)
 }
