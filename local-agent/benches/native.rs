@@ -216,6 +216,8 @@ fn native(c: &mut Criterion) {
     group.sample_size(10);
     for (name, repo) in &repos {
         let wt = base.join("state/wt-bench");
+        // A run stopped midway leaves its worktree behind: gone first, then forgotten.
+        let _ = std::fs::remove_dir_all(&wt);
         let _ = Command::new("git")
             .arg("-C")
             .arg(repo)

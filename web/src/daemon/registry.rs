@@ -132,6 +132,21 @@ struct Machine {
 }
 
 impl Machine {
+    /// A machine as first seen: offline, with nothing queued or running.
+    fn new(name: String, member: Option<String>, instance: String, now: Instant) -> Machine {
+        Machine {
+            name,
+            member,
+            instance,
+            last_seen: now,
+            online: false,
+            queue: VecDeque::new(),
+            runs: HashMap::new(),
+            finished: VecDeque::new(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
     fn load(&self) -> usize {
         self.queue.len() + self.runs.len()
     }
@@ -419,20 +434,9 @@ impl Daemons {
         let came_online = {
             let mut state = lock(&self.inner.state);
             let now = Instant::now();
-            let m = state
-                .machines
-                .entry(machine.clone())
-                .or_insert_with(|| Machine {
-                    name: name.clone(),
-                    member: row.member.clone(),
-                    instance: instance.clone(),
-                    last_seen: now,
-                    online: false,
-                    queue: VecDeque::new(),
-                    runs: HashMap::new(),
-                    finished: VecDeque::new(),
-                    wake: Arc::new(Notify::new()),
-                });
+            let m = state.machines.entry(machine.clone()).or_insert_with(|| {
+                Machine::new(name.clone(), row.member.clone(), instance.clone(), now)
+            });
             m.name.clone_from(&name);
             m.member.clone_from(&row.member);
             m.last_seen = now;
@@ -625,17 +629,7 @@ impl Daemons {
         let m = state
             .machines
             .entry(a.machine.clone())
-            .or_insert_with(|| Machine {
-                name: a.machine_name.clone(),
-                member: None,
-                instance: a.instance.clone(),
-                last_seen: now,
-                online: false,
-                queue: VecDeque::new(),
-                runs: HashMap::new(),
-                finished: VecDeque::new(),
-                wake: Arc::new(Notify::new()),
-            });
+            .or_insert_with(|| Machine::new(a.machine_name.clone(), None, a.instance.clone(), now));
         let log = RunLog::default();
         log.received.store(a.received, Ordering::SeqCst);
         log.running

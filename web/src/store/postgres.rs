@@ -1054,6 +1054,31 @@ impl W<'_> {
         Ok(())
     }
 
+    /// What a run reported, in order: status changes (each also a transcript event)
+    /// and agent events.
+    async fn run_items(
+        &mut self,
+        task_id: &str,
+        session_id: &str,
+        items: Vec<RunItem>,
+    ) -> Result<(), StoreError> {
+        for item in items {
+            match item {
+                RunItem::Status {
+                    status,
+                    wait_reason,
+                } => {
+                    self.record_status(task_id, status, wait_reason).await?;
+                }
+                RunItem::Agent(payload) => {
+                    self.append(session_id, Some(task_id), EventKind::Agent, payload)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn record_status(
         &mut self,
         id: &str,
@@ -2181,20 +2206,7 @@ impl Pg {
     ) -> Result<(), StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
-        for item in items {
-            match item {
-                RunItem::Status {
-                    status,
-                    wait_reason,
-                } => {
-                    w.record_status(&task.id, status, wait_reason).await?;
-                }
-                RunItem::Agent(payload) => {
-                    w.append(&task.session_id, Some(&task.id), EventKind::Agent, payload)
-                        .await?;
-                }
-            }
-        }
+        w.run_items(&task.id, &task.session_id, items).await?;
         self.publish(w).await
     }
 
@@ -2232,20 +2244,7 @@ impl Pg {
                 .unwrap_or(0);
             return Ok(u64::try_from(stood).unwrap_or(0));
         }
-        for item in items {
-            match item {
-                RunItem::Status {
-                    status,
-                    wait_reason,
-                } => {
-                    w.record_status(&task_id, status, wait_reason).await?;
-                }
-                RunItem::Agent(payload) => {
-                    w.append(&session_id, Some(&task_id), EventKind::Agent, payload)
-                        .await?;
-                }
-            }
-        }
+        w.run_items(&task_id, &session_id, items).await?;
         self.publish(w).await?;
         Ok(u64::try_from(to).unwrap_or(0))
     }

@@ -149,6 +149,38 @@ fn record_status(
     Ok(task)
 }
 
+/// What a run reported, in order: status changes (each also a transcript event) and
+/// agent events.
+fn write_items(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    task_id: &str,
+    session_id: &str,
+    items: Vec<RunItem>,
+) -> Result<(), StoreError> {
+    for item in items {
+        match item {
+            RunItem::Status {
+                status,
+                wait_reason,
+            } => {
+                record_status(conn, outbox, task_id, status, wait_reason)?;
+            }
+            RunItem::Agent(payload) => {
+                append_event(
+                    conn,
+                    outbox,
+                    session_id,
+                    Some(task_id),
+                    EventKind::Agent,
+                    payload,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The code of a task that ended badly without a more precise one: every failed,
 /// refused or interrupted task carries a stable code (an executor that reported none
 /// failed in a way nobody named — a bug).
@@ -385,30 +417,8 @@ impl Store {
     /// it: an agent's first output usually arrives with its `running` status.
     pub async fn run_events(&self, task: TaskRow, items: Vec<RunItem>) -> Result<(), StoreError> {
         on_pg!(self, pg => pg.run_events(task, items));
-        self.write(move |tx, outbox| {
-            for item in items {
-                match item {
-                    RunItem::Status {
-                        status,
-                        wait_reason,
-                    } => {
-                        record_status(tx, outbox, &task.id, status, wait_reason)?;
-                    }
-                    RunItem::Agent(payload) => {
-                        append_event(
-                            tx,
-                            outbox,
-                            &task.session_id,
-                            Some(&task.id),
-                            EventKind::Agent,
-                            payload,
-                        )?;
-                    }
-                }
-            }
-            Ok(())
-        })
-        .await
+        self.write(move |tx, outbox| write_items(tx, outbox, &task.id, &task.session_id, items))
+            .await
     }
 
     /// Records events a daemon sent for a task it runs, like [`Store::run_events`]: its
@@ -427,26 +437,7 @@ impl Store {
         on_pg!(self, pg => pg.daemon_events(task_id, session_id, items, from, to));
         let _ = from;
         self.write(move |tx, outbox| {
-            for item in items {
-                match item {
-                    RunItem::Status {
-                        status,
-                        wait_reason,
-                    } => {
-                        record_status(tx, outbox, &task_id, status, wait_reason)?;
-                    }
-                    RunItem::Agent(payload) => {
-                        append_event(
-                            tx,
-                            outbox,
-                            &session_id,
-                            Some(&task_id),
-                            EventKind::Agent,
-                            payload,
-                        )?;
-                    }
-                }
-            }
+            write_items(tx, outbox, &task_id, &session_id, items)?;
             Ok(to)
         })
         .await
