@@ -216,7 +216,15 @@ fn native(c: &mut Criterion) {
     group.sample_size(10);
     for (name, repo) in &repos {
         let wt = base.join("state/wt-bench");
-        // A run stopped midway leaves its worktree behind: gone first, then forgotten.
+        // A run stopped midway leaves its worktree behind, perhaps still locked as
+        // "initializing": removed (`-f -f` takes a locked one), then forgotten.
+        let _ = Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["worktree", "remove", "-f", "-f"])
+            .arg(&wt)
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = std::fs::remove_dir_all(&wt);
         let _ = Command::new("git")
             .arg("-C")
