@@ -1952,9 +1952,8 @@ impl Pg {
     }
 
     /// Every session (only `owner`'s when given), oldest first, as one JSON array of
-    /// the documents `doc` writes. The rows are turned into documents on a blocking
-    /// thread while the next ones still arrive: a long list's time is the larger of the
-    /// two, not their sum.
+    /// the documents `doc` writes. The rows are read whole, then turned into documents
+    /// on a blocking thread, where they are also sorted (see below).
     pub(crate) async fn sessions_json<F>(
         &self,
         owner: Option<String>,

@@ -317,6 +317,7 @@ pub fn list_sessions(
     let mut out = Vec::new();
     // Every column, the machine's name left NULL (and filled in from `names`).
     let columns = SESSION_COLUMNS.replace(", m.name,", ", NULL,");
+    debug_assert_ne!(columns, SESSION_COLUMNS, "SESSION_COLUMNS names m.name");
     each_listed(conn, &columns, owner, |r, names| {
         let mut session = SessionRow::from_row(r)?;
         if let Some(b) = &mut session.binding
