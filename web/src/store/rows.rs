@@ -312,31 +312,7 @@ impl SessionRow {
     /// The contract's session document, with the real path (control socket, and the
     /// cloud build, where no session has a binding).
     pub fn to_api(&self) -> berth_core::api::Session {
-        self.clone().into_api()
-    }
-
-    /// The contract's session document, taking the row's strings rather than copying
-    /// them (a long list makes one per session).
-    pub fn into_api(self) -> berth_core::api::Session {
-        berth_core::api::Session {
-            id: self.id,
-            title: self.title,
-            agent: self.agent,
-            origin: self.origin,
-            project: self.project,
-            work_dir: self.work_dir,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            #[cfg(feature = "local-binding")]
-            binding: self.binding.map(|b| berth_core::api::SessionBinding {
-                dir: b.dir,
-                display: b.display,
-                daemon: b.machine,
-                daemon_name: b.machine_name,
-                mode: b.mode,
-                state: b.state,
-            }),
-        }
+        SessionCols::of(self).to_api()
     }
 
     /// The binding's read view: everything but the real path.
