@@ -785,7 +785,7 @@ async fn projects_bindings_and_listing(place: Place) {
         .touch_machine(m1.clone(), "laptop-2".into())
         .await
         .unwrap();
-    let ids = |json: Vec<u8>| -> Vec<String> {
+    let ids = |json: axum::body::Bytes| -> Vec<String> {
         let v: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
         v.into_iter()
             .map(|d| d["id"].as_str().unwrap().to_owned())
@@ -795,7 +795,7 @@ async fn projects_bindings_and_listing(place: Place) {
         serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     let all: Vec<serde_json::Value> =
-        serde_json::from_slice(&store.sessions_json(None, doc).await.unwrap()).unwrap();
+        serde_json::from_slice(&store.sessions_json(None, "test", doc).await.unwrap()).unwrap();
     // Each listed document is the one a single read gives.
     for d in &all {
         let one = store.session(d["id"].as_str().unwrap()).await.unwrap();
@@ -807,14 +807,23 @@ async fn projects_bindings_and_listing(place: Place) {
         assert_eq!(all[1]["binding"]["daemon_name"], "laptop-2", "{all:?}");
     }
     assert_eq!(
-        ids(store.sessions_json(None, doc).await.unwrap()),
+        ids(store.sessions_json(None, "test", doc).await.unwrap()),
         [s.id.clone(), other.id.clone()]
     );
     assert_eq!(
-        ids(store.sessions_json(Some("ann".into()), doc).await.unwrap()),
+        ids(store
+            .sessions_json(Some("ann".into()), "test", doc)
+            .await
+            .unwrap()),
         std::slice::from_ref(&s.id)
     );
-    assert!(ids(store.sessions_json(Some("bob".into()), doc).await.unwrap()).is_empty());
+    assert!(
+        ids(store
+            .sessions_json(Some("bob".into()), "test", doc)
+            .await
+            .unwrap())
+        .is_empty()
+    );
     // Another member's sessions do not match a prefix.
     assert!(matches!(
         store.session_of(&s.id, Some("bob".into())).await,
@@ -873,7 +882,7 @@ fn bench_list_10000_sessions() {
         assert_eq!(rows.len(), 10_000);
         // The API's own path: rows streamed into the JSON answer.
         let start = std::time::Instant::now();
-        let json = rt.block_on(store.sessions_json(None, doc)).unwrap();
+        let json = rt.block_on(store.sessions_json(None, "test", doc)).unwrap();
         total.push(start.elapsed());
         assert!(json.len() > 10_000);
     }
@@ -1290,6 +1299,196 @@ async fn an_old_postgres_schema_is_upgraded_in_place_with_its_data() {
     );
 }
 
+/// A session list's documents, counting the rows written: a list served from what a
+/// replica kept writes none.
+#[cfg(feature = "postgres")]
+fn counted_doc(
+    written: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> impl Fn(&mut Vec<u8>, &berth_web::store::SessionCols<'_>) -> Result<(), StoreError> + Send + 'static
+{
+    let written = written.clone();
+    move |out, row| {
+        written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+}
+
+/// Lists through `store`, as `GET /sessions` does; whether the rows were read (not
+/// kept), and the titles by id.
+#[cfg(feature = "postgres")]
+async fn titles(store: &Store) -> (bool, std::collections::BTreeMap<String, String>) {
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let body = store
+        .sessions_json(None, "test", counted_doc(&written))
+        .await
+        .unwrap();
+    let docs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+    let titles = docs
+        .iter()
+        .map(|d| {
+            (
+                d["id"].as_str().unwrap().to_owned(),
+                d["title"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    (
+        written.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        titles,
+    )
+}
+
+/// Lists through `store` until a list is served from what it kept (its listener has
+/// subscribed and nothing changed since the last read); the titles every list showed
+/// meanwhile, each checked by `each`.
+#[cfg(feature = "postgres")]
+async fn until_kept(
+    store: &Store,
+    each: impl Fn(&std::collections::BTreeMap<String, String>),
+) -> std::collections::BTreeMap<String, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (read, titles) = titles(store).await;
+        each(&titles);
+        if !read {
+            return titles;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no list was served from what the replica kept"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A replica keeps the list it wrote, and never serves it once anything it shows has
+/// changed: through this replica, through another, or by SQL from outside Berth, each
+/// seen by the very next list.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_session_list_shows_every_change_made_anywhere_at_once() {
+    let url = common::pg::fresh_database().await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let (one, two) = (
+        Store::connect(&url).await.unwrap(),
+        Store::connect(&url).await.unwrap(),
+    );
+    one.add_agent(agent()).await.unwrap();
+    let first = one.create_session(unbound("first")).await.unwrap();
+    let kept = until_kept(&one, |_| {}).await;
+    assert_eq!(kept.len(), 1);
+    // Unchanged: served again from what was kept.
+    assert!(!titles(&one).await.0);
+    for round in 0..10 {
+        // A new session through the other replica, listed at once through this one.
+        let s = two
+            .create_session(unbound(&format!("round {round}")))
+            .await
+            .unwrap();
+        let (_, seen) = titles(&one).await;
+        assert_eq!(
+            seen.get(&s.id).map(String::as_str),
+            Some(format!("round {round}").as_str()),
+            "round {round}: a session created through another replica is missing"
+        );
+        until_kept(&one, |t| assert!(t.contains_key(&s.id))).await;
+        // Renamed by SQL from outside Berth: no Berth code announced it.
+        common::pg::admin(
+            Some(&db),
+            &format!(
+                "UPDATE sessions SET title = 'renamed {round}' WHERE id = '{}'",
+                first.id
+            ),
+        )
+        .await;
+        let (_, seen) = titles(&one).await;
+        assert_eq!(seen[&first.id], format!("renamed {round}"), "round {round}");
+        until_kept(&one, |t| {
+            assert_eq!(t[&first.id], format!("renamed {round}"))
+        })
+        .await;
+    }
+    // Transcript numbering moves `event_seq` with every event: not a listed column,
+    // so what was kept stays kept.
+    common::pg::admin(
+        Some(&db),
+        &format!(
+            "UPDATE sessions SET event_seq = event_seq + 1 WHERE id = '{}'",
+            first.id
+        ),
+    )
+    .await;
+    assert!(
+        !titles(&one).await.0,
+        "a column no list shows dropped what was kept"
+    );
+    // Removed outside Berth.
+    common::pg::admin(
+        Some(&db),
+        &format!("DELETE FROM sessions WHERE id = '{}'", first.id),
+    )
+    .await;
+    let (_, seen) = titles(&one).await;
+    assert!(!seen.contains_key(&first.id));
+    assert_eq!(seen.len(), 10);
+}
+
+/// Notifications sent while a replica's listener is away are lost to it: when it is
+/// back, the list it kept from before is read again, never served.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_list_kept_across_a_lost_listener_is_read_again() {
+    let url = common::pg::fresh_database().await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let store = Store::connect(&url).await.unwrap();
+    store.add_agent(agent()).await.unwrap();
+    let s = store.create_session(unbound("before")).await.unwrap();
+    until_kept(&store, |_| {}).await;
+    for round in 0..3 {
+        // Ends the listening connection, and waits until it is gone (a new one may
+        // already be listening by then).
+        let (client, conn) =
+            tokio_postgres::connect(common::pg::server_url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let listener: i32 = client
+            .query_one(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'",
+                &[&db],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        client
+            .execute("SELECT pg_terminate_backend($1)", &[&listener])
+            .await
+            .unwrap();
+        let gone = "SELECT 1 FROM pg_stat_activity WHERE pid = $1";
+        while client
+            .query_opt(gone, &[&listener])
+            .await
+            .unwrap()
+            .is_some()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Changed while nobody of this replica's listens.
+        common::pg::admin(
+            Some(&db),
+            &format!(
+                "UPDATE sessions SET title = 'while away {round}' WHERE id = '{}'",
+                s.id
+            ),
+        )
+        .await;
+        // Every list shows it: read while the listener is away, and once it is back.
+        let expected = format!("while away {round}");
+        let seen = until_kept(&store, |t| assert_eq!(t[&s.id], expected, "round {round}")).await;
+        assert_eq!(seen[&s.id], expected);
+    }
+}
+
 /// Listing 10,000 sessions on PostgreSQL, and where the time goes. Run with
 /// `cargo test -p berth-web --release --test store -- --ignored --nocapture postgres_list`.
 #[cfg(feature = "postgres")]
@@ -1325,7 +1524,7 @@ async fn bench_postgres_list_10000_sessions() {
         raw.push(t.elapsed());
         assert_eq!(rows.len(), 10_000);
         let t = std::time::Instant::now();
-        let json = store.sessions_json(None, doc).await.unwrap();
+        let json = store.sessions_json(None, "test", doc).await.unwrap();
         total.push(t.elapsed());
         assert!(json.len() > 10_000);
     }

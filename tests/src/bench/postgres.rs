@@ -546,14 +546,22 @@ fn listed(conn: &mut Api) -> Result<usize> {
     Ok(list.as_array().map_or(0, Vec::len))
 }
 
+/// What the listing measured: lists of an unchanged set (ms), lists each just after a
+/// new session (ms; a replica cannot serve what it kept), and the answer's size.
+struct Listing {
+    unchanged: Vec<f64>,
+    changed: Vec<f64>,
+    bytes: usize,
+}
+
 /// Tops the deployment's sessions up to `n` with `fill(missing)`, then times `requests`
-/// listings; the samples (ms) and the answer's size.
+/// listings of those, and `requests` more each after one more session.
 fn listing(
     d: &Deployment,
     n: usize,
     requests: usize,
     fill: impl FnOnce(usize) -> Result<()>,
-) -> Result<(Vec<f64>, usize)> {
+) -> Result<Listing> {
     let mut conn = api(&d.servers[0].addr)?;
     let have = listed(&mut conn)?;
     ensure!(
@@ -569,15 +577,34 @@ fn listing(
         "{}: listed {count} sessions, expected {n}",
         d.label
     );
-    let (mut samples, mut bytes) = (Vec::with_capacity(requests), 0);
+    let (mut unchanged, mut bytes) = (Vec::with_capacity(requests), 0);
     for _ in 0..requests {
         let t = Instant::now();
         let (status, body) = conn.request("GET", "/api/v1/sessions", None)?;
-        samples.push(ms_since(t));
+        unchanged.push(ms_since(t));
         ensure!(status == 200, "GET /api/v1/sessions: HTTP {status}");
         bytes = body.len();
     }
-    Ok((samples, bytes))
+    let mut changed = Vec::with_capacity(requests);
+    for i in 0..requests {
+        new_session(&mut conn, AGENT, &format!("changed {i}"))?;
+        let t = Instant::now();
+        let (status, body) = conn.request("GET", "/api/v1/sessions", None)?;
+        changed.push(ms_since(t));
+        ensure!(status == 200, "GET /api/v1/sessions: HTTP {status}");
+        let count = serde_json::from_slice::<Vec<serde_json::Value>>(&body)?.len();
+        ensure!(
+            count == n + i + 1,
+            "{}: listed {count} sessions just after creating one more, expected {}",
+            d.label,
+            n + i + 1
+        );
+    }
+    Ok(Listing {
+        unchanged,
+        changed,
+        bytes,
+    })
 }
 
 /// `n` sessions over the API, `connections` at once.
@@ -624,7 +651,7 @@ fn insert_sessions(database: &str, n: usize) -> Result<()> {
 struct Figures {
     trips: Vec<Vec<f64>>,
     rate: Rate,
-    list: Option<(Vec<f64>, usize)>,
+    list: Option<Listing>,
 }
 
 /// Tops a deployment's sessions up by the given count.
@@ -786,17 +813,30 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
     ));
     let n = cfg.list_sessions;
     for (label, f) in [("SQLite", &sqlite), ("PostgreSQL", &one)] {
-        let Some((samples, bytes)) = &f.list else {
+        let Some(l) = &f.list else {
             continue;
         };
         let mut list = percentile_rows(
             BENCH,
             &format!("GET /api/v1/sessions, {n} sessions, berth-server on {label}"),
-            samples,
+            &l.unchanged,
             Some(Goal::AtMost(20.0)),
         );
         if let Some(first) = list.first_mut() {
-            first.note = Some(format!("{} KB of JSON per answer", bytes / 1024));
+            first.note = Some(format!(
+                "{} KB of JSON per answer; nothing changed between lists",
+                l.bytes / 1024
+            ));
+        }
+        rows.extend(list);
+        let mut list = percentile_rows(
+            BENCH,
+            &format!("GET /api/v1/sessions, {n}+ sessions, each just after a new one, on {label}"),
+            &l.changed,
+            None,
+        );
+        if let Some(first) = list.first_mut() {
+            first.note = Some("read again: a new session is a change to the list".into());
         }
         rows.extend(list);
     }

@@ -149,7 +149,8 @@ pub(crate) async fn list_sessions(
     let body = ctx
         .app
         .store
-        .sessions_json(owner, move |out, row| {
+        // One process, one display context: the surface names the documents.
+        .sessions_json(owner, surface.as_str(), move |out, row| {
             super::views::write_session_doc(surface, &display, out, row)
                 .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))
         })

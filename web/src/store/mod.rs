@@ -39,6 +39,8 @@ macro_rules! on_pg {
 mod agents;
 mod channels;
 mod daemons;
+#[cfg(feature = "postgres")]
+mod lists;
 mod members;
 #[cfg(feature = "postgres")]
 pub mod postgres;

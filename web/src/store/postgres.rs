@@ -41,6 +41,7 @@ use super::{
 use crate::clock;
 use crate::executor::AgentSpec;
 use crate::transcript::{EventKind, Hub, TranscriptEvent};
+use axum::body::Bytes;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
@@ -68,7 +69,7 @@ const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, super::lists::TRIGGERS];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -289,6 +290,8 @@ pub struct Pg {
     replica: String,
     /// Work announced by any process, for the leader's scheduler.
     work: tokio::sync::broadcast::Sender<Notice>,
+    /// The session lists last written, and what is known of changes since.
+    lists: super::lists::Lists,
 }
 
 impl std::fmt::Debug for Pg {
@@ -488,13 +491,15 @@ impl Pg {
         if config.get_application_name().is_none() {
             config.application_name("berth-server");
         }
+        let replica = uuid::Uuid::new_v4().simple().to_string();
         let pg = Pg {
             config,
+            lists: super::lists::Lists::new(&replica),
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(POOL),
             hub,
             serving: Mutex::new(None),
-            replica: uuid::Uuid::new_v4().simple().to_string(),
+            replica,
             work: tokio::sync::broadcast::channel(4096).0,
         };
         pg.migrate().await?;
@@ -514,16 +519,16 @@ impl Pg {
             loop {
                 let Some(pg) = weak.upgrade() else { return };
                 let config = pg.config.clone();
+                let catch_up = pg.lists.channel().to_owned();
                 drop(pg);
                 match config.connect(NoTls).await {
                     Ok((client, mut connection)) => {
-                        let listening = async {
-                            client
-                                .batch_execute(&format!(
-                                    "LISTEN {EVENTS_CHANNEL}; LISTEN {WORK_CHANNEL}"
-                                ))
-                                .await
-                        };
+                        let sql = format!(
+                            "LISTEN {EVENTS_CHANNEL}; LISTEN {WORK_CHANNEL}; LISTEN {}; LISTEN {}",
+                            super::lists::CHANGED,
+                            catch_up,
+                        );
+                        let listening = async { client.batch_execute(&sql).await };
                         let mut listening = std::pin::pin!(listening);
                         let mut subscribed = false;
                         loop {
@@ -533,6 +538,7 @@ impl Pg {
                                     subscribed = true;
                                     pause = Duration::from_millis(100);
                                     let Some(pg) = weak.upgrade() else { return };
+                                    pg.lists.subscribed();
                                     if !first {
                                         pg.hub.nudge_all();
                                         let _ = pg.work.send(Notice::Resync);
@@ -547,6 +553,9 @@ impl Pg {
                                     }
                                 }
                             }
+                        }
+                        if let Some(pg) = weak.upgrade() {
+                            pg.lists.lost();
                         }
                         tracing::warn!(
                             "the database connection for notifications was lost; reconnecting"
@@ -579,6 +588,8 @@ impl Pg {
                     let _ = self.work.send(Notice::Work(session.to_owned()));
                 }
             }
+            super::lists::CHANGED => self.lists.changed(),
+            other if other == self.lists.channel() => self.lists.caught_up(payload),
             _ => {}
         }
     }
@@ -1954,9 +1965,59 @@ impl Pg {
     /// Every session (only `owner`'s when given), oldest first, as one JSON array of
     /// the documents `doc` writes. The rows are read whole, then turned into documents
     /// on a blocking thread, where they are also sorted (see below).
+    /// Every session (only `owner`'s), as [`super::Store::sessions_json`] writes them:
+    /// the body kept for `view` and `owner` when nothing it shows has changed since on
+    /// any replica (see [`super::lists`]), else read and kept.
     pub(crate) async fn sessions_json<F>(
         &self,
         owner: Option<String>,
+        view: &'static str,
+        doc: F,
+    ) -> Result<Bytes, StoreError>
+    where
+        F: Fn(&mut Vec<u8>, &super::rows::SessionCols<'_>) -> Result<(), StoreError>
+            + Send
+            + 'static,
+    {
+        let key = (view, owner);
+        if let Some((generation, body)) = self.lists.kept(&key)
+            && self.caught_up().await?
+            && self.lists.generation() == Some(generation)
+        {
+            return Ok(body);
+        }
+        // Loaded before the read's snapshot: the read shows at least what it counts.
+        let generation = self.lists.generation();
+        let body = Bytes::from(self.read_sessions_json(key.1.as_deref(), doc).await?);
+        if let Some(generation) = generation {
+            self.lists.keep(key, generation, body.clone());
+        }
+        Ok(body)
+    }
+
+    /// Whether this replica has heard every change notification committed before now
+    /// (see [`super::lists`]): it notifies itself and waits to hear that.
+    async fn caught_up(&self) -> Result<bool, StoreError> {
+        let Some((n, heard)) = self.lists.expect() else {
+            return Ok(false);
+        };
+        {
+            let mut lease = self.lease().await?;
+            lease
+                .read()?
+                .exec(
+                    "SELECT pg_notify($1, $2)",
+                    &[&self.lists.channel(), &n.to_string()],
+                )
+                .await?;
+        }
+        Ok(self.lists.arrived(n, heard).await)
+    }
+
+    /// Every session's document, read now.
+    async fn read_sessions_json<F>(
+        &self,
+        owner: Option<&str>,
         doc: F,
     ) -> Result<Vec<u8>, StoreError>
     where
@@ -1972,8 +2033,8 @@ impl Pg {
             .iter()
             .map(|r| Ok((r.text(0)?, r.text(1)?)))
             .collect::<Result<_, StoreError>>()?;
-        let rows = match &owner {
-            Some(o) => q.rows(&session_list_sql(true), &[o]).await?,
+        let rows = match owner {
+            Some(o) => q.rows(&session_list_sql(true), &[&o]).await?,
             None => q.rows(&session_list_sql(false), &[]).await?,
         };
         drop(lease);

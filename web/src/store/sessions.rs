@@ -8,6 +8,7 @@ use super::{
 };
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
+use axum::body::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 
@@ -248,15 +249,21 @@ impl Store {
     /// Every session (only `owner`'s when given), oldest first, as one JSON array of
     /// the documents `doc` writes, built off the async threads: a long list costs them
     /// nothing.
+    ///
+    /// `view` names `doc`: the same name must mean the same documents for the same
+    /// rows, for as long as the process lives. On PostgreSQL a replica keeps each
+    /// view's body until something it shows changes, on any replica.
     pub async fn sessions_json<F>(
         &self,
         owner: Option<String>,
+        view: &'static str,
         doc: F,
-    ) -> Result<Vec<u8>, StoreError>
+    ) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        on_pg!(self, pg => pg.sessions_json(owner, doc));
+        on_pg!(self, pg => pg.sessions_json(owner, view, doc));
+        let _ = view;
         self.read(move |conn| {
             let mut out = Vec::with_capacity(64 * 1024);
             out.push(b'[');
@@ -269,7 +276,7 @@ impl Store {
                 doc(&mut out, &SessionCols::from_row(r, names)?)
             })?;
             out.push(b']');
-            Ok(out)
+            Ok(Bytes::from(out))
         })
         .await
     }
