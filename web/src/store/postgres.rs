@@ -1962,9 +1962,6 @@ impl Pg {
             .collect()
     }
 
-    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
-    /// the documents `doc` writes. The rows are read whole, then turned into documents
-    /// on a blocking thread, where they are also sorted (see below).
     /// Every session (only `owner`'s), as [`super::Store::sessions_json`] writes them:
     /// the body kept for `view` and `owner` when nothing it shows has changed since on
     /// any replica (see [`super::lists`]), else read and kept.
@@ -2014,7 +2011,9 @@ impl Pg {
         Ok(self.lists.arrived(n, heard).await)
     }
 
-    /// Every session's document, read now.
+    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
+    /// the documents `doc` writes, read now. The rows are read whole, then turned into
+    /// documents on a blocking thread, where they are also sorted (see below).
     async fn read_sessions_json<F>(
         &self,
         owner: Option<&str>,

@@ -263,6 +263,7 @@ impl Store {
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
         on_pg!(self, pg => pg.sessions_json(owner, view, doc));
+        // SQLite keeps no list (one process reads it; see `super::lists`).
         let _ = view;
         self.read(move |conn| {
             let mut out = Vec::with_capacity(64 * 1024);
