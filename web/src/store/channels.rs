@@ -56,11 +56,12 @@ impl Store {
     pub async fn channel_intake(&self, m: NewChannelMessage) -> Result<ChannelIntake, StoreError> {
         on_pg!(self, pg => pg.channel_intake(m));
         self.write(move |tx, outbox| {
-            let fresh = tx.execute(
-                "INSERT INTO channel_events (platform, event_id, received_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING",
-                params![m.platform, m.event_id, clock::now()],
-            )?;
+            let fresh = tx
+                .prepare_cached(
+                    "INSERT INTO channel_events (platform, event_id, received_at)
+                     VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![m.platform, m.event_id, clock::now()])?;
             if fresh == 0 {
                 return Ok(ChannelIntake::Duplicate);
             }
@@ -85,11 +86,11 @@ impl Store {
                             owner: m.owner,
                         },
                     )?;
-                    tx.execute(
+                    tx.prepare_cached(
                         "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
                          VALUES (?1, ?2, ?3, ?4)",
-                        params![m.platform, m.thread_key, session.id, clock::now()],
-                    )?;
+                    )?
+                    .execute(params![m.platform, m.thread_key, session.id, clock::now()])?;
                     (session.id, true)
                 }
             };
@@ -110,16 +111,15 @@ impl Store {
     ) -> Result<Option<ChannelThread>, StoreError> {
         on_pg!(self, pg => pg.channel_thread(session_id));
         self.read_small(move |conn| {
-            conn.query_row(
+            conn.prepare_cached(
                 "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
-                [&session_id],
-                |r| {
-                    Ok(ChannelThread {
-                        platform: r.get(0)?,
-                        thread_key: r.get(1)?,
-                    })
-                },
-            )
+            )?
+            .query_row([&session_id], |r| {
+                Ok(ChannelThread {
+                    platform: r.get(0)?,
+                    thread_key: r.get(1)?,
+                })
+            })
             .optional()
             .map_err(StoreError::from)
         })

@@ -38,11 +38,9 @@ pub(crate) fn append_event(
     kind: EventKind,
     payload: serde_json::Value,
 ) -> Result<i64, StoreError> {
-    let seq: i64 = conn.query_row(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
-        [session_id],
-        |r| r.get(0),
-    )?;
+    let seq: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1")?
+        .query_row([session_id], |r| r.get(0))?;
     let at = clock::now();
     conn.prepare_cached(
         "INSERT INTO events (session_id, seq, task_id, kind, payload, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -132,28 +130,28 @@ pub(crate) fn insert_session(
         .unwrap_or_else(|| format!("session {}", &id[..8]));
     let now = clock::now();
     let b = new.binding.as_ref();
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
                binding_dir, binding_display, binding_machine, binding_mode, binding_state,
                binding_dev, binding_ino, owner)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-        params![
-            id,
-            title,
-            agent,
-            new.origin.as_str(),
-            new.project,
-            now,
-            b.map(|b| &b.dir),
-            b.map(|b| &b.display),
-            b.map(|b| b.machine.as_str()),
-            b.map(|b| b.mode.as_str()),
-            b.map(|b| b.state.as_str()),
-            identity_columns(b).0,
-            identity_columns(b).1,
-            new.owner,
-        ],
-    )?;
+    )?
+    .execute(params![
+        id,
+        title,
+        agent,
+        new.origin.as_str(),
+        new.project,
+        now,
+        b.map(|b| &b.dir),
+        b.map(|b| &b.display),
+        b.map(|b| b.machine.as_str()),
+        b.map(|b| b.mode.as_str()),
+        b.map(|b| b.state.as_str()),
+        identity_columns(b).0,
+        identity_columns(b).1,
+        new.owner,
+    ])?;
     get_session(tx, &id)
 }
 
@@ -202,23 +200,23 @@ impl Store {
         self.write(move |tx, outbox| {
             let before = get_session(tx, &id)?;
             let b = binding.as_ref();
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE sessions SET binding_dir = ?2, binding_display = ?3, binding_machine = ?4,
                    binding_mode = ?5, binding_state = ?6, binding_rev = binding_rev + 1,
                    resume_id = NULL, updated_at = ?7, binding_dev = ?8, binding_ino = ?9
                  WHERE id = ?1",
-                params![
-                    id,
-                    b.map(|b| &b.dir),
-                    b.map(|b| &b.display),
-                    b.map(|b| b.machine.as_str()),
-                    b.map(|b| b.mode.as_str()),
-                    b.map(|b| b.state.as_str()),
-                    clock::now(),
-                    identity_columns(b).0,
-                    identity_columns(b).1,
-                ],
-            )?;
+            )?
+            .execute(params![
+                id,
+                b.map(|b| &b.dir),
+                b.map(|b| &b.display),
+                b.map(|b| b.machine.as_str()),
+                b.map(|b| b.mode.as_str()),
+                b.map(|b| b.state.as_str()),
+                clock::now(),
+                identity_columns(b).0,
+                identity_columns(b).1,
+            ])?;
             append_event(
                 tx,
                 outbox,

@@ -140,10 +140,8 @@ fn record_status(
     status: TaskStatus,
     wait_reason: Option<String>,
 ) -> Result<TaskRow, StoreError> {
-    conn.execute(
-        "UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1",
-        params![id, status.as_str(), wait_reason],
-    )?;
+    conn.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1")?
+        .execute(params![id, status.as_str(), wait_reason])?;
     let task = get_task(conn, id)?;
     status_event(conn, outbox, &task)?;
     Ok(task)
@@ -218,21 +216,21 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     let now = clock::now();
     let mut interrupted = Vec::new();
     for t in stale {
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = ?2,
                error = 'the server stopped while the task was running; it was not run again',
                error_code = 'interrupted'
              WHERE id = ?1",
-            params![t.id, now],
-        )?;
+        )?
+        .execute(params![t.id, now])?;
         task_event(conn, outbox, &get_task(conn, &t.id)?)?;
         interrupted.push(t.id);
     }
     // A task waiting for a machine is resolved again from scratch.
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE tasks SET status = 'queued', wait_reason = NULL WHERE status = 'waiting_daemon'",
-        [],
-    )?;
+    )?
+    .execute([])?;
     let mut stmt = conn.prepare(
         "SELECT DISTINCT session_id FROM tasks WHERE status = 'queued' ORDER BY session_id",
     )?;
@@ -259,20 +257,19 @@ pub(crate) fn insert_message(
     let message_id = uuid::Uuid::new_v4().to_string();
     let task = uuid::Uuid::new_v4().to_string();
     let now = clock::now();
-    tx.execute(
-        "INSERT INTO messages (id, session_id, origin, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![message_id, session, origin.as_str(), text, now],
-    )?;
-    let seq: i64 = tx.query_row(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1",
-        [&session],
-        |r| r.get(0),
-    )?;
-    tx.execute(
+    tx.prepare_cached(
+        "INSERT INTO messages (id, session_id, origin, text, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![message_id, session, origin.as_str(), text, now])?;
+    let seq: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1")?
+        .query_row([&session], |r| r.get(0))?;
+    tx.prepare_cached(
         "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
          VALUES (?1, ?2, ?3, ?4, 'queued', ?5)",
-        params![task, session, seq, message_id, now],
-    )?;
+    )?
+    .execute(params![task, session, seq, message_id, now])?;
     let message_seq = append_event(
         tx,
         outbox,
@@ -284,10 +281,8 @@ pub(crate) fn insert_message(
             "origin": origin, "text": text,
         }),
     )?;
-    tx.execute(
-        "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
-        params![session, now],
-    )?;
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+        .execute(params![session, now])?;
     Ok((get_task(tx, &task)?, message_seq))
 }
 
@@ -390,11 +385,12 @@ impl Store {
     pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
         on_pg!(self, pg => pg.claim(id));
         self.write(move |tx, _| {
-            let n = tx.execute(
-                "UPDATE tasks SET started_at = ?2 WHERE id = ?1
+            let n = tx
+                .prepare_cached(
+                    "UPDATE tasks SET started_at = ?2 WHERE id = ?1
                    AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
-                params![id, clock::now()],
-            )?;
+                )?
+                .execute(params![id, clock::now()])?;
             Ok(n == 1)
         })
         .await
@@ -473,20 +469,18 @@ impl Store {
                 .map(serde_json::to_string)
                 .transpose()
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            tx.execute(
-                "UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
+            tx.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
                    changes = ?10
-                 WHERE id = ?1",
+                 WHERE id = ?1")?.execute(
                 params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials, changes],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
-                tx.execute(
-                    "UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
+                tx.prepare_cached("UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
                        work_dir_display = CASE WHEN ?2 IS NULL THEN work_dir_display ELSE ?6 END
-                     WHERE id = ?1 AND binding_rev = ?5",
+                     WHERE id = ?1 AND binding_rev = ?5")?.execute(
                     params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
                 )?;
             }
@@ -496,8 +490,11 @@ impl Store {
                 _ => None,
             };
             if let Some(state) = state {
-                tx.execute(
-                    "UPDATE sessions SET binding_state = ?2 WHERE id = ?1 AND binding_dir IS NOT NULL",
+                tx.prepare_cached(
+                    "UPDATE sessions SET binding_state = ?2
+                     WHERE id = ?1 AND binding_dir IS NOT NULL",
+                )?
+                .execute(
                     params![task.session_id, state],
                 )?;
             }
@@ -511,11 +508,12 @@ impl Store {
     pub async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
         on_pg!(self, pg => pg.cancel_waiting(id));
         self.write(move |tx, outbox| {
-            let n = tx.execute(
-                "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = ?2
+            let n = tx
+                .prepare_cached(
+                    "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = ?2
                  WHERE id = ?1 AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
-                params![id, clock::now()],
-            )?;
+                )?
+                .execute(params![id, clock::now()])?;
             if n == 0 {
                 return Ok(None);
             }
