@@ -35,34 +35,54 @@ use std::time::{Duration, Instant};
 /// How long a killed group may take to disappear before Berth stops waiting.
 const GONE_WITHIN: Duration = Duration::from_secs(2);
 
-/// The watcher's script. Each line is `+PGID` (an agent, about to exec: note its
-/// leader's start time) or `-PGID` (that group is gone: forget the oldest such entry).
+/// The watcher's script. Each line is one of:
+///
+/// - `+PGID`: an agent, about to exec (written by the agent itself): watch its group;
+/// - `=PGID:START`: Berth read that leader's start time (on Linux, right after the
+///   spawn, while the leader is its unreaped child, so the number cannot have been
+///   reused): note it on the newest entry of that group without one;
+/// - `-PGID`: that group is gone: forget the oldest such entry.
+///
 /// At end of file (Berth is gone) it kills each group still noted, unless its number
-/// now leads a process with another start time. Only shell builtins run per line: a
-/// registration costs no fork. `shift` past the end would end the shell, so a stat line
-/// cut short (a command name holding a newline) is checked first: it gives no start
-/// time, like a leader that is gone.
+/// now leads a process with another start time than the one noted. A group registered
+/// but not yet confirmed (Berth died within the spawn) is killed if its number names a
+/// group. Only shell builtins run per line: a registration costs no fork.
+///
+/// The start time is read by the watcher only at the end: `read` takes a file one byte
+/// per system call, so reading a `stat` line at each registration cost the watcher
+/// about 250 system calls per agent, on the CPU the agent was starting on. `shift`
+/// past the end would end the shell, so a stat line cut short (a command name holding
+/// a newline) is checked first: it gives no start time, like a leader that is gone.
 #[cfg(target_os = "linux")]
 const WATCH_START: &str = r#"exec 2>/dev/null; set -f; g=
 start() { t=; [ -r /proc/$1/stat ] && read -r l < /proc/$1/stat && set -- ${l##*") "} && [ $# -ge 20 ] && shift 19 && t=$1; }
+noted() { t=; }
 "#;
 
-/// macOS has no `/proc`: the start time comes from `ps` (a fork per registration,
-/// where Linux reads a file with builtins only). The rest of the script is the same.
+/// macOS has no `/proc`: the start time comes from `ps` (a fork), in the format
+/// Berth does not use, so the watcher notes it itself at each registration and Berth
+/// sends no `=` line. The rest of the script is the same.
 #[cfg(not(target_os = "linux"))]
 const WATCH_START: &str = r#"exec 2>/dev/null; set -f; g=
 start() { t=$(ps -o lstart= -p "$1" | tr -s ' ' _); }
+noted() { start "$1"; }
 "#;
 
 const WATCH_LOOP: &str = r#"while read -r line; do
   p=${line#?}
-  case $p in ''|*[!0-9]*) continue;; esac
   case $line in
-    +*) start "$p"; g="$g $p:$t";;
-    -*) n= d=; for e in $g; do if [ -z "$d" ] && [ "${e%%:*}" = "$p" ]; then d=1; else n="$n $e"; fi; done; g=$n;;
+    +*) case $p in ''|*[!0-9]*) continue;; esac
+        noted "$p"; g="$g $p:$t";;
+    =*) q=${p%%:*}; s=${p#*:}
+        case $q in ''|*[!0-9]*) continue;; esac
+        case $s in ''|*[!0-9]*) continue;; esac
+        n= d=; for e in $g; do n="$n $e"; [ "$e" = "$q:" ] && d=$n; done
+        [ -n "$d" ] && g="${d% *} $q:$s${n#"$d"}";;
+    -*) case $p in ''|*[!0-9]*) continue;; esac
+        n= d=; for e in $g; do if [ -z "$d" ] && [ "${e%%:*}" = "$p" ]; then d=1; else n="$n $e"; fi; done; g=$n;;
   esac
 done
-for e in $g; do p=${e%%:*}; s=${e#*:}; start "$p"; { [ -z "$t" ] || [ "$t" = "$s" ]; } && kill -s KILL -- -$p; done"#;
+for e in $g; do p=${e%%:*}; s=${e#*:}; start "$p"; { [ -z "$t" ] || [ -z "$s" ] || [ "$t" = "$s" ]; } && kill -s KILL -- -$p; done"#;
 
 /// The watcher's whole script: how this platform reads a start time, then the loop.
 fn watch_script() -> String {
@@ -414,7 +434,8 @@ impl WatchPipe {
 /// exec, where nothing may allocate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Line {
-    bytes: [u8; 12],
+    /// The longest line: `=`, a pgid (10 digits), `:`, a start time (20), a newline.
+    bytes: [u8; 33],
     len: usize,
 }
 
@@ -429,9 +450,34 @@ impl Line {
         Line::new(b'-', pgid)
     }
 
+    /// `=PGID:START`: the start time of the group's leader, read by Berth while the
+    /// leader is its unreaped child.
+    pub fn confirm(pgid: i32, start: u64) -> Line {
+        let mut line = Line::new(b'=', pgid);
+        line.len -= 1; // the newline
+        line.bytes[line.len] = b':';
+        line.len += 1;
+        line.push_decimal(start);
+        line.bytes[line.len] = b'\n';
+        line.len += 1;
+        line
+    }
+
     fn new(sign: u8, pgid: i32) -> Line {
-        let mut digits = [0u8; 10];
-        let mut n = pgid.unsigned_abs();
+        let mut line = Line {
+            bytes: [0u8; 33],
+            len: 1,
+        };
+        line.bytes[0] = sign;
+        line.push_decimal(u64::from(pgid.unsigned_abs()));
+        line.bytes[line.len] = b'\n';
+        line.len += 1;
+        line
+    }
+
+    /// Appends `n` in decimal, without allocating.
+    fn push_decimal(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
         let mut len = 0;
         loop {
             digits[len] = b'0' + (n % 10) as u8;
@@ -441,16 +487,10 @@ impl Line {
                 break;
             }
         }
-        let mut bytes = [0u8; 12];
-        bytes[0] = sign;
         for i in 0..len {
-            bytes[1 + i] = digits[len - 1 - i];
+            self.bytes[self.len + i] = digits[len - 1 - i];
         }
-        bytes[1 + len] = b'\n';
-        Line {
-            bytes,
-            len: len + 2,
-        }
+        self.len += len;
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -488,6 +528,11 @@ mod tests {
             (Line::forget(10), "-10\n"),
             (Line::watch(4194304), "+4194304\n"),
             (Line::forget(i32::MAX), "-2147483647\n"),
+            (Line::confirm(4242, 0), "=4242:0\n"),
+            (
+                Line::confirm(i32::MAX, u64::MAX),
+                "=2147483647:18446744073709551615\n",
+            ),
         ] {
             assert_eq!(std::str::from_utf8(line.as_bytes()), Ok(text));
         }

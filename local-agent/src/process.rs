@@ -380,6 +380,15 @@ impl AgentProcess {
             .ok_or_else(|| std::io::Error::other("the agent has no pid"))?;
         let start = groups::start_time(pgid)
             .ok_or_else(|| std::io::Error::other("the agent's start time is unreadable"))?;
+        // The watcher learns the start time from Berth, which reads it while the leader
+        // is its unreaped child (see `groups`). A watcher that cannot be told is dead:
+        // the record below still covers the group.
+        #[cfg(target_os = "linux")]
+        if let Some(watcher) = &self.watcher
+            && let Err(e) = watcher.send(&Line::confirm(pgid, start))
+        {
+            tracing::warn!(pgid, error = %e, "could not tell the watcher an agent's start time");
+        }
         let group = Group {
             pgid,
             start,

@@ -203,7 +203,8 @@ fn kill_group(pgid: i32) {
 }
 
 /// Not a test on its own: the owner of a watcher, told which groups to register
-/// (`+`) and which to unregister afterwards (`-`); it writes its watcher's pid to
+/// (`+`), which start times to tell it (`=PGID:START`) and which groups to unregister
+/// afterwards (`-`); it writes its watcher's pid to
 /// `BERTH_TEST_READY` and waits to be killed.
 #[test]
 fn watcher_owner() {
@@ -213,12 +214,13 @@ fn watcher_owner() {
     let watcher = Watcher::new();
     let pipe = watcher.pipe().unwrap();
     for word in lines.split_whitespace() {
-        let (sign, pgid) = word.split_at(1);
+        let (sign, rest) = word.split_at(1);
+        let (pgid, start) = rest.split_once(':').unwrap_or((rest, ""));
         let pgid: i32 = pgid.parse().unwrap();
-        let line = if sign == "+" {
-            Line::watch(pgid)
-        } else {
-            Line::forget(pgid)
+        let line = match sign {
+            "+" => Line::watch(pgid),
+            "=" => Line::confirm(pgid, start.parse().unwrap()),
+            _ => Line::forget(pgid),
         };
         pipe.send(&line).unwrap();
     }
@@ -240,15 +242,9 @@ fn oddly_named_leader(sb: &Sandbox) -> Child {
         .unwrap()
 }
 
-#[test]
-fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregistered() {
-    let sb = Sandbox::new();
-    let (mut running, running_pgid) = group_of_two();
-    let left = leaderless_group();
-    let gone = leaderless_group();
-    // Registered first: a watcher that choked on it would protect nothing after it.
-    let mut odd = oddly_named_leader(&sb);
-    let odd_pgid = odd.id() as i32;
+/// Starts a watcher's owner that sends `lines` (see [`watcher_owner`]), SIGKILLs it
+/// once they are sent, and waits until its watcher has finished.
+fn owner_dies(sb: &Sandbox, lines: &str) {
     let ready = sb.root.join("ready");
     let mut owner = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -257,10 +253,7 @@ fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregiste
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(
-            OWNER,
-            format!("+{odd_pgid} +{running_pgid} +{gone} +{left} -{gone}"),
-        )
+        .env(OWNER, lines)
         .env("BERTH_TEST_READY", &ready)
         .spawn()
         .unwrap();
@@ -283,6 +276,62 @@ fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregiste
         assert!(Instant::now() < deadline, "the watcher never finished");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Berth tells the watcher each leader's start time (`=`), read while the leader is its
+/// child. A group whose number now leads a process with another start time (what a
+/// reused pid looks like, made here by telling a wrong one) is someone else's and
+/// survives; one whose leader still has the start time told is killed, as is one
+/// registered but never confirmed (Berth died within the spawn).
+#[test]
+fn the_watcher_kills_by_the_start_time_berth_told_it() {
+    let sb = Sandbox::new();
+    let (mut told, told_pgid) = group_of_two();
+    let (mut reused, reused_pgid) = group_of_two();
+    let (mut unconfirmed, unconfirmed_pgid) = group_of_two();
+    let start = |pgid| start_time(pgid).expect("a live leader's start time");
+    owner_dies(
+        &sb,
+        &format!(
+            "+{told_pgid} ={told_pgid}:{} +{reused_pgid} ={reused_pgid}:{} +{unconfirmed_pgid}",
+            start(told_pgid),
+            start(reused_pgid) + 1,
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let killed = [told_pgid, unconfirmed_pgid];
+    let left_running = || -> Vec<i32> { killed.iter().flat_map(|g| members(*g)).collect() };
+    while !left_running().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let state = (left_running(), members(reused_pgid).len());
+    for pgid in [told_pgid, reused_pgid, unconfirmed_pgid] {
+        kill_group(pgid);
+    }
+    for child in [&mut told, &mut reused, &mut unconfirmed] {
+        let _ = child.wait();
+    }
+    assert_eq!(
+        state,
+        (vec![], 2),
+        "the confirmed and the unconfirmed groups die; the one with another start time is left alone"
+    );
+}
+
+#[test]
+fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregistered() {
+    let sb = Sandbox::new();
+    let (mut running, running_pgid) = group_of_two();
+    let left = leaderless_group();
+    let gone = leaderless_group();
+    // Registered first: a watcher that choked on it would protect nothing after it.
+    let mut odd = oddly_named_leader(&sb);
+    let odd_pgid = odd.id() as i32;
+    owner_dies(
+        &sb,
+        &format!("+{odd_pgid} +{running_pgid} +{gone} +{left} -{gone}"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
     // Killed groups may take a moment to empty; none is waited for before it is read.
     let registered = [odd_pgid, running_pgid, left];
     let left_running = || -> Vec<i32> { registered.iter().flat_map(|g| members(*g)).collect() };
