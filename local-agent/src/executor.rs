@@ -786,32 +786,41 @@ type Finished = (
 );
 
 async fn finish(place: Place, sidecars: Sidecars, task_id: &str) -> Result<Finished, Stop> {
+    // Nothing written to undo and no turn to commit: one `stat` (the recheck, which the
+    // run also does on this thread before it starts), not worth a hand-off to a
+    // blocking thread and back on the way to the task's end.
+    if sidecars.is_empty() && place.worktree.is_none() {
+        return Ok(wrap_up(place, sidecars, task_id));
+    }
     let task_id = task_id.to_owned();
-    blocking(move || {
-        let mut problems = Vec::new();
-        if let Err(r) = place.pinned.recheck() {
-            problems.push(r.message);
-        }
-        if let Err(e) = sidecars.cleanup(&place.pinned) {
-            problems.push(e.to_string());
-        }
-        let mut changes = None;
-        let branch = place.worktree.as_ref().map(|wt| {
-            match worktree::commit_turn(wt, &task_id) {
-                Ok(Some(commit)) => match worktree::commit_changes(wt, &commit) {
-                    Ok(c) => changes = Some(c),
-                    Err(e) => problems.push(format!("cannot summarize the turn's commit: {e}")),
-                },
-                Ok(None) => changes = Some(berth_core::api::Changes::default()),
-                Err(e) => {
-                    problems.push(format!("cannot commit the turn on {}: {e}", wt.branch));
-                }
+    blocking(move || wrap_up(place, sidecars, &task_id)).await
+}
+
+/// What [`finish`] does: checks the directory is still the one pinned, undoes the
+/// sidecars, commits a worktree's turn.
+fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
+    let mut problems = Vec::new();
+    if let Err(r) = place.pinned.recheck() {
+        problems.push(r.message);
+    }
+    if let Err(e) = sidecars.cleanup(&place.pinned) {
+        problems.push(e.to_string());
+    }
+    let mut changes = None;
+    let branch = place.worktree.as_ref().map(|wt| {
+        match worktree::commit_turn(wt, task_id) {
+            Ok(Some(commit)) => match worktree::commit_changes(wt, &commit) {
+                Ok(c) => changes = Some(c),
+                Err(e) => problems.push(format!("cannot summarize the turn's commit: {e}")),
+            },
+            Ok(None) => changes = Some(berth_core::api::Changes::default()),
+            Err(e) => {
+                problems.push(format!("cannot commit the turn on {}: {e}", wt.branch));
             }
-            wt.branch.clone()
-        });
-        (branch, changes, problems)
-    })
-    .await
+        }
+        wt.branch.clone()
+    });
+    (branch, changes, problems)
 }
 
 #[cfg(test)]
