@@ -10,7 +10,7 @@ use crate::brief::{self, WorkMode};
 use crate::config::ExecutorConfig;
 use crate::groups::{self, StopReport, Watcher};
 use crate::journal::{self, Journal, ReplayReport};
-use crate::lock::{DirLocks, LockError};
+use crate::lock::{DirLock, DirLocks, LockError};
 use crate::pin::{PinnedDir, pin_owned};
 use crate::process;
 use crate::sidecar::Sidecars;
@@ -460,6 +460,76 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
     }
 }
 
+/// The change record of an in-place run: the directory's shadow, its tree before the
+/// agent, the limits it was taken with, and the directory (path, identity).
+type Record = (
+    crate::changes::Shadow,
+    crate::changes::Snapshot,
+    crate::changes::Limits,
+    std::path::PathBuf,
+    (u64, u64),
+);
+
+/// A run's directory once placed: locked with everything done under the lock, or only
+/// placed, its lock held by someone else.
+enum Staged {
+    Locked(Result<Box<Locked>, Box<TaskOutcome>>),
+    Placed(Box<Place>),
+}
+
+/// A run ready to start its agent: its directory, held, recorded and prepared.
+struct Locked {
+    place: Place,
+    lock: DirLock,
+    record: Option<Record>,
+    prepared: Prepared,
+}
+
+/// What runs under the directory's lock before the agent starts (blocking): the
+/// recheck that it is still the directory pinned, the change record's first snapshot
+/// (in place; a worktree's changes are its turn's commit), before the sidecars; then
+/// the preparation. An `Err` is the run's outcome.
+fn under_lock(
+    inner: &Inner,
+    task: &TaskSpec,
+    place: Place,
+    lock: DirLock,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+) -> Result<Box<Locked>, Box<TaskOutcome>> {
+    if let Err(r) = place.pinned.recheck() {
+        return Err(Box::new(TaskOutcome::refused(&r)));
+    }
+    let record = if place.mode == WorkMode::InPlace {
+        let limits = settings::snapshot_limits(&inner.cfg);
+        let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
+        let started = (|| -> Result<_, crate::changes::ChangesError> {
+            let shadow = crate::changes::Shadow::open(&inner.cfg.berth_home, &path, identity)?;
+            let before = shadow.snapshot_before(&limits)?;
+            Ok((shadow, before))
+        })();
+        match started {
+            Ok((shadow, before)) => Some((shadow, before, limits, path, identity)),
+            Err(e) => {
+                let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
+                    line: format!(
+                        "berth: what the agent changes will not be summarized (no undo): {e}"
+                    ),
+                }));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let prepared = prepare(inner, task, &place).map_err(|stop| Box::new(stopped(stop)))?;
+    Ok(Box::new(Locked {
+        place,
+        lock,
+        record,
+        prepared,
+    }))
+}
+
 async fn run(
     inner: Arc<Inner>,
     task: TaskSpec,
@@ -472,72 +542,64 @@ async fn run(
             line: format!("berth: {line}"),
         }));
     };
-    let placed = {
-        let (inner, task) = (inner.clone(), task.clone());
-        blocking(move || place(&inner, &task)).await
-    };
-    let place = match placed.and_then(|r| r) {
-        Ok(p) => p,
-        Err(stop) => return stopped(stop),
-    };
-    let lock = inner
-        .locks
-        .acquire(
-            place.pinned.canonical(),
-            &task.task_id,
-            |reason| {
-                let _ = events.send(ExecEvent::Status {
-                    status: TaskStatus::WaitingLock,
-                    wait_reason: Some(reason),
-                });
-            },
-            &mut cancel,
-        )
-        .await;
-    let _lock = match lock {
-        Ok(l) => l,
-        Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
-        Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
-    };
-    if let Err(r) = place.pinned.recheck() {
-        return TaskOutcome::refused(&r);
-    }
-    // The change record: the directory's tree before anything is written (in place;
-    // a worktree's changes are its turn's commit). Under the lock, before the sidecars.
-    let record = if place.mode == WorkMode::InPlace {
-        let limits = settings::snapshot_limits(&inner.cfg);
-        let home = inner.cfg.berth_home.clone();
-        let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
-        let started = blocking(move || -> Result<_, crate::changes::ChangesError> {
-            let shadow = crate::changes::Shadow::open(&home, &path, identity)?;
-            let before = shadow.snapshot_before(&limits)?;
-            Ok((shadow, before, limits, path, identity))
-        })
-        .await;
-        match started {
-            Ok(Ok(r)) => Some(r),
-            Ok(Err(e)) => {
-                warn(format!(
-                    "what the agent changes will not be summarized (no undo): {e}"
-                ));
-                None
+    // Everything before the agent starts, in one hand-off to a blocking thread while
+    // the directory is free (the usual case): the placement, the lock, and what runs
+    // under it. A directory in use is waited for here, and the rest runs after.
+    let staged = {
+        let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
+        blocking(move || -> Result<Staged, Stop> {
+            let place = place(&inner, &task)?;
+            match inner
+                .locks
+                .try_acquire(place.pinned.canonical(), &task.task_id)
+            {
+                Ok(Some(lock)) => Ok(Staged::Locked(under_lock(
+                    &inner, &task, place, lock, &events,
+                ))),
+                Ok(None) => Ok(Staged::Placed(Box::new(place))),
+                Err(e) => Err(Stop::Failed(ErrorCode::LockFailed, e.to_string())),
             }
-            Err(_) => None,
-        }
-    } else {
-        None
-    };
-    let prepared = {
-        let (inner, task) = (inner.clone(), task.clone());
-        blocking(move || {
-            let p = prepare(&inner, &task, &place);
-            (place, p)
         })
         .await
     };
-    let (place, prepared) = match prepared {
-        Ok((place, Ok(p))) => (place, p),
-        Ok((_, Err(stop))) | Err(stop) => return stopped(stop),
+    let locked = match staged.and_then(|r| r) {
+        Err(stop) => return stopped(stop),
+        Ok(Staged::Locked(locked)) => locked,
+        Ok(Staged::Placed(place)) => {
+            let lock = inner
+                .locks
+                .acquire(
+                    place.pinned.canonical(),
+                    &task.task_id,
+                    |reason| {
+                        let _ = events.send(ExecEvent::Status {
+                            status: TaskStatus::WaitingLock,
+                            wait_reason: Some(reason),
+                        });
+                    },
+                    &mut cancel,
+                )
+                .await;
+            let lock = match lock {
+                Ok(l) => l,
+                Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
+                Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
+            };
+            let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
+            match blocking(move || under_lock(&inner, &task, *place, lock, &events)).await {
+                Ok(locked) => locked,
+                Err(stop) => return stopped(stop),
+            }
+        }
+    };
+    let Locked {
+        place,
+        lock: _lock,
+        record,
+        prepared,
+    } = match locked {
+        Ok(locked) => *locked,
+        Err(out) => return *out,
     };
     for w in &prepared.warnings {
         warn(format!("warning: {w}"));

@@ -94,10 +94,7 @@ impl DirLocks {
         mut on_wait: impl FnMut(String),
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<DirLock, LockError> {
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.entry(key.as_str().to_owned()).or_default().clone()
-        };
+        let slot = self.slot(key);
         let guard = match slot.queue.clone().try_lock_owned() {
             Ok(g) => g,
             Err(_) => {
@@ -142,23 +139,64 @@ impl DirLocks {
                 }
             }
         }
-        let record = format!("{} {task_id}\n", std::process::id());
-        let written = file
-            .set_len(0)
-            .and_then(|()| file.seek(SeekFrom::Start(0)))
-            .and_then(|_| file.write_all(record.as_bytes()));
-        if let Err(source) = written {
-            return Err(LockError::LockFile { file: path, source });
-        }
-        if let Ok(mut h) = slot.holder.lock() {
-            *h = Some(task_id.to_owned());
-        }
-        Ok(DirLock {
-            slot,
-            file,
-            _queue: guard,
-        })
+        hold(slot, guard, file, path, task_id)
     }
+
+    /// Takes the lock of `key` for `task_id` only if it is free at once, without
+    /// waiting (callable from a blocking thread): `None` when a task of this process
+    /// holds or waits for it, or another process holds it. [`DirLocks::acquire`] waits.
+    pub fn try_acquire(
+        &self,
+        key: &LocalPath,
+        task_id: &str,
+    ) -> Result<Option<DirLock>, LockError> {
+        let slot = self.slot(key);
+        let Ok(guard) = slot.queue.clone().try_lock_owned() else {
+            return Ok(None);
+        };
+        let path = self.dir.join(lock_file_name(key));
+        let file = open_lock_file(&path)?;
+        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => hold(slot, guard, file, path, task_id).map(Some),
+            Err(Errno::WOULDBLOCK | Errno::INTR) => Ok(None),
+            Err(e) => Err(LockError::LockFile {
+                file: path,
+                source: e.into(),
+            }),
+        }
+    }
+
+    fn slot(&self, key: &LocalPath) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(key.as_str().to_owned()).or_default().clone()
+    }
+}
+
+/// Both layers taken: records the holder (in the file, for other processes' waiters,
+/// and in the slot, for this one's).
+fn hold(
+    slot: Arc<Slot>,
+    guard: OwnedMutexGuard<()>,
+    mut file: File,
+    path: PathBuf,
+    task_id: &str,
+) -> Result<DirLock, LockError> {
+    let record = format!("{} {task_id}\n", std::process::id());
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(SeekFrom::Start(0)))
+        .and_then(|_| file.write_all(record.as_bytes()));
+    if let Err(source) = written {
+        return Err(LockError::LockFile { file: path, source });
+    }
+    if let Ok(mut h) = slot.holder.lock() {
+        *h = Some(task_id.to_owned());
+    }
+    Ok(DirLock {
+        slot,
+        file,
+        _queue: guard,
+    })
 }
 
 impl DirLocks {
