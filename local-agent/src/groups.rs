@@ -5,9 +5,10 @@
 //!
 //! - one [`Watcher`] per executor, a tiny `sh` outside every agent's group that reads a
 //!   pipe only Berth holds: each agent registers its group there (`+PGID`, written by
-//!   the agent itself right before its exec, so nothing it starts is unwatched) and
-//!   Berth unregisters it once gone (`-PGID`); when Berth dies the pipe closes and the
-//!   watcher kills every group still registered;
+//!   the agent itself right before its exec, so nothing it starts is unwatched), Berth
+//!   tells it the leader's start time (`=PGID:START`) and unregisters it once gone
+//!   (`-PGID`); when Berth dies the pipe closes and the watcher kills every group still
+//!   registered whose leader, if any, still has that start time;
 //! - a [`GroupRecord`] per agent under `$BERTH_HOME/run/agents/`, written right after
 //!   the spawn and held under `flock` for the run, so [`stop_leftovers`] at the next
 //!   start stops whatever the watcher did not. It is not synced: it only matters
