@@ -278,6 +278,17 @@ fn owner_dies(sb: &Sandbox, lines: &str) {
     }
 }
 
+/// The processes still in `groups` once they have had a moment (up to 5 s) to empty:
+/// killed groups may take a moment, and none is waited for before it is read.
+fn left_in(groups: &[i32]) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = || -> Vec<i32> { groups.iter().flat_map(|g| members(*g)).collect() };
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    left()
+}
+
 /// Berth tells the watcher each leader's start time (`=`), read while the leader is its
 /// child. A group whose number now leads a process with another start time (what a
 /// reused pid looks like, made here by telling a wrong one) is someone else's and
@@ -298,13 +309,10 @@ fn the_watcher_kills_by_the_start_time_berth_told_it() {
             start(reused_pgid) + 1,
         ),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let killed = [told_pgid, unconfirmed_pgid];
-    let left_running = || -> Vec<i32> { killed.iter().flat_map(|g| members(*g)).collect() };
-    while !left_running().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let state = (left_running(), members(reused_pgid).len());
+    let state = (
+        left_in(&[told_pgid, unconfirmed_pgid]),
+        members(reused_pgid).len(),
+    );
     for pgid in [told_pgid, reused_pgid, unconfirmed_pgid] {
         kill_group(pgid);
     }
@@ -331,14 +339,10 @@ fn when_its_owner_dies_the_watcher_kills_the_registered_groups_not_the_unregiste
         &sb,
         &format!("+{odd_pgid} +{running_pgid} +{gone} +{left} -{gone}"),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    // Killed groups may take a moment to empty; none is waited for before it is read.
-    let registered = [odd_pgid, running_pgid, left];
-    let left_running = || -> Vec<i32> { registered.iter().flat_map(|g| members(*g)).collect() };
-    while !left_running().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let state = (left_running(), members(gone).len());
+    let state = (
+        left_in(&[odd_pgid, running_pgid, left]),
+        members(gone).len(),
+    );
     for pgid in [odd_pgid, running_pgid, left, gone] {
         kill_group(pgid);
     }

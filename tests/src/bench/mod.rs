@@ -352,13 +352,14 @@ pub fn notes() -> Vec<String> {
          wait); `berth send ID MSG` as a user runs it (a new CLI process each time); and \
          the API from a persistent client (POST `/api/v1/sessions/{id}/messages` on a \
          keep-alive connection to the control socket, then the session's open SSE stream \
-         read until that task's `task` event). **The 3× goal is held against the API \
-         round trip**: it is what Berth adds around the agent — the API, the store's \
-         writes, the scheduler, the executor's spawn and the streaming — with exactly one \
-         process start in it, like the bare spawn. The CLI round trip also starts the \
-         `berth` client process itself (exec, dynamic loading, a runtime, a socket \
-         connect), so its ratio measures two process starts against one; it is reported \
-         for reference.",
+         read until that task's `task` event). Issue 17's goals: **the API round trip at \
+         most 2× the bare spawn** (it is what Berth adds around the agent — the API, the \
+         store's writes, the scheduler, the executor's spawn and the streaming — with \
+         exactly one process start in it, like the bare spawn), and **the CLI's at most \
+         3×** (it also starts the `berth` client process itself: exec, dynamic loading, a \
+         runtime, a socket connect; two process starts against one). The startup rows \
+         time `berth --version` and `berth session list` on an empty store next to \
+         `cat /dev/null`, in a loop of their own.",
         "**remote claim**: `berth serve --allow-daemons` and two `berth daemon`s on this \
          machine, over loopback, each with a session bound in a directory on it; the \
          agent is `date +%s%N`, so its output is the moment it started. A sample is that \
