@@ -208,6 +208,14 @@ impl Scheduler {
             });
             return;
         }
+        // On the runtime (a request's handler), the session's worker starts right here:
+        // no hop through the dispatcher task on the way from the message to its run.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            if !self.inner.stopping.load(Ordering::SeqCst) {
+                dispatch(&self.inner, session_id.to_owned());
+            }
+            return;
+        }
         // The dispatcher only goes away with the last handle.
         let _ = self.inner.notify.send(session_id.to_owned());
     }
