@@ -473,7 +473,7 @@ type Record = (
 /// A run's directory once placed: locked with everything done under the lock, or only
 /// placed, its lock held by someone else.
 enum Staged {
-    Locked(Result<Box<Locked>, Box<TaskOutcome>>),
+    Locked(Box<Locked>),
     Placed(Box<Place>),
 }
 
@@ -488,17 +488,15 @@ struct Locked {
 /// What runs under the directory's lock before the agent starts (blocking): the
 /// recheck that it is still the directory pinned, the change record's first snapshot
 /// (in place; a worktree's changes are its turn's commit), before the sidecars; then
-/// the preparation. An `Err` is the run's outcome.
+/// the preparation.
 fn under_lock(
     inner: &Inner,
     task: &TaskSpec,
     place: Place,
     lock: DirLock,
     events: &mpsc::UnboundedSender<ExecEvent>,
-) -> Result<Box<Locked>, Box<TaskOutcome>> {
-    if let Err(r) = place.pinned.recheck() {
-        return Err(Box::new(TaskOutcome::refused(&r)));
-    }
+) -> Result<Box<Locked>, Stop> {
+    place.pinned.recheck().map_err(Stop::Refused)?;
     let record = if place.mode == WorkMode::InPlace {
         let limits = settings::snapshot_limits(&inner.cfg);
         let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
@@ -510,24 +508,30 @@ fn under_lock(
         match started {
             Ok((shadow, before)) => Some((shadow, before, limits, path, identity)),
             Err(e) => {
-                let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
-                    line: format!(
-                        "berth: what the agent changes will not be summarized (no undo): {e}"
-                    ),
-                }));
+                warn(
+                    events,
+                    format!("what the agent changes will not be summarized (no undo): {e}"),
+                );
                 None
             }
         }
     } else {
         None
     };
-    let prepared = prepare(inner, task, &place).map_err(|stop| Box::new(stopped(stop)))?;
+    let prepared = prepare(inner, task, &place)?;
     Ok(Box::new(Locked {
         place,
         lock,
         record,
         prepared,
     }))
+}
+
+/// A line of Berth's own in the run's stderr stream (`berth: …`).
+fn warn(events: &mpsc::UnboundedSender<ExecEvent>, line: String) {
+    let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
+        line: format!("berth: {line}"),
+    }));
 }
 
 async fn run(
@@ -537,11 +541,7 @@ async fn run(
     mut cancel: watch::Receiver<bool>,
 ) -> TaskOutcome {
     let task = Arc::new(task);
-    let warn = |line: String| {
-        let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
-            line: format!("berth: {line}"),
-        }));
-    };
+    let warn = |line: String| warn(&events, line);
     // Everything before the agent starts, in one hand-off to a blocking thread while
     // the directory is free (the usual case): the placement, the lock, and what runs
     // under it. A directory in use is waited for here, and the rest runs after.
@@ -555,7 +555,7 @@ async fn run(
             {
                 Ok(Some(lock)) => Ok(Staged::Locked(under_lock(
                     &inner, &task, place, lock, &events,
-                ))),
+                )?)),
                 Ok(None) => Ok(Staged::Placed(Box::new(place))),
                 Err(e) => Err(Stop::Failed(ErrorCode::LockFailed, e.to_string())),
             }
@@ -586,7 +586,8 @@ async fn run(
                 Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
             };
             let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
-            match blocking(move || under_lock(&inner, &task, *place, lock, &events)).await {
+            let locked = blocking(move || under_lock(&inner, &task, *place, lock, &events)).await;
+            match locked.and_then(|r| r) {
                 Ok(locked) => locked,
                 Err(stop) => return stopped(stop),
             }
@@ -597,10 +598,7 @@ async fn run(
         lock: _lock,
         record,
         prepared,
-    } = match locked {
-        Ok(locked) => *locked,
-        Err(out) => return *out,
-    };
+    } = *locked;
     for w in &prepared.warnings {
         warn(format!("warning: {w}"));
     }

@@ -443,37 +443,42 @@ pub struct Line {
 impl Line {
     /// `+PGID`: watch this group.
     pub fn watch(pgid: i32) -> Line {
-        Line::new(b'+', pgid)
+        Line::begin(b'+', pgid).end()
     }
 
     /// `-PGID`: this group is gone; forget it.
     pub fn forget(pgid: i32) -> Line {
-        Line::new(b'-', pgid)
+        Line::begin(b'-', pgid).end()
     }
 
     /// `=PGID:START`: the start time of the group's leader, read by Berth while the
     /// leader is its unreaped child.
     pub fn confirm(pgid: i32, start: u64) -> Line {
-        let mut line = Line::new(b'=', pgid);
-        line.len -= 1; // the newline
-        line.bytes[line.len] = b':';
-        line.len += 1;
+        let mut line = Line::begin(b'=', pgid);
+        line.push(b':');
         line.push_decimal(start);
-        line.bytes[line.len] = b'\n';
-        line.len += 1;
+        line.end()
+    }
+
+    /// The sign and the pgid, without the newline.
+    fn begin(sign: u8, pgid: i32) -> Line {
+        let mut line = Line {
+            bytes: [0u8; 33],
+            len: 0,
+        };
+        line.push(sign);
+        line.push_decimal(u64::from(pgid.unsigned_abs()));
         line
     }
 
-    fn new(sign: u8, pgid: i32) -> Line {
-        let mut line = Line {
-            bytes: [0u8; 33],
-            len: 1,
-        };
-        line.bytes[0] = sign;
-        line.push_decimal(u64::from(pgid.unsigned_abs()));
-        line.bytes[line.len] = b'\n';
-        line.len += 1;
-        line
+    fn end(mut self) -> Line {
+        self.push(b'\n');
+        self
+    }
+
+    fn push(&mut self, byte: u8) {
+        self.bytes[self.len] = byte;
+        self.len += 1;
     }
 
     /// Appends `n` in decimal, without allocating.
@@ -488,10 +493,9 @@ impl Line {
                 break;
             }
         }
-        for i in 0..len {
-            self.bytes[self.len + i] = digits[len - 1 - i];
+        for &d in digits[..len].iter().rev() {
+            self.push(d);
         }
-        self.len += len;
     }
 
     pub fn as_bytes(&self) -> &[u8] {

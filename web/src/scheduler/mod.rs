@@ -69,7 +69,6 @@ struct Inner {
     store: Store,
     executor: Option<Arc<dyn Executor>>,
     machine: Option<MachineId>,
-    notify: mpsc::UnboundedSender<String>,
     permits: Arc<Semaphore>,
     /// Sessions with a live worker; `true` when more work arrived while it ran.
     sessions: Mutex<HashMap<String, bool>>,
@@ -159,20 +158,18 @@ impl WorkerGuard {
 }
 
 impl Scheduler {
-    /// Starts the dispatcher. Call [`Scheduler::notify`] for every session with
-    /// queued work found at startup.
+    /// Starts the scheduler (on the runtime). Call [`Scheduler::notify`] for every
+    /// session with queued work found at startup.
     pub fn start(
         store: Store,
         executor: Option<Arc<dyn Executor>>,
         config: SchedulerConfig,
     ) -> Scheduler {
-        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let machine = executor.as_ref().map(|e| e.machine().0);
         let inner = Arc::new(Inner {
             store,
             executor,
             machine,
-            notify: tx,
             permits: Arc::new(Semaphore::new(config.max_parallel.max(1))),
             sessions: Mutex::new(HashMap::new()),
             running: tokio::sync::Mutex::new(HashMap::new()),
@@ -181,16 +178,6 @@ impl Scheduler {
             observers: Mutex::new(Vec::new()),
             daemons: OnceLock::new(),
             leading: AtomicBool::new(true),
-        });
-        let weak = Arc::downgrade(&inner);
-        tokio::spawn(async move {
-            while let Some(session) = rx.recv().await {
-                let Some(inner) = weak.upgrade() else { break };
-                if inner.stopping.load(Ordering::SeqCst) {
-                    break;
-                }
-                dispatch(&inner, session);
-            }
         });
         Scheduler { inner }
     }
@@ -208,16 +195,7 @@ impl Scheduler {
             });
             return;
         }
-        // On the runtime (a request's handler), the session's worker starts right here:
-        // no hop through the dispatcher task on the way from the message to its run.
-        if tokio::runtime::Handle::try_current().is_ok() {
-            if !self.inner.stopping.load(Ordering::SeqCst) {
-                dispatch(&self.inner, session_id.to_owned());
-            }
-            return;
-        }
-        // The dispatcher only goes away with the last handle.
-        let _ = self.inner.notify.send(session_id.to_owned());
+        dispatch(&self.inner, session_id.to_owned());
     }
 
     /// Whether this process runs the tasks: on a shared database, once it leads and
@@ -247,7 +225,7 @@ impl Scheduler {
                     let Some(inner) = weak.upgrade() else { break };
                     match notice {
                         Ok(crate::store::postgres::Notice::Work(session)) => {
-                            let _ = inner.notify.send(session);
+                            dispatch(&inner, session);
                         }
                         Ok(crate::store::postgres::Notice::Resync) | Err(RecvError::Lagged(_)) => {
                             requeue_all(&inner).await;
@@ -339,7 +317,7 @@ impl Scheduler {
                 match inner.store.waiting_sessions().await {
                     Ok(sessions) => {
                         for s in sessions {
-                            let _ = inner.notify.send(s);
+                            dispatch(&inner, s);
                         }
                     }
                     Err(e) => tracing::error!(error = %e, "could not list waiting sessions"),
@@ -399,7 +377,7 @@ async fn requeue_all(inner: &Arc<Inner>) {
     match inner.store.queued_sessions().await {
         Ok(sessions) => {
             for s in sessions {
-                let _ = inner.notify.send(s);
+                dispatch(inner, s);
             }
         }
         Err(e) => tracing::warn!(error = %e, "could not look for queued work"),
@@ -423,8 +401,13 @@ fn interrupted_run(error: &str) -> TaskOutcome {
     }
 }
 
+/// Starts the session's worker, or tells the running one there is more work: right
+/// where the work was found (a request's handler, a notification), with no hop through
+/// another task. Nothing starts once the scheduler is stopping.
 fn dispatch(inner: &Arc<Inner>, session: String) {
-    start_worker(inner, session, None);
+    if !inner.stopping.load(Ordering::SeqCst) {
+        start_worker(inner, session, None);
+    }
 }
 
 fn start_worker(inner: &Arc<Inner>, session: String, first: Option<Resumed>) {
