@@ -23,7 +23,7 @@ fi
 
 if [[ -z "${BERTH_BIN:-}" ]]; then
   say "the berth binary (embeds the UI and the checked-in bundle)"
-  cargo build -p berth-local-agent --bin berth -p berth-web --bin berth-server --locked
+  cargo build -p berth-local-agent --bin berth --bin berth-full -p berth-web --bin berth-server --locked
   target_dir="${CARGO_TARGET_DIR:-target}"
   [[ "$target_dir" == /* ]] || target_dir="$PWD/$target_dir"
   export BERTH_BIN="$target_dir/debug/berth"

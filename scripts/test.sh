@@ -49,7 +49,7 @@ CARGO_TARGET_DIR="$mac_target" cargo-zigbuild clippy --target aarch64-apple-darw
 for t in aarch64-apple-darwin x86_64-apple-darwin; do
   say "macOS: building berth and berth-server for $t"
   CARGO_TARGET_DIR="$mac_target" cargo zigbuild --target "$t" --locked \
-    -p berth-local-agent --bin berth -p berth-web --bin berth-server
+    -p berth-local-agent --bin berth --bin berth-full -p berth-web --bin berth-server
 done
 
 # One throwaway PostgreSQL cluster for every test that needs one (the store suite on
@@ -79,7 +79,7 @@ if [[ -z "$quick" ]]; then
   # Issue 17: the dispatch figures against a bare spawn, measured in one run. A missed
   # goal prints NO and never fails the tests; a benchmark that cannot run does.
   say "dispatch regression check (the bench's quick mode; prints the ratios)"
-  cargo build --release --locked -p berth-local-agent --bin berth -p berth-tests --bin berth-bench
+  cargo build --release --locked -p berth-local-agent --bin berth --bin berth-full -p berth-tests --bin berth-bench
   rel="${CARGO_TARGET_DIR:-target}/release"
   BERTH_BIN="$rel/berth" "$rel/berth-bench" --quick --only dispatch
 fi

@@ -57,48 +57,19 @@ impl ExecutorConfig {
     /// `$XDG_RUNTIME_DIR/berth-locks`, else `/tmp/berth-locks-<uid>`; `HOME`; the
     /// passwd name of the running uid (else `USER`).
     pub fn from_env(home: Option<PathBuf>) -> Result<ExecutorConfig, ConfigError> {
-        let var = |name: &'static str| -> Result<Option<PathBuf>, ConfigError> {
-            match std::env::var_os(name).filter(|v| !v.is_empty()) {
-                None => Ok(None),
-                Some(v) => {
-                    let p = PathBuf::from(v);
-                    if p.is_absolute() {
-                        Ok(Some(p))
-                    } else {
-                        Err(ConfigError::NotAbsolute {
-                            var: name,
-                            value: p,
-                        })
-                    }
-                }
-            }
-        };
-        let user_home = var("HOME")?;
-        let berth_home = match home.or(var("BERTH_HOME")?) {
-            Some(h) => h,
-            None => match native_data_dir(user_home.as_deref()) {
-                Some(d) => d,
-                None => etcetera::choose_base_strategy()
-                    .map(|s| etcetera::BaseStrategy::data_dir(&s).join("berth"))
-                    .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
-            },
-        };
-        let config_dir = match var("BERTH_CONFIG_DIR")? {
-            Some(d) => d,
-            None => etcetera::choose_base_strategy()
-                .map(|s| etcetera::BaseStrategy::config_dir(&s).join("berth"))
-                .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
-        };
+        let dirs = Dirs::from_env(home)?;
         let uid = rustix::process::getuid().as_raw();
-        let lock_dir = match var("BERTH_LOCK_DIR")? {
+        let lock_dir = match dirs.lock_dir {
             Some(d) => d,
             None => default_lock_dir(
                 cfg!(target_os = "macos"),
-                var("XDG_RUNTIME_DIR")?,
-                var("TMPDIR")?,
+                dirs.xdg_runtime,
+                dirs.tmpdir,
                 uid,
             ),
         };
+        let (user_home, berth_home, config_dir) =
+            (dirs.user_home, dirs.berth_home, dirs.config_dir);
         let user_name = passwd_name(uid).or_else(|| std::env::var("USER").ok());
         Ok(ExecutorConfig {
             berth_home,
@@ -185,6 +156,79 @@ fn hostname() -> Option<String> {
 
 /// macOS: Berth's state in `~/Library/Application Support/berth`, as Mac apps keep
 /// theirs. Elsewhere `None`: the XDG data directory (`~/.local/share/berth`).
+/// The directories [`ExecutorConfig::from_env`] reads from the environment, with the
+/// same checks and errors, and nothing that costs more than reading a variable (no
+/// password database, no host name): what the lean `berth` client needs to find the
+/// control socket ([`home_from_env`]).
+#[derive(Debug)]
+struct Dirs {
+    user_home: Option<PathBuf>,
+    berth_home: PathBuf,
+    config_dir: PathBuf,
+    lock_dir: Option<PathBuf>,
+    xdg_runtime: Option<PathBuf>,
+    tmpdir: Option<PathBuf>,
+}
+
+impl Dirs {
+    fn from_env(home: Option<PathBuf>) -> Result<Dirs, ConfigError> {
+        let var = |name: &'static str| -> Result<Option<PathBuf>, ConfigError> {
+            match std::env::var_os(name).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => {
+                    let p = PathBuf::from(v);
+                    if p.is_absolute() {
+                        Ok(Some(p))
+                    } else {
+                        Err(ConfigError::NotAbsolute {
+                            var: name,
+                            value: p,
+                        })
+                    }
+                }
+            }
+        };
+        let user_home = var("HOME")?;
+        let berth_home = match home.or(var("BERTH_HOME")?) {
+            Some(h) => h,
+            None => match native_data_dir(user_home.as_deref()) {
+                Some(d) => d,
+                None => etcetera::choose_base_strategy()
+                    .map(|s| etcetera::BaseStrategy::data_dir(&s).join("berth"))
+                    .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+            },
+        };
+        let config_dir = match var("BERTH_CONFIG_DIR")? {
+            Some(d) => d,
+            None => etcetera::choose_base_strategy()
+                .map(|s| etcetera::BaseStrategy::config_dir(&s).join("berth"))
+                .map_err(|e| ConfigError::NoDataDir(e.to_string()))?,
+        };
+        // The default lock directory's variables are read (and refused) only when
+        // BERTH_LOCK_DIR does not name one.
+        let lock_dir = var("BERTH_LOCK_DIR")?;
+        let (xdg_runtime, tmpdir) = match lock_dir {
+            Some(_) => (None, None),
+            None => (var("XDG_RUNTIME_DIR")?, var("TMPDIR")?),
+        };
+        Ok(Dirs {
+            user_home,
+            berth_home,
+            config_dir,
+            lock_dir,
+            xdg_runtime,
+            tmpdir,
+        })
+    }
+}
+
+/// Berth's home as [`ExecutorConfig::from_env`] finds it, refusing what it refuses
+/// (a relative `HOME`, `BERTH_HOME`, … is an error there too), without reading the
+/// password database or the host name.
+pub fn home_from_env(home: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    Dirs::from_env(home).map(|d| d.berth_home)
+}
+
 fn native_data_dir(home: Option<&Path>) -> Option<PathBuf> {
     if !cfg!(target_os = "macos") {
         return None;

@@ -130,7 +130,7 @@ function startProxy(target) {
 before(async () => {
   for (const d of ["code/app", "code/big", "code/tick", "code/shared", "code/moved", "code/moved-to", "code/remote"]) fs.mkdirSync(path.join(home, d), { recursive: true });
   fs.mkdirSync(ARTIFACTS, { recursive: true });
-  assert.ok(fs.existsSync(BIN), `no berth binary at ${BIN}: cargo build -p berth-local-agent --bin berth`);
+  assert.ok(fs.existsSync(BIN), `no berth binary at ${BIN}: cargo build -p berth-local-agent --bin berth --bin berth-full`);
   assert.ok(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}`);
 
   server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--allow-daemons"], { env, cwd: tmp, stdio: ["ignore", "pipe", "pipe"] });

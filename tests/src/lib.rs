@@ -17,7 +17,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The `berth` binary of this build (target/<profile>/berth), built on demand.
+/// The `berth` binary of this build (target/<profile>/berth), built on demand with
+/// the full CLI it hands most commands to (`berth-full`, next to it).
 pub fn berth_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("BERTH_BIN") {
         return PathBuf::from(p);
@@ -26,9 +27,9 @@ pub fn berth_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/berth
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let bin = dir.join("berth");
-    if !bin.exists() {
+    if !bin.exists() || !dir.join("berth-full").exists() {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "berth-local-agent", "--bin", "berth"])
+            .args(["build", "-p", "berth-local-agent", "--bins"])
             .status()
             .expect("run cargo build");
         assert!(status.success(), "building berth failed");

@@ -154,36 +154,6 @@ impl Client {
         self.call(Method::POST, path, Some(body)).await
     }
 
-    /// Sends a message and follows its turn in the same request (`?stream=true`):
-    /// the task document from the first `accepted` event, and the stream of the
-    /// session's events from the message on.
-    pub async fn send_streamed(
-        &self,
-        session: &str,
-        body: &Value,
-    ) -> Result<(Value, EventStream), CliError> {
-        let path = format!("/api/v1/sessions/{}/messages?stream=true", encode(session));
-        let headers = [("accept", "text/event-stream".to_owned())];
-        let mut stream = self
-            .stream(Method::POST, &path, Some(body), &headers)
-            .await?;
-        match stream.next().await? {
-            Some(ev) if ev.event == "accepted" => {
-                let reply = serde_json::from_str(&ev.data).map_err(|e| {
-                    CliError::new(
-                        format!("berth answered the message with an unreadable task: {e}"),
-                        "check that the socket belongs to a Berth server of the same version",
-                    )
-                })?;
-                Ok((reply, stream))
-            }
-            _ => Err(CliError::new(
-                "berth did not accept the message in its answer",
-                "check that the socket belongs to a Berth server of the same version",
-            )),
-        }
-    }
-
     /// Opens a session's event stream (SSE), resuming after `after` when given.
     pub async fn events(&self, session: &str, after: Option<i64>) -> Result<EventStream, CliError> {
         let headers: Vec<(&str, String)> = match after {
@@ -227,13 +197,8 @@ impl Client {
 /// Percent-encodes one path segment (ids are plain, but a prefix is user input).
 pub use berth_local_agent::daemon::remote::encode;
 
-/// One Server-Sent Event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
-    pub id: Option<String>,
-    pub event: String,
-    pub data: String,
-}
+pub use berth_local_agent::front::wire::SseEvent;
+use berth_local_agent::front::wire::{find_blank_line, parse_block};
 
 /// A live SSE body, parsed event by event.
 #[derive(Debug)]
@@ -272,67 +237,12 @@ impl EventStream {
     }
 }
 
-/// The span of the first event terminator (`\n\n` or `\r\n\r\n`): (start, end).
-fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
-fn parse_block(block: &str) -> Option<SseEvent> {
-    let mut ev = SseEvent {
-        id: None,
-        event: String::from("message"),
-        data: String::new(),
-    };
-    let mut has_data = false;
-    for line in block.lines() {
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "id" => ev.id = Some(value.to_owned()),
-            "event" => ev.event = value.to_owned(),
-            "data" => {
-                if has_data {
-                    ev.data.push('\n');
-                }
-                ev.data.push_str(value);
-                has_data = true;
-            }
-            _ => {}
-        }
-    }
-    has_data.then_some(ev)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sse_blocks_parse() {
-        assert_eq!(
-            parse_block("id: 7\nevent: agent\ndata: {\"a\":1}"),
-            Some(SseEvent {
-                id: Some("7".into()),
-                event: "agent".into(),
-                data: "{\"a\":1}".into()
-            })
-        );
-        assert_eq!(parse_block(": keep-alive"), None);
-        assert_eq!(find_blank_line(b"a\n\nb"), Some((1, 3)));
+    fn path_segments_are_encoded() {
         assert_eq!(encode("ab/c d"), "ab%2Fc%20d");
     }
 }

@@ -76,9 +76,7 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
-pub(super) fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
+pub(super) use super::render::print_json;
 
 pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliError> {
     let home = berth_home(home)?;
@@ -155,35 +153,13 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        Command::Agent(AgentCmd::List { json }) => {
-            let agents = c.get("/api/v1/agents").await?;
-            if json {
-                print_json(&agents);
-            } else {
-                render::agents(&agents);
-            }
-            Ok(0)
-        }
+        Command::Send { .. }
+        | Command::Agent(AgentCmd::List { .. })
+        | Command::Task(TaskCmd::List { .. }) => Err(CliError::new(
+            "this command is the lean client's (berth_local_agent::front::lean), not this one's",
+            "report this as a bug",
+        )),
         Command::Session(cmd) => session(c, cmd).await,
-        Command::Send {
-            id,
-            message,
-            detach,
-            json,
-        } => send(c, &id, message, detach, json).await,
-        Command::Task(TaskCmd::List { session, json }) => {
-            let path = match session {
-                Some(s) => format!("/api/v1/tasks?session={}", encode(&s)),
-                None => String::from("/api/v1/tasks"),
-            };
-            let tasks = c.get(&path).await?;
-            if json {
-                print_json(&tasks);
-            } else {
-                render::tasks(&tasks);
-            }
-            Ok(0)
-        }
         Command::Task(TaskCmd::Diff { id, stat, json }) => {
             super::changes::diff(c, &id, stat, json).await
         }
@@ -289,16 +265,10 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        SessionCmd::List { json } => {
-            let sessions = c.get("/api/v1/sessions").await?;
-            if json {
-                print_json(&sessions);
-            } else {
-                let tasks = c.get("/api/v1/tasks").await.unwrap_or(Value::Null);
-                render::sessions(&sessions, &tasks);
-            }
-            Ok(0)
-        }
+        SessionCmd::List { json } => Ok(super::lean::run(
+            Some(c.home().to_owned()),
+            super::lean::Request::SessionList { json },
+        )),
         SessionCmd::Show { id, json } => {
             let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
             add_project_layer(c, &mut s);
@@ -566,70 +536,4 @@ pub(super) async fn agent_policy(c: &Client, session: &Value) -> Option<String> 
     )
 }
 
-/// The first 8 characters of an id.
-pub fn short(id: &Value) -> String {
-    id.as_str().unwrap_or("?").chars().take(8).collect()
-}
-
-async fn send(
-    c: &Client,
-    id: &str,
-    text: String,
-    detach: bool,
-    json: bool,
-) -> Result<u8, CliError> {
-    // Following the turn: one request, its answer the turn's events.
-    let (reply, streamed) = if detach {
-        let reply = c
-            .post(
-                &format!("/api/v1/sessions/{}/messages", encode(id)),
-                &json!({"text": text}),
-            )
-            .await?;
-        (reply, None)
-    } else {
-        let (reply, stream) = c.send_streamed(id, &json!({"text": text})).await?;
-        (reply, Some(stream))
-    };
-    let task = reply["task"].clone();
-    let task_id = task["id"].as_str().unwrap_or_default().to_owned();
-    // Detached: no stream, the task is only queued.
-    let Some(mut stream) = streamed else {
-        if json {
-            println!("{}", json!({"task": task}));
-        } else {
-            println!(
-                "task {} queued in session {}",
-                short(&task["id"]),
-                short(&task["session_id"])
-            );
-        }
-        return Ok(0);
-    };
-    let mut view = render::Stream::new(json);
-    let final_task = loop {
-        let Some(ev) = stream.next().await? else {
-            // The server closed the stream (it is shutting down): report what is known.
-            let t = c
-                .get(&format!("/api/v1/tasks/{}", encode(&task_id)))
-                .await?;
-            break t;
-        };
-        let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
-            continue;
-        };
-        if data["task_id"].as_str() != Some(task_id.as_str()) {
-            continue;
-        }
-        if ev.event == "task" {
-            break data["payload"]["task"].clone();
-        }
-        view.event(&ev.event, &data);
-    };
-    view.finish(&final_task);
-    Ok(if final_task["status"] == "succeeded" {
-        0
-    } else {
-        1
-    })
-}
+pub use super::render::short;

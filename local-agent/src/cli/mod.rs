@@ -6,12 +6,11 @@ mod chat;
 mod client;
 mod commands;
 mod daemon;
-mod error;
-mod render;
 mod serve;
 mod settings;
 mod trust;
 
+use berth_local_agent::front::{error, lean, render};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -490,22 +489,41 @@ pub fn run(cli: Cli) -> u8 {
             let _ = std::io::stdout().write_all(&script);
             Ok(0)
         }
+        // The lean client's commands (when the line reached this binary, e.g. a
+        // message after `--`): one implementation, the lean client's.
+        Command::Send {
+            id,
+            message,
+            detach,
+            json,
+        } => {
+            return lean::run(
+                cli.home,
+                lean::Request::Send {
+                    id,
+                    message,
+                    detach,
+                    json,
+                },
+            );
+        }
+        Command::Session(SessionCmd::List { json }) => {
+            return lean::run(cli.home, lean::Request::SessionList { json });
+        }
+        Command::Task(TaskCmd::List { session, json }) => {
+            return lean::run(cli.home, lean::Request::TaskList { session, json });
+        }
+        Command::Agent(AgentCmd::List { json }) => {
+            return lean::run(cli.home, lean::Request::AgentList { json });
+        }
         other @ (Command::Agent(_)
         | Command::Session(_)
-        | Command::Send { .. }
         | Command::Task(_)
         | Command::Project(_)) => commands::client_command(cli.home, other),
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            if json {
-                println!("{}", e.to_json());
-            }
-            eprintln!("error: {}", e.message);
-            eprintln!("hint: {}", e.hint);
-            e.exit
-        }
+        Err(e) => e.report(json),
     }
 }
 

@@ -66,7 +66,6 @@ impl CliError {
         }
     }
 
-    /// The error as one JSON document, for `--json`.
     /// A refusal by a rule, with its stable code.
     pub fn from_refusal(r: berth_core::Refusal) -> CliError {
         CliError {
@@ -75,6 +74,18 @@ impl CliError {
         }
     }
 
+    /// Prints the error as every `berth` command does (`error:` and `hint:` on
+    /// stderr, and the JSON document on stdout for `--json`); returns the exit code.
+    pub fn report(&self, json: bool) -> u8 {
+        if json {
+            println!("{}", self.to_json());
+        }
+        eprintln!("error: {}", self.message);
+        eprintln!("hint: {}", self.hint);
+        self.exit
+    }
+
+    /// The error as one JSON document, for `--json`.
     pub fn to_json(&self) -> Value {
         serde_json::json!({"error": {"code": self.code, "message": self.message, "hint": self.hint}})
     }

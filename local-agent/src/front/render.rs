@@ -1,7 +1,6 @@
 //! Human output: the binding header a user must never miss, tables, and the live
 //! stream of a task.
 
-use super::commands::short;
 use berth_core::api::CheckReport;
 use berth_core::settings::trust::{KeyVerdict, ProjectLayerReport, Trust, Verdict};
 use serde_json::Value;
@@ -13,6 +12,16 @@ pub fn inert(text: &str) -> String {
     text.chars()
         .filter(|c| *c == '\n' || *c == '\t' || !c.is_control())
         .collect()
+}
+
+/// The first 8 characters of an id.
+pub fn short(id: &Value) -> String {
+    id.as_str().unwrap_or("?").chars().take(8).collect()
+}
+
+/// A JSON document, pretty-printed, as every `--json` command prints one.
+pub fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
 fn s(v: &Value) -> &str {
@@ -120,7 +129,7 @@ pub fn ignored_lines(report: &ProjectLayerReport) -> Vec<String> {
 /// directory now when it is on this machine, `here` (a directory deleted since shows
 /// `missing`, one replaced shows `changed`). A binding on another machine (a daemon's)
 /// is shown as recorded: its path means nothing on this one.
-pub(super) fn live_state(binding: &Value, here: &str) -> String {
+pub fn live_state(binding: &Value, here: &str) -> String {
     let recorded = s(&binding["state"]).to_owned();
     if binding["daemon"].as_str() != Some(here) {
         return recorded;
@@ -128,7 +137,7 @@ pub(super) fn live_state(binding: &Value, here: &str) -> String {
     let Some(dir) = binding["dir"].as_str() else {
         return recorded;
     };
-    let report = berth_local_agent::check(dir, std::path::Path::new("/"));
+    let report = crate::check(dir, std::path::Path::new("/"));
     match (report.ok, report.code.map(|c| c.as_str())) {
         (false, Some("not_found" | "not_a_directory")) => "missing".into(),
         (true, _) if report.canonical.as_deref() != Some(dir) => "changed".into(),
@@ -138,7 +147,7 @@ pub(super) fn live_state(binding: &Value, here: &str) -> String {
 }
 
 /// The header of a session: directory (privacy-stripped), mode, machine, state.
-/// `here` is this machine's id (see [`super::client::Client::machine`]).
+/// `here` is this machine's id (the CLI's `Client::machine`).
 pub fn header(session: &Value, here: &str, policy: Option<&str>) {
     let b = &session["binding"];
     println!(
@@ -179,7 +188,7 @@ pub fn header(session: &Value, here: &str, policy: Option<&str>) {
 pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
     println!("not bound to any directory: the agent works in this session's scratch directory");
     if let Some(dir) = last_used {
-        let display = berth_local_agent::check(dir, std::path::Path::new("/"))
+        let display = crate::check(dir, std::path::Path::new("/"))
             .display
             .unwrap_or_else(|| dir.to_owned());
         println!(
@@ -189,7 +198,7 @@ pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
     }
 }
 
-pub(super) fn table(rows: Vec<Vec<String>>) {
+pub fn table(rows: Vec<Vec<String>>) {
     let mut out = std::io::stdout().lock();
     for line in table_lines(rows) {
         let _ = writeln!(out, "{line}");
@@ -197,7 +206,7 @@ pub(super) fn table(rows: Vec<Vec<String>>) {
 }
 
 /// A table's lines: columns as wide as their widest cell, two blanks apart.
-pub(super) fn table_lines(rows: Vec<Vec<String>>) -> Vec<String> {
+pub fn table_lines(rows: Vec<Vec<String>>) -> Vec<String> {
     let Some(first) = rows.first() else {
         return Vec::new();
     };
