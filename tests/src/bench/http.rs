@@ -1,120 +1,19 @@
 //! A minimal HTTP/1.1 client over the control socket, for measuring the API without
 //! a client library's own costs in the figures: keep-alive requests with JSON bodies,
-//! and Server-Sent Events read as they arrive.
-//!
-//! It speaks only what `berth serve` answers: `Content-Length` or chunked bodies, no
-//! redirects, no compression.
+//! and Server-Sent Events read as they arrive. The wire format is the lean `berth`
+//! client's ([`berth_local_agent::front::wire`]).
 
 use anyhow::{Context as _, Result, bail};
+use berth_local_agent::front::wire;
+pub(super) use berth_local_agent::front::wire::{Chunked, Events, Framing, read_head};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-/// How a response's body is framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
-    Length(usize),
-    Chunked,
-}
-
-/// A status line and the headers that matter here.
-#[derive(Debug)]
-pub(super) struct Head {
-    pub(super) status: u16,
-    pub(super) framing: Framing,
-}
-
-/// Reads a response's status line and headers (also over TCP: `postgres.rs`).
-pub(super) fn read_head(r: &mut impl BufRead) -> Result<Head> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        bail!("the server closed the connection");
-    }
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("not an HTTP status line: {line:?}"))?;
-    let mut framing = Framing::Length(0);
-    loop {
-        line.clear();
-        if r.read_line(&mut line)? == 0 {
-            bail!("the server closed the connection inside the headers");
-        }
-        let l = line.trim_end();
-        if l.is_empty() {
-            return Ok(Head { status, framing });
-        }
-        let Some((name, value)) = l.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            framing = Framing::Length(value.parse().context("content-length")?);
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            && value.eq_ignore_ascii_case("chunked")
-        {
-            framing = Framing::Chunked;
-        }
-    }
-}
-
-/// A chunked body as a plain byte stream; reads return 0 after the last chunk.
-#[derive(Debug)]
-pub(super) struct Chunked<R> {
-    inner: R,
-    left: usize,
-    done: bool,
-}
-
-impl<R: BufRead> Chunked<R> {
-    pub(super) fn new(inner: R) -> Chunked<R> {
-        Chunked {
-            inner,
-            left: 0,
-            done: false,
-        }
-    }
-}
-
-impl<R: BufRead> Read for Chunked<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.done || buf.is_empty() {
-            return Ok(0);
-        }
-        if self.left == 0 {
-            let mut size = String::new();
-            self.inner.read_line(&mut size)?;
-            let hex = size.trim().split(';').next().unwrap_or("");
-            self.left = usize::from_str_radix(hex, 16).map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("bad chunk size line {size:?}"),
-                )
-            })?;
-            if self.left == 0 {
-                // The last chunk, then trailers (none here) and an empty line.
-                let mut end = String::new();
-                self.inner.read_line(&mut end)?;
-                self.done = true;
-                return Ok(0);
-            }
-        }
-        let want = buf.len().min(self.left);
-        let n = self.inner.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        self.left -= n;
-        if self.left == 0 {
-            let mut crlf = [0u8; 2];
-            self.inner.read_exact(&mut crlf)?;
-        }
-        Ok(n)
-    }
-}
+/// The largest answer a benchmark reads (a list of 10,000 sessions is about 2 MB).
+const MAX_ANSWER: u64 = 1 << 30;
 
 /// One keep-alive connection: to the control socket, or over TCP with a bearer
 /// token (`berth-server`, see `postgres.rs`).
@@ -161,31 +60,26 @@ impl<S: Read + Write> Conn<S> {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Vec<u8>)> {
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
-        if let Some(token) = &self.bearer {
-            req.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        let body = body.map(Value::to_string);
+        let auth = self.bearer.as_ref().map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        // A POST always carries a body (`{}` at least), as the API expects JSON.
+        let body = match (body, method) {
+            (None, "POST") => Some(String::new()),
+            (b, _) => b,
+        };
+        wire::Request {
+            method,
+            path,
+            host: &self.host,
+            accept: "application/json",
+            body: body.as_deref().map(str::as_bytes),
+            headers: &headers,
         }
-        if !body.is_empty() || method == "POST" {
-            req.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        req.push_str("\r\n");
-        req.push_str(&body);
-        self.r.get_mut().write_all(req.as_bytes())?;
+        .write_to(self.r.get_mut())?;
         let head = read_head(&mut self.r)?;
-        let mut out = Vec::new();
-        match head.framing {
-            Framing::Length(n) => {
-                out.resize(n, 0);
-                self.r.read_exact(&mut out)?;
-            }
-            Framing::Chunked => {
-                Chunked::new(&mut self.r).read_to_end(&mut out)?;
-            }
-        }
+        let out = wire::read_body(&mut self.r, head.framing, MAX_ANSWER)?;
         Ok((head.status, out))
     }
 
@@ -221,7 +115,7 @@ impl SseEvent {
 /// A session's transcript stream, `GET /api/v1/sessions/{id}/events`.
 #[derive(Debug)]
 pub struct Sse {
-    r: BufReader<Chunked<BufReader<UnixStream>>>,
+    events: Events<BufReader<Chunked<BufReader<UnixStream>>>>,
 }
 
 impl Sse {
@@ -244,43 +138,18 @@ impl Sse {
             );
         }
         Ok(Sse {
-            r: BufReader::with_capacity(64 * 1024, Chunked::new(r)),
+            events: Events::new(BufReader::with_capacity(64 * 1024, Chunked::new(r))),
         })
     }
 
     /// The next event; `None` when the server ends the stream. Keep-alive comments are
     /// skipped.
     pub fn next_event(&mut self) -> Result<Option<SseEvent>> {
-        let mut ev = SseEvent::default();
-        let mut any = false;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.r.read_line(&mut line)? == 0 {
-                return Ok(None);
-            }
-            let l = line.trim_end_matches(['\r', '\n']);
-            if l.is_empty() {
-                if any {
-                    return Ok(Some(ev));
-                }
-                continue;
-            }
-            let (field, value) = l.split_once(':').unwrap_or((l, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "id" => ev.id = value.parse().ok(),
-                "event" => ev.event = value.to_owned(),
-                "data" => {
-                    if !ev.data.is_empty() {
-                        ev.data.push('\n');
-                    }
-                    ev.data.push_str(value);
-                }
-                _ => continue,
-            }
-            any = true;
-        }
+        Ok(self.events.next_event()?.map(|ev| SseEvent {
+            id: ev.id.and_then(|id| id.parse().ok()),
+            event: ev.event,
+            data: ev.data,
+        }))
     }
 
     /// Reads until the `task` event of `task_id` and returns its final task document.
@@ -295,29 +164,5 @@ impl Sse {
             }
         }
         bail!("the event stream ended before task {task_id} finished")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunked_bodies_decode_across_chunks() {
-        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n";
-        let mut out = String::new();
-        Chunked::new(&wire[..]).read_to_string(&mut out).unwrap();
-        assert_eq!(out, "hello, world");
-    }
-
-    #[test]
-    fn heads_give_status_and_framing() {
-        let mut r = &b"HTTP/1.1 202 Accepted\r\ncontent-length: 12\r\nx: y\r\n\r\n"[..];
-        let head = read_head(&mut r).unwrap();
-        assert_eq!(
-            (head.status, head.framing),
-            (202, Framing::Length(12)),
-            "status and framing"
-        );
     }
 }

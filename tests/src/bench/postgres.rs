@@ -36,14 +36,14 @@
 //!   up to the listed count: over the API (several connections) on SQLite, by one
 //!   `INSERT … SELECT … FROM generate_series` through `psql` on PostgreSQL.
 
-use super::http::{self, Chunked, Framing, read_head};
+use super::http::{self, Chunked, Events as SseEvents, Framing, read_head};
 use super::{
     Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress, quantile,
 };
 use crate::{Berth, TempDir, berth_bin, free_port};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -87,7 +87,7 @@ fn api(addr: &str) -> Result<Api> {
 
 /// A session's event stream on one `berth-server`, read as it arrives.
 struct Events {
-    r: BufReader<Chunked<BufReader<TcpStream>>>,
+    events: SseEvents<BufReader<Chunked<BufReader<TcpStream>>>>,
 }
 
 impl Events {
@@ -106,41 +106,13 @@ impl Events {
             head.status
         );
         Ok(Events {
-            r: BufReader::with_capacity(64 * 1024, Chunked::new(r)),
+            events: SseEvents::new(BufReader::with_capacity(64 * 1024, Chunked::new(r))),
         })
     }
 
     /// The next event's name and data; `None` when the server ends the stream.
     fn next(&mut self) -> Result<Option<(String, String)>> {
-        let (mut event, mut data, mut any) = (String::new(), String::new(), false);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.r.read_line(&mut line)? == 0 {
-                return Ok(None);
-            }
-            let l = line.trim_end_matches(['\r', '\n']);
-            if l.is_empty() {
-                if any {
-                    return Ok(Some((event, data)));
-                }
-                continue;
-            }
-            let (field, value) = l.split_once(':').unwrap_or((l, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => event = value.to_owned(),
-                "data" => {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(value);
-                }
-                "id" => {}
-                _ => continue,
-            }
-            any = true;
-        }
+        Ok(self.events.next_event()?.map(|ev| (ev.event, ev.data)))
     }
 
     /// Reads until `task`'s `task` event; fails unless it succeeded.
