@@ -261,6 +261,17 @@ async fn a_streamed_message_is_answered_by_its_turn() {
     assert_ne!(task, first);
     assert_eq!(evs[1].event, "message");
     assert_eq!(evs[1].id, evs[0].data["message_seq"].as_i64().unwrap());
+    // The stream begins with the message event the store handed back instead of
+    // reading it again: it is the stored one.
+    let stream = tokio::net::UnixStream::connect(&t.socket).await.unwrap();
+    let stored = sse(
+        stream,
+        &format!("/api/v1/sessions/{s}/events?after={}", evs[1].id - 1),
+        &[("host", "x")],
+        |evs| !evs.is_empty(),
+    )
+    .await;
+    assert_eq!(stored[0], evs[1]);
     // Every event after it is this turn's, in order, through its end.
     for pair in evs[1..].windows(2) {
         assert_eq!(pair[1].id, pair[0].id + 1);

@@ -52,18 +52,9 @@ impl Client {
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, CliError> {
-        let stream = UnixStream::connect(&self.socket).await.map_err(|e| {
-            use std::io::ErrorKind;
-            let kind = e.kind();
-            if matches!(kind, ErrorKind::NotFound | ErrorKind::ConnectionRefused) {
-                CliError::not_running(&self.home)
-            } else {
-                CliError::new(
-                    format!("cannot reach berth at {}: {e}", self.socket.display()),
-                    "check that `berth serve` runs with the same --home / BERTH_HOME",
-                )
-            }
-        })?;
+        let stream = UnixStream::connect(&self.socket)
+            .await
+            .map_err(|e| CliError::unreachable(&self.home, &self.socket, &e))?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|e| {
             CliError::new(
                 format!("the control socket did not answer: {e}"),
@@ -129,21 +120,7 @@ impl Client {
             .await
             .map_err(|e| CliError::new(format!("reading berth's answer failed: {e}"), "try again"))?
             .to_bytes();
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                CliError::new(
-                    format!("berth answered {status} with a body that is not JSON: {e}"),
-                    "check that the socket belongs to a Berth server of the same version",
-                )
-            })?
-        };
-        if status.is_success() {
-            Ok(value)
-        } else {
-            Err(CliError::from_body(status, &value))
-        }
+        CliError::answer(status, &bytes)
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, CliError> {

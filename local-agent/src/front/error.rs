@@ -48,6 +48,40 @@ impl CliError {
         }
     }
 
+    /// The control socket `socket` of `home` could not be connected to: nothing
+    /// listens there (not running), or something else stood in the way.
+    pub fn unreachable(home: &Path, socket: &Path, e: &std::io::Error) -> CliError {
+        use std::io::ErrorKind;
+        if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) {
+            CliError::not_running(home)
+        } else {
+            CliError::new(
+                format!("cannot reach berth at {}: {e}", socket.display()),
+                "check that `berth serve` runs with the same --home / BERTH_HOME",
+            )
+        }
+    }
+
+    /// A whole answer of the server: the JSON document of a 2xx (`null` when empty),
+    /// else the error its body carries.
+    pub fn answer(status: StatusCode, bytes: &[u8]) -> Result<Value, CliError> {
+        let value: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(bytes).map_err(|e| {
+                CliError::new(
+                    format!("berth answered {status} with a body that is not JSON: {e}"),
+                    "check that the socket belongs to a Berth server of the same version",
+                )
+            })?
+        };
+        if status.is_success() {
+            Ok(value)
+        } else {
+            Err(CliError::from_body(status, &value))
+        }
+    }
+
     /// From the server's `{"error": {code, message, hint}}` body.
     pub fn from_body(status: StatusCode, body: &Value) -> CliError {
         let err = &body["error"];

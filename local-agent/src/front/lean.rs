@@ -368,17 +368,8 @@ impl Socket {
     }
 
     fn connect(&self) -> Result<BufReader<UnixStream>, CliError> {
-        let stream = UnixStream::connect(&self.path).map_err(|e| {
-            use std::io::ErrorKind;
-            if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) {
-                CliError::not_running(&self.home)
-            } else {
-                CliError::new(
-                    format!("cannot reach berth at {}: {e}", self.path.display()),
-                    "check that `berth serve` runs with the same --home / BERTH_HOME",
-                )
-            }
-        })?;
+        let stream = UnixStream::connect(&self.path)
+            .map_err(|e| CliError::unreachable(&self.home, &self.path, &e))?;
         Ok(BufReader::with_capacity(64 * 1024, stream))
     }
 
@@ -429,22 +420,7 @@ impl Socket {
         if !head.close {
             self.kept = Some(conn);
         }
-        let status = status_code(head.status);
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                CliError::new(
-                    format!("berth answered {status} with a body that is not JSON: {e}"),
-                    "check that the socket belongs to a Berth server of the same version",
-                )
-            })?
-        };
-        if status.is_success() {
-            Ok(value)
-        } else {
-            Err(CliError::from_body(status, &value))
-        }
+        CliError::answer(status_code(head.status), &bytes)
     }
 
     pub fn get(&mut self, path: &str) -> Result<Value, CliError> {

@@ -244,25 +244,38 @@ pub(crate) async fn post_message(
             message: "the message text is empty".into(),
         });
     }
-    let (task, seq) = ctx
+    if !q.stream {
+        let (task, seq) = ctx
+            .app
+            .store
+            .add_message(id, ctx.surface.origin(), req.text)
+            .await?;
+        ctx.app.scheduler.notify(&task.session_id);
+        let reply = TaskReply {
+            task: task_doc(ctx.surface, &ctx.app.display, &task),
+            message_seq: Some(seq),
+        };
+        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
+    }
+    let (task, seq, message) = ctx
         .app
         .store
-        .add_message(id, ctx.surface.origin(), req.text)
+        .add_message_with_event(id, ctx.surface.origin(), req.text)
         .await?;
+    // The stream subscribes before the task can run, so each of its events is
+    // delivered live; it starts with the message itself when the store handed it back
+    // (see `sse::feed_from`).
+    let events = super::sse::feed_from(&ctx, task.session_id.clone(), seq - 1, message);
     ctx.app.scheduler.notify(&task.session_id);
     let reply = TaskReply {
         task: task_doc(ctx.surface, &ctx.app.display, &task),
         message_seq: Some(seq),
     };
-    if !q.stream {
-        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
-    }
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures_util::StreamExt;
     let accepted = Event::default()
         .event("accepted")
         .data(serde_json::to_string(&reply).unwrap_or_default());
-    let events = super::sse::feed(&ctx, task.session_id.clone(), seq - 1);
     let stream = futures_util::stream::once(async move { Ok(accepted) }).chain(events);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(super::sse::KEEP_ALIVE))

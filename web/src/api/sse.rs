@@ -147,14 +147,30 @@ pub(crate) fn feed(
     session: String,
     after: i64,
 ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
+    feed_from(ctx, session, after, None)
+}
+
+/// [`feed`], when the caller holds the event right after `after` (`first`, its `seq`
+/// is `after + 1`): the stream starts with it and reads the store only if a live event
+/// shows a gap (one stored between that event and this subscription, or by another
+/// process), never to fetch what it was handed. Without `first`, or with an event
+/// that is not the next one, it reads the backlog as [`feed`] does.
+pub(crate) fn feed_from(
+    ctx: &Ctx,
+    session: String,
+    after: i64,
+    first: Option<TranscriptEvent>,
+) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
     // Subscribe first: whatever is stored after this point is also delivered live.
     let live = ctx.app.store.hub().subscribe(&session);
+    let first = first.filter(|ev| ev.seq == after + 1 && ev.session_id == session);
+    let behind = first.is_none();
     let feed = Feed {
         store: ctx.app.store.clone(),
         session,
         last: after,
-        backlog: VecDeque::new(),
-        behind: true,
+        backlog: first.into_iter().collect(),
+        behind,
         live,
         surface: ctx.surface,
         display: ctx.app.display.clone(),

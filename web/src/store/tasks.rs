@@ -4,7 +4,7 @@ use super::rows::TASK_COLUMNS;
 use super::sessions::{append_event, get_session, session_id};
 use super::{Outbox, Scoped, Store, StoreError, TaskRow, resolve_id};
 use crate::clock;
-use crate::transcript::EventKind;
+use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
@@ -306,6 +306,30 @@ impl Store {
         on_pg!(self, pg => pg.add_message(session_prefix, origin, text));
         self.write(move |tx, outbox| insert_message(tx, outbox, &session_prefix, origin, &text))
             .await
+    }
+
+    /// [`Store::add_message`], with the message's transcript event when this process
+    /// is the only one that writes the transcript (SQLite): a stream that starts at the
+    /// message (`berth send`) begins with it and follows the live feed from there,
+    /// without reading the transcript back. `None` on PostgreSQL, where the stream reads
+    /// the store as before.
+    pub async fn add_message_with_event(
+        &self,
+        session_prefix: String,
+        origin: Origin,
+        text: String,
+    ) -> Result<(TaskRow, i64, Option<TranscriptEvent>), StoreError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            let (task, seq) = pg.add_message(session_prefix, origin, text).await?;
+            return Ok((task, seq, None));
+        }
+        self.write(move |tx, outbox| {
+            let (task, seq) = insert_message(tx, outbox, &session_prefix, origin, &text)?;
+            let event = outbox.0.iter().rev().find(|e| e.seq == seq).cloned();
+            Ok((task, seq, event))
+        })
+        .await
     }
 
     /// The session's next task with everything its run needs, in one read: the
