@@ -28,7 +28,8 @@ done
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 say "building release binaries"
-cargo build --release -p berth-local-agent --bin berth --bin berth-full -p berth-web --bin berth-server >&2
+scripts/build-berth.sh >&2
+cargo build --release -p berth-web --bin berth-server >&2
 cargo build --release -p berth-tests --bin berth-bench >&2
 say "building the criterion benches"
 # The runner starts these executables itself, so nothing rebuilds in the middle of a run.

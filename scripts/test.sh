@@ -79,7 +79,8 @@ if [[ -z "$quick" ]]; then
   # Issue 17: the dispatch figures against a bare spawn, measured in one run. A missed
   # goal prints NO and never fails the tests; a benchmark that cannot run does.
   say "dispatch regression check (the bench's quick mode; prints the ratios)"
-  cargo build --release --locked -p berth-local-agent --bin berth --bin berth-full -p berth-tests --bin berth-bench
+  scripts/build-berth.sh
+  cargo build --release --locked -p berth-tests --bin berth-bench
   rel="${CARGO_TARGET_DIR:-target}/release"
   BERTH_BIN="$rel/berth" "$rel/berth-bench" --quick --only dispatch
 fi

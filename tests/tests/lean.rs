@@ -14,6 +14,11 @@ fn full_bin() -> PathBuf {
 
 /// `program ARGS` with `b`'s environment (its home, config, locks and user).
 fn run_as(b: &Berth, program: &Path, args: &[&str]) -> Output {
+    run_without(b, program, args, &[])
+}
+
+/// [`run_as`] with the variables `unset` removed.
+fn run_without(b: &Berth, program: &Path, args: &[&str], unset: &[&str]) -> Output {
     let base = b.cmd();
     let mut c = Command::new(program);
     for (k, v) in base.get_envs() {
@@ -21,6 +26,9 @@ fn run_as(b: &Berth, program: &Path, args: &[&str]) -> Output {
             Some(v) => c.env(k, v),
             None => c.env_remove(k),
         };
+    }
+    for k in unset {
+        c.env_remove(k);
     }
     c.args(args)
         .stdin(Stdio::null())
@@ -158,6 +166,16 @@ fn send_and_the_lists_need_nothing_but_the_lean_front() {
         "{err}"
     );
     assert!(out.stdout.is_empty());
+    // Without --home, BERTH_HOME and HOME the home comes from the password database,
+    // which only the full CLI reads (the lean one may be linked statically).
+    let out = run_without(&b, &alone, &["session", "list"], &["BERTH_HOME", "HOME"]);
+    assert!(
+        text(&out.stderr).contains("berth-full"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run_without(&b, &alone, &["session", "list"], &["HOME"]);
+    assert_eq!(ok(&out, "session list without HOME").lines().count(), 2);
 }
 
 /// No server: the lean front says so as the full CLI does; a relative BERTH_HOME is

@@ -189,8 +189,16 @@ pub fn main(args: &[OsString]) -> Option<u8> {
             println!("berth {}", env!("CARGO_PKG_VERSION"));
             Some(0)
         }
+        // With neither --home, BERTH_HOME nor HOME, the home comes from the password
+        // database: the full CLI's to read (this client may be linked statically,
+        // without the system's name services).
+        Parsed::Run { home, .. } if home.is_none() && unset("BERTH_HOME") && unset("HOME") => None,
         Parsed::Run { home, request } => Some(run(home, request)),
     }
+}
+
+fn unset(var: &str) -> bool {
+    std::env::var_os(var).is_none_or(|v| v.is_empty())
 }
 
 /// Runs one request against the server of `home` (`--home`, else the environment's);

@@ -60,18 +60,27 @@ pub fn run(cfg: &super::Config) -> Result<Vec<Row>> {
     );
     drop(b);
 
-    let bin = berth_bin();
-    let size = std::fs::metadata(&bin)
-        .with_context(|| format!("stat {}", bin.display()))?
-        .len() as f64;
-    rows.push(
-        Row::new("footprint", "`berth` binary size", size / MB, "MB", None).with_note(
-            bin.strip_prefix(&cfg.workspace)
-                .unwrap_or(&bin)
-                .display()
-                .to_string(),
+    // `berth` is the lean client; `berth-full`, next to it, the whole CLI and server.
+    let lean = berth_bin();
+    for (figure, bin) in [
+        ("`berth` binary size (the lean client)", lean.clone()),
+        (
+            "`berth-full` binary size",
+            lean.with_file_name("berth-full"),
         ),
-    );
+    ] {
+        let size = std::fs::metadata(&bin)
+            .with_context(|| format!("stat {}", bin.display()))?
+            .len() as f64;
+        rows.push(
+            Row::new("footprint", figure, size / MB, "MB", None).with_note(
+                bin.strip_prefix(&cfg.workspace)
+                    .unwrap_or(&bin)
+                    .display()
+                    .to_string(),
+            ),
+        );
+    }
 
     let wasm = cfg.workspace.join("web/ui/pkg/berth_wasm_bg.wasm");
     match std::fs::read(&wasm) {

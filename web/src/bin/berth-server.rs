@@ -261,9 +261,19 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         stop.shutdown().await;
     });
+    // The accept loop runs as a task on the runtime's workers, which the listener's
+    // readiness wakes anyway, not on this thread (`block_on`'s): a new connection then
+    // costs no wake-up of this thread and hand-off back.
+    let server = std::sync::Arc::new(server);
+    let mut served = tokio::spawn({
+        let server = server.clone();
+        async move { server.serve_cloud(listener, token).await }
+    });
     tokio::select! {
-        served = server.serve_cloud(listener, token) => served?,
+        served = &mut served => served.map_err(std::io::Error::other)??,
         Ok(why) = &mut lost => {
+            served.abort();
+            let _ = served.await;
             return Err(format!("this berth-server stopped leading ({why}); start it again to rejoin as a replica").into());
         }
     }
