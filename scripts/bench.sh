@@ -28,7 +28,6 @@ done
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 say "building release binaries"
-scripts/build-berth.sh >&2
 cargo build --release -p berth-web --bin berth-server >&2
 cargo build --release -p berth-tests --bin berth-bench >&2
 say "building the criterion benches"
@@ -40,6 +39,10 @@ bench_exe() {
 BERTH_BENCH_CORE_EXE=$(bench_exe berth-core core)
 BERTH_BENCH_NATIVE_EXE=$(bench_exe berth-local-agent native)
 export BERTH_BENCH_CORE_EXE BERTH_BENCH_NATIVE_EXE
+# `berth` and `berth-full` last: `cargo bench` builds the package's binaries too, and
+# would leave a dynamically linked `berth` where build-berth.sh puts the static one.
+say "building berth and berth-full"
+scripts/build-berth.sh >&2
 if [[ ! -f web/ui/pkg/berth_wasm_bg.wasm ]]; then
   say "building the wasm bundle"
   scripts/build-wasm.sh >&2 || echo "warning: the wasm bundle did not build; its row will say so" >&2

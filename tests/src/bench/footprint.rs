@@ -72,13 +72,15 @@ pub fn run(cfg: &super::Config) -> Result<Vec<Row>> {
         let size = std::fs::metadata(&bin)
             .with_context(|| format!("stat {}", bin.display()))?
             .len() as f64;
+        let linked = match elf_interpreter(&bin) {
+            Some(true) => ", dynamically linked",
+            Some(false) => ", statically linked",
+            None => "",
+        };
+        let shown = bin.strip_prefix(&cfg.workspace).unwrap_or(&bin).display();
         rows.push(
-            Row::new("footprint", figure, size / MB, "MB", None).with_note(
-                bin.strip_prefix(&cfg.workspace)
-                    .unwrap_or(&bin)
-                    .display()
-                    .to_string(),
-            ),
+            Row::new("footprint", figure, size / MB, "MB", None)
+                .with_note(format!("{shown}{linked}")),
         );
     }
 
@@ -114,4 +116,29 @@ pub fn run(cfg: &super::Config) -> Result<Vec<Row>> {
         )),
     }
     Ok(rows)
+}
+
+/// Whether an ELF executable asks for a dynamic loader (a `PT_INTERP` program
+/// header); `None` when `path` is not a 64-bit little-endian ELF file.
+fn elf_interpreter(path: &std::path::Path) -> Option<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    const PT_INTERP: u32 = 3;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 64];
+    f.read_exact(&mut head).ok()?;
+    if &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
+        return None;
+    }
+    let phoff = u64::from_le_bytes(head[0x20..0x28].try_into().ok()?);
+    let phentsize = u64::from(u16::from_le_bytes(head[0x36..0x38].try_into().ok()?));
+    let phnum = u16::from_le_bytes(head[0x38..0x3a].try_into().ok()?);
+    let mut kind = [0u8; 4];
+    for i in 0..u64::from(phnum) {
+        f.seek(SeekFrom::Start(phoff + i * phentsize)).ok()?;
+        f.read_exact(&mut kind).ok()?;
+        if u32::from_le_bytes(kind) == PT_INTERP {
+            return Some(true);
+        }
+    }
+    Some(false)
 }

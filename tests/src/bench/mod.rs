@@ -356,8 +356,9 @@ pub fn notes() -> Vec<String> {
          most 2× the bare spawn** (it is what Berth adds around the agent — the API, the \
          store's writes, the scheduler, the executor's spawn and the streaming — with \
          exactly one process start in it, like the bare spawn), and **the CLI's at most \
-         3×** (it also starts the `berth` client process itself: exec, dynamic loading, a \
-         runtime, a socket connect; two process starts against one). The startup rows \
+         3×** (it also starts the `berth` client process itself: the lean front, linked \
+         statically by scripts/build-berth.sh, its exec, a socket connect and the request; \
+         two process starts against one). The startup rows \
          time `berth --version` and `berth session list` on an empty store next to \
          `cat /dev/null`, in a loop of their own.",
         "**remote claim**: `berth serve --allow-daemons` and two `berth daemon`s on this \
