@@ -57,19 +57,13 @@ impl ExecutorConfig {
     /// `$XDG_RUNTIME_DIR/berth-locks`, else `/tmp/berth-locks-<uid>`; `HOME`; the
     /// passwd name of the running uid (else `USER`).
     pub fn from_env(home: Option<PathBuf>) -> Result<ExecutorConfig, ConfigError> {
-        let dirs = Dirs::from_env(home)?;
+        let Dirs {
+            user_home,
+            berth_home,
+            config_dir,
+            lock_dir,
+        } = Dirs::from_env(home)?;
         let uid = rustix::process::getuid().as_raw();
-        let lock_dir = match dirs.lock_dir {
-            Some(d) => d,
-            None => default_lock_dir(
-                cfg!(target_os = "macos"),
-                dirs.xdg_runtime,
-                dirs.tmpdir,
-                uid,
-            ),
-        };
-        let (user_home, berth_home, config_dir) =
-            (dirs.user_home, dirs.berth_home, dirs.config_dir);
         let user_name = passwd_name(uid).or_else(|| std::env::var("USER").ok());
         Ok(ExecutorConfig {
             berth_home,
@@ -154,8 +148,6 @@ fn hostname() -> Option<String> {
     (!h.is_empty()).then(|| h.to_owned())
 }
 
-/// macOS: Berth's state in `~/Library/Application Support/berth`, as Mac apps keep
-/// theirs. Elsewhere `None`: the XDG data directory (`~/.local/share/berth`).
 /// The directories [`ExecutorConfig::from_env`] reads from the environment, with the
 /// same checks and errors, and nothing that costs more than reading a variable (no
 /// password database, no host name): what the lean `berth` client needs to find the
@@ -165,9 +157,7 @@ struct Dirs {
     user_home: Option<PathBuf>,
     berth_home: PathBuf,
     config_dir: PathBuf,
-    lock_dir: Option<PathBuf>,
-    xdg_runtime: Option<PathBuf>,
-    tmpdir: Option<PathBuf>,
+    lock_dir: PathBuf,
 }
 
 impl Dirs {
@@ -206,18 +196,20 @@ impl Dirs {
         };
         // The default lock directory's variables are read (and refused) only when
         // BERTH_LOCK_DIR does not name one.
-        let lock_dir = var("BERTH_LOCK_DIR")?;
-        let (xdg_runtime, tmpdir) = match lock_dir {
-            Some(_) => (None, None),
-            None => (var("XDG_RUNTIME_DIR")?, var("TMPDIR")?),
+        let lock_dir = match var("BERTH_LOCK_DIR")? {
+            Some(d) => d,
+            None => default_lock_dir(
+                cfg!(target_os = "macos"),
+                var("XDG_RUNTIME_DIR")?,
+                var("TMPDIR")?,
+                rustix::process::getuid().as_raw(),
+            ),
         };
         Ok(Dirs {
             user_home,
             berth_home,
             config_dir,
             lock_dir,
-            xdg_runtime,
-            tmpdir,
         })
     }
 }
@@ -229,6 +221,8 @@ pub fn home_from_env(home: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
     Dirs::from_env(home).map(|d| d.berth_home)
 }
 
+/// macOS: Berth's state in `~/Library/Application Support/berth`, as Mac apps keep
+/// theirs. Elsewhere `None`: the XDG data directory (`~/.local/share/berth`).
 fn native_data_dir(home: Option<&Path>) -> Option<PathBuf> {
     if !cfg!(target_os = "macos") {
         return None;

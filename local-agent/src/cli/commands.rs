@@ -2,6 +2,7 @@
 
 use super::client::{Client, encode};
 use super::error::CliError;
+use super::lean::Request;
 use super::render;
 use super::{AgentCmd, Command, Kind, Mode, ProjectCmd, SessionCmd, TaskCmd};
 use berth_local_agent::ExecutorConfig;
@@ -153,12 +154,24 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        Command::Send { .. }
-        | Command::Agent(AgentCmd::List { .. })
-        | Command::Task(TaskCmd::List { .. }) => Err(CliError::new(
-            "this command is the lean client's (berth_local_agent::front::lean), not this one's",
-            "report this as a bug",
-        )),
+        Command::Send {
+            id,
+            message,
+            detach,
+            json,
+        } => lean(
+            c,
+            Request::Send {
+                id,
+                message,
+                detach,
+                json,
+            },
+        ),
+        Command::Agent(AgentCmd::List { json }) => lean(c, Request::AgentList { json }),
+        Command::Task(TaskCmd::List { session, json }) => {
+            lean(c, Request::TaskList { session, json })
+        }
         Command::Session(cmd) => session(c, cmd).await,
         Command::Task(TaskCmd::Diff { id, stat, json }) => {
             super::changes::diff(c, &id, stat, json).await
@@ -214,6 +227,14 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
     }
 }
 
+/// The lean client's commands, when a line reaches this binary (a message after
+/// `--`, say): run by the lean client's code, the one implementation of each. Its
+/// socket is a blocking one, which is fine here: nothing else runs on this
+/// current-thread runtime meanwhile.
+fn lean(c: &Client, request: Request) -> Result<u8, CliError> {
+    Ok(super::lean::run(Some(c.home().to_owned()), request))
+}
+
 async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
     match cmd {
         SessionCmd::New {
@@ -265,10 +286,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        SessionCmd::List { json } => Ok(super::lean::run(
-            Some(c.home().to_owned()),
-            super::lean::Request::SessionList { json },
-        )),
+        SessionCmd::List { json } => lean(c, Request::SessionList { json }),
         SessionCmd::Show { id, json } => {
             let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
             add_project_layer(c, &mut s);

@@ -489,35 +489,9 @@ pub fn run(cli: Cli) -> u8 {
             let _ = std::io::stdout().write_all(&script);
             Ok(0)
         }
-        // The lean client's commands (when the line reached this binary, e.g. a
-        // message after `--`): one implementation, the lean client's.
-        Command::Send {
-            id,
-            message,
-            detach,
-            json,
-        } => {
-            return lean::run(
-                cli.home,
-                lean::Request::Send {
-                    id,
-                    message,
-                    detach,
-                    json,
-                },
-            );
-        }
-        Command::Session(SessionCmd::List { json }) => {
-            return lean::run(cli.home, lean::Request::SessionList { json });
-        }
-        Command::Task(TaskCmd::List { session, json }) => {
-            return lean::run(cli.home, lean::Request::TaskList { session, json });
-        }
-        Command::Agent(AgentCmd::List { json }) => {
-            return lean::run(cli.home, lean::Request::AgentList { json });
-        }
         other @ (Command::Agent(_)
         | Command::Session(_)
+        | Command::Send { .. }
         | Command::Task(_)
         | Command::Project(_)) => commands::client_command(cli.home, other),
     };

@@ -220,11 +220,11 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         let server = server.clone();
         async move { server.serve_web(listener, token, hosts).await }
     });
-    let joined = |r: Result<std::io::Result<()>, tokio::task::JoinError>| {
-        r.unwrap_or_else(|e| Err(std::io::Error::other(e)))
-    };
     let (a, b) = tokio::join!(control, web);
-    let (a, b) = (joined(a), joined(b));
+    let (a, b) = (
+        a.map_err(std::io::Error::other).flatten(),
+        b.map_err(std::io::Error::other).flatten(),
+    );
     let _ = std::fs::remove_file(home.join("serve.json"));
     a.and(b).map_err(|e| {
         CliError::new(

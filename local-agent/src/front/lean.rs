@@ -89,14 +89,6 @@ impl Known {
             _ => None,
         }
     }
-
-    /// How many words name it (the rest are its positional arguments).
-    fn depth(self) -> usize {
-        match self {
-            Known::Send => 1,
-            Known::SessionList | Known::TaskList | Known::AgentList => 2,
-        }
-    }
 }
 
 /// Sets `slot` once from a value that is plainly a value (not empty, not a flag);
@@ -144,7 +136,7 @@ pub fn parse(args: &[OsString]) -> Option<Parsed> {
             once(&mut home, v)?;
         } else if a.starts_with('-') {
             // A command's own flag, valid only once its command is named in full.
-            let known = Known::of(&words).filter(|k| words.len() >= k.depth())?;
+            let known = Known::of(&words)?;
             match (known, a) {
                 (_, "--json") => flag(&mut json)?,
                 (Known::Send, "--detach") => flag(&mut detach)?,
@@ -167,12 +159,12 @@ pub fn parse(args: &[OsString]) -> Option<Parsed> {
             detach,
             json,
         },
-        (Known::SessionList, [_, _]) if !detach => Request::SessionList { json },
-        (Known::TaskList, [_, _]) if !detach => Request::TaskList {
+        (Known::SessionList, [_, _]) => Request::SessionList { json },
+        (Known::TaskList, [_, _]) => Request::TaskList {
             session: session.map(str::to_owned),
             json,
         },
-        (Known::AgentList, [_, _]) if !detach => Request::AgentList { json },
+        (Known::AgentList, [_, _]) => Request::AgentList { json },
         _ => return None,
     };
     Some(Parsed::Run {

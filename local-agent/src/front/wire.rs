@@ -156,15 +156,6 @@ impl<R: BufRead> Chunked<R> {
             done: false,
         }
     }
-
-    /// Whether the last chunk has been read: the connection may carry another request.
-    pub fn is_done(&self) -> bool {
-        self.done
-    }
-
-    pub fn into_inner(self) -> R {
-        self.inner
-    }
 }
 
 impl<R: BufRead> Read for Chunked<R> {

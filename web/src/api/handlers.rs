@@ -244,32 +244,27 @@ pub(crate) async fn post_message(
             message: "the message text is empty".into(),
         });
     }
-    if !q.stream {
-        let (task, seq) = ctx
-            .app
-            .store
-            .add_message(id, ctx.surface.origin(), req.text)
-            .await?;
-        ctx.app.scheduler.notify(&task.session_id);
-        let reply = TaskReply {
-            task: task_doc(ctx.surface, &ctx.app.display, &task),
-            message_seq: Some(seq),
-        };
-        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
-    }
-    let (task, seq, message) = ctx
-        .app
-        .store
-        .add_message_with_event(id, ctx.surface.origin(), req.text)
-        .await?;
-    // The stream subscribes before the task can run, so each of its events is
-    // delivered live; it starts with the message itself when the store handed it back
-    // (see `sse::feed_from`).
-    let events = super::sse::feed_from(&ctx, task.session_id.clone(), seq - 1, message);
+    let store = &ctx.app.store;
+    let origin = ctx.surface.origin();
+    let (task, seq, message) = if q.stream {
+        store.add_message_with_event(id, origin, req.text).await?
+    } else {
+        let (task, seq) = store.add_message(id, origin, req.text).await?;
+        (task, seq, None)
+    };
+    // A stream subscribes before the task can run, so each of its events is delivered
+    // live; it starts with the message itself when the store handed it back (see
+    // `sse::feed_from`).
+    let events = q
+        .stream
+        .then(|| super::sse::feed_from(&ctx, task.session_id.clone(), seq - 1, message));
     ctx.app.scheduler.notify(&task.session_id);
     let reply = TaskReply {
         task: task_doc(ctx.surface, &ctx.app.display, &task),
         message_seq: Some(seq),
+    };
+    let Some(events) = events else {
+        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
     };
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures_util::StreamExt;
