@@ -23,6 +23,7 @@
 use crate::journal::abandoned;
 use crate::pin::PinnedDir;
 use berth_core::api::{Changes, FileChange, Skipped};
+use berth_web::private;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -220,9 +221,12 @@ impl Shadow {
             }
             Err(_) => {}
         }
-        std::fs::create_dir_all(shadow.git_dir.parent().unwrap_or(berth_home))?;
+        private::dir(shadow.git_dir.parent().unwrap_or(berth_home))?;
+        // `--shared=0600`: git makes every file it writes there 0600 (objects 0400)
+        // and every directory 0700, whatever the umask: the snapshots hold copies of
+        // the user's files, a `.env` included.
         let out = Command::new("git")
-            .args(["init", "-q", "--bare"])
+            .args(["init", "-q", "--bare", "--shared=0600"])
             .arg(&shadow.git_dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdin(Stdio::null())
@@ -234,13 +238,13 @@ impl Shadow {
             });
         }
         shadow.configure()?;
-        std::fs::write(&id_file, stamp)?;
+        private::write(&id_file, stamp)?;
         Ok(shadow)
     }
 
     /// The shadow repository's settings, applied once per version of them.
     fn configure(&self) -> Result<(), ChangesError> {
-        const VERSION: &str = "2";
+        const VERSION: &str = "3";
         let stamp = self.git_dir.join("berth-config");
         if std::fs::read_to_string(&stamp).is_ok_and(|v| v == VERSION) {
             return Ok(());
@@ -256,10 +260,14 @@ impl Shadow {
             // of it, and its compact form.
             ("index.skipHash", "true"),
             ("index.version", "4"),
+            // Files 0600 and directories 0700 (see `open`); a repository made by an
+            // older version also has what it already wrote tightened, once.
+            ("core.sharedRepository", "0600"),
         ] {
             self.git(["config", k, v])?;
         }
-        std::fs::write(&stamp, VERSION)?;
+        private::tighten_tree(&self.git_dir)?;
+        private::write(&stamp, VERSION)?;
         Ok(())
     }
 
@@ -407,12 +415,12 @@ impl Shadow {
         let too_big = format!("{{\"too_big_at\":{entries}}}");
         if entries as usize > WALK_LIMIT / 2 || previous == too_big {
             if previous == too_big {
-                let _ = std::fs::write(self.manifest_file(), &too_big);
+                let _ = private::write(self.manifest_file(), &too_big);
             }
             return;
         }
         let Some((digest, count)) = walk_digest(&self.work_tree, u128::MAX) else {
-            let _ = std::fs::write(self.manifest_file(), &too_big);
+            let _ = private::write(self.manifest_file(), &too_big);
             return;
         };
         {
@@ -424,7 +432,7 @@ impl Shadow {
                 large: snap.large.clone(),
             };
             if let Ok(text) = serde_json::to_string(&m) {
-                let _ = std::fs::write(self.manifest_file(), text);
+                let _ = private::write(self.manifest_file(), text);
             }
         }
     }
@@ -468,9 +476,9 @@ impl Shadow {
             .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
             .collect();
         if let Some(parent) = self.exclude_file().parent() {
-            std::fs::create_dir_all(parent)?;
+            private::dir(parent)?;
         }
-        std::fs::write(self.exclude_file(), lines)?;
+        private::write(self.exclude_file(), lines)?;
         if !large.is_empty() {
             let mut args = vec![
                 "rm".to_owned(),
@@ -515,12 +523,12 @@ impl Shadow {
                 for (p, _, _) in &grown {
                     lines.push_str(&format!("/{}\n", escape_glob(p)));
                 }
-                std::fs::write(self.exclude_file(), lines)?;
+                private::write(self.exclude_file(), lines)?;
                 large.extend(grown);
             }
         }
         let tree = self.git(["write-tree"])?;
-        std::fs::write(self.git_dir.join("berth-last"), &tree)?;
+        private::write(self.git_dir.join("berth-last"), &tree)?;
         let snap = Snapshot { tree, large };
         self.note_manifest(&snap, started_ns);
         #[cfg(target_os = "linux")]
@@ -576,7 +584,7 @@ impl Shadow {
             });
         }
         let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
-        std::fs::write(
+        private::write(
             self.git_dir.join("berth-log.json"),
             serde_json::to_string(&kept).unwrap_or_default(),
         )?;
@@ -594,7 +602,7 @@ impl Shadow {
                 let _ = self.git(["prune", "--expire=now"]);
                 let _ = std::fs::remove_file(&counter);
             } else {
-                std::fs::write(&counter, unpruned.to_string())?;
+                private::write(&counter, unpruned.to_string())?;
             }
         }
         let mut changes = if before.tree == after.tree {
@@ -1014,7 +1022,7 @@ pub struct UndoJournal {
 impl UndoJournal {
     /// Writes and syncs the plan (and the directory entry) before anything is touched.
     pub fn write(journal_dir: &Path, plan: &UndoPlan) -> Result<UndoJournal, String> {
-        std::fs::create_dir_all(journal_dir).map_err(|e| e.to_string())?;
+        private::dir(journal_dir).map_err(|e| e.to_string())?;
         let path = journal_dir.join(format!(
             "{}-{}.undo",
             std::process::id(),
@@ -1084,7 +1092,7 @@ pub fn undo(journal_dir: &Path, plan: &UndoPlan, dir: &PinnedDir) -> Result<(), 
         for r in plan.files.iter().take(n) {
             apply_one(&shadow, dir.fd(), r)?;
         }
-        let _ = std::fs::write(&marker, "");
+        let _ = private::write(&marker, "");
         loop {
             std::thread::sleep(std::time::Duration::from_secs(60));
         }
@@ -1138,7 +1146,7 @@ pub fn replay_undos(journal_dir: &Path) -> Vec<String> {
 
 fn aside(journal_dir: &Path, file: &Path) {
     let dir = journal_dir.join("unapplied");
-    let _ = std::fs::create_dir_all(&dir);
+    let _ = private::dir(&dir);
     if let Some(name) = file.file_name() {
         let _ = std::fs::rename(file, dir.join(name));
     }

@@ -158,7 +158,7 @@ impl Journal {
             file: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&self.dir).map_err(err)?;
+        berth_web::private::dir(&self.dir).map_err(err)?;
         let file = rustix::fs::open(
             &path,
             OFlags::CREATE
@@ -260,7 +260,7 @@ pub fn replay_leftovers(journal_dir: &Path) -> ReplayReport {
             let _ = std::fs::remove_file(&file);
         } else {
             let aside = journal_dir.join("unapplied");
-            let _ = std::fs::create_dir_all(&aside);
+            let _ = berth_web::private::dir(&aside);
             if let Some(name) = file.file_name() {
                 let _ = std::fs::rename(&file, aside.join(name));
             }

@@ -267,7 +267,7 @@ impl TrustStore {
         };
         let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| write_err(e.into()))?;
         bytes.push(b'\n');
-        berth_web::server::write_private(&self.file, &bytes).map_err(write_err)?;
+        berth_web::private::write_atomic(&self.file, &bytes).map_err(write_err)?;
         Ok(out)
     }
 }

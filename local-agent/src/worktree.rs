@@ -92,7 +92,7 @@ pub fn ensure(bound: &Path, berth_home: &Path, session: &str) -> Result<Worktree
         && git(&root, ["rev-parse", "--show-toplevel"]).is_ok_and(|t| Path::new(&t) == root);
     if !usable {
         if let Some(parent) = root.parent() {
-            std::fs::create_dir_all(parent)?;
+            berth_web::private::dir(parent)?;
         }
         // A stale registration (the folder was deleted) would block `worktree add`.
         let _ = git(Path::new(&top), ["worktree", "prune"]);

@@ -75,6 +75,8 @@ pub struct Berth {
     pub locks: PathBuf,
     /// Extra environment for every command, the server included (see [`Berth::env`]).
     env: Vec<(String, String)>,
+    /// The umask every command starts with (see [`Berth::umask`]); else the test's.
+    umask: Option<String>,
     server: Option<Child>,
 }
 
@@ -106,6 +108,7 @@ impl Berth {
             config,
             locks,
             env: Vec::new(),
+            umask: None,
             server: None,
         }
     }
@@ -116,9 +119,24 @@ impl Berth {
         self.env.push((key.to_owned(), value.to_owned()));
     }
 
+    /// Starts every later command and server with the umask `mask` (octal, e.g.
+    /// `022`), through `sh -c 'umask MASK && exec berth …'`.
+    pub fn umask(&mut self, mask: &str) {
+        self.umask = Some(mask.to_owned());
+    }
+
     /// A `berth` command with this installation's environment.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(berth_bin());
+        let mut c = match &self.umask {
+            None => Command::new(berth_bin()),
+            Some(mask) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
+                    .arg(berth_bin());
+                c
+            }
+        };
         c.env("BERTH_HOME", &self.home)
             .env("BERTH_CONFIG_DIR", &self.config)
             .env("BERTH_LOCK_DIR", &self.locks)
@@ -170,10 +188,13 @@ impl Berth {
         self.start(&args);
     }
 
-    /// Starts `berth daemon --server URL --token TOKEN --name NAME` in this
-    /// installation's home and waits until the CLI works through it (it registered).
+    /// Starts `BERTH_DAEMON_TOKEN=TOKEN berth daemon --server URL --name NAME` in this
+    /// installation's home (the token in the environment, as `daemon token create`
+    /// says: never in the command line) and waits until the CLI works through it.
     pub fn daemon(&mut self, url: &str, token: &str, name: &str) {
-        self.start(&["daemon", "--server", url, "--token", token, "--name", name]);
+        self.env.retain(|(k, _)| k != "BERTH_DAEMON_TOKEN");
+        self.env("BERTH_DAEMON_TOKEN", token);
+        self.start(&["daemon", "--server", url, "--name", name]);
     }
 
     /// The web listener's URL and token of the running `berth serve`.

@@ -12,9 +12,9 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::store::{Recovery, Store, StoreError};
 use berth_core::{Context, LocalPath, Platform};
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::UnixListener;
@@ -111,14 +111,7 @@ impl InstanceLock {
     /// Takes the lock of `home`, or says who holds it.
     pub fn acquire(home: &Path) -> Result<InstanceLock, ServerError> {
         let path = home.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let mut file = crate::private::open(&path).map_err(io_err(&path))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -189,34 +182,6 @@ pub fn native_context() -> Context {
     }
 }
 
-/// Writes `bytes` as the private file `path` (mode 0600), never seen half-written: a
-/// temporary file beside it, synced, renamed into place, and the directory synced so
-/// the rename survives a crash too.
-pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("a file path without a directory"))?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("a path without a file name"))?;
-    let tmp = dir.join(format!(
-        "{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
-}
-
 /// A fresh random token (256 bits, hex) for `serve.json`.
 pub fn new_token() -> io::Result<String> {
     let mut bytes = [0u8; 32];
@@ -225,15 +190,11 @@ pub fn new_token() -> io::Result<String> {
 }
 
 impl Server {
-    /// Opens `home` (created 0700 if missing), takes the single-instance lock, opens
+    /// Opens `home` (created, or made, 0700: [`crate::private`]), takes the single-instance lock, opens
     /// the store, recovers from the last run (running tasks become `interrupted`,
     /// queued ones are scheduled again), and starts the scheduler.
     pub async fn open(home: &Path, opts: ServerOptions) -> Result<Server, ServerError> {
-        if !home.exists() {
-            std::fs::create_dir_all(home).map_err(io_err(home))?;
-            std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
-                .map_err(io_err(home))?;
-        }
+        crate::private::dir(home).map_err(io_err(home))?;
         let lock = InstanceLock::acquire(home)?;
         let store = match &opts.database {
             None => Store::open(home).await?,
@@ -573,7 +534,7 @@ impl Server {
             path: path.clone(),
             source: io::Error::other(e),
         })?;
-        write_private(&path, text.as_bytes()).map_err(io_err(&path))?;
+        crate::private::write_atomic(&path, text.as_bytes()).map_err(io_err(&path))?;
         Ok(path)
     }
 }

@@ -416,7 +416,7 @@ impl Watch {
             )?;
         }
         let tree = shadow.git(["write-tree"])?;
-        std::fs::write(shadow.git_dir.join("berth-last"), &tree)?;
+        berth_web::private::write(shadow.git_dir.join("berth-last"), &tree)?;
         Ok(Snapshot { tree, large })
     }
 }
@@ -426,7 +426,7 @@ fn write_exclude(shadow: &Shadow, large: &[(String, u64, i64)]) -> Result<(), Ch
         .iter()
         .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
         .collect();
-    std::fs::write(shadow.exclude_file(), lines)?;
+    berth_web::private::write(shadow.exclude_file(), lines)?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     let Some(server) = args.server else {
         return Err(CliError::usage(
             "berth daemon needs --server URL",
-            "pass the server's listener, e.g. berth daemon --server https://berth.example.com:4733 --token TOKEN",
+            "pass the server's listener, e.g. BERTH_DAEMON_TOKEN=TOKEN berth daemon --server https://berth.example.com:4733",
         ));
     };
     let server = ServerUrl::parse(&server).map_err(|e| match e {
@@ -39,17 +39,7 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
         | UrlError::Port { .. }
         | UrlError::Syntax { .. } => CliError::usage(e.to_string(), e.hint()),
     })?;
-    let token = args
-        .token
-        .or_else(|| std::env::var(TOKEN_ENV).ok())
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            CliError::usage(
-                format!("berth daemon needs a daemon token: --token TOKEN or {TOKEN_ENV}"),
-                "create one on the server with `berth daemon token create NAME` and pass it with --token",
-            )
-        })?;
+    let token = daemon_token(args.token, args.token_file.as_deref())?;
     if token.chars().any(|c| !c.is_ascii_graphic()) {
         return Err(CliError::usage(
             "the daemon token has characters a token never has",
@@ -96,6 +86,77 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// The largest token file read (a token is 64 hex characters).
+const TOKEN_FILE_LIMIT: u64 = 4096;
+
+/// The daemon token: `--token-file`, `--token` (with a warning: it shows in `ps`), or
+/// `BERTH_DAEMON_TOKEN`, trimmed; an empty or missing one is a usage error.
+fn daemon_token(flag: Option<String>, file: Option<&Path>) -> Result<String, CliError> {
+    let token = match (flag, file) {
+        (Some(_), Some(_)) => {
+            return Err(CliError::usage(
+                "--token and --token-file both give the daemon token",
+                "pass one of them (better: --token-file, or BERTH_DAEMON_TOKEN)",
+            ));
+        }
+        (None, Some(file)) => Some(read_token_file(file)?),
+        (Some(token), None) => {
+            render::warn(
+                "--token puts the daemon token in this process's command line, which every local user can read (ps, /proc/PID/cmdline)",
+                &format!("pass it in {TOKEN_ENV} or with --token-file FILE instead"),
+            );
+            Some(token)
+        }
+        (None, None) => std::env::var(TOKEN_ENV).ok(),
+    };
+    token
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            CliError::usage(
+                format!("berth daemon needs a daemon token: {TOKEN_ENV} or --token-file FILE"),
+                format!(
+                    "create one on the server with `berth daemon token create NAME`, then run {TOKEN_ENV}=TOKEN berth daemon --server URL"
+                ),
+            )
+        })
+}
+
+/// Reads a token file: a regular file of at most [`TOKEN_FILE_LIMIT`] bytes. One that
+/// other users may read is used, with a warning.
+fn read_token_file(file: &Path) -> Result<String, CliError> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let shown = render::escape(&file.display().to_string()).into_owned();
+    let unreadable = |e: std::io::Error| {
+        CliError::usage(
+            format!("cannot read the token file {shown}: {e}"),
+            "pass a file holding the token `berth daemon token create` printed",
+        )
+    };
+    let f = std::fs::File::open(file).map_err(unreadable)?;
+    let meta = f.metadata().map_err(unreadable)?;
+    if !meta.is_file() || meta.len() > TOKEN_FILE_LIMIT {
+        return Err(CliError::usage(
+            format!(
+                "the token file {shown} is not a regular file of at most {TOKEN_FILE_LIMIT} bytes"
+            ),
+            "pass a file holding the token `berth daemon token create` printed",
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        render::warn(
+            &format!("the token file {shown} can be read by other users"),
+            &format!("chmod 600 {shown}"),
+        );
+    }
+    let mut text = String::new();
+    f.take(TOKEN_FILE_LIMIT)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    Ok(text)
+}
+
 /// `berth daemon token ...` over this home's control socket.
 fn token(home: Option<PathBuf>, cmd: TokenCmd) -> Result<u8, CliError> {
     let home = berth_home(home)?;
@@ -121,8 +182,13 @@ async fn token_command(c: &Client, home: &Path, cmd: TokenCmd) -> Result<u8, Cli
                 "this token for {} is shown only once; on that machine run:",
                 created["name"].as_str().unwrap_or(&name)
             );
-            eprintln!("  berth daemon --server {url} --token {token}");
-            eprintln!("(or put it in BERTH_DAEMON_TOKEN instead of --token)");
+            // In the environment, not the command line: a process's arguments are
+            // readable by every local user (`ps`, /proc/PID/cmdline), its environment
+            // only by its own user.
+            eprintln!("  {TOKEN_ENV}={token} berth daemon --server {url}");
+            eprintln!(
+                "(or save it in a file only you can read and pass --token-file FILE; never --token, which shows it in `ps`)"
+            );
             Ok(0)
         }
         TokenCmd::List { json } => {

@@ -124,8 +124,12 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
     /// The daemon token from `berth daemon token create` (default: $BERTH_DAEMON_TOKEN).
+    /// Prefer the variable or --token-file: arguments show in `ps` to every local user.
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// A file holding the daemon token (read once at start; keep it mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// This machine's name on the server (default: the host name).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,

@@ -181,7 +181,9 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     println!("  web UI          {url}/?token={token}");
     println!("  token           in {}", json_path.display());
     if args.allow_daemons {
-        println!("  daemons         accepted on {url} (`berth daemon --server {url} --token ...`)");
+        println!(
+            "  daemons         accepted on {url} (`BERTH_DAEMON_TOKEN=... berth daemon --server {url}`)"
+        );
         if addr.ip().is_loopback() {
             println!(
                 "                  only from this machine: other machines need a non-loopback --listen (e.g. --listen 0.0.0.0:4733)"

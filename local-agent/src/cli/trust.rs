@@ -120,12 +120,12 @@ pub fn trust_binding(cfg: &ExecutorConfig, bound: &str) -> Result<Trusted, CliEr
 
 pub fn print_trusted(t: &Trusted) {
     match t.change {
-        "unchanged" => println!("{} was already trusted", t.display),
+        "unchanged" => println!("{} was already trusted", render::escape(&t.display)),
         "renewed" => println!(
             "trusted {} (the directory there now; the one trusted before was replaced)",
-            t.display
+            render::escape(&t.display)
         ),
-        _ => println!("trusted {}", t.display),
+        _ => println!("trusted {}", render::escape(&t.display)),
     }
     match &t.project_layer {
         Some(report) => render::project_layer(report, true),
@@ -163,7 +163,8 @@ fn revoke(cfg: &ExecutorConfig, input: &str, json: bool) -> Result<u8, CliError>
                 );
             } else {
                 println!(
-                    "{shown} is no longer trusted: its project layer's env and wider permissions are ignored from the next message on"
+                    "{} is no longer trusted: its project layer's env and wider permissions are ignored from the next message on",
+                    render::escape(&shown)
                 );
             }
             return Ok(0);
@@ -231,7 +232,7 @@ fn list(cfg: &ExecutorConfig, json: bool) -> Result<u8, CliError> {
     render::table(table);
     for (shown, state, _) in &rows {
         if *state != EntryState::Current {
-            println!("note: {}", describe(shown, *state));
+            println!("note: {}", render::escape_lines(&describe(shown, *state)));
         }
     }
     if rows.iter().any(|(_, s, _)| *s == EntryState::Replaced) {

@@ -72,7 +72,7 @@ pub fn load_or_create(home: &Path) -> Result<String, MachineIdError> {
         Err(e) => return Err(io_err("read", &path)(e)),
     }
     let id = uuid::Uuid::new_v4().to_string();
-    berth_web::server::write_private(&path, format!("{id}\n").as_bytes())
+    berth_web::private::write_atomic(&path, format!("{id}\n").as_bytes())
         .map_err(io_err("write", &path))?;
     Ok(id)
 }

@@ -98,7 +98,7 @@ impl DaemonError {
                 "another berth answers on this home's socket; stop it first".to_owned()
             }
             DaemonError::TokenRefused { .. } => {
-                "create one on the server with `berth daemon token create NAME` and pass it with --token"
+                "create one on the server with `berth daemon token create NAME` and pass it in BERTH_DAEMON_TOKEN (or --token-file FILE)"
                     .to_owned()
             }
             DaemonError::NotADaemonServer { .. } => {

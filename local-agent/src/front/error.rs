@@ -114,8 +114,9 @@ impl CliError {
         if json {
             println!("{}", self.to_json());
         }
-        eprintln!("error: {}", self.message);
-        eprintln!("hint: {}", self.hint);
+        // Messages name paths and carry the server's text: shown, never acted on.
+        eprintln!("error: {}", super::render::escape_lines(&self.message));
+        eprintln!("hint: {}", super::render::escape_lines(&self.hint));
         self.exit
     }
 

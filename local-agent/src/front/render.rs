@@ -14,6 +14,50 @@ pub fn inert(text: &str) -> String {
         .collect()
 }
 
+/// Whether `c` can move the cursor, recolour or rewrite what a terminal shows, or
+/// reorder how the text around it reads: every control character (C0, DEL, C1) and the
+/// bidirectional overrides and isolates (the "Trojan Source" characters).
+fn is_unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Escapes what a terminal would act on in one line of untrusted text (a path, a
+/// name, a title): `\n`, `\t`, `\r`, and `\x1b` or `\u{202e}` for every other unsafe
+/// character, so a directory named with an escape sequence prints as its name, never as
+/// the sequence. A backslash stays as it is; text with nothing to escape is borrowed.
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_but(text, '\0')
+}
+
+/// [`escape`], keeping the newlines of a message of several lines.
+pub fn escape_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_but(text, '\n')
+}
+
+fn escape_but(text: &str, keep: char) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c != keep && is_unsafe_char(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if c == keep || !is_unsafe_char(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A warning that lets the command go on: `warning: …` and `hint: …` on stderr.
+pub fn warn(message: &str, hint: &str) {
+    eprintln!("warning: {}", escape_lines(message));
+    eprintln!("hint: {}", escape_lines(hint));
+}
+
 /// The first 8 characters of an id.
 pub fn short(id: &Value) -> String {
     id.as_str().unwrap_or("?").chars().take(8).collect()
@@ -30,19 +74,19 @@ fn s(v: &Value) -> &str {
 
 pub fn check_report(r: &CheckReport) {
     if r.ok {
-        println!("ok: {}", r.message);
+        println!("ok: {}", escape_lines(&r.message));
     } else {
         let code = r.code.map(|c| c.as_str()).unwrap_or("refused");
-        println!("refused [{code}]: {}", r.message);
+        println!("refused [{code}]: {}", escape_lines(&r.message));
         if let Some(hint) = &r.hint {
-            println!("hint: {hint}");
+            println!("hint: {}", escape_lines(hint));
         }
     }
     if let Some(c) = &r.canonical {
-        println!("  canonical: {c}");
+        println!("  canonical: {}", escape(c));
     }
     if let Some(d) = &r.display {
-        println!("  display:   {d}");
+        println!("  display:   {}", escape(d));
     }
     if let Some(report) = &r.project_layer {
         project_layer(report, true);
@@ -81,7 +125,7 @@ pub fn project_layer_lines(report: &ProjectLayerReport, all: bool) -> Vec<String
         let (label, text) = match k.verdict {
             Verdict::Applied => ("applies", format!("{}: {}", k.key, k.message)),
             Verdict::Trusted => ("trusted", format!("{}: {}", k.key, k.message)),
-            Verdict::NeedsTrust | Verdict::Never | Verdict::UserLayerOnly => {
+            Verdict::NeedsTrust | Verdict::Never | Verdict::UserLayerOnly | Verdict::Foreign => {
                 ("ignored", k.message.clone())
             }
         };
@@ -172,12 +216,12 @@ pub fn header(session: &Value, here: &str, policy: Option<&str>) {
             "machine_offline" => String::from("  <- tasks wait until that machine is back"),
             _ => String::new(),
         };
-        println!("directory {}", s(&b["display"]));
-        println!("mode      {}", s(&b["mode"]));
-        println!("machine   {}", s(&b["daemon_name"]));
-        println!("state     {state}{advice}");
+        println!("directory {}", escape(s(&b["display"])));
+        println!("mode      {}", escape(s(&b["mode"])));
+        println!("machine   {}", escape(s(&b["daemon_name"])));
+        println!("state     {}{advice}", escape(&state));
     }
-    println!("agent     {}", s(&session["agent"]));
+    println!("agent     {}", escape(s(&session["agent"])));
     if let Some(policy) = policy {
         println!("may       {policy}");
     }
@@ -192,8 +236,10 @@ pub fn unbound_notice(session: &Value, last_used: Option<&str>) {
             .display
             .unwrap_or_else(|| dir.to_owned());
         println!(
-            "the agent last worked in {display}; to bind it: berth session link {} {dir}   (or --dir when creating)",
-            short(&session["id"])
+            "the agent last worked in {}; to bind it: berth session link {} {}   (or --dir when creating)",
+            escape(&display),
+            short(&session["id"]),
+            escape(dir)
         );
     }
 }
@@ -207,6 +253,18 @@ pub fn table(rows: Vec<Vec<String>>) {
 
 /// A table's lines: columns as wide as their widest cell, two blanks apart.
 pub fn table_lines(rows: Vec<Vec<String>>) -> Vec<String> {
+    // Every cell is one line of text, whatever it holds.
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|c| match escape(&c) {
+                    std::borrow::Cow::Borrowed(_) => c,
+                    std::borrow::Cow::Owned(e) => e,
+                })
+                .collect()
+        })
+        .collect();
     let Some(first) = rows.first() else {
         return Vec::new();
     };
@@ -331,7 +389,7 @@ pub fn tasks_lines(tasks: &Value) -> Vec<String> {
 
 pub fn session_body(session: &Value, tasks: &Value) {
     if let Some(w) = session["work_dir"].as_str() {
-        println!("last ran  {w}");
+        println!("last ran  {}", escape(w));
     }
     println!();
     self::tasks(tasks);

@@ -35,7 +35,8 @@ fn daemon(srv: &Berth, url: &str, name: &str, extra: &[&str]) -> Result<(Berth, 
         .map(str::to_owned)
         .context("token create printed no token")?;
     let mut d = Berth::new(&format!("bench-{name}"));
-    let mut args = vec!["daemon", "--server", url, "--token", &token, "--name", name];
+    d.env("BERTH_DAEMON_TOKEN", &token);
+    let mut args = vec!["daemon", "--server", url, "--name", name];
     args.extend_from_slice(extra);
     d.start(&args);
     let id = session_on(&d, AGENT, name)?;

@@ -296,7 +296,8 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
         StoreError::Sqlite(_)
         | StoreError::Migration { .. }
         | StoreError::Corrupt(_)
-        | StoreError::Worker(_) => (
+        | StoreError::Worker(_)
+        | StoreError::Files { .. } => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "see the server's log".into(),

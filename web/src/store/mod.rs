@@ -108,6 +108,13 @@ pub enum StoreError {
     ProjectExists { name: String },
     #[error("the store's worker thread failed: {0}")]
     Worker(String),
+    /// The database file could not be made private (see [`crate::private`]).
+    #[error("cannot secure the database file {path}: {source}")]
+    Files {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// PostgreSQL's answer to a statement (`From` sorts out the transient ones).
     #[cfg(feature = "postgres")]
     #[error("database error: {0}")]
@@ -180,6 +187,26 @@ impl Store {
     /// schema. Blocking: call it before serving, or under `spawn_blocking`.
     pub fn open_blocking(dir: &Path) -> Result<Store, StoreError> {
         let path = dir.join(DB_FILE);
+        // Created 0600 before SQLite opens it: SQLite gives the `-wal` and `-shm` files
+        // the database file's mode. Files an older version left wider are tightened.
+        crate::private::open(&path).map_err(|source| StoreError::Files {
+            path: path.clone(),
+            source,
+        })?;
+        for side in ["-wal", "-shm"] {
+            let mut p = path.clone().into_os_string();
+            p.push(side);
+            match crate::private::tighten(Path::new(&p)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(StoreError::Files {
+                        path: PathBuf::from(p),
+                        source,
+                    });
+                }
+            }
+        }
         let mut conn = Connection::open(&path)?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {

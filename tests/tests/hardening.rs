@@ -1,0 +1,231 @@
+//! Issue 33, the CLI's own boundaries, each tried as an attacker would:
+//!
+//! - Berth's state is its user's alone (files 0600, directories 0700) under umask
+//!   0022 and a home that already existed as 0755, the change record's snapshot of a
+//!   0600 `.env` included (break 9);
+//! - the daemon token stays out of the command line other local users read in `ps`
+//!   (break 8);
+//! - a path with terminal escape sequences in it is printed escaped by every command
+//!   that shows it, never acted on (break 10).
+
+use berth_tests::Berth;
+use berth_tests::steps::{add_command_agent, new_session, s, write_script};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every entry under `root` (not following links) whose mode lets anyone but its
+/// owner in, with its mode.
+fn open_to_others(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue; // removed while we walked (a lock file, a journal)
+        };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if meta.mode() & 0o077 != 0 {
+            out.push((p.clone(), format!("{:o}", meta.mode() & 0o7777)));
+        }
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[test]
+fn berths_state_is_private_under_umask_0022_and_an_open_home() {
+    let mut b = Berth::new("modes");
+    b.umask("022");
+    std::fs::create_dir_all(&b.home).unwrap();
+    std::fs::set_permissions(&b.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A database an older version left readable: tightened at the next start.
+    std::fs::write(b.home.join("berth.db"), "").unwrap();
+    std::fs::set_permissions(
+        b.home.join("berth.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    b.serve();
+
+    let dir = b.user_home.join("code/app");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("README.md"), "app\n").unwrap();
+    git(&dir, &["init", "-q"]);
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "-q", "-m", "start"]);
+    // The user's secret, kept from other users in their own directory.
+    std::fs::write(dir.join(".env"), "TOKEN=s3cret\n").unwrap();
+    std::fs::set_permissions(dir.join(".env"), std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let script = b.root.path().join("agent.sh");
+    write_script(&script, "#!/bin/sh\necho changed >> README.md\necho done\n");
+    add_command_agent(&b, "editor", s(&script));
+    let session = new_session(&b, "editor", Some(&dir));
+    b.ok(&["send", &session, "edit"]);
+    b.ok(&["trust", s(&dir)]);
+
+    // The change record's snapshots hold the .env: somewhere under the home.
+    let snapshots = b.home.join("snapshots");
+    assert!(
+        std::fs::read_dir(&snapshots).is_ok_and(|mut d| d.next().is_some()),
+        "the run took no snapshot: {snapshots:?}"
+    );
+    let wider = open_to_others(&b.home);
+    assert_eq!(wider, Vec::new(), "Berth's files other users may open");
+    let wider = open_to_others(&b.locks);
+    assert_eq!(wider, Vec::new(), "Berth's lock files other users may open");
+}
+
+#[test]
+fn the_daemon_token_stays_out_of_the_command_line() {
+    let mut server = Berth::new("token-srv");
+    server.serve_with(&["--allow-daemons"]);
+    let (url, _) = server.serve_info();
+    let out = server.run(&["daemon", "token", "create", "laptop"]);
+    assert!(out.status.success(), "{out:?}");
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let advice = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        advice.contains(&format!(
+            "BERTH_DAEMON_TOKEN={token} berth daemon --server {url}"
+        )),
+        "{advice}"
+    );
+    assert!(!advice.contains("--token "), "{advice}");
+
+    // As advised: the token is in the environment, never in /proc/PID/cmdline.
+    let mut laptop = Berth::new("token-env");
+    laptop.daemon(&url, &token, "laptop");
+    let pid = laptop.server_pid().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(&token),
+        "the token is in the daemon's command line"
+    );
+    drop(laptop);
+
+    // From a file: the same, and a file others can read is named in a warning.
+    let other = server.json(&["daemon", "token", "create", "desk", "--json"]);
+    let token = other["token"].as_str().unwrap().to_owned();
+    let mut desk = Berth::new("token-file");
+    let file = desk.root.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    desk.start(&[
+        "daemon",
+        "--server",
+        &url,
+        "--token-file",
+        s(&file),
+        "--name",
+        "desk",
+    ]);
+    let log = desk.serve_log();
+    assert!(
+        log.contains(&format!(
+            "warning: the token file {} can be read by other users",
+            s(&file)
+        )),
+        "{log}"
+    );
+    assert!(log.contains("hint: chmod 600"), "{log}");
+    drop(desk);
+
+    // --token still works, with a warning that says why not and what instead.
+    let other = server.json(&["daemon", "token", "create", "old", "--json"]);
+    let token = other["token"].as_str().unwrap().to_owned();
+    let mut old = Berth::new("token-flag");
+    old.start(&[
+        "daemon", "--server", &url, "--token", &token, "--name", "old",
+    ]);
+    let log = old.serve_log();
+    assert!(
+        log.contains("warning: --token puts the daemon token in this process's command line"),
+        "{log}"
+    );
+    assert!(log.contains("BERTH_DAEMON_TOKEN"), "{log}");
+
+    // A token file that is not a regular file is refused before anything is sent.
+    let out = old.run(&["daemon", "--server", &url, "--token-file", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: the token file /dev/zero is not a regular file"),
+        "{err}"
+    );
+}
+
+/// A directory name that clears the screen and retitles the terminal if printed raw.
+const HOSTILE: &str = "app\u{1b}[2J\u{1b}]0;owned\u{7}\u{202e}txt";
+/// How every command shows it.
+const SHOWN: &str = "app\\x1b[2J\\x1b]0;owned\\x07\\u{202e}txt";
+
+fn assert_inert(what: &str, text: &str) {
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'),
+        "{what} printed a control character raw: {text:?}"
+    );
+    assert!(
+        text.contains(SHOWN),
+        "{what} does not show the name escaped: {text:?}"
+    );
+}
+
+#[test]
+fn control_characters_in_a_path_are_printed_escaped() {
+    let mut b = Berth::new("escapes");
+    let dir = b.user_home.join("code").join(HOSTILE);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // `check`, accepted and refused.
+    let out = b.run(&["check", s(&dir)]);
+    assert!(out.status.success(), "{out:?}");
+    assert_inert("check", &String::from_utf8_lossy(&out.stdout));
+    let missing = dir.join(HOSTILE);
+    let out = b.run(&["check", s(&missing)]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_inert(
+        "check of a missing path",
+        &String::from_utf8_lossy(&out.stdout),
+    );
+
+    // An error naming it (`error:` on stderr).
+    let out = b.run(&["trust", s(&missing)]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_inert("trust's error", &String::from_utf8_lossy(&out.stderr));
+
+    // The session's header and the lists.
+    b.serve();
+    let script = b.root.path().join("agent.sh");
+    write_script(&script, "#!/bin/sh\necho ok\n");
+    add_command_agent(&b, "echo", s(&script));
+    let session = new_session(&b, "echo", Some(&dir));
+    let show = b.ok(&["session", "show", &session]);
+    assert_inert("session show", &show);
+    b.ok(&["send", &session, "hi"]);
+    assert_inert("session list", &b.ok(&["session", "list"]));
+    assert_inert(
+        "session show after a run",
+        &b.ok(&["session", "show", &session]),
+    );
+    b.ok(&["trust", s(&dir)]);
+    assert_inert("trust list", &b.ok(&["trust", "list"]));
+}
