@@ -5,9 +5,7 @@
 //! must survive restarts: it is written whole or not at all (temporary file, fsync,
 //! rename) and never rewritten once it exists.
 
-use std::fs::DirBuilder;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// The file name inside Berth's home.
@@ -53,13 +51,9 @@ fn io_err<'a>(
     }
 }
 
-/// Creates `home` (0700) if missing.
+/// Creates `home` (0700), or makes an existing one 0700 ([`berth_web::private`]).
 pub fn ensure_home(home: &Path) -> Result<(), MachineIdError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(home)
-        .map_err(io_err("create", home))
+    berth_web::private::dir(home).map_err(io_err("create", home))
 }
 
 /// The machine id kept in `home`, created (uuid v4, file mode 0600) on first use.
