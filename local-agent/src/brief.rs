@@ -7,7 +7,9 @@
 use berth_core::settings::{PluginKind, Settings};
 use berth_web::executor::SessionFacts;
 
-/// The largest prompt fragment read, in bytes; longer ones are cut with a note.
+/// The largest prompt fragment read, in bytes; longer ones are cut with a note. Only
+/// a regular file is read ([`crate::settings::input`]): a fragment linked to
+/// `/dev/zero` or a FIFO is a warning, never a hang.
 const MAX_FRAGMENT: usize = 64 * 1024;
 
 /// How the agent works, for the brief.
@@ -95,10 +97,14 @@ pub fn compose(
     }
     for plugin in &settings.plugins {
         match plugin.kind {
-            PluginKind::Prompt => match std::fs::read(plugin.path.as_str()) {
-                Ok(bytes) => {
-                    let cut = bytes.len() > MAX_FRAGMENT;
-                    let body = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_FRAGMENT)]);
+            PluginKind::Prompt => match crate::settings::input::read(
+                std::path::Path::new(plugin.path.as_str()),
+                "its file",
+                crate::settings::input::Limit::Prefix(MAX_FRAGMENT as u64),
+            ) {
+                Ok(read) => {
+                    let cut = read.cut;
+                    let body = String::from_utf8_lossy(&read.bytes);
                     text.push_str(&format!(
                         "\n## {} (plugin)\n\n{}\n",
                         plugin.id,

@@ -8,16 +8,28 @@
 //! The project layer is sorted by trust first ([`berth_core::settings::trust::gate`],
 //! with the trust list of [`crate::trust`]): what an untrusted directory may not set
 //! never reaches the merge, and the report says which keys were left out and why.
+//!
+//! Before that, two rules about the file itself, since a repository (or another local
+//! user) chooses what it is: every settings file and prompt fragment is read through
+//! [`input::read`] (a regular file, at most [`input::MAX_SETTINGS`] bytes: never a
+//! `/dev/zero` or a FIFO), and a project layer that someone other than the user or root
+//! may have written is not read at all ([`owner`], git's `safe.directory` reasoning),
+//! and is reported as ignored.
+
+pub mod input;
+mod owner;
 
 use crate::config::local;
 use crate::trust::{TrustStore, identity_of};
 use berth_core::display::display;
 use berth_core::settings::trust::{
-    Gated, KeyVerdict, ProjectLayerReport, Trust, Verdict, gate, outside_project, trust_command,
+    Gated, KeyVerdict, ProjectLayerReport, Trust, Verdict, WHOLE_FILE, gate, outside_project,
+    trust_command,
 };
 use berth_core::settings::{self, Layer, PluginEntry, Settings, SettingsError};
 use berth_core::{Context, LocalPath, Platform};
-use std::io::ErrorKind;
+use input::{InputError, Limit, MAX_SETTINGS};
+use owner::Foreign;
 use std::path::Path;
 
 /// The settings in force for one exchange, and what became of the project layer.
@@ -51,14 +63,30 @@ fn set_hint(report: &mut ProjectLayerReport) {
 /// Why the settings could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsLoadError {
-    #[error("cannot read the settings file {file}: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file is not a regular file, too large, or cannot be read.
+    #[error("{0}")]
+    Input(#[from] InputError),
     #[error("the settings file {0}")]
     Invalid(#[from] SettingsError),
+}
+
+impl SettingsLoadError {
+    /// The stable code: [`InputError::code`]'s, or `settings_invalid` for a file that
+    /// is read but cannot be used as written.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SettingsLoadError::Input(e) => e.code(),
+            SettingsLoadError::Invalid(_) => "settings_invalid",
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            SettingsLoadError::Input(e) => e.hint(),
+            SettingsLoadError::Invalid(_) => "fix the settings file (berth settings check FILE)",
+        }
+    }
 }
 
 /// The layers a run bound to a directory reads: the user layer, then the project
@@ -103,13 +131,85 @@ fn read_layers(
     };
     if let Some(bound) = bound {
         for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
-            if let Some(layer) = read_layer(ctx, &file)? {
-                layers.project = Some(sort_project_layer(ctx, layer, trust, &mut layers.notes));
-                break;
+            let Some(dir) = file.parent() else {
+                continue;
+            };
+            let shown = display(ctx, &file);
+            match look(ctx, &file, &shown)? {
+                Candidate::Missing => continue,
+                Candidate::Foreign(why) => {
+                    let layer = Layer::empty(&shown, &dir);
+                    layers.project =
+                        Some(foreign_layer(ctx, layer, &why, trust, &mut layers.notes));
+                }
+                Candidate::Read(bytes) => {
+                    let text = utf8(&shown, bytes.bytes)?;
+                    let layer = settings::parse_project(&shown, &dir, &text)?;
+                    layers.project =
+                        Some(sort_project_layer(ctx, layer, trust, &mut layers.notes)?);
+                }
             }
+            break;
         }
     }
     Ok(layers)
+}
+
+/// What one project layer candidate holds.
+enum Candidate {
+    /// No file by that name (the walk goes on to the next folder up).
+    Missing,
+    /// A file another user may have written: not read.
+    Foreign(Foreign),
+    /// The file's bytes, read by the bounded reader.
+    Read(input::Bytes),
+}
+
+/// Looks at a project layer candidate: whether it exists, whose it is ([`owner`]), and
+/// its bytes if it is the user's (or root's) and a regular file within the limit.
+fn look(ctx: &Context, file: &LocalPath, shown: &str) -> Result<Candidate, SettingsLoadError> {
+    let path = Path::new(file.as_str());
+    let io = |source: std::io::Error| InputError::Io {
+        file: shown.to_owned(),
+        source,
+    };
+    let missing = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        )
+    };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if missing(&e) => return Ok(Candidate::Missing),
+        Err(e) => return Err(io(e).into()),
+        Ok(_) => {}
+    }
+    match owner::check_before_reading(ctx, path) {
+        Err(e) if missing(&e) => return Ok(Candidate::Missing),
+        Err(e) => return Err(io(e).into()),
+        Ok(Some(why)) => return Ok(Candidate::Foreign(why)),
+        Ok(None) => {}
+    }
+    let bytes = match input::read(path, shown, Limit::Whole(MAX_SETTINGS)) {
+        // A symbolic link to nothing: no layer here, as before.
+        Err(e) if e.is_missing() => return Ok(Candidate::Missing),
+        Err(e) => return Err(e.into()),
+        Ok(bytes) => bytes,
+    };
+    Ok(match owner::check_read(ctx, path, &bytes) {
+        Some(why) => Candidate::Foreign(why),
+        None => Candidate::Read(bytes),
+    })
+}
+
+fn utf8(shown: &str, bytes: Vec<u8>) -> Result<String, SettingsLoadError> {
+    String::from_utf8(bytes).map_err(|e| {
+        InputError::Io {
+            file: shown.to_owned(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+        }
+        .into()
+    })
 }
 
 /// Loads and merges the layers for a task bound to `bound` (none for scratch runs),
@@ -137,16 +237,9 @@ pub fn load(
     })
 }
 
-/// The trust in the project directory holding `layer`, the layer with only what that
-/// trust allows, and the report of every key.
-fn sort_project_layer(
-    ctx: &Context,
-    layer: Layer,
-    store: &TrustStore,
-    notes: &mut Vec<String>,
-) -> (Layer, ProjectLayerReport) {
-    // The project is the directory holding `.berth`; the bound path is canonical, so
-    // is every ancestor.
+/// The project directory holding `layer` (the directory holding its `.berth`; the
+/// bound path is canonical, so is every ancestor), and the trust recorded for it.
+fn project_trust(layer: &Layer, store: &TrustStore, notes: &mut Vec<String>) -> (LocalPath, Trust) {
     let root = layer.dir.parent().unwrap_or_else(|| layer.dir.clone());
     let trust = match store.trust_of(root.as_str(), identity_of(root.as_str())) {
         Ok(t) => t,
@@ -159,7 +252,24 @@ fn sort_project_layer(
             Trust::Untrusted
         }
     };
+    (root, trust)
+}
+
+/// The trust in the project directory holding `layer`, the layer with only what that
+/// trust allows, and the report of every key. Fails only for what a trusted layer sets
+/// and no process could be given (an `env` name holding NUL, …): untrusted, such a key
+/// is ignored like the rest of `env`, and never blocks the run.
+fn sort_project_layer(
+    ctx: &Context,
+    layer: Layer,
+    store: &TrustStore,
+    notes: &mut Vec<String>,
+) -> Result<(Layer, ProjectLayerReport), SettingsLoadError> {
+    let (root, trust) = project_trust(&layer, store, notes);
     let mut gated = gate(&layer, trust);
+    if let Some(unusable) = gated.layer.unusable_env.first() {
+        return Err(unusable.error.clone().into());
+    }
     if trust != Trust::Trusted {
         escape_check(ctx, &root, &layer, &mut gated, trust);
     }
@@ -171,7 +281,34 @@ fn sort_project_layer(
         hint: None,
     };
     set_hint(&mut report);
-    (gated.layer, report)
+    Ok((gated.layer, report))
+}
+
+/// A project layer another user may have written ([`owner`]): nothing of it applies
+/// (`layer` is empty), and the report says why, as one ignored key for the whole file.
+fn foreign_layer(
+    ctx: &Context,
+    layer: Layer,
+    why: &Foreign,
+    store: &TrustStore,
+    notes: &mut Vec<String>,
+) -> (Layer, ProjectLayerReport) {
+    let (root, trust) = project_trust(&layer, store, notes);
+    let report = ProjectLayerReport {
+        file: layer.file.clone(),
+        dir: display(ctx, &root),
+        trust,
+        keys: vec![KeyVerdict {
+            key: WHOLE_FILE.to_owned(),
+            line: 1,
+            column: 1,
+            verdict: Verdict::Foreign,
+            message: why.message(),
+        }],
+        // Trust does not lift this: no `berth trust` hint.
+        hint: None,
+    };
+    (layer, report)
 }
 
 /// Plugins of an untrusted project layer must stay inside the project once symbolic
@@ -221,27 +358,29 @@ fn escape_check(
 }
 
 /// The project layer file a session bound to `bound` reads: the nearest existing
-/// candidate. The directory holding its `.berth` is the one trust is given to.
+/// candidate (one that cannot be read, too: runs fail on it), none if another user may
+/// have written it. The directory holding its `.berth` is the one trust is given to.
 pub fn project_layer_file(ctx: &Context, bound: &LocalPath) -> Option<LocalPath> {
-    settings::project_layer_candidates(bound, ctx.home.as_ref())
-        .into_iter()
-        .find(|file| std::path::Path::new(file.as_str()).is_file())
+    for file in settings::project_layer_candidates(bound, ctx.home.as_ref()) {
+        match look(ctx, &file, &display(ctx, &file)) {
+            Ok(Candidate::Missing) => continue,
+            Ok(Candidate::Foreign(_)) => return None,
+            Ok(Candidate::Read(_)) | Err(_) => return Some(file),
+        }
+    }
+    None
 }
 
+/// The user layer's file: bounded like every settings file, parsed strictly (the
+/// user's own words: a mistake in them is an error).
 fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, SettingsLoadError> {
     let shown = display(ctx, file);
-    let text = match std::fs::read_to_string(file.as_str()) {
-        Ok(t) => t,
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-            return Ok(None);
-        }
-        Err(source) => {
-            return Err(SettingsLoadError::Read {
-                file: shown,
-                source,
-            });
-        }
+    let bytes = match input::read(Path::new(file.as_str()), &shown, Limit::Whole(MAX_SETTINGS)) {
+        Ok(read) => read.bytes,
+        Err(e) if e.is_missing() => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
+    let text = utf8(&shown, bytes)?;
     let Some(dir) = file.parent() else {
         return Ok(None);
     };

@@ -239,3 +239,173 @@ fn the_settings_agent_picks_among_registered_agents_when_none_is_named() {
         "{err}"
     );
 }
+
+/// Runs `berth ARGS` and fails the test, rather than hang it, if it has not finished
+/// within `secs` (a generous bound: a regression reads without end).
+fn run_within(b: &Berth, args: &[&str], secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = b
+        .cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run berth");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("berth {args:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Makes `.berth/settings.jsonc` in `dir` what `kind` says: a symbolic link to
+/// `/dev/zero`, a FIFO, or a regular file past the 1 MiB limit (valid JSONC, so only
+/// the limit refuses it).
+fn unbounded_layer(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    let file = dir.join(".berth/settings.jsonc");
+    match kind {
+        "zero" => std::os::unix::fs::symlink("/dev/zero", &file).unwrap(),
+        "fifo" => {
+            let st = std::process::Command::new("mkfifo")
+                .arg(&file)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        _ => {
+            let mut text = String::from("{ \"prompt\": { \"append\": \"x\" } }\n");
+            text.push_str(&" ".repeat(2 * 1024 * 1024));
+            std::fs::write(&file, text).unwrap();
+        }
+    }
+    file
+}
+
+/// Issue 33, break 3: a project layer that is `/dev/zero`, a FIFO or a huge file is
+/// never read without bound. `session new` and `send` finish at once, naming the file
+/// and the rule (the run fails with `prepare_failed`); `settings check` refuses it with
+/// a code.
+#[test]
+fn a_settings_file_that_is_not_a_small_regular_file_is_refused_promptly_by_name() {
+    let mut b = Berth::new("settings-bounded");
+    b.serve();
+    add_command_agent(&b, "echo", "echo ran");
+    let cases = [
+        ("zero", "is a character device, not a regular file"),
+        ("fifo", "is a FIFO (named pipe), not a regular file"),
+        (
+            "big",
+            "is larger than 1048576 bytes, the most Berth reads of a settings file",
+        ),
+    ];
+    for (kind, rule) in cases {
+        let dir = b.user_home.join("code").join(kind);
+        let file = unbounded_layer(&dir, kind);
+        let named = format!("~/code/{kind}/.berth/settings.jsonc {rule}");
+
+        // No --agent: the CLI reads the settings for an `agent` (45 s in the kernel
+        // for /dev/zero, before).
+        let out = run_within(&b, &["session", "new", "--dir", s(&dir), "--json"], 60);
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let error = session["project_layer"]["error"].as_str().unwrap_or("");
+        assert!(error.starts_with(&named), "{kind}: {session}");
+        let id = session["id"].as_str().unwrap();
+
+        let out = run_within(&b, &["send", "--json", id, "go"], 60);
+        assert_eq!(out.status.code(), Some(1), "{kind}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let task = &last["task"];
+        assert_eq!(
+            (task["status"].as_str(), task["error_code"].as_str()),
+            (Some("failed"), Some("prepare_failed")),
+            "{kind}: {task}"
+        );
+        assert!(
+            task["error"].as_str().unwrap_or("").contains(&named),
+            "{kind}: {task}"
+        );
+
+        let out = run_within(&b, &["settings", "check", s(&file), "--json"], 60);
+        assert_eq!(out.status.code(), Some(1), "{kind}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let code = if kind == "big" {
+            "file_too_large"
+        } else {
+            "not_a_regular_file"
+        };
+        assert_eq!(doc["error"]["code"], code, "{kind}: {doc}");
+        assert!(
+            doc["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with(&named),
+            "{kind}: {doc}"
+        );
+    }
+
+    // The file named on the command line, as the issue found it.
+    let out = run_within(&b, &["settings", "check", "/dev/zero"], 60);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "error: /dev/zero is a character device, not a regular file; Berth reads settings and plugins only from regular files"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: replace it with a regular file"),
+        "{err}"
+    );
+}
+
+/// A prompt fragment that is `/dev/zero` or a FIFO is a warning naming the plugin; the
+/// run goes on (before, the FIFO held the run forever in `open`).
+#[test]
+fn a_prompt_fragment_that_is_not_a_regular_file_is_a_warning_not_a_hang() {
+    let mut b = Berth::new("settings-fragment");
+    b.serve();
+    add_command_agent(&b, "echo", "echo ran");
+    let dir = b.user_home.join("code/app");
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    std::fs::write(
+        dir.join(".berth/settings.jsonc"),
+        r#"{ "plugins": ["zero.md", "fifo.md"] }"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join(".berth/zero.md")).unwrap();
+    let st = std::process::Command::new("mkfifo")
+        .arg(dir.join(".berth/fifo.md"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Trusted: a link out of the project (to /dev/zero) would not be read otherwise.
+    b.ok(&["trust", s(&dir)]);
+    let session = new_session(&b, "echo", Some(&dir));
+    let out = run_within(&b, &["send", &session, "go"], 60);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for (id, kind) in [
+        ("zero", "a character device"),
+        ("fifo", "a FIFO (named pipe)"),
+    ] {
+        assert!(
+            err.contains(&format!(
+                "plugin {id} declared in ~/code/app/.berth/settings.jsonc cannot be read: its file is {kind}, not a regular file"
+            )),
+            "{err}"
+        );
+    }
+}

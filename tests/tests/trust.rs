@@ -610,3 +610,179 @@ fn a_chat_channel_cannot_grant_trust() {
     let session = new_session(&b, "rec", Some(&dir));
     assert_untrusted(&run(&b, &session), &b, &dir, "untrusted");
 }
+
+/// Issue 33, break 4: a project layer another local user may have written is not read.
+///
+/// The binding is outside `$HOME`, so the walk for a project layer goes up to `/`:
+/// `shared/.berth` above `shared/proj` is a candidate. Tests run as root, so "another
+/// user" is uid 65534 (nobody): a `.berth` it owns, and a `.berth` of the user's in a
+/// folder anyone may write (no sticky bit), or a group-writable `.berth`, are each
+/// skipped: their prompt text and plugin never reach the brief, the run succeeds, and
+/// the transcript and `berth check` report the file as ignored (key `*`, verdict
+/// `foreign`), naming the folder and the rule. A sticky world-writable folder (like
+/// `/tmp`) holding a `.berth` of the user's is read.
+#[test]
+fn a_layer_another_user_may_have_written_is_not_read_and_is_reported() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    const NOBODY: u32 = 65534;
+    let mut b = Berth::new("trust-foreign");
+    b.serve();
+    add_command_agent(&b, "rec", RECORDER);
+
+    // (case, what makes it foreign, the path the message names, what it says of it)
+    let cases: [(&str, &str, &str); 4] = [
+        (
+            "owner",
+            ".berth",
+            "is owned by uid 65534, neither you nor root",
+        ),
+        ("world", "", "is writable by everyone (mode 0777)"),
+        ("group", ".berth", "is writable by its group (mode 0775)"),
+        (
+            "sticky-owner",
+            ".berth",
+            "is owned by uid 65534, neither you nor root",
+        ),
+    ];
+    for (case, named, says) in cases {
+        let shared = b.root.path().join(case);
+        let proj = shared.join("proj");
+        let berth = shared.join(".berth");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::create_dir_all(&berth).unwrap();
+        std::fs::write(
+            berth.join("settings.jsonc"),
+            r#"{ "prompt": { "append": "FOREIGN-MARKER" }, "plugins": ["evil.md"] }"#,
+        )
+        .unwrap();
+        std::fs::write(berth.join("evil.md"), "FOREIGN-PLUGIN-MARKER").unwrap();
+        match case {
+            "owner" => {
+                for p in [
+                    &berth,
+                    &berth.join("settings.jsonc"),
+                    &berth.join("evil.md"),
+                ] {
+                    chown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+                }
+            }
+            "world" => mode(&shared, 0o777).unwrap(),
+            "group" => {
+                chown(&berth, None, Some(NOBODY)).unwrap();
+                mode(&berth, 0o775).unwrap();
+            }
+            _ => {
+                mode(&shared, 0o1777).unwrap();
+                chown(&berth, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        }
+        let session = new_session(&b, "rec", Some(&proj));
+        let r = run(&b, &session);
+        assert_eq!(r.task["status"], "succeeded", "{case}: never blocks");
+        assert!(
+            !r.brief.contains("FOREIGN-MARKER") && !r.brief.contains("FOREIGN-PLUGIN-MARKER"),
+            "{case}: another user's text must not reach the brief: {}",
+            r.brief
+        );
+        let ignored = r
+            .ignored
+            .as_ref()
+            .unwrap_or_else(|| panic!("{case}: an ignored event"));
+        assert_eq!(
+            ignored["file"],
+            format!("{}/settings.jsonc", s(&berth)),
+            "{case}"
+        );
+        assert_eq!(
+            keys_of(ignored),
+            [("*".to_owned(), "foreign".to_owned())],
+            "{case}"
+        );
+        assert!(
+            ignored.get("hint").is_none(),
+            "{case}: trust does not lift it"
+        );
+        let message = ignored["keys"][0]["message"].as_str().unwrap();
+        let path = shared.join(named);
+        let path = s(&path).trim_end_matches('/');
+        assert!(
+            message.starts_with(&format!("the whole file is ignored: {path} {says}")),
+            "{case}: {message}"
+        );
+
+        let check = b.json(&["check", s(&proj), "--json"]);
+        assert_eq!(
+            keys_of(&check["project_layer"]),
+            [("*".to_owned(), "foreign".to_owned())],
+            "{case}: {check}"
+        );
+    }
+
+    // The control: the user's own `.berth` in a sticky world-writable folder is read.
+    let shared = b.root.path().join("sticky-mine");
+    let proj = shared.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::create_dir_all(shared.join(".berth")).unwrap();
+    std::fs::write(
+        shared.join(".berth/settings.jsonc"),
+        r#"{ "prompt": { "append": "MINE-MARKER" } }"#,
+    )
+    .unwrap();
+    mode(&shared, 0o1777).unwrap();
+    let session = new_session(&b, "rec", Some(&proj));
+    let r = run(&b, &session);
+    assert!(r.brief.contains("MINE-MARKER"), "{}", r.brief);
+    assert!(r.ignored.is_none(), "{:?}", r.ignored);
+}
+
+/// Issue 33, break 11(a): an `env` name no process could be given (it holds NUL) in an
+/// untrusted project layer is ignored like the rest of its `env`, reported, and never
+/// blocks the run. Trusted, it is the error it is, naming its place.
+#[test]
+fn an_unusable_env_name_in_an_untrusted_layer_is_ignored_not_fatal() {
+    let mut b = Berth::new("trust-nul-env");
+    b.serve();
+    add_command_agent(&b, "rec", RECORDER);
+    let dir = b.user_home.join("code/app");
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    std::fs::write(
+        dir.join(".berth/settings.jsonc"),
+        "{\n  \"prompt\": { \"append\": \"NUL-MARKER\" },\n  \"env\": { \"A\\u0000B\": \"x\" }\n}\n",
+    )
+    .unwrap();
+    let session = new_session(&b, "rec", Some(&dir));
+    let r = run(&b, &session);
+    assert_eq!(r.task["status"], "succeeded", "{}", r.task);
+    assert!(
+        r.brief.contains("NUL-MARKER"),
+        "the rest of the file applies"
+    );
+    let ignored = r.ignored.as_ref().expect("an ignored event");
+    assert_eq!(
+        keys_of(ignored),
+        [("env.A\u{0}B".to_owned(), "needs_trust".to_owned())]
+    );
+    let k = &ignored["keys"][0];
+    assert_eq!(
+        (k["line"].as_u64(), k["column"].as_u64()),
+        (Some(3), Some(12))
+    );
+
+    // `berth trust` records the trust, then says the layer cannot be used as written.
+    let out = b.run(&["trust", s(&dir)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("~/code/app/.berth/settings.jsonc:3:12: the environment variable name"),
+        "{err}"
+    );
+    let (code, _, task) = send_json(&b, &session, "go");
+    assert_eq!(code, 1);
+    assert_eq!(task["error_code"], "prepare_failed", "{task}");
+    assert!(
+        task["error"].as_str().unwrap().contains(
+            "~/code/app/.berth/settings.jsonc:3:12: the environment variable name \"A\\u{0}B\" contains '=' or NUL"
+        ),
+        "{task}"
+    );
+}

@@ -20,7 +20,7 @@ pub mod trust;
 
 pub use layers::{PROJECT_DIR, SETTINGS_FILE, project_layer_candidates, user_layer_file};
 pub use merge::merge;
-pub use parse::parse;
+pub use parse::{parse, parse_project};
 
 use crate::path::LocalPath;
 use serde::Serialize;
@@ -165,6 +165,24 @@ pub struct Layer {
     /// In file order. (A list, not a map: the browser bundle parses settings too, and a
     /// map of another value type costs it kilobytes.)
     pub places: Vec<(String, Pos)>,
+    /// `env` entries no process could be given, left here by [`parse_project`] alone
+    /// ([`parse`] reports them as errors): whether one is an error or an ignored key
+    /// depends on the project directory's trust, which [`trust::gate`] decides.
+    pub unusable_env: Vec<UnusableEnv>,
+}
+
+/// An `env` entry no process environment allows: an empty name, a name holding `=` or
+/// NUL, or a value holding NUL.
+///
+/// In the user layer, or a trusted project layer, it is an error (`error`). In an
+/// untrusted project layer the whole `env` is ignored anyway, and an ignored key never
+/// blocks a run, so there it is reported as ignored like the rest of `env`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct UnusableEnv {
+    /// The variable's name, as written (it may hold `=` or NUL).
+    pub name: String,
+    /// What is wrong with it, where: the error [`parse`] reports for it.
+    pub error: SettingsError,
 }
 
 /// `snapshots` in the user settings: the per-task change record's limits.
@@ -201,6 +219,7 @@ impl Layer {
             snapshots: SnapshotLimits::default(),
             warnings: Vec::new(),
             places: Vec::new(),
+            unusable_env: Vec::new(),
         }
     }
 

@@ -39,7 +39,21 @@ const PLUGIN_KEYS: [&str; 3] = ["plugin", "path", "enabled"];
 /// text (or one holding only comments) is an empty layer. Never panics, whatever the
 /// input.
 pub fn parse(file: &str, dir: &LocalPath, text: &str) -> Result<Layer, SettingsError> {
-    let read = read(file, dir, text);
+    first_error(read(file, dir, text))
+}
+
+/// [`parse`] for a project layer: the same, except that an `env` entry no process could
+/// be given is not an error here but is left in [`Layer::unusable_env`].
+///
+/// A project layer's `env` applies only once its directory is trusted; until then it
+/// is ignored, and an ignored key must never block a run. [`super::trust::gate`] makes
+/// such an entry an ignored key without trust, and leaves it as the error it is with
+/// trust.
+pub fn parse_project(file: &str, dir: &LocalPath, text: &str) -> Result<Layer, SettingsError> {
+    first_error(read_keeping_env(file, dir, text))
+}
+
+fn first_error(read: Read) -> Result<Layer, SettingsError> {
     match read.errors.into_iter().next() {
         Some(err) => Err(err),
         None => Ok(read.layer),
@@ -55,6 +69,18 @@ pub(super) struct Read {
 
 /// Reads the whole text, collecting every error instead of stopping at the first.
 pub(super) fn read(file: &str, dir: &LocalPath, text: &str) -> Read {
+    let mut read = read_keeping_env(file, dir, text);
+    let unusable = std::mem::take(&mut read.layer.unusable_env);
+    if !unusable.is_empty() {
+        read.errors.extend(unusable.into_iter().map(|u| u.error));
+        super::sort_by_position(&mut read.errors, |e| (e.line, e.column));
+    }
+    read
+}
+
+/// [`read`], leaving the `env` entries no process could be given in
+/// [`Layer::unusable_env`] rather than among the errors.
+fn read_keeping_env(file: &str, dir: &LocalPath, text: &str) -> Read {
     // Editors on Windows may save a byte-order mark; it is not part of the JSON.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut reader = Reader {
@@ -117,6 +143,22 @@ impl Reader<'_> {
             line,
             column,
             message,
+        });
+    }
+
+    /// An `env` entry no process could be given: an error in the end, or, in a project
+    /// layer, a key for the trust gate to judge ([`Layer::unusable_env`]).
+    fn unusable_env(&mut self, name: &str, offset: usize, message: String) {
+        let (line, column) = self.lines.position(offset);
+        self.layer.unusable_env.push(super::UnusableEnv {
+            name: name.to_owned(),
+            error: SettingsError {
+                kind: SettingsErrorKind::InvalidValue,
+                file: self.layer.file.clone(),
+                line,
+                column,
+                message,
+            },
         });
     }
 
@@ -322,7 +364,7 @@ impl Reader<'_> {
                 None
             };
             if let Some(message) = bad_name {
-                self.error(SettingsErrorKind::InvalidValue, prop.range.start, message);
+                self.unusable_env(name, prop.range.start, message);
                 continue;
             }
             let key = scoped("env", name);
@@ -330,14 +372,11 @@ impl Reader<'_> {
                 continue;
             };
             if value.contains('\0') {
-                self.error(
-                    SettingsErrorKind::InvalidValue,
-                    prop.value.range().start,
-                    format!(
-                        "{} contains a NUL character, which no process environment allows",
-                        q(&key)
-                    ),
+                let message = format!(
+                    "{} contains a NUL character, which no process environment allows",
+                    q(&key)
                 );
+                self.unusable_env(name, prop.value.range().start, message);
                 continue;
             }
             self.mark(key, prop.range.start);

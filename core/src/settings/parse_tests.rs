@@ -89,6 +89,7 @@ fn comments_and_trailing_commas_parse() {
         ca_file: None,
         snapshots: Default::default(),
         warnings: vec![],
+        unusable_env: vec![],
         places: [
             ("agent", 4, 3),
             ("permissions", 5, 3),

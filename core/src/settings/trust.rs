@@ -95,14 +95,22 @@ pub enum Verdict {
     Never,
     /// Ignored: only the user layer sets it (channel secrets and addresses).
     UserLayerOnly,
+    /// Ignored, the whole file with it, trusted or not: another user may have written
+    /// the file (it, its `.berth` folder or the folder holding that is owned by someone
+    /// other than the user or root, or writable by others). Reported as one key,
+    /// [`WHOLE_FILE`].
+    Foreign,
 }
+
+/// The key of a [`Verdict::Foreign`]: every key of the file, which is not read.
+pub const WHOLE_FILE: &str = "*";
 
 impl Verdict {
     /// Whether the key is left out of the settings in force.
     pub const fn ignored(self) -> bool {
         matches!(
             self,
-            Verdict::NeedsTrust | Verdict::Never | Verdict::UserLayerOnly
+            Verdict::NeedsTrust | Verdict::Never | Verdict::UserLayerOnly | Verdict::Foreign
         )
     }
 }
@@ -122,7 +130,8 @@ pub struct KeyVerdict {
 /// A project layer sorted by [`gate`]: what applies, and every key's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gated {
-    /// The layer with the ignored keys removed.
+    /// The layer with the ignored keys removed. Its `unusable_env` is empty unless the
+    /// directory is trusted: then it holds the `env` entries that are errors.
     pub layer: Layer,
     /// Every key the file sets, in file order.
     pub keys: Vec<KeyVerdict>,
@@ -199,6 +208,34 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
             verdict(key, at, Verdict::NeedsTrust, message);
         }
     }
+    // Entries no process could be given: ignored like the rest of `env` without trust
+    // (an ignored key never blocks a run); with trust left in the layer, as the errors
+    // they are, for the caller to refuse.
+    for unusable in &layer.unusable_env {
+        let key = format!("env.{}", unusable.name);
+        let at = Pos {
+            line: unusable.error.line,
+            column: unusable.error.column,
+        };
+        if never_from_project(&unusable.name) {
+            let message = format!(
+                "{} is ignored: a project layer never sets {}, even when trusted",
+                q(&key),
+                NEVER_FROM_PROJECT.join(", ")
+            );
+            verdict(key, at, Verdict::Never, message);
+        } else if !trusted {
+            let message = format!(
+                "{} is ignored: {} (and it could not be set anyway: {})",
+                q(&key),
+                trust.why_not(),
+                unusable.error.message
+            );
+            verdict(key, at, Verdict::NeedsTrust, message);
+        }
+    }
+    out.unusable_env
+        .retain(|u| trusted && !never_from_project(&u.name));
     for name in layer.channels.keys() {
         let key = format!("channels.{name}");
         let at = layer.place(&key);
@@ -479,6 +516,53 @@ mod tests {
         ] {
             assert!(!never_from_project(name), "{name}");
         }
+    }
+
+    /// An `env` entry no process could be given is an error in the user layer and a
+    /// trusted project layer, but an ignored key (never blocking) in an untrusted one.
+    #[test]
+    fn an_unusable_env_entry_is_ignored_without_trust_and_an_error_with_it() {
+        let dir = LocalPath::parse(Platform::Linux, "/p/app/.berth").unwrap();
+        let text = "{\n  \"env\": {\n    \"A\\u0000B\": \"x\",\n    \"LD_\\u0000\": \"y\",\n    \"C\": \"z\\u0000\",\n    \"OK\": \"1\"\n  }\n}";
+        let strict = parse(FILE, &dir, text).unwrap_err();
+        assert_eq!((strict.line, strict.column), (3, 5), "{strict}");
+        let l = crate::settings::parse_project(FILE, &dir, text).unwrap();
+        assert_eq!(l.unusable_env.len(), 3);
+
+        let g = gate(&l, Trust::Untrusted);
+        use Verdict::{NeedsTrust, Never};
+        assert_eq!(
+            verdicts(&g),
+            vec![
+                ("env.OK", NeedsTrust, 6),
+                ("env.A\0B", NeedsTrust, 3),
+                ("env.LD_\0", Never, 4),
+                ("env.C", NeedsTrust, 5),
+            ]
+        );
+        assert_eq!(
+            g.keys[1].message,
+            "\"env.A\\u{0}B\" is ignored: the directory is not trusted (and it could not be set anyway: the environment variable name \"A\\u{0}B\" contains '=' or NUL, which no process environment allows)"
+        );
+        assert_eq!(g.layer.unusable_env, vec![]);
+        assert!(g.layer.env.is_empty());
+
+        let g = gate(&l, Trust::Trusted);
+        let left: Vec<&str> = g
+            .layer
+            .unusable_env
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect();
+        assert_eq!(
+            left,
+            ["A\0B", "C"],
+            "the errors a trusted layer must answer for"
+        );
+        assert_eq!(
+            verdicts(&g),
+            vec![("env.OK", Verdict::Trusted, 6), ("env.LD_\0", Never, 4)]
+        );
     }
 
     #[test]

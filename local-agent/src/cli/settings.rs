@@ -12,6 +12,7 @@ use berth_core::display::display;
 use berth_core::settings::{Severity, check_text};
 use berth_core::{LocalPath, Platform};
 use berth_local_agent::ExecutorConfig;
+use berth_local_agent::settings::input::{self, InputError, Limit, MAX_SETTINGS};
 use berth_local_agent::settings::{Explained, explain};
 use berth_local_agent::trust::TrustStore;
 use serde_json::{Value, json};
@@ -114,11 +115,9 @@ pub(super) fn session_lines(
 
 fn explained(cfg: &ExecutorConfig, bound: Option<&LocalPath>) -> Result<Explained, CliError> {
     let trust = TrustStore::new(&cfg.berth_home);
-    explain(&cfg.context(), &cfg.config_dir, bound, &trust).map_err(|e| {
-        CliError::new(
-            e.to_string(),
-            "fix the settings file (berth settings check FILE)",
-        )
+    explain(&cfg.context(), &cfg.config_dir, bound, &trust).map_err(|e| CliError {
+        code: Some(e.code().to_owned()),
+        ..CliError::new(e.to_string(), e.hint())
     })
 }
 
@@ -202,16 +201,27 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
     let local = LocalPath::parse(Platform::native(), text_path)
         .map_err(|r| CliError::usage(r.message.clone(), r.hint.clone()))?;
     let shown = display(&ctx, &local);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        CliError::new(
-            format!("cannot read {shown}: {e}"),
-            if file.is_none() {
+    // Bounded like every settings read: `settings check /dev/zero` answers at once.
+    let text = input::read(&path, &shown, Limit::Whole(MAX_SETTINGS))
+        .and_then(|read| {
+            String::from_utf8(read.bytes).map_err(|e| InputError::Io {
+                file: shown.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+            })
+        })
+        .map_err(|e| {
+            let hint = if file.is_none() && e.is_missing() {
                 "you have no user settings yet; create the file, or name one: berth settings check FILE"
-            } else {
+            } else if e.is_missing() {
                 "check the path"
-            },
-        )
-    })?;
+            } else {
+                e.hint()
+            };
+            CliError {
+                code: Some(e.code().to_owned()),
+                ..CliError::new(e.to_string(), hint)
+            }
+        })?;
     let dir = local.parent().unwrap_or_else(|| local.clone());
     let diagnostics = check_text(&shown, &dir, &text);
     let errors = diagnostics
