@@ -143,7 +143,7 @@ fn read_layers(
                         Some(foreign_layer(ctx, layer, &why, trust, &mut layers.notes));
                 }
                 Candidate::Read(bytes) => {
-                    let text = utf8(&shown, bytes.bytes)?;
+                    let text = bytes.into_text(&shown)?;
                     let layer = settings::parse_project(&shown, &dir, &text)?;
                     layers.project =
                         Some(sort_project_layer(ctx, layer, trust, &mut layers.notes)?);
@@ -199,16 +199,6 @@ fn look(ctx: &Context, file: &LocalPath, shown: &str) -> Result<Candidate, Setti
     Ok(match owner::check_read(ctx, path, &bytes) {
         Some(why) => Candidate::Foreign(why),
         None => Candidate::Read(bytes),
-    })
-}
-
-fn utf8(shown: &str, bytes: Vec<u8>) -> Result<String, SettingsLoadError> {
-    String::from_utf8(bytes).map_err(|e| {
-        InputError::Io {
-            file: shown.to_owned(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
-        }
-        .into()
     })
 }
 
@@ -375,12 +365,11 @@ pub fn project_layer_file(ctx: &Context, bound: &LocalPath) -> Option<LocalPath>
 /// user's own words: a mistake in them is an error).
 fn read_layer(ctx: &Context, file: &LocalPath) -> Result<Option<Layer>, SettingsLoadError> {
     let shown = display(ctx, file);
-    let bytes = match input::read(Path::new(file.as_str()), &shown, Limit::Whole(MAX_SETTINGS)) {
-        Ok(read) => read.bytes,
+    let text = match input::read(Path::new(file.as_str()), &shown, Limit::Whole(MAX_SETTINGS)) {
+        Ok(read) => read.into_text(&shown)?,
         Err(e) if e.is_missing() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let text = utf8(&shown, bytes)?;
     let Some(dir) = file.parent() else {
         return Ok(None);
     };

@@ -12,7 +12,7 @@ use berth_core::display::display;
 use berth_core::settings::{Severity, check_text};
 use berth_core::{LocalPath, Platform};
 use berth_local_agent::ExecutorConfig;
-use berth_local_agent::settings::input::{self, InputError, Limit, MAX_SETTINGS};
+use berth_local_agent::settings::input::{self, Limit, MAX_SETTINGS};
 use berth_local_agent::settings::{Explained, explain};
 use berth_local_agent::trust::TrustStore;
 use serde_json::{Value, json};
@@ -203,12 +203,7 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
     let shown = display(&ctx, &local);
     // Bounded like every settings read: `settings check /dev/zero` answers at once.
     let text = input::read(&path, &shown, Limit::Whole(MAX_SETTINGS))
-        .and_then(|read| {
-            String::from_utf8(read.bytes).map_err(|e| InputError::Io {
-                file: shown.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
-            })
-        })
+        .and_then(|read| read.into_text(&shown))
         .map_err(|e| {
             let hint = if file.is_none() && e.is_missing() {
                 "you have no user settings yet; create the file, or name one: berth settings check FILE"

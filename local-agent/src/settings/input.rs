@@ -46,6 +46,16 @@ pub struct Bytes {
     pub mode: u32,
 }
 
+impl Bytes {
+    /// The bytes as text (`shown` names the file), or why they are not UTF-8.
+    pub fn into_text(self, shown: &str) -> Result<String, InputError> {
+        String::from_utf8(self.bytes).map_err(|e| InputError::Io {
+            file: shown.to_owned(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+        })
+    }
+}
+
 /// Why a file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
