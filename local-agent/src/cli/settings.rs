@@ -7,7 +7,7 @@ use super::SettingsCmd;
 use super::client::{Client, encode};
 use super::commands::{print_json, runtime};
 use super::error::CliError;
-use super::render::{inert, project_layer_lines};
+use super::render::{escape, inert, project_layer_lines};
 use berth_core::display::display;
 use berth_core::settings::{Severity, check_text};
 use berth_core::{LocalPath, Platform};
@@ -233,17 +233,20 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
             };
             println!(
                 "{}:{}:{}: {level}: {}",
-                d.file,
+                escape(&d.file),
                 d.line,
                 d.column,
                 inert(&d.message)
             );
         }
         if diagnostics.is_empty() {
-            println!("ok: {shown} has no problems");
+            println!("ok: {} has no problems", escape(&shown));
         } else {
             let warnings = diagnostics.len() - errors;
-            println!("{shown}: {errors} error(s), {warnings} warning(s)");
+            println!(
+                "{}: {errors} error(s), {warnings} warning(s)",
+                escape(&shown)
+            );
         }
     }
     Ok(if errors == 0 { 0 } else { 1 })
