@@ -28,6 +28,10 @@ pub enum ErrorCode {
     DaemonMismatch,
     UnknownSession,
     UnknownAgent,
+    /// A name in the directory that Berth must write through for a run (the brief's
+    /// `CLAUDE.md`, a skill folder's parent) is not a regular file with one link or a
+    /// plain directory: a hard link, a symlink, a FIFO. Nothing is written.
+    SidecarBlocked,
     // Extension: why a task failed or did not finish, on every failed task.
     /// The agent's program is not installed (not on `PATH`).
     AgentNotFound,
@@ -52,7 +56,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in contract order.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::PathEmpty,
         ErrorCode::PathNotAbsolute,
         ErrorCode::PathInvalid,
@@ -71,6 +75,7 @@ impl ErrorCode {
         ErrorCode::DaemonMismatch,
         ErrorCode::UnknownSession,
         ErrorCode::UnknownAgent,
+        ErrorCode::SidecarBlocked,
         ErrorCode::AgentNotFound,
         ErrorCode::AgentStartFailed,
         ErrorCode::AgentExited,
@@ -103,6 +108,7 @@ impl ErrorCode {
             ErrorCode::DaemonMismatch => "daemon_mismatch",
             ErrorCode::UnknownSession => "unknown_session",
             ErrorCode::UnknownAgent => "unknown_agent",
+            ErrorCode::SidecarBlocked => "sidecar_blocked",
             ErrorCode::AgentNotFound => "agent_not_found",
             ErrorCode::AgentStartFailed => "agent_start_failed",
             ErrorCode::AgentExited => "agent_exited",

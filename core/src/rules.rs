@@ -223,6 +223,7 @@ fn hint_for(code: ErrorCode) -> &'static str {
         | ErrorCode::DaemonMismatch
         | ErrorCode::UnknownSession
         | ErrorCode::UnknownAgent
+        | ErrorCode::SidecarBlocked
         | ErrorCode::AgentNotFound
         | ErrorCode::AgentStartFailed
         | ErrorCode::AgentExited

@@ -217,7 +217,12 @@ impl Executor for NativeExecutor {
                 journal.display()
             )
         });
-        lines.extend(restored.chain(skipped).chain(in_use));
+        let kept = report.kept.iter().map(|path| {
+            format!(
+                "kept {path}: written by an interrupted task's agent inside a skill folder Berth installed, so not Berth's to remove"
+            )
+        });
+        lines.extend(restored.chain(kept).chain(skipped).chain(in_use));
         lines
     }
 
@@ -399,7 +404,10 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
     let settings = loaded.settings;
     let mut sidecars = Sidecars::new(&inner.journal, &task.task_id);
     let result = (|| {
-        let mut skills = Vec::new();
+        // Where every skill would go, and whether the brief needs its file, are
+        // settled before anything is written: a run refused for a name it cannot
+        // write through leaves the directory untouched.
+        let mut skills: Vec<(String, &std::path::Path)> = Vec::new();
         for plugin in &settings.plugins {
             if plugin.kind != berth_core::settings::PluginKind::Skill {
                 continue;
@@ -419,23 +427,36 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
                 ));
                 continue;
             }
-            skills.push(sidecars.install_skill(&place.pinned, base, &plugin.id, source)?);
+            let taken: Vec<String> = skills.iter().map(|(rel, _)| rel.clone()).collect();
+            let rel = sidecars.skill_place(&place.pinned, base, &plugin.id, &taken)?;
+            skills.push((rel, source));
         }
+        let names: Vec<String> = skills.iter().map(|(rel, _)| rel.clone()).collect();
         let brief = brief::compose(
             &task.session,
             place.mode,
             place.pinned.display(),
             place.worktree.as_ref().map(|w| w.branch.as_str()),
             &settings,
-            &skills,
+            &names,
         );
         warnings.extend(brief.warnings);
-        let brief_arg = match adapter.brief_file() {
+        let brief_file = match adapter.brief_file() {
             Some(file) if brief.text.len() > inner.cfg.brief_arg_limit => {
+                sidecars.check_block(&place.pinned, file)?;
+                Some(file)
+            }
+            Some(_) | None => None,
+        };
+        for (rel, source) in &skills {
+            sidecars.install_skill_at(&place.pinned, rel, source)?;
+        }
+        let brief_arg = match brief_file {
+            Some(file) => {
                 sidecars.append_block(&place.pinned, file, &brief.text)?;
                 None
             }
-            Some(_) | None => Some(brief.text.clone()),
+            None => Some(brief.text.clone()),
         };
         Ok::<_, crate::sidecar::SidecarError>((brief_arg, brief.text))
     })();
@@ -451,11 +472,15 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
         }),
         Err(e) => {
             let undone = sidecars.cleanup(&place.pinned);
+            let refusal = e.refusal(place.pinned.display());
             let mut msg = e.to_string();
             if let Err(u) = undone {
                 msg.push_str(&format!("; {u}"));
             }
-            Err(Stop::Failed(ErrorCode::PrepareFailed, msg))
+            match refusal {
+                Some(r) => Err(Stop::Refused(r)),
+                None => Err(Stop::Failed(ErrorCode::PrepareFailed, msg)),
+            }
         }
     }
 }
@@ -518,7 +543,12 @@ fn under_lock(
     } else {
         None
     };
-    let prepared = prepare(inner, task, &place)?;
+    let prepared = prepare(inner, task, &place).inspect_err(|stop| {
+        // A task's outcome carries no hint: the refusal's goes to its transcript.
+        if let Stop::Refused(r) = stop {
+            warn(events, format!("hint: {}", r.hint));
+        }
+    })?;
     Ok(Box::new(Locked {
         place,
         lock,
@@ -716,10 +746,13 @@ async fn run(
     }
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let (branch, mut changes, cleanup_error) = match finished {
-        Ok((branch, changes, problems)) => {
+        Ok((branch, changes, problems, kept)) => {
             for p in &problems {
                 tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
                 warn(p.clone());
+            }
+            if let Some(note) = kept_note(&kept) {
+                warn(note);
             }
             (branch, changes, problems.into_iter().next())
         }
@@ -770,6 +803,22 @@ async fn run(
         out.error = Some(e);
     }
     out
+}
+
+/// The line that tells what cleanup left in a folder Berth installed because the
+/// agent wrote it (the change summary lists those files too, unless ignored).
+fn kept_note(kept: &[String]) -> Option<String> {
+    const SHOWN: usize = 10;
+    if kept.is_empty() {
+        return None;
+    }
+    let mut list = kept[..kept.len().min(SHOWN)].join(", ");
+    if kept.len() > SHOWN {
+        list.push_str(&format!(" and {} more", kept.len() - SHOWN));
+    }
+    Some(format!(
+        "kept {list}: not Berth's (written during the run inside a skill folder Berth installed); Berth removed only its own files"
+    ))
 }
 
 /// How a turn that ran ended: its status, stable code, error, and denials.
@@ -838,10 +887,12 @@ fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) 
 /// Cleans up after the agent: re-checks the pin (a swap is reported, and cleanup goes
 /// through the descriptor, so it touches only the directory Berth wrote in), undoes
 /// the sidecars, commits a worktree turn. Returns the branch and any problems.
-/// What [`finish`] leaves: the worktree's branch and its turn's changes, and problems.
+/// What [`finish`] leaves: the worktree's branch and its turn's changes, problems, and
+/// what cleanup kept because Berth did not write it (relative paths).
 type Finished = (
     Option<String>,
     Option<berth_core::api::Changes>,
+    Vec<String>,
     Vec<String>,
 );
 
@@ -863,9 +914,13 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
     if let Err(r) = place.pinned.recheck() {
         problems.push(r.message);
     }
-    if let Err(e) = sidecars.cleanup(&place.pinned) {
-        problems.push(e.to_string());
-    }
+    let kept = match sidecars.cleanup(&place.pinned) {
+        Ok(kept) => kept,
+        Err(e) => {
+            problems.push(e.to_string());
+            Vec::new()
+        }
+    };
     let mut changes = None;
     let branch = place.worktree.as_ref().map(|wt| {
         match worktree::commit_turn(wt, task_id) {
@@ -880,7 +935,7 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
         }
         wt.branch.clone()
     });
-    (branch, changes, problems)
+    (branch, changes, problems, kept)
 }
 
 #[cfg(test)]

@@ -46,8 +46,32 @@ pub enum Record {
     },
     /// A directory Berth created, removed again if empty.
     CreateDir { path: String },
-    /// A tree Berth created under a name that did not exist: removed whole.
-    CopyTree { path: String },
+    /// A skill folder Berth created under a name that did not exist, and exactly what
+    /// it put in it. Undoing removes those entries only, a file only while it still
+    /// holds what Berth wrote, then each directory only if it is empty: whatever the
+    /// agent wrote there stays. (A record of an older Berth has no `entries`: only an
+    /// empty folder is removed.)
+    CopyTree {
+        path: String,
+        #[serde(default)]
+        entries: Vec<Copied>,
+    },
+}
+
+/// One entry Berth put into a skill folder, relative to the folder; a directory is
+/// listed before what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Copied {
+    Dir {
+        path: String,
+    },
+    /// A file, with the length and SHA-256 (hex) of the bytes Berth wrote.
+    File {
+        path: String,
+        len: u64,
+        sha256: String,
+    },
 }
 
 /// One line of a journal file: a record of one run.
@@ -236,6 +260,9 @@ pub struct ReplayReport {
     /// Journals that could not be applied, with why; they are moved to
     /// `journal/unapplied/` for a human to look at.
     pub skipped: Vec<(PathBuf, String)>,
+    /// What was left in place because Berth did not write it (an agent's file inside
+    /// a skill folder Berth installed), as full paths.
+    pub kept: Vec<String>,
     /// Journals left alone because a live Berth process holds them.
     pub in_use: Vec<PathBuf>,
 }
@@ -252,7 +279,12 @@ pub fn replay_leftovers(journal_dir: &Path) -> ReplayReport {
         let mut problems = Vec::new();
         for (dir, records) in unfinished_runs(&file) {
             match replay_run(&dir, &records) {
-                Ok(()) => report.restored.push(dir),
+                Ok(kept) => {
+                    report
+                        .kept
+                        .extend(kept.iter().map(|rel| format!("{dir}/{rel}")));
+                    report.restored.push(dir);
+                }
                 Err(why) => problems.push(why),
             }
         }
@@ -341,7 +373,8 @@ fn unfinished_runs(file: &Path) -> Vec<(String, Vec<Record>)> {
         .collect()
 }
 
-fn replay_run(dir: &str, records: &[Record]) -> Result<(), String> {
+/// Undoes one run's records in `dir`; returns what was kept (relative paths).
+fn replay_run(dir: &str, records: &[Record]) -> Result<Vec<String>, String> {
     let Some(Record::Begin { dev, ino, .. }) = records.first() else {
         return Err(format!("the journal of {dir} has no begin record"));
     };
@@ -360,10 +393,10 @@ fn replay_run(dir: &str, records: &[Record]) -> Result<(), String> {
             "{dir} is no longer the directory the journal was written for"
         ));
     }
-    let problems = sidecar::undo(&fd, &records[1..]);
-    if problems.is_empty() {
-        Ok(())
+    let undone = sidecar::undo(&fd, &records[1..]);
+    if undone.problems.is_empty() {
+        Ok(undone.kept)
     } else {
-        Err(problems.join("; "))
+        Err(undone.problems.join("; "))
     }
 }

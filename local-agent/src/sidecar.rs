@@ -7,11 +7,20 @@
 //! swapped directory nor a planted link can make Berth write elsewhere. A user's file is
 //! never overwritten: a block is appended and later cut out to the exact original
 //! bytes; a colliding skill folder makes Berth pick another name.
+//!
+//! A file is written into only when it is a regular file with exactly one link, as
+//! seen on the opened descriptor: a `CLAUDE.md` hard-linked to `~/.bashrc` would carry
+//! the brief outside the directory ([`Obstacle`]). Removal takes away exactly what Berth
+//! wrote: the files it created, while they still hold its bytes, then its directories
+//! if empty; what the agent put there stays, and is reported as kept.
 
-use crate::journal::{Journal, JournalError, Record, RunJournal};
+use crate::journal::{Copied, Journal, JournalError, Record, RunJournal};
 use crate::pin::PinnedDir;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use berth_core::{ErrorCode, Refusal};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,12 +42,166 @@ pub enum SidecarError {
         #[source]
         source: std::io::Error,
     },
+    /// The file that would carry the brief is not one Berth may write into.
     #[error(
-        "{path} exists in the directory but is not a plain directory; Berth will not write through it"
+        "{file} in the directory {obstacle}; Berth writes its brief only into a regular file with one link"
     )]
-    Blocked { path: String },
+    BriefBlocked { file: String, obstacle: Obstacle },
+    /// A directory on the way to a skill folder is not a plain directory.
+    #[error(
+        "{path} in the directory {obstacle}; Berth installs skills only through plain directories"
+    )]
+    Blocked { path: String, obstacle: Obstacle },
     #[error("cleaning up left something behind: {0}")]
     Cleanup(String),
+}
+
+impl SidecarError {
+    /// The refusal this error is, when it is one (`sidecar_blocked`): a name in the
+    /// directory (`shown`, as displayed) that Berth will not write through.
+    pub fn refusal(&self, shown: &str) -> Option<Refusal> {
+        let (path, obstacle, rule, hint) = match self {
+            SidecarError::BriefBlocked { file, obstacle } => (
+                file,
+                obstacle,
+                "Berth writes the brief only into a regular file with one link, never through a link or into a special file",
+                match obstacle {
+                    Obstacle::HardLink { .. } => format!(
+                        "give {file} a copy of its own (cp {file} {file}.own && mv {file}.own {file}), or shorten the brief (prompt.append, prompt plugins) so it travels as an argument"
+                    ),
+                    Obstacle::Symlink | Obstacle::Other { .. } => format!(
+                        "replace {file} with a regular file, or shorten the brief (prompt.append, prompt plugins) so it travels as an argument"
+                    ),
+                },
+            ),
+            SidecarError::Blocked { path, obstacle } => (
+                path,
+                obstacle,
+                "Berth installs skill folders only through plain directories",
+                format!(
+                    "replace {path} with a plain directory, or remove the skill plugin from the settings"
+                ),
+            ),
+            SidecarError::Journal(_)
+            | SidecarError::Write { .. }
+            | SidecarError::ReadSkill { .. }
+            | SidecarError::Cleanup(_) => return None,
+        };
+        Some(Refusal::new(
+            ErrorCode::SidecarBlocked,
+            format!("{path} in {shown} {obstacle}: {rule}"),
+            hint,
+        ))
+    }
+}
+
+/// What a name in the directory turned out to be when Berth meant to write through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Obstacle {
+    /// A regular file with other names: what Berth writes would appear under them too,
+    /// wherever they are.
+    HardLink { links: u64 },
+    /// A symbolic link: Berth never follows one in the directory.
+    Symlink,
+    /// Anything else that is not what was expected (a FIFO, a socket, a device, a
+    /// directory where a file was expected, a file where a directory was).
+    Other { kind: &'static str },
+}
+
+impl fmt::Display for Obstacle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Obstacle::HardLink { links } => write!(f, "is a hard link ({links} links)"),
+            Obstacle::Symlink => f.write_str("is a symbolic link"),
+            Obstacle::Other { kind } => write!(f, "is a {kind}"),
+        }
+    }
+}
+
+/// The name of a file type, for messages.
+fn kind_of(mode: u32) -> &'static str {
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symbolic link",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Unknown => "file of an unknown type",
+    }
+}
+
+/// Why Berth will not write into a file.
+enum Unwritable {
+    Obstacle(Obstacle),
+    Io(Errno),
+}
+
+/// Whether Berth may write into the file open as `fd`: a regular file with exactly
+/// one link, judged on the descriptor itself (the name may have changed since).
+fn writable_target(fd: &OwnedFd) -> Result<Stat, Unwritable> {
+    let st = rustix::fs::fstat(fd).map_err(Unwritable::Io)?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile if st.st_nlink == 1 => Ok(st),
+        FileType::RegularFile => {
+            // `nlink_t` is 64 bits on x86_64 Linux, 32 bits elsewhere.
+            #[allow(clippy::useless_conversion)]
+            let links = u64::from(st.st_nlink);
+            Err(Unwritable::Obstacle(Obstacle::HardLink { links }))
+        }
+        FileType::Symlink => Err(Unwritable::Obstacle(Obstacle::Symlink)),
+        FileType::Directory
+        | FileType::Fifo
+        | FileType::Socket
+        | FileType::CharacterDevice
+        | FileType::BlockDevice
+        | FileType::Unknown => Err(Unwritable::Obstacle(Obstacle::Other {
+            kind: kind_of(st.st_mode),
+        })),
+    }
+}
+
+/// The one way Berth opens a file of the user's to write into it: `name` in `dir`,
+/// read-write (`append`ing or not), if it exists and Berth may write into it: never
+/// following a symlink, never opening a special file (a FIFO would block, a device
+/// would act), and verified on the opened descriptor. `Ok(None)` when there is no
+/// such name.
+fn open_target(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    append: bool,
+) -> Result<Option<(OwnedFd, Stat)>, Unwritable> {
+    // A first look by name, so a FIFO or a device is never opened at all; what
+    // decides is the descriptor's own `fstat` below.
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Unwritable::Io(e)),
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+            return Err(Unwritable::Obstacle(Obstacle::Symlink));
+        }
+        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
+            return Err(Unwritable::Obstacle(Obstacle::Other {
+                kind: kind_of(st.st_mode),
+            }));
+        }
+        Ok(_) => {}
+    }
+    let mut flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOCTTY;
+    if append {
+        flags |= OFlags::APPEND;
+    }
+    let fd = match open_nofollow(dir, name, flags) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => return Err(Unwritable::Obstacle(Obstacle::Symlink)),
+        Err(Errno::ISDIR) => {
+            return Err(Unwritable::Obstacle(Obstacle::Other { kind: "directory" }));
+        }
+        Err(e) => return Err(Unwritable::Io(e)),
+    };
+    let st = writable_target(&fd)?;
+    Ok(Some((fd, st)))
 }
 
 /// The sidecars of one task in one directory. The journal is created lazily, so a
@@ -70,8 +233,18 @@ impl Sidecars {
         Ok(())
     }
 
+    /// Checks, writing nothing, that [`Sidecars::append_block`] may write into `file`:
+    /// absent, or a regular file with one link. Lets a run be refused before Berth has
+    /// written anything into the directory.
+    pub fn check_block(&self, dir: &PinnedDir, file: &str) -> Result<(), SidecarError> {
+        open_target(dir.fd(), file, true)
+            .map(drop)
+            .map_err(|e| blocked_brief(file, e))
+    }
+
     /// Appends `body` between markers to `file` (a name in the directory's top level),
-    /// creating the file when it does not exist.
+    /// creating the file when it does not exist. Writes only into a regular file with
+    /// exactly one link, checked on the descriptor written through.
     pub fn append_block(
         &mut self,
         dir: &PinnedDir,
@@ -82,20 +255,13 @@ impl Sidecars {
             path: file.to_owned(),
             source: source.into(),
         };
-        let existing = rustix::fs::statat(dir.fd(), file, AtFlags::SYMLINK_NOFOLLOW);
-        let (created, ends_with_newline) = match existing {
-            Err(Errno::NOENT) => (true, true),
-            Err(e) => return Err(werr(e)),
-            Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
-                return Err(SidecarError::Blocked {
-                    path: file.to_owned(),
-                });
-            }
-            Ok(st) => {
-                let fd = open_nofollow(dir.fd(), file, OFlags::RDONLY).map_err(werr)?;
+        let target = open_target(dir.fd(), file, true).map_err(|e| blocked_brief(file, e))?;
+        let (created, ends_with_newline) = match &target {
+            None => (true, true),
+            Some((fd, st)) => {
                 let mut last = [0u8; 1];
                 let n = if st.st_size > 0 {
-                    rustix::io::pread(&fd, &mut last, (st.st_size - 1) as u64).map_err(werr)?
+                    rustix::io::pread(fd, &mut last, (st.st_size - 1) as u64).map_err(werr)?
                 } else {
                     0
                 };
@@ -116,13 +282,91 @@ impl Sidecars {
                 created,
             },
         )?;
-        let flags = if created {
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY
-        } else {
-            OFlags::WRONLY | OFlags::APPEND
+        let fd = match target {
+            // Once more on the descriptor, right before writing through it.
+            Some((fd, _)) => writable_target(&fd)
+                .map(|_| fd)
+                .map_err(|e| blocked_brief(file, e)),
+            None => open_nofollow(
+                dir.fd(),
+                file,
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+            )
+            .map_err(werr),
         };
-        let fd = open_nofollow(dir.fd(), file, flags).map_err(werr)?;
+        let fd = fd.inspect_err(|_| {
+            // Nothing was written: there is nothing to undo (the file may be someone
+            // else's now).
+            self.records.pop();
+        })?;
         write_all(&fd, block.as_bytes()).map_err(werr)
+    }
+
+    /// Where [`Sidecars::install_skill_at`] would put the skill `id` under `base` (e.g.
+    /// `.claude/skills`): `id` or, if that exists, the first free `id-berth[-N]` not in
+    /// `taken`. Writes nothing. Returns the relative path.
+    pub fn skill_place(
+        &self,
+        dir: &PinnedDir,
+        base: &str,
+        id: &str,
+        taken: &[String],
+    ) -> Result<String, SidecarError> {
+        let base = base_components(base);
+        let mut parent: OwnedFd = rustix::io::dup(dir.fd()).map_err(|e| SidecarError::Write {
+            path: base.join("/"),
+            source: e.into(),
+        })?;
+        let mut exists = true;
+        for (i, comp) in base.iter().enumerate() {
+            let so_far = base[..=i].join("/");
+            match open_dir(&parent, comp) {
+                Ok(fd) => parent = fd,
+                Err(DirError::Missing) => {
+                    exists = false;
+                    break;
+                }
+                Err(DirError::Blocked(obstacle)) => {
+                    return Err(SidecarError::Blocked {
+                        path: so_far,
+                        obstacle,
+                    });
+                }
+                Err(DirError::Io(e)) => {
+                    return Err(SidecarError::Write {
+                        path: so_far,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+        let base = base.join("/");
+        let mut n = 1;
+        let mut name = id.to_owned();
+        loop {
+            let rel = format!("{base}/{name}");
+            let free = !taken.contains(&rel)
+                && (!exists
+                    || match rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                        Err(Errno::NOENT) => true,
+                        Err(e) => {
+                            return Err(SidecarError::Write {
+                                path: rel,
+                                source: e.into(),
+                            });
+                        }
+                        Ok(_) => false,
+                    });
+            if free {
+                return Ok(rel);
+            }
+            n += 1;
+            name = if n == 2 {
+                format!("{id}-berth")
+            } else {
+                format!("{id}-berth-{}", n - 1)
+            };
+        }
     }
 
     /// Copies the skill folder `source` to `<base>/<name>` (e.g. `.claude/skills`),
@@ -135,80 +379,232 @@ impl Sidecars {
         id: &str,
         source: &Path,
     ) -> Result<String, SidecarError> {
+        let rel = self.skill_place(dir, base, id, &[])?;
+        self.install_skill_at(dir, &rel, source)?;
+        Ok(rel)
+    }
+
+    /// Copies the skill folder `source` to `rel` (from [`Sidecars::skill_place`]),
+    /// creating the directories above it. The whole skill is read first; the record
+    /// of what will be written (every directory and file, each file's digest) is
+    /// journaled before the first write. Fails, writing nothing more, when `rel` has
+    /// been taken since.
+    pub fn install_skill_at(
+        &mut self,
+        dir: &PinnedDir,
+        rel: &str,
+        source: &Path,
+    ) -> Result<(), SidecarError> {
+        let content = read_skill(source)?;
+        let mut comps = base_components(rel);
+        let Some(name) = comps.pop() else {
+            return Err(SidecarError::Write {
+                path: rel.to_owned(),
+                source: Errno::INVAL.into(),
+            });
+        };
         let mut parent: OwnedFd = rustix::io::dup(dir.fd()).map_err(|e| SidecarError::Write {
-            path: base.to_owned(),
+            path: rel.to_owned(),
             source: e.into(),
         })?;
-        let mut so_far = String::new();
-        for comp in base.split('/').filter(|c| !c.is_empty()) {
-            if !so_far.is_empty() {
-                so_far.push('/');
-            }
-            so_far.push_str(comp);
+        for (i, comp) in comps.iter().enumerate() {
+            let so_far = comps[..=i].join("/");
             let werr = |source: Errno| SidecarError::Write {
                 path: so_far.clone(),
                 source: source.into(),
             };
-            match rustix::fs::statat(&parent, comp, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
-                Ok(_) => return Err(SidecarError::Blocked { path: so_far }),
-                Err(Errno::NOENT) => {
+            parent = match open_dir(&parent, comp) {
+                Ok(fd) => fd,
+                Err(DirError::Missing) => {
                     self.journal(
                         dir,
                         Record::CreateDir {
                             path: so_far.clone(),
                         },
                     )?;
-                    rustix::fs::mkdirat(&parent, comp, Mode::from_raw_mode(0o755)).map_err(werr)?;
+                    rustix::fs::mkdirat(&parent, *comp, Mode::from_raw_mode(0o755))
+                        .map_err(werr)?;
+                    open_nofollow(&parent, comp, OFlags::RDONLY | OFlags::DIRECTORY)
+                        .map_err(werr)?
                 }
-                Err(e) => return Err(werr(e)),
-            }
-            parent =
-                open_nofollow(&parent, comp, OFlags::RDONLY | OFlags::DIRECTORY).map_err(werr)?;
-        }
-        let mut name = id.to_owned();
-        let mut n = 1;
-        loop {
-            match rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Err(Errno::NOENT) => break,
-                Err(e) => {
-                    return Err(SidecarError::Write {
-                        path: format!("{so_far}/{name}"),
-                        source: e.into(),
+                Err(DirError::Blocked(obstacle)) => {
+                    return Err(SidecarError::Blocked {
+                        path: so_far,
+                        obstacle,
                     });
                 }
-                Ok(_) => {
-                    n += 1;
-                    name = if n == 2 {
-                        format!("{id}-berth")
-                    } else {
-                        format!("{id}-berth-{}", n - 1)
-                    };
+                Err(DirError::Io(e)) => return Err(werr(e)),
+            };
+        }
+        self.journal(
+            dir,
+            Record::CopyTree {
+                path: rel.to_owned(),
+                entries: content.iter().map(|(entry, _)| entry.clone()).collect(),
+            },
+        )?;
+        let werr = |path: &str, source: Errno| SidecarError::Write {
+            path: format!("{rel}/{path}"),
+            source: source.into(),
+        };
+        if let Err(e) = rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)) {
+            // Taken since it was found free: the folder there is not Berth's, and
+            // undoing the record must not touch it.
+            self.records.pop();
+            return Err(werr("", e));
+        }
+        let root = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
+            .map_err(|e| werr("", e))?;
+        for (entry, bytes) in &content {
+            match entry {
+                Copied::Dir { path } => {
+                    let (at, last) = at_parent(root.as_fd(), path).map_err(|e| werr(path, e))?;
+                    rustix::fs::mkdirat(&at, last, Mode::from_raw_mode(0o755))
+                        .map_err(|e| werr(path, e))?;
+                }
+                Copied::File { path, .. } => {
+                    let (at, last) = at_parent(root.as_fd(), path).map_err(|e| werr(path, e))?;
+                    let fd =
+                        open_nofollow(&at, last, OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY)
+                            .map_err(|e| werr(path, e))?;
+                    write_all(&fd, bytes).map_err(|e| werr(path, e))?;
                 }
             }
         }
-        let rel = format!("{so_far}/{name}");
-        self.journal(dir, Record::CopyTree { path: rel.clone() })?;
-        copy_tree(source, &parent, &name, &rel)?;
-        Ok(rel)
+        Ok(())
     }
 
     /// Undoes every action, newest first, through the pinned descriptor, then removes
-    /// the journal. Touches nothing Berth did not write.
-    pub fn cleanup(self, dir: &PinnedDir) -> Result<(), SidecarError> {
-        let problems = undo(&dir.fd(), &self.records);
-        if !problems.is_empty() {
+    /// the journal. Touches nothing Berth did not write; returns what was kept because
+    /// Berth did not write it (relative paths: an agent's file in a skill folder).
+    pub fn cleanup(self, dir: &PinnedDir) -> Result<Vec<String>, SidecarError> {
+        let undone = undo(&dir.fd(), &self.records);
+        if !undone.problems.is_empty() {
             // The journal stays, so the next start tries again.
-            return Err(SidecarError::Cleanup(problems.join("; ")));
+            return Err(SidecarError::Cleanup(undone.problems.join("; ")));
         }
-        Ok(self.journal.finish()?)
+        self.journal.finish()?;
+        Ok(undone.kept)
     }
 }
 
-/// Undoes `records` (newest first) in the directory `dir`; returns what could not be
-/// undone. Idempotent.
-pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Vec<String> {
-    let mut problems = Vec::new();
+fn blocked_brief(file: &str, e: Unwritable) -> SidecarError {
+    match e {
+        Unwritable::Obstacle(obstacle) => SidecarError::BriefBlocked {
+            file: file.to_owned(),
+            obstacle,
+        },
+        Unwritable::Io(e) => SidecarError::Write {
+            path: file.to_owned(),
+            source: e.into(),
+        },
+    }
+}
+
+fn base_components(base: &str) -> Vec<&str> {
+    base.split('/').filter(|c| !c.is_empty()).collect()
+}
+
+enum DirError {
+    Missing,
+    Blocked(Obstacle),
+    Io(Errno),
+}
+
+/// Opens the directory `name` in `parent`, never through a symlink.
+fn open_dir(parent: &OwnedFd, name: &str) -> Result<OwnedFd, DirError> {
+    match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(Errno::NOENT) => return Err(DirError::Missing),
+        Err(e) => return Err(DirError::Io(e)),
+        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {}
+            FileType::Symlink => return Err(DirError::Blocked(Obstacle::Symlink)),
+            FileType::RegularFile
+            | FileType::Fifo
+            | FileType::Socket
+            | FileType::CharacterDevice
+            | FileType::BlockDevice
+            | FileType::Unknown => {
+                return Err(DirError::Blocked(Obstacle::Other {
+                    kind: kind_of(st.st_mode),
+                }));
+            }
+        },
+    }
+    match open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::NOENT) => Err(DirError::Missing),
+        Err(Errno::LOOP) => Err(DirError::Blocked(Obstacle::Symlink)),
+        Err(Errno::NOTDIR) => Err(DirError::Blocked(Obstacle::Other { kind: "file" })),
+        Err(e) => Err(DirError::Io(e)),
+    }
+}
+
+/// Everything in the skill folder `source`, read before anything is written: each
+/// directory before what it holds, names in order, each file with its bytes.
+/// Symlinks in a skill are not copied (they could point anywhere), nor names that are
+/// not UTF-8.
+fn read_skill(source: &Path) -> Result<Vec<(Copied, Vec<u8>)>, SidecarError> {
+    let rerr = |e: std::io::Error| SidecarError::ReadSkill {
+        source_dir: source.to_owned(),
+        source: e,
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![(source.to_owned(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let mut entries: Vec<(String, std::fs::DirEntry)> = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(rerr)? {
+            let entry = entry.map_err(rerr)?;
+            if let Some(name) = entry.file_name().to_str().map(str::to_owned) {
+                entries.push((name, entry));
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut subdirs = Vec::new();
+        for (name, entry) in entries {
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let kind = entry.file_type().map_err(rerr)?;
+            if kind.is_dir() {
+                out.push((Copied::Dir { path: rel.clone() }, Vec::new()));
+                subdirs.push((entry.path(), rel));
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path()).map_err(rerr)?;
+                out.push((
+                    Copied::File {
+                        path: rel,
+                        len: bytes.len() as u64,
+                        sha256: sha256(&bytes),
+                    },
+                    bytes,
+                ));
+            }
+        }
+        // Depth-first in name order; a directory's own record came first above.
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(out)
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    berth_web::hooks::crypto::hex(&Sha256::digest(bytes))
+}
+
+/// What undoing a run's records did.
+#[derive(Debug, Default)]
+pub(crate) struct Undone {
+    /// What could not be undone.
+    pub problems: Vec<String>,
+    /// What was left because Berth did not write it, relative to the directory.
+    pub kept: Vec<String>,
+}
+
+/// Undoes `records` (newest first) in the directory `dir`. Idempotent.
+pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Undone {
+    let mut out = Undone::default();
     for record in records.iter().rev() {
         let result = match record {
             Record::Begin { .. } => Ok(()),
@@ -218,40 +614,144 @@ pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Vec<String> {
                 created,
             } => cut_block(dir.as_fd(), file, block.as_bytes(), *created),
             Record::CreateDir { path } => match at_parent(dir.as_fd(), path) {
-                Ok((parent, name)) => {
-                    match rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR) {
-                        Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                }
-                Err(Errno::NOENT) => Ok(()),
-                Err(e) => Err(e),
+                Ok((parent, name)) => remove_empty_dir(&parent, name).map_err(|e| e.to_string()),
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(()),
+                Err(e) => Err(e.to_string()),
             },
-            Record::CopyTree { path } => match at_parent(dir.as_fd(), path) {
-                Ok((parent, name)) => remove_tree(&parent, name),
-                Err(Errno::NOENT) => Ok(()),
-                Err(e) => Err(e),
-            },
+            Record::CopyTree { path, entries } => {
+                remove_copied(dir.as_fd(), path, entries, &mut out.kept).map_err(|e| e.to_string())
+            }
         };
         if let Err(e) = result {
-            problems.push(format!("{record:?}: {e}"));
+            out.problems.push(format!("{record:?}: {e}"));
         }
     }
-    problems
+    out
 }
 
-fn cut_block(dir: BorrowedFd<'_>, file: &str, block: &[u8], created: bool) -> Result<(), Errno> {
+/// Removes the directory `name` in `parent` if it is empty; a directory that holds
+/// something (or is no longer a directory) is left.
+fn remove_empty_dir(parent: &OwnedFd, name: &str) -> Result<(), Errno> {
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes what Berth copied into the skill folder `path`: each file it created while
+/// it still holds Berth's bytes, then each directory if empty, the folder last.
+/// Whatever else is in the folder afterwards is added to `kept`.
+fn remove_copied(
+    dir: BorrowedFd<'_>,
+    path: &str,
+    entries: &[Copied],
+    kept: &mut Vec<String>,
+) -> Result<(), Errno> {
+    let (parent, name) = match at_parent(dir, path) {
+        Ok(x) => x,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let root = match open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
+        Ok(fd) => fd,
+        // Gone, or no longer the folder Berth made (a link or a file now): not Berth's.
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries.iter().rev() {
+        let rel = match entry {
+            Copied::Dir { path } | Copied::File { path, .. } => path,
+        };
+        let (at, last) = match at_parent(root.as_fd(), rel) {
+            Ok(x) => x,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
+            Err(e) => return Err(e),
+        };
+        match entry {
+            Copied::Dir { .. } => remove_empty_dir(&at, last)?,
+            Copied::File { len, sha256, .. } => {
+                if holds(&at, last, *len, sha256)? {
+                    match rustix::fs::unlinkat(&at, last, AtFlags::empty()) {
+                        Ok(()) | Err(Errno::NOENT) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+    remove_empty_dir(&parent, name)?;
+    // What is left is not Berth's: say so.
+    match open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
+        Ok(fd) => list_files(&fd, path, kept),
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `name` in `at` is still the regular file Berth wrote: one link, `len`
+/// bytes with the SHA-256 `digest`.
+fn holds(at: &OwnedFd, name: &str, len: u64, digest: &str) -> Result<bool, Errno> {
+    let fd = match open_nofollow(at, name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_nlink != 1
+        || st.st_size as u64 != len
+    {
+        return Ok(false);
+    }
+    Ok(sha256(&read_all(&fd)?) == digest)
+}
+
+/// Adds every entry under `fd` that is not a directory (a directory only when empty)
+/// to `out`, as `prefix/…`.
+fn list_files(fd: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> Result<(), Errno> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(fd)? {
+        let entry = entry?;
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n != "." && n != ".." {
+            names.push(n);
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        out.push(format!("{prefix}/"));
+    }
+    for n in names {
+        let rel = format!("{prefix}/{n}");
+        match open_nofollow(fd, &n, OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(sub) => list_files(&sub, &rel, out)?,
+            Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => out.push(rel),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Cuts `block` out of `file` again, in place, so the user's file keeps its inode,
+/// mode and bytes. Writes only into a regular file with one link, as seen on the
+/// descriptor: a file that became a link to elsewhere during the run is reported.
+fn cut_block(dir: BorrowedFd<'_>, file: &str, block: &[u8], created: bool) -> Result<(), String> {
     let (parent, name) = match at_parent(dir, file) {
         Ok(x) => x,
         Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.to_string()),
     };
-    let fd = match open_nofollow(&parent, name, OFlags::RDWR) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
+    let fd = match open_target(parent.as_fd(), name, false) {
+        Ok(Some((fd, _))) => fd,
+        Ok(None) => return Ok(()),
+        Err(Unwritable::Obstacle(obstacle)) => {
+            return Err(format!(
+                "{file} {obstacle} now; Berth does not write through it, and its block stays in it"
+            ));
+        }
+        Err(Unwritable::Io(e)) => return Err(e.to_string()),
     };
-    let content = read_all(&fd)?;
+    let content = read_all(&fd).map_err(|e| e.to_string())?;
     let Some(at) = find_last(&content, block) else {
         return Ok(());
     };
@@ -259,14 +759,13 @@ fn cut_block(dir: BorrowedFd<'_>, file: &str, block: &[u8], created: bool) -> Re
     kept.extend_from_slice(&content[..at]);
     kept.extend_from_slice(&content[at + block.len()..]);
     if created && kept.is_empty() {
-        return rustix::fs::unlinkat(&parent, name, AtFlags::empty());
+        return rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|e| e.to_string());
     }
-    // In place, so the user's file keeps its inode, mode and links.
     let mut off = 0;
     while off < kept.len() {
-        off += rustix::io::pwrite(&fd, &kept[off..], off as u64)?;
+        off += rustix::io::pwrite(&fd, &kept[off..], off as u64).map_err(|e| e.to_string())?;
     }
-    rustix::fs::ftruncate(&fd, kept.len() as u64)
+    rustix::fs::ftruncate(&fd, kept.len() as u64).map_err(|e| e.to_string())
 }
 
 fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -323,63 +822,4 @@ pub(crate) fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
         }
         out.extend_from_slice(&buf[..n]);
     }
-}
-
-fn remove_tree(parent: &OwnedFd, name: &str) -> Result<(), Errno> {
-    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        return rustix::fs::unlinkat(parent, name, AtFlags::empty());
-    }
-    let fd = open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY)?;
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&fd)? {
-        let entry = entry?;
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." {
-            names.push(n);
-        }
-    }
-    for n in names {
-        remove_tree(&fd, &n)?;
-    }
-    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)
-}
-
-fn copy_tree(source: &Path, parent: &OwnedFd, name: &str, rel: &str) -> Result<(), SidecarError> {
-    let werr = |source: Errno| SidecarError::Write {
-        path: rel.to_owned(),
-        source: source.into(),
-    };
-    let rerr = |e: std::io::Error| SidecarError::ReadSkill {
-        source_dir: source.to_owned(),
-        source: e,
-    };
-    rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755)).map_err(werr)?;
-    let dest = open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY).map_err(werr)?;
-    for entry in std::fs::read_dir(source).map_err(rerr)? {
-        let entry = entry.map_err(rerr)?;
-        let kind = entry.file_type().map_err(rerr)?;
-        let Some(child) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let child_rel = format!("{rel}/{child}");
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &dest, &child, &child_rel)?;
-        } else if kind.is_file() {
-            let bytes = std::fs::read(entry.path()).map_err(rerr)?;
-            let fd = open_nofollow(
-                &dest,
-                &child,
-                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            )
-            .map_err(werr)?;
-            write_all(&fd, &bytes).map_err(werr)?;
-        }
-        // Symlinks in a skill are not copied: they could point anywhere.
-    }
-    Ok(())
 }

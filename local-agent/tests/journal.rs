@@ -93,3 +93,125 @@ fn recover_reports_what_replay_did() {
     );
     assert!(!dir.join("CLAUDE.md").exists());
 }
+
+/// Issue 33, break 5: a sidecar target with more than one link is never written, and
+/// the refusal names the file and the rule (`sidecar_blocked`). The other name's file
+/// keeps its bytes, and nothing is journaled.
+#[test]
+fn a_hard_linked_target_is_never_written() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    let outside = sb.dir("outside");
+    std::fs::write(outside.join("bashrc"), "alias ll='ls -l'\n").unwrap();
+    std::fs::hard_link(outside.join("bashrc"), dir.join("CLAUDE.md")).unwrap();
+    let cfg = sb.cfg();
+    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
+    let journal = Journal::new(cfg.journal_dir());
+    let mut sidecars = Sidecars::new(&journal, "t1");
+    let checked = sidecars.check_block(&pinned, "CLAUDE.md").unwrap_err();
+    let err = sidecars
+        .append_block(&pinned, "CLAUDE.md", "brief")
+        .unwrap_err();
+    assert_eq!(checked.to_string(), err.to_string());
+    let r = err.refusal("~/work/app").unwrap();
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (
+            berth_core::ErrorCode::SidecarBlocked,
+            "CLAUDE.md in ~/work/app is a hard link (2 links): Berth writes the brief only into a regular file with one link, never through a link or into a special file"
+        )
+    );
+    assert!(
+        r.hint.starts_with("give CLAUDE.md a copy of its own"),
+        "{r:?}"
+    );
+    assert!(sidecars.is_empty());
+    assert_eq!(
+        std::fs::read(outside.join("bashrc")).unwrap(),
+        b"alias ll='ls -l'\n"
+    );
+    assert_eq!(journal.path(), None, "nothing was journaled");
+}
+
+/// Issue 33, break 6: undoing a skill folder removes exactly what Berth wrote, at
+/// cleanup and at crash recovery alike. A file the agent added stays, and so does a
+/// file of Berth's the agent changed; both are reported as kept; a folder of Berth's
+/// that holds nothing else goes.
+#[test]
+fn undo_removes_only_what_berth_wrote_in_a_skill_folder() {
+    let sb = Sandbox::new();
+    let skill = sb.dir("plugins/s");
+    std::fs::write(skill.join("SKILL.md"), "x").unwrap();
+    std::fs::create_dir_all(skill.join("refs/deep")).unwrap();
+    std::fs::write(skill.join("refs/guide.md"), "guide").unwrap();
+    std::fs::write(skill.join("refs/deep/more.md"), "more").unwrap();
+    std::fs::create_dir_all(skill.join("empty")).unwrap();
+    let cfg = sb.cfg();
+    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    for crash in [false, true] {
+        let dir = sb.dir(if crash { "work/crash" } else { "work/clean" });
+        let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
+        let journal = Journal::new(cfg.journal_dir());
+        let mut sidecars = Sidecars::new(&journal, "t1");
+        let rel = sidecars
+            .install_skill(&pinned, ".claude/skills", "s", &skill)
+            .unwrap();
+        assert_eq!(rel, ".claude/skills/s");
+        let installed = dir.join(&rel);
+        assert_eq!(
+            std::fs::read(installed.join("refs/deep/more.md")).unwrap(),
+            b"more"
+        );
+        // The agent's work: a note, a file in Berth's subfolder, an edit of Berth's.
+        std::fs::write(installed.join("MY_NOTES.md"), "mine").unwrap();
+        std::fs::write(installed.join("refs/deep/extra.md"), "also mine").unwrap();
+        std::fs::write(installed.join("refs/guide.md"), "guide, edited").unwrap();
+        let kept = if crash {
+            drop((sidecars, journal));
+            let report = exec.replay_leftovers();
+            assert_eq!(report.restored, vec![dir.display().to_string()]);
+            report.kept
+        } else {
+            sidecars
+                .cleanup(&pinned)
+                .unwrap()
+                .into_iter()
+                .map(|k| format!("{}/{k}", dir.display()))
+                .collect()
+        };
+        let d = dir.display();
+        assert_eq!(
+            kept,
+            vec![
+                format!("{d}/.claude/skills/s/MY_NOTES.md"),
+                format!("{d}/.claude/skills/s/refs/deep/extra.md"),
+                format!("{d}/.claude/skills/s/refs/guide.md"),
+            ],
+            "crash: {crash}"
+        );
+        let left: Vec<(String, Vec<u8>)> = tree(&dir).into_iter().collect();
+        let folder = |p: &str| (p.to_owned(), b"<dir>".to_vec());
+        assert_eq!(
+            left,
+            vec![
+                folder(".claude"),
+                folder(".claude/skills"),
+                folder(".claude/skills/s"),
+                (".claude/skills/s/MY_NOTES.md".into(), b"mine".to_vec()),
+                folder(".claude/skills/s/refs"),
+                folder(".claude/skills/s/refs/deep"),
+                (
+                    ".claude/skills/s/refs/deep/extra.md".into(),
+                    b"also mine".to_vec()
+                ),
+                (
+                    ".claude/skills/s/refs/guide.md".into(),
+                    b"guide, edited".to_vec()
+                ),
+            ],
+            "crash: {crash}"
+        );
+        assert!(!installed.join("empty").exists(), "crash: {crash}");
+    }
+}

@@ -84,7 +84,8 @@ pub fn refusal_status(code: ErrorCode) -> StatusCode {
         | ErrorCode::NotOwner
         | ErrorCode::NotWritable
         | ErrorCode::PathChanged
-        | ErrorCode::NotAGitRepo => StatusCode::UNPROCESSABLE_ENTITY,
+        | ErrorCode::NotAGitRepo
+        | ErrorCode::SidecarBlocked => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::OriginCannotBind => StatusCode::FORBIDDEN,
         ErrorCode::DaemonOffline => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DaemonMismatch => StatusCode::CONFLICT,
