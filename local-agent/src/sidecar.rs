@@ -138,12 +138,24 @@ enum Unwritable {
     Io(Errno),
 }
 
-/// Whether Berth may write into the file open as `fd`: a regular file with exactly
-/// one link, judged on the descriptor itself (the name may have changed since).
-fn writable_target(fd: &OwnedFd) -> Result<Stat, Unwritable> {
+/// What Berth opens a file of the user's for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Adding Berth's text (the brief's block): only into a regular file with exactly
+    /// one link, since every other name of the file would show the text too.
+    Append,
+    /// Cutting Berth's own block out again: any regular file. The exact block (its
+    /// run's id in it) is only there if Berth wrote it, so cutting it out restores
+    /// whatever name the file has.
+    Restore,
+}
+
+/// Whether Berth may write into the file open as `fd` for `purpose`, judged on the
+/// descriptor itself (the name may have changed since).
+fn writable_target(fd: &OwnedFd, purpose: Purpose) -> Result<Stat, Unwritable> {
     let st = rustix::fs::fstat(fd).map_err(Unwritable::Io)?;
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile if st.st_nlink == 1 => Ok(st),
+        FileType::RegularFile if st.st_nlink == 1 || purpose == Purpose::Restore => Ok(st),
         FileType::RegularFile => {
             // `nlink_t` is 64 bits on x86_64 Linux, 32 bits elsewhere.
             #[allow(clippy::useless_conversion)]
@@ -163,14 +175,14 @@ fn writable_target(fd: &OwnedFd) -> Result<Stat, Unwritable> {
 }
 
 /// The one way Berth opens a file of the user's to write into it: `name` in `dir`,
-/// read-write (`append`ing or not), if it exists and Berth may write into it: never
-/// following a symlink, never opening a special file (a FIFO would block, a device
-/// would act), and verified on the opened descriptor. `Ok(None)` when there is no
-/// such name.
+/// read-write (appending, for [`Purpose::Append`]), if it exists and Berth may write
+/// into it for `purpose`: never following a symlink, never opening a special file (a
+/// FIFO would block, a device would act), and verified on the opened descriptor.
+/// `Ok(None)` when there is no such name.
 fn open_target(
     dir: BorrowedFd<'_>,
     name: &str,
-    append: bool,
+    purpose: Purpose,
 ) -> Result<Option<(OwnedFd, Stat)>, Unwritable> {
     // A first look by name, so a FIFO or a device is never opened at all; what
     // decides is the descriptor's own `fstat` below.
@@ -187,11 +199,11 @@ fn open_target(
         }
         Ok(_) => {}
     }
-    let mut flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOCTTY;
-    if append {
-        flags |= OFlags::APPEND;
-    }
-    let fd = match open_nofollow(dir, name, flags) {
+    let flags = match purpose {
+        Purpose::Append => OFlags::RDWR | OFlags::APPEND,
+        Purpose::Restore => OFlags::RDWR,
+    };
+    let fd = match open_nofollow(dir, name, flags | OFlags::NONBLOCK | OFlags::NOCTTY) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
         Err(Errno::LOOP) => return Err(Unwritable::Obstacle(Obstacle::Symlink)),
@@ -200,7 +212,7 @@ fn open_target(
         }
         Err(e) => return Err(Unwritable::Io(e)),
     };
-    let st = writable_target(&fd)?;
+    let st = writable_target(&fd, purpose)?;
     Ok(Some((fd, st)))
 }
 
@@ -237,7 +249,7 @@ impl Sidecars {
     /// absent, or a regular file with one link. Lets a run be refused before Berth has
     /// written anything into the directory.
     pub fn check_block(&self, dir: &PinnedDir, file: &str) -> Result<(), SidecarError> {
-        open_target(dir.fd(), file, true)
+        open_target(dir.fd(), file, Purpose::Append)
             .map(drop)
             .map_err(|e| blocked_brief(file, e))
     }
@@ -255,7 +267,8 @@ impl Sidecars {
             path: file.to_owned(),
             source: source.into(),
         };
-        let target = open_target(dir.fd(), file, true).map_err(|e| blocked_brief(file, e))?;
+        let target =
+            open_target(dir.fd(), file, Purpose::Append).map_err(|e| blocked_brief(file, e))?;
         let (created, ends_with_newline) = match &target {
             None => (true, true),
             Some((fd, st)) => {
@@ -284,7 +297,7 @@ impl Sidecars {
         )?;
         let fd = match target {
             // Once more on the descriptor, right before writing through it.
-            Some((fd, _)) => writable_target(&fd)
+            Some((fd, _)) => writable_target(&fd, Purpose::Append)
                 .map(|_| fd)
                 .map_err(|e| blocked_brief(file, e)),
             None => open_nofollow(
@@ -733,20 +746,19 @@ fn list_files(fd: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> Result<(), E
 }
 
 /// Cuts `block` out of `file` again, in place, so the user's file keeps its inode,
-/// mode and bytes. Writes only into a regular file with one link, as seen on the
-/// descriptor: a file that became a link to elsewhere during the run is reported.
+/// mode and links. Never through a symlink or into a special file (reported).
 fn cut_block(dir: BorrowedFd<'_>, file: &str, block: &[u8], created: bool) -> Result<(), String> {
     let (parent, name) = match at_parent(dir, file) {
         Ok(x) => x,
         Err(Errno::NOENT) => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
-    let fd = match open_target(parent.as_fd(), name, false) {
+    let fd = match open_target(parent.as_fd(), name, Purpose::Restore) {
         Ok(Some((fd, _))) => fd,
         Ok(None) => return Ok(()),
         Err(Unwritable::Obstacle(obstacle)) => {
             return Err(format!(
-                "{file} {obstacle} now; Berth does not write through it, and its block stays in it"
+                "{file} {obstacle} now; Berth does not write through it and leaves it as it is"
             ));
         }
         Err(Unwritable::Io(e)) => return Err(e.to_string()),

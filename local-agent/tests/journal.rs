@@ -215,3 +215,25 @@ fn undo_removes_only_what_berth_wrote_in_a_skill_folder() {
         assert!(!installed.join("empty").exists(), "crash: {crash}");
     }
 }
+
+/// Cutting Berth's own block out is a restore, not a write of Berth's text: it goes
+/// through a hard link made during the run (the block is only there because Berth
+/// wrote it), so the user's bytes come back under every name.
+#[test]
+fn a_block_is_cut_out_even_after_the_file_was_hard_linked_during_the_run() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    std::fs::write(dir.join("CLAUDE.md"), "# Mine\n").unwrap();
+    let cfg = sb.cfg();
+    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
+    let journal = Journal::new(cfg.journal_dir());
+    let mut sidecars = Sidecars::new(&journal, "t1");
+    sidecars
+        .append_block(&pinned, "CLAUDE.md", "brief")
+        .unwrap();
+    std::fs::hard_link(dir.join("CLAUDE.md"), dir.join("copy.md")).unwrap();
+    assert_eq!(sidecars.cleanup(&pinned).unwrap(), Vec::<String>::new());
+    assert_eq!(std::fs::read(dir.join("CLAUDE.md")).unwrap(), b"# Mine\n");
+    assert_eq!(std::fs::read(dir.join("copy.md")).unwrap(), b"# Mine\n");
+}
