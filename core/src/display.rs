@@ -104,6 +104,47 @@ pub fn redact_text<'a>(ctx: &Context, text: &'a str) -> Cow<'a, str> {
     Cow::Owned(out)
 }
 
+/// Free text with each of `homes` shown as `~`: the homes of other machines (a remote
+/// daemon's, as it said at registration), whose paths [`redact_text`] with this
+/// machine's context cannot recognize when they lie outside `/home` and `/Users`.
+/// Longer homes first, so one inside another is never half replaced; a home followed
+/// by more of a name (`/home/alice2`) is left alone. Text naming none of them is
+/// returned as it is, without copying.
+pub fn replace_homes<'a>(homes: &[LocalPath], text: &'a str) -> Cow<'a, str> {
+    let mut homes: Vec<&str> = homes
+        .iter()
+        .map(LocalPath::as_str)
+        .filter(|h| h.len() > 1 && text.contains(*h))
+        .collect();
+    if homes.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    homes.sort_by_key(|h| std::cmp::Reverse(h.len()));
+    let mut out = text.to_owned();
+    for home in homes {
+        out = replace_home(&out, home);
+    }
+    Cow::Owned(out)
+}
+
+/// Every string value inside `value` (not its object keys) through [`replace_homes`].
+pub fn replace_homes_json(homes: &[LocalPath], value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => {
+            if let Cow::Owned(r) = replace_homes(homes, s) {
+                *s = r;
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().for_each(|v| replace_homes_json(homes, v));
+        }
+        serde_json::Value::Object(map) => {
+            map.values_mut().for_each(|v| replace_homes_json(homes, v));
+        }
+        serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+    }
+}
+
 /// Every string value inside `value` (not its object keys) through [`redact_text`].
 pub fn redact_json(ctx: &Context, value: &mut serde_json::Value) {
     match value {
@@ -251,6 +292,31 @@ mod tests {
     use super::*;
     use crate::platform::Platform;
     use proptest::prelude::*;
+
+    #[test]
+    fn another_machines_home_shows_as_tilde_wherever_it_lies() {
+        let homes = [
+            LocalPath::parse(Platform::Linux, "/tmp/x/home/ann").unwrap(),
+            LocalPath::parse(Platform::Linux, "/tmp/x/home/ann/inner").unwrap(),
+            LocalPath::parse(Platform::Linux, "/").unwrap(),
+        ];
+        assert_eq!(
+            replace_homes(&homes, "cwd=/tmp/x/home/ann/.local/share/berth/scratch/s1"),
+            "cwd=~/.local/share/berth/scratch/s1"
+        );
+        assert_eq!(
+            replace_homes(&homes, "in /tmp/x/home/ann/inner/a"),
+            "in ~/a"
+        );
+        assert_eq!(
+            replace_homes(&homes, "/tmp/x/home/ann2/a and /tmp/x/home/ann"),
+            "/tmp/x/home/ann2/a and ~"
+        );
+        assert!(matches!(
+            replace_homes(&homes, "/etc/hosts"),
+            Cow::Borrowed(_)
+        ));
+    }
 
     fn ctx(p: Platform, home: &str) -> Context {
         Context::new(p).with_home(LocalPath::parse(p, home).unwrap())

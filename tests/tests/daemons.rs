@@ -169,7 +169,9 @@ fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(net: Net) {
 
     let script = srv.root.path().join("reporter.sh");
     write_script(&script, REPORTER);
-    add_command_agent(&b, "rep", s(&script));
+    // Agents are the server's to register (a daemon's token may not: it crosses the
+    // network, and a command is the server's shell).
+    add_command_agent(&srv, "rep", s(&script));
 
     // Bound through A's CLI: validated on A, bound on A.
     let app = project(&a, "app");

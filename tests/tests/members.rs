@@ -559,3 +559,254 @@ fn a_desktop_server_has_no_members() {
     assert_eq!((st, code(&v)), (404, "not_found_route"), "{v}");
     b.ok(&["daemon", "token", "create", "t"]);
 }
+
+/// A prefix resolves among the caller's own ids only (issue 33, break 1): bob's
+/// one-character prefix also matches ann's session and task, and every route that
+/// resolves an id answers for bob's own, never `ambiguous_id` listing ann's ids. A
+/// prefix that matches only ann's is a 404, as her full id is. (Ids are random, so
+/// ann makes sessions and tasks until one shares bob's first character.)
+#[test]
+fn a_members_prefix_resolves_among_their_own_ids_only() {
+    let team = Team::start();
+    let admin = team.admin.clone();
+    let member = |name: &str| {
+        team.admin_json(&["member", "add", name])["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (ann, bob) = (member("ann"), member("bob"));
+    let agent = json!({"name": "rep", "kind": "command", "command": ["true"]}).to_string();
+    assert_eq!(team.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+    let new_session = |token: &str| {
+        let (st, v) = team.api(token, "POST", "/api/v1/sessions", r#"{"agent":"rep"}"#);
+        assert_eq!(st, 201, "{v}");
+        v["id"].as_str().unwrap().to_owned()
+    };
+    // No machine is online: every task waits, and stays bob's or ann's.
+    let new_task = |token: &str, session: &str| {
+        let (st, v) = team.api(
+            token,
+            "POST",
+            &format!("/api/v1/sessions/{session}/messages"),
+            r#"{"text":"hi"}"#,
+        );
+        assert_eq!(st, 202, "{v}");
+        v["task"]["id"].as_str().unwrap().to_owned()
+    };
+    let bob_s = new_session(&bob);
+    let bob_t = new_task(&bob, &bob_s);
+    let (sp, tp) = (&bob_s[..1], &bob_t[..1]);
+    let mut ann_ids = Vec::new();
+    let ann_s = (0..400)
+        .map(|_| new_session(&ann))
+        .inspect(|id| ann_ids.push(id.clone()))
+        .find(|id| id.starts_with(sp))
+        .expect("no session of ann's shares bob's first character");
+    (0..400)
+        .map(|_| new_task(&ann, &ann_s))
+        .inspect(|id| ann_ids.push(id.clone()))
+        .find(|id| id.starts_with(tp))
+        .expect("no task of ann's shares bob's first character");
+    // An admin sees both: the prefixes really are ambiguous across members.
+    for (path, code_) in [
+        (format!("/api/v1/sessions/{sp}"), "ambiguous_id"),
+        (format!("/api/v1/tasks/{tp}"), "ambiguous_id"),
+    ] {
+        let (st, v) = team.api(&admin, "GET", &path, "");
+        assert_eq!((st, code(&v)), (400, code_), "{path}: {v}");
+    }
+    let leaks = |text: &str| {
+        ann_ids
+            .iter()
+            .find(|id| text.contains(id.as_str()))
+            .cloned()
+    };
+
+    // Every route that resolves an id, bob's prefix: bob's own, and nothing of ann's.
+    let routes: &[(&str, String, &str, u16, Option<&str>)] = &[
+        // method, path, body, status, the id the answer is about
+        (
+            "GET",
+            format!("/api/v1/tasks/{tp}"),
+            "",
+            200,
+            Some(bob_t.as_str()),
+        ),
+        (
+            "GET",
+            format!("/api/v1/tasks?session={sp}"),
+            "",
+            200,
+            Some(bob_t.as_str()),
+        ),
+        (
+            "POST",
+            format!("/api/v1/tasks/{tp}/undone"),
+            r#"{"files":[]}"#,
+            200,
+            None,
+        ),
+        (
+            "POST",
+            format!("/api/v1/tasks/{tp}/cancel"),
+            "{}",
+            200,
+            Some(bob_t.as_str()),
+        ),
+        (
+            "GET",
+            format!("/api/v1/sessions/{sp}"),
+            "",
+            200,
+            Some(bob_s.as_str()),
+        ),
+        (
+            "GET",
+            format!("/api/v1/sessions/{sp}/events"),
+            "",
+            200,
+            None,
+        ),
+        (
+            "DELETE",
+            format!("/api/v1/sessions/{sp}/binding"),
+            "",
+            200,
+            Some(bob_s.as_str()),
+        ),
+        (
+            "PUT",
+            format!("/api/v1/sessions/{sp}/binding"),
+            r#"{"dir":"/tmp"}"#,
+            503, // no_executor: berth-server binds through daemons only
+            None,
+        ),
+        (
+            "POST",
+            format!("/api/v1/sessions/{sp}/messages"),
+            r#"{"text":"again"}"#,
+            202,
+            Some(bob_s.as_str()),
+        ),
+    ];
+    for (method, path, body, want, about) in routes {
+        let (st, text) = stream_head(&team, &bob, method, path, body);
+        assert_eq!(st, *want, "{method} {path}: {text}");
+        assert_eq!(leaks(&text), None, "{method} {path} names ann's id: {text}");
+        assert!(!text.contains("ambiguous_id"), "{method} {path}: {text}");
+        if let Some(id) = about {
+            assert!(
+                text.contains(id),
+                "{method} {path} is not about {id}: {text}"
+            );
+        }
+    }
+
+    // A prefix of ann's alone (longer than bob's shares) is as unknown as her full id.
+    let ann_only = (2..ann_s.len())
+        .map(|n| &ann_s[..n])
+        .find(|p| !bob_s.starts_with(p))
+        .unwrap();
+    for path in [
+        format!("/api/v1/sessions/{ann_only}"),
+        format!("/api/v1/sessions/{ann_s}"),
+    ] {
+        let (st, v) = team.api(&bob, "GET", &path, "");
+        assert_eq!((st, code(&v)), (404, "unknown_session"), "{path}: {v}");
+    }
+}
+
+/// One request with bob's token; its status and as much of the answer as came before
+/// the server went quiet for two seconds (an event stream never ends by itself).
+fn stream_head(team: &Team, token: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(&team.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        team.addr,
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    berth_tests::status_and_body(&String::from_utf8_lossy(&raw))
+}
+
+/// A member's view shows a daemon's paths by that machine's own home (issue 33,
+/// break 7): ann's machine has its home under a temporary directory, not `/home`, and
+/// where her task worked, and her agent's text, show `~/…`, never the real path. Her
+/// machine's own CLI keeps the real one.
+#[test]
+fn a_members_view_shows_a_daemons_paths_by_its_own_home() {
+    let team = Team::start();
+    let ann = team.admin_json(&["member", "add", "ann"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let script = team.root.path().join("reporter.sh");
+    write_script(&script, &format!("#!/bin/sh\n{REPORTER}\n"));
+    let agent = json!({"name": "rep", "kind": "command", "command": [s(&script)]}).to_string();
+    assert_eq!(
+        team.api(&team.admin, "POST", "/api/v1/agents", &agent).0,
+        201
+    );
+    let (st, v) = team.api(
+        &ann,
+        "POST",
+        "/api/v1/daemon/tokens",
+        r#"{"name":"ann-laptop"}"#,
+    );
+    assert_eq!(st, 201, "{v}");
+    let mut laptop = Berth::new("team-home");
+    laptop.daemon(&team.url, v["token"].as_str().unwrap(), "laptop-ann");
+    let home = s(&laptop.user_home).to_owned();
+    assert!(!home.starts_with("/home/"), "{home}");
+
+    let (st, v) = team.api(&ann, "POST", "/api/v1/sessions", r#"{"agent":"rep"}"#);
+    assert_eq!(st, 201, "{v}");
+    let session = v["id"].as_str().unwrap().to_owned();
+    let (st, v) = team.api(
+        &ann,
+        "POST",
+        &format!("/api/v1/sessions/{session}/messages"),
+        r#"{"text":"where"}"#,
+    );
+    assert_eq!(st, 202, "{v}");
+    let task = v["task"]["id"].as_str().unwrap().to_owned();
+    let done = wait_status(&team, &ann, &task, &["succeeded"]);
+    let scratch = format!("~/.local/share/berth/scratch/{session}");
+    assert_eq!(done["work_dir"], scratch.as_str(), "{done}");
+    let cookie = format!("berth_token={ann}");
+    let (_, sessions) = team.http("GET", "/api/v1/sessions", &[("Cookie", &cookie)], "");
+    assert_eq!(sessions[0]["work_dir"], scratch.as_str(), "{sessions}");
+    let (st, events) = stream_head(
+        &team,
+        &ann,
+        "GET",
+        &format!("/api/v1/sessions/{session}/events"),
+        "",
+    );
+    assert_eq!(st, 200, "{events}");
+    assert!(events.contains(&format!("cwd={scratch}")), "{events}");
+    for text in [&events, &sessions.to_string(), &done.to_string()] {
+        assert!(!text.contains(&home), "ann's home is shown: {text}");
+    }
+    // Her machine's own CLI (its forwarded control socket) keeps the real path.
+    assert_eq!(
+        cwds(&laptop, &session),
+        [format!("{home}/.local/share/berth/scratch/{session}")]
+    );
+}

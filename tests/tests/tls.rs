@@ -215,10 +215,11 @@ fn tls_rig(tag: &str) -> (berth_tests::TempDir, Pki, Berth, String, String, Bert
     (root, pki, srv, url, token, laptop)
 }
 
-/// On the laptop: the agent `name` running `script`, and a session of it bound to
-/// `~/code/app` there; the directory and the session id.
-fn bound_on(laptop: &Berth, name: &str, script: &str) -> (std::path::PathBuf, String) {
-    add_command_agent(laptop, name, script);
+/// The agent `name` running `script`, registered on the server (a daemon registers
+/// none), and a session of it bound to `~/code/app` on the laptop; the directory and
+/// the session id.
+fn bound_on(srv: &Berth, laptop: &Berth, name: &str, script: &str) -> (std::path::PathBuf, String) {
+    add_command_agent(srv, name, script);
     let dir = laptop.user_home.join("code/app");
     std::fs::create_dir_all(&dir).unwrap();
     let session = laptop.json(&[
@@ -255,6 +256,7 @@ fn a_daemon_over_https_registers_claims_and_streams() {
     let (_root, pki, srv, url, token, mut laptop) = tls_rig("tls-daemon");
     start_daemon(&mut laptop, &url, &token, &["--ca-file", s(&pki.ca)]);
     let (_dir, id) = bound_on(
+        &srv,
         &laptop,
         "count",
         "cat >/dev/null; for i in 1 2 3; do echo line-$i; done",
@@ -422,7 +424,7 @@ fn berth_serve_off_loopback_needs_tls_or_insecure_http() {
 
 #[test]
 fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
-    let (_root, pki, _srv, url, token, mut laptop) = tls_rig("tls-ca");
+    let (_root, pki, srv, url, token, mut laptop) = tls_rig("tls-ca");
     std::fs::copy(&pki.ca, laptop.user_home.join("company-ca.pem")).unwrap();
     std::fs::write(
         laptop.config.join("settings.jsonc"),
@@ -430,7 +432,7 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
     )
     .unwrap();
     start_daemon(&mut laptop, &url, &token, &[]);
-    let (dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
+    let (dir, id) = bound_on(&srv, &laptop, "hi", "cat >/dev/null; echo hello");
     // A project layer naming a CA is ignored, and says so.
     std::fs::create_dir_all(dir.join(".berth")).unwrap();
     std::fs::write(
@@ -452,7 +454,7 @@ fn the_user_settings_ca_file_is_trusted_and_a_projects_is_not() {
 fn a_daemon_over_https_comes_back_after_the_server_restarts() {
     let (_root, pki, mut srv, url, token, mut laptop) = tls_rig("tls-restart");
     start_daemon(&mut laptop, &url, &token, &["--ca-file", s(&pki.ca)]);
-    let (_dir, id) = bound_on(&laptop, "hi", "cat >/dev/null; echo hello");
+    let (_dir, id) = bound_on(&srv, &laptop, "hi", "cat >/dev/null; echo hello");
     assert_eq!(send_json(&laptop, &id, "one").0, 0);
 
     // The server stops and starts again on the same address, with the same certificate.

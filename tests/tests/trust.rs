@@ -546,7 +546,8 @@ fn a_daemon_reads_its_own_machines_trust_never_the_servers() {
     let mut laptop = Berth::new("trust-laptop");
     laptop.daemon(&url, &token, "laptop");
     let dir = hostile_checkout(&laptop);
-    add_command_agent(&laptop, "rec", RECORDER);
+    // Agents are the server's to register; the laptop's daemon may not.
+    add_command_agent(&srv, "rec", RECORDER);
     let session = new_session(&laptop, "rec", Some(&dir));
 
     // Trust given on the server's machine (its own state) is not the laptop's.

@@ -499,6 +499,8 @@ impl Server {
     }
 
     async fn serve_on(&self, listener: WebListener, router: axum::Router) -> io::Result<()> {
+        // Before anything else on a network listener: one server named, one way.
+        let router = router.layer(axum::middleware::from_fn(api::one_target));
         match listener {
             WebListener::Plain(l) => {
                 // As the TLS listener does: small writes (an SSE event, an answer's

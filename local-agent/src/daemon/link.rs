@@ -162,6 +162,14 @@ impl Daemon {
             name: self.name.clone(),
             instance: self.instance.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            // So the server shows this machine's paths as `~/…` where it may show
+            // display forms only, wherever the home lies.
+            home: self
+                .executor
+                .context()
+                .home
+                .as_ref()
+                .map(|h| h.as_str().to_owned()),
         }
     }
 

@@ -5,27 +5,32 @@
 //! session the request names. The [`enforce`] middleware, in front of every route of
 //! every surface, resolves the session (or task) id *among the caller's own* first,
 //! so another member's ids neither match nor make a prefix ambiguous, answers 404 for
-//! what the caller may not see (ids do not leak), rewrites the id in the path to the
-//! full one it resolved, hands the handlers the caller's [`Scope`] for lists, and
-//! records every change a member makes in the audit trail.
+//! what the caller may not see (ids do not leak), hands the handlers the full id it
+//! resolved ([`Named`]; they never resolve the typed one again) and the caller's
+//! [`Scope`] for lists, and records every change a member makes in the audit trail.
 //!
-//! On `berth serve` every caller is [`Caller::Local`] (one user): nothing changes.
+//! On `berth serve` the user's own callers are [`Caller::Local`] (one user): nothing
+//! changes for them. Its daemons' forwarded sockets are members, as on `berth-server`:
+//! their own sessions, no settings.
 
 use super::error::ApiError;
 use super::{Ctx, Surface};
-use axum::extract::{MatchedPath, Request, State};
+use crate::store::StoreError;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::Method;
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
-    /// The user's own shell (control socket) or the desktop's web listener; also a
-    /// daemon of `berth serve`, which has no members.
+    /// The user's own shell (control socket) or the desktop's web listener.
     Local,
     /// A member of a team server: by their token (`via` `api`, or `web` by cookie), or
     /// their daemon's forwarded control socket (`via` `machine NAME`, never as admin).
+    /// A daemon of `berth serve` is one too (its tokens are the first admin's): its
+    /// token crosses the network, so it never gets the local user's powers.
     Member {
         name: String,
         admin: bool,
@@ -212,6 +217,64 @@ fn with_segment(path: &str, index: usize, value: &str) -> String {
         .join("/")
 }
 
+/// The full id of the session or task a route names, as [`enforce`] resolved it among
+/// the caller's own (among all for the local user and, for reading, an admin).
+///
+/// Handlers take the id from here, never from the route's `Path`: that holds what the
+/// caller typed, and resolving it again across every member's ids would let another
+/// member's make it ambiguous, and name them in the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Named {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts.extensions.get::<Named>().cloned().ok_or_else(|| {
+            ApiError::Internal(format!(
+                "the id in {} was not resolved before its handler ran",
+                parts.uri.path()
+            ))
+        })
+    }
+}
+
+/// The full id `named` names uniquely among the sessions (or their tasks) of `owner`
+/// (of everyone with `None`): another member's ids neither match nor make it ambiguous.
+async fn resolve_owned(
+    ctx: &Ctx,
+    target: Target,
+    named: &str,
+    owner: Option<String>,
+) -> Result<String, StoreError> {
+    match target {
+        Target::Session => ctx.app.store.session_of(named, owner).await.map(|s| s.id),
+        Target::Task | Target::None => ctx.app.store.task_of(named, owner).await.map(|t| t.id),
+    }
+}
+
+/// The full id `named` names among everyone's, and its session's owner: for an admin,
+/// who reads every session.
+async fn resolve_any(
+    ctx: &Ctx,
+    target: Target,
+    named: &str,
+) -> Result<(String, Option<String>), StoreError> {
+    match target {
+        Target::Session => ctx
+            .app
+            .store
+            .session_of(named, None)
+            .await
+            .map(|s| (s.id, s.owner)),
+        Target::Task | Target::None => {
+            let t = ctx.app.store.task_of(named, None).await?;
+            let s = ctx.app.store.session(&t.session_id).await?;
+            Ok((t.id, s.owner))
+        }
+    }
+}
+
 /// The middleware: decides, resolves, scopes and audits (see the module's docs).
 pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next) -> Response {
     let caller = req
@@ -239,77 +302,52 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
     let named = path.split('/').nth(ID).unwrap_or("").to_owned();
     let mut relation = Relation::None;
     let mut resolved = None;
-    if let (Target::Session | Target::Task, Caller::Member { name, .. }) = (target, &caller) {
-        let own = match target {
-            Target::Session => ctx
-                .app
-                .store
-                .session_of(&named, Some(name.clone()))
-                .await
-                .map(|s| s.id),
-            Target::Task | Target::None => ctx
-                .app
-                .store
-                .task_of(&named, Some(name.clone()))
-                .await
-                .map(|t| t.id),
-        };
-        match own {
-            Ok(id) => {
-                relation = Relation::Own;
-                resolved = Some(id);
+    match (target, &caller) {
+        (Target::None, _) => {}
+        // The user's own shell: every id is theirs.
+        (Target::Session | Target::Task, Caller::Local) => {
+            match resolve_owned(&ctx, target, &named, None).await {
+                Ok(id) => resolved = Some(id),
+                Err(e) => return ApiError::from(e).into_response(),
             }
-            Err(
-                e @ (crate::store::StoreError::UnknownSession { .. }
-                | crate::store::StoreError::UnknownTask { .. }),
-            ) => {
-                relation = Relation::Other;
-                // Only an admin learns whether it exists at all.
-                let sees_all = decide(action, &caller, Relation::Other) != Answer::NotFound;
-                let other = if sees_all {
-                    match target {
-                        Target::Session => ctx
-                            .app
-                            .store
-                            .session_of(&named, None)
-                            .await
-                            .map(|s| (s.id, s.owner)),
-                        Target::Task | Target::None => {
-                            match ctx.app.store.task_of(&named, None).await {
-                                Ok(t) => ctx
-                                    .app
-                                    .store
-                                    .session(&t.session_id)
-                                    .await
-                                    .map(|s| (t.id, s.owner)),
-                                Err(e) => Err(e),
-                            }
-                        }
-                    }
-                } else {
-                    Err(e)
-                };
-                match other {
-                    Ok((id, owner)) => {
-                        if decide(action, &caller, relation) == Answer::OwnerOnly {
-                            return ApiError::OwnerOnly {
-                                owner: owner.unwrap_or_else(|| String::from("another member")),
-                                what: if action == Action::Cancel {
-                                    "cancel its tasks"
-                                } else if action == Action::Bind {
-                                    "change its directory"
-                                } else {
-                                    "send to it"
-                                },
-                            }
-                            .into_response();
-                        }
-                        resolved = Some(id);
-                    }
-                    Err(e) => return ApiError::from(e).into_response(),
+        }
+        (Target::Session | Target::Task, Caller::Member { name, .. }) => {
+            match resolve_owned(&ctx, target, &named, Some(name.clone())).await {
+                Ok(id) => {
+                    relation = Relation::Own;
+                    resolved = Some(id);
                 }
+                Err(e @ (StoreError::UnknownSession { .. } | StoreError::UnknownTask { .. })) => {
+                    relation = Relation::Other;
+                    // Only an admin learns whether it exists at all.
+                    let sees_all = decide(action, &caller, Relation::Other) != Answer::NotFound;
+                    let other = if sees_all {
+                        resolve_any(&ctx, target, &named).await
+                    } else {
+                        Err(e)
+                    };
+                    match other {
+                        Ok((id, owner)) => {
+                            if decide(action, &caller, relation) == Answer::OwnerOnly {
+                                return ApiError::OwnerOnly {
+                                    owner: owner.unwrap_or_else(|| String::from("another member")),
+                                    what: if action == Action::Cancel {
+                                        "cancel its tasks"
+                                    } else if action == Action::Bind {
+                                        "change its directory"
+                                    } else {
+                                        "send to it"
+                                    },
+                                }
+                                .into_response();
+                            }
+                            resolved = Some(id);
+                        }
+                        Err(e) => return ApiError::from(e).into_response(),
+                    }
+                }
+                Err(e) => return ApiError::from(e).into_response(),
             }
-            Err(e) => return ApiError::from(e).into_response(),
         }
     }
     match decide(action, &caller, relation) {
@@ -338,6 +376,7 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
         }
     }
     if let Some(id) = &resolved {
+        req.extensions_mut().insert(Named(id.clone()));
         let rewritten = with_segment(&path, ID, id);
         let uri = match req.uri().query() {
             Some(q) => format!("{rewritten}?{q}"),
@@ -350,7 +389,8 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
     req.extensions_mut().insert(caller.scope());
     req.extensions_mut().insert(caller.clone());
     let resp = next.run(req).await;
-    // A team server's trail; `berth serve` (one user, every caller local) keeps none.
+    // A team server's trail; `berth serve` keeps its daemons' changes only (the
+    // user's own callers are local).
     if let Some(what) = audit
         && caller != Caller::Local
         && resp.status().is_success()

@@ -1,4 +1,5 @@
-//! The guard in front of the web listener and `berth-server`'s listener.
+//! The guard in front of the web listener and `berth-server`'s listener, and the
+//! check before everything on them that a request names one server only.
 
 use super::access::Caller;
 use super::error::ApiError;
@@ -83,6 +84,31 @@ fn query_token(req: &Request) -> Option<&str> {
         .query()?
         .split('&')
         .find_map(|kv| kv.strip_prefix("token="))
+}
+
+/// In front of every route of a TCP listener (the guarded API and UI, the webhooks, the
+/// daemon routes): a request must name its server exactly one way. Two `Host` headers,
+/// or an absolute-form target (`GET http://evil/api/v1/... HTTP/1.1`, whose authority
+/// would otherwise be ignored beside a valid `Host`), answer 400 `bad_request`: the
+/// `Host` allowlist can only defend what it unambiguously sees.
+pub async fn one_target(req: Request, next: Next) -> Response {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    let what = if hosts > 1 {
+        Some(format!("it has {hosts} Host headers"))
+    } else if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+        Some(format!(
+            "its target names a server ({}) besides the Host header",
+            req.uri()
+                .authority()
+                .map_or_else(|| String::from("a scheme"), |a| a.as_str().to_owned())
+        ))
+    } else {
+        None
+    };
+    match what {
+        Some(what) => ApiError::AmbiguousTarget { what }.into_response(),
+        None => next.run(req).await,
+    }
 }
 
 pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next) -> Response {

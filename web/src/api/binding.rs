@@ -2,6 +2,7 @@
 //! by the executor before anything is stored, and its refusal code surfaces unchanged.
 
 use super::Ctx;
+use super::access::Named;
 use super::body::JsonBody;
 use super::error::{ApiError, refusal_status};
 use super::views::{SessionDoc, session_doc};
@@ -140,7 +141,7 @@ pub(crate) async fn check(
 pub(crate) async fn link(
     State(ctx): State<Ctx>,
     via: Option<Extension<Via>>,
-    Path(id): Path<String>,
+    Named(id): Named,
     JsonBody(req): JsonBody<LinkRequest>,
 ) -> Result<Json<SessionDoc>, ApiError> {
     let session = ctx.app.store.session(&id).await?;
@@ -181,7 +182,7 @@ pub(crate) async fn link(
 
 pub(crate) async fn unlink(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
+    Named(id): Named,
 ) -> Result<Json<SessionDoc>, ApiError> {
     let session = ctx.app.store.session(&id).await?;
     let row = if session.binding.is_none() {

@@ -1,9 +1,10 @@
-//! Request bodies: JSON parsed strictly, errors in the contract's shape.
+//! Request bodies and query strings: parsed strictly, errors in the contract's shape.
 
 use super::error::ApiError;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 /// The largest request body accepted; larger ones answer 413.
@@ -42,6 +43,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .map(JsonBody)
             .map_err(|e| ApiError::BadRequest {
                 message: format!("invalid request body: {e}"),
+            })
+    }
+}
+
+/// A request's query string, parsed into `T`. Unlike `axum::extract::Query`, a value
+/// that does not parse (`?after=18446744073709551616`, `?stream=maybe`) answers 400
+/// `bad_request` in the contract's JSON shape, naming the parameter, never plain text.
+#[derive(Debug, Clone, Default)]
+pub struct QueryArgs<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryArgs<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::try_from_uri(&parts.uri)
+            .map(|axum::extract::Query(q)| QueryArgs(q))
+            .map_err(|rej| ApiError::BadQuery {
+                message: rej.body_text(),
             })
     }
 }

@@ -18,6 +18,9 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error("{message}")]
     BadRequest { message: String },
+    /// A query string that does not parse (code `bad_request`).
+    #[error("{message}")]
+    BadQuery { message: String },
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("{method} is not allowed on this listener")]
@@ -26,6 +29,9 @@ pub enum ApiError {
     NoRoute { path: String },
     #[error("the Host header {host:?} is not one of this server's addresses")]
     ForbiddenHost { host: String },
+    /// A request that names its server more than one way (code `bad_request`).
+    #[error("the request is ambiguous about which server it is for: {what}")]
+    AmbiguousTarget { what: String },
     #[error("a valid token is required")]
     Unauthorized,
     #[error("this server has no executor, so it cannot reach local directories")]
@@ -112,6 +118,13 @@ impl ApiError {
                 "bad_request",
                 "fix the request body; it must be a JSON object with the documented fields".into(),
             ),
+            ApiError::BadQuery { .. } => (
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "fix the query string; its parameters take the documented values \
+                 (`after` a transcript seq, `stream` true or false)"
+                    .into(),
+            ),
             ApiError::PayloadTooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
@@ -132,6 +145,13 @@ impl ApiError {
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
                 "open the UI at the address `berth serve` printed".into(),
+            ),
+            ApiError::AmbiguousTarget { .. } => (
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "send exactly one Host header, and the path alone as the request target \
+                 (`GET /api/v1/...`, not `GET http://host/api/v1/...`)"
+                    .into(),
             ),
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,

@@ -1,15 +1,16 @@
-//! The route handlers. Each resolves ids by unique prefix through the store and
-//! answers the documents of [`super::views`].
+//! The route handlers. A route that names a session or task gets its full id as
+//! [`Named`], resolved by [`super::access::enforce`] among the caller's own; the
+//! handlers answer the documents of [`super::views`].
 
-use super::access::{Caller, Scope};
-use super::body::JsonBody;
+use super::access::{Caller, Named, Scope};
+use super::body::{JsonBody, QueryArgs};
 use super::error::ApiError;
 use super::views::{SessionDoc, session_doc, task_doc};
 use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
 use crate::store::{NewSessionRow, ProjectRow};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use berth_core::api::{NewSession, Task};
@@ -164,7 +165,7 @@ pub(crate) async fn list_sessions(
 
 pub(crate) async fn get_session(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
+    Named(id): Named,
 ) -> Result<Json<SessionDoc>, ApiError> {
     let row = ctx.app.store.session(&id).await?;
     Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
@@ -235,8 +236,8 @@ pub(crate) struct SendQuery {
 /// `message_seq - 1`), for `berth send`.
 pub(crate) async fn post_message(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
-    Query(q): Query<SendQuery>,
+    Named(id): Named,
+    QueryArgs(q): QueryArgs<SendQuery>,
     JsonBody(req): JsonBody<NewMessage>,
 ) -> Result<Response, ApiError> {
     if req.text.trim().is_empty() {
@@ -280,7 +281,7 @@ pub(crate) async fn post_message(
 pub(crate) async fn list_tasks(
     State(ctx): State<Ctx>,
     scope: Option<axum::Extension<Scope>>,
-    Query(q): Query<TaskQuery>,
+    QueryArgs(q): QueryArgs<TaskQuery>,
 ) -> Result<Json<Vec<Task>>, ApiError> {
     let owner = scope.and_then(|axum::Extension(s)| s.0);
     let rows = ctx.app.store.list_tasks(q.session, owner).await?;
@@ -293,7 +294,7 @@ pub(crate) async fn list_tasks(
 
 pub(crate) async fn get_task(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
+    Named(id): Named,
 ) -> Result<Json<Task>, ApiError> {
     let row = ctx.app.store.task(&id).await?;
     Ok(Json(task_doc(ctx.surface, &ctx.app.display, &row)))
@@ -301,7 +302,7 @@ pub(crate) async fn get_task(
 
 pub(crate) async fn cancel_task(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
+    Named(id): Named,
 ) -> Result<Json<TaskReply>, ApiError> {
     let row = ctx.app.scheduler.cancel(&id).await?;
     Ok(Json(TaskReply {
@@ -325,7 +326,7 @@ pub struct Undone {
 
 pub(crate) async fn task_undone(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
+    Named(id): Named,
     JsonBody(req): JsonBody<Undone>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let task = ctx.app.store.task(&id).await?;
@@ -391,13 +392,22 @@ pub(crate) async fn add_agent(
     ))
 }
 
+/// `GET projects`: real directories on the control socket only, and through a
+/// daemon's forwarded socket only that machine's own (another machine's, the server's
+/// included, show their display form alone).
 pub(crate) async fn list_projects(
     State(ctx): State<Ctx>,
+    via: Option<axum::Extension<crate::daemon::Via>>,
 ) -> Result<Json<Vec<ProjectRow>>, ApiError> {
     let mut projects = ctx.app.store.list_projects().await?;
-    if ctx.surface == Surface::Web {
-        for p in &mut projects {
-            for d in &mut p.dirs {
+    let shown = |machine: &berth_core::binding::MachineId| match (ctx.surface, &via) {
+        (Surface::Web | Surface::Cloud, _) => false,
+        (Surface::Control, Some(axum::Extension(via))) => *machine == via.machine,
+        (Surface::Control, None) => true,
+    };
+    for p in &mut projects {
+        for d in &mut p.dirs {
+            if !shown(&d.machine) {
                 d.dir.clear();
             }
         }

@@ -4,12 +4,12 @@
 //! decided in [`super::access`]; these only do it.
 
 use super::access::{AuditTarget, Caller};
-use super::body::JsonBody;
+use super::body::{JsonBody, QueryArgs};
 use super::error::ApiError;
 use super::{Ctx, handlers::valid_name};
 use crate::daemon::token_hash;
 use crate::store::{AuditRow, MemberChange, MemberRow};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -138,7 +138,7 @@ pub(crate) async fn rotate(
 
 pub(crate) async fn audit(
     State(ctx): State<Ctx>,
-    Query(q): Query<AuditQuery>,
+    QueryArgs(q): QueryArgs<AuditQuery>,
 ) -> Result<Json<Vec<AuditRow>>, ApiError> {
     Ok(Json(ctx.app.store.audit_trail(q.member).await?))
 }

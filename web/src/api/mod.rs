@@ -10,6 +10,8 @@
 //!   privacy-stripped display form.
 //! - [`cloud_router`]: every route, on `berth-server`'s TCP listener; writes need
 //!   `Authorization: Bearer <token>`, reads the token as bearer or cookie. Origin `api`.
+//!   **Contract extension:** `work_dir` here is the display form too, as the machine
+//!   that ran the task made it, and a daemon's home shows as `~` in event text.
 //!
 //! The web listener and `berth-server`'s listener also serve the chat webhooks
 //! `POST /hooks/slack` and `POST /hooks/lark` ([`crate::hooks`]) *outside* the guard:
@@ -30,7 +32,7 @@ mod sse;
 mod views;
 
 pub use access::{AuditTarget, Caller, Scope};
-pub use auth::{TOKEN_COOKIE, loopback_hosts};
+pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use body::{BODY_LIMIT, JsonBody};
@@ -184,9 +186,9 @@ pub fn control_router(app: AppState) -> Router {
 
 /// The daemon routes ([`crate::daemon::wire`]), when the server accepts daemons:
 /// authenticated by daemon tokens, outside the listener's guard.
-fn daemon_routes(app: &AppState, members: bool) -> Router {
+fn daemon_routes(app: &AppState) -> Router {
     if app.daemons.accepts() {
-        crate::daemon::daemon_router(app.clone(), control_router(app.clone()), members)
+        crate::daemon::daemon_router(app.clone(), control_router(app.clone()))
     } else {
         Router::new()
     }
@@ -206,7 +208,7 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
         members: None,
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
-    let daemons = daemon_routes(&app, false);
+    let daemons = daemon_routes(&app);
     let display = app.display.clone();
     finish(read_routes(), app, Surface::Web)
         .layer(axum::middleware::from_fn_with_state(
@@ -232,7 +234,7 @@ pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
         members: Some(app.store.clone()),
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
-    let daemons = daemon_routes(&app, true);
+    let daemons = daemon_routes(&app);
     let leader = app.clone();
     finish(all_routes().merge(member_routes()), app, Surface::Cloud)
         .merge(crate::ui::ui_router())

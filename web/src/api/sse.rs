@@ -7,11 +7,13 @@
 //! at or below the last `seq` it sent. A live event that is not the next `seq` (the
 //! subscriber lagged) sends the stream back to the store to fill the gap.
 
+use super::access::Named;
+use super::body::QueryArgs;
 use super::views::web_task;
 use super::{ApiError, Ctx, Surface};
 use crate::store::Store;
 use crate::transcript::TranscriptEvent;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use berth_core::Context;
@@ -44,6 +46,8 @@ struct Feed {
     live: broadcast::Receiver<Arc<TranscriptEvent>>,
     surface: Surface,
     display: Arc<Context>,
+    /// The remote machines, whose homes the display shows as `~`.
+    daemons: crate::daemon::Daemons,
     closing: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -59,7 +63,7 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
         && let Ok(mut t) = serde_json::from_value::<berth_core::api::Task>(task.clone())
     {
         match (feed.surface, shown) {
-            (Surface::Web, Some(shown)) => t.work_dir = Some(shown),
+            (Surface::Web | Surface::Cloud, Some(shown)) => t.work_dir = Some(shown),
             (surface, _) => web_task(surface, &feed.display, &mut t),
         }
         if let Ok(v) = serde_json::to_value(&t) {
@@ -73,9 +77,17 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
         "at": ev.at,
         "payload": payload,
     });
-    if feed.surface == Surface::Web {
-        // The display rule on every string (see `super::redact`).
-        berth_core::display::redact_json(&feed.display, &mut data);
+    match feed.surface {
+        Surface::Control => {}
+        // A remote machine's home, wherever it lies, shows as `~` (see
+        // `wire::Register::home`); on the web listener, then the display rule on
+        // every string (see `super::redact`).
+        Surface::Web | Surface::Cloud => {
+            berth_core::display::replace_homes_json(&feed.daemons.homes(), &mut data);
+            if feed.surface == Surface::Web {
+                berth_core::display::redact_json(&feed.display, &mut data);
+            }
+        }
     }
     Event::default()
         .id(ev.seq.to_string())
@@ -128,8 +140,8 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
 
 pub(crate) async fn events(
     State(ctx): State<Ctx>,
-    Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    Named(id): Named,
+    QueryArgs(q): QueryArgs<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = ctx.app.store.session(&id).await?;
@@ -174,6 +186,7 @@ pub(crate) fn feed_from(
         live,
         surface: ctx.surface,
         display: ctx.app.display.clone(),
+        daemons: ctx.app.daemons.clone(),
         closing: ctx.app.closing.clone(),
     };
     futures_util::stream::unfold(feed, next)

@@ -43,8 +43,33 @@ pub enum SessionDoc {
 
 pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> SessionDoc {
     match surface {
-        Surface::Control | Surface::Cloud => SessionDoc::Full(row.to_api()),
+        Surface::Control => SessionDoc::Full(row.to_api()),
+        Surface::Cloud => {
+            let mut doc = row.to_api();
+            doc.work_dir = shown_work_dir(
+                ctx,
+                row.work_dir_display.as_deref(),
+                row.work_dir.as_deref(),
+            )
+            .map(std::borrow::Cow::into_owned);
+            SessionDoc::Full(doc)
+        }
         Surface::Web => web_session(ctx, row),
+    }
+}
+
+/// Where a session's last run worked, as the surfaces without real paths show it: the
+/// display form the machine that ran it made (a daemon strips its own home), else this
+/// server's.
+fn shown_work_dir<'a>(
+    ctx: &Context,
+    display: Option<&'a str>,
+    work_dir: Option<&str>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    match (display, work_dir) {
+        (Some(shown), _) => Some(std::borrow::Cow::Borrowed(shown)),
+        (None, Some(p)) => strip_path(ctx, p).map(std::borrow::Cow::Owned),
+        (None, None) => None,
     }
 }
 
@@ -57,6 +82,10 @@ pub(crate) fn write_session_doc(
     out: &mut Vec<u8>,
     s: &SessionCols<'_>,
 ) -> Result<(), serde_json::Error> {
+    let shown = match surface {
+        Surface::Control => s.work_dir.map(std::borrow::Cow::Borrowed),
+        Surface::Cloud | Surface::Web => shown_work_dir(ctx, s.work_dir_display, s.work_dir),
+    };
     match surface {
         Surface::Control | Surface::Cloud => serde_json::to_writer(
             out,
@@ -66,7 +95,7 @@ pub(crate) fn write_session_doc(
                 agent: s.agent,
                 origin: s.origin,
                 project: s.project,
-                work_dir: s.work_dir,
+                work_dir: shown,
                 created_at: s.created_at,
                 updated_at: s.updated_at,
                 #[cfg(feature = "local-binding")]
@@ -88,11 +117,7 @@ pub(crate) fn write_session_doc(
                 agent: s.agent,
                 origin: s.origin,
                 project: s.project,
-                work_dir: match (s.work_dir_display, s.work_dir) {
-                    (Some(shown), _) => Some(std::borrow::Cow::Borrowed(shown)),
-                    (None, Some(p)) => strip_path(ctx, p).map(std::borrow::Cow::Owned),
-                    (None, None) => None,
-                },
+                work_dir: shown,
                 created_at: s.created_at,
                 updated_at: s.updated_at,
                 #[cfg(feature = "local-binding")]
@@ -116,7 +141,7 @@ struct SessionRef<'a> {
     agent: &'a str,
     origin: Origin,
     project: Option<&'a str>,
-    work_dir: Option<&'a str>,
+    work_dir: Option<std::borrow::Cow<'a, str>>,
     created_at: &'a str,
     updated_at: &'a str,
     #[cfg(feature = "local-binding")]
@@ -169,10 +194,12 @@ fn web_session(ctx: &Context, row: &SessionRow) -> SessionDoc {
         agent: row.agent.clone(),
         origin: row.origin,
         project: row.project.clone(),
-        work_dir: row
-            .work_dir_display
-            .clone()
-            .or_else(|| row.work_dir.as_deref().and_then(|p| strip_path(ctx, p))),
+        work_dir: shown_work_dir(
+            ctx,
+            row.work_dir_display.as_deref(),
+            row.work_dir.as_deref(),
+        )
+        .map(std::borrow::Cow::into_owned),
         created_at: row.created_at.clone(),
         updated_at: row.updated_at.clone(),
         #[cfg(feature = "local-binding")]
@@ -182,7 +209,7 @@ fn web_session(ctx: &Context, row: &SessionRow) -> SessionDoc {
 
 pub(crate) fn task_doc(surface: Surface, ctx: &Context, row: &TaskRow) -> Task {
     let mut task = row.to_api();
-    if surface == Surface::Web
+    if matches!(surface, Surface::Web | Surface::Cloud)
         && let Some(display) = &row.work_dir_display
     {
         task.work_dir = Some(display.clone());
@@ -192,11 +219,14 @@ pub(crate) fn task_doc(surface: Surface, ctx: &Context, row: &TaskRow) -> Task {
     task
 }
 
-/// On the web listener a task's `work_dir` is its display form.
+/// Outside the control socket (the web listener, `berth-server`'s listener) a task's
+/// `work_dir` is its display form.
 pub(crate) fn web_task(surface: Surface, ctx: &Context, task: &mut Task) {
     match surface {
-        Surface::Control | Surface::Cloud => {}
-        Surface::Web => task.work_dir = task.work_dir.as_deref().and_then(|p| strip_path(ctx, p)),
+        Surface::Control => {}
+        Surface::Web | Surface::Cloud => {
+            task.work_dir = task.work_dir.as_deref().and_then(|p| strip_path(ctx, p));
+        }
     }
 }
 

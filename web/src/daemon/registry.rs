@@ -122,6 +122,8 @@ struct Machine {
     name: String,
     /// The member of the token it registered with: it runs only their sessions' tasks.
     member: Option<String>,
+    /// Its user's home, as its daemon said at registration (see `wire::Register`).
+    home: Option<berth_core::LocalPath>,
     instance: String,
     last_seen: Instant,
     online: bool,
@@ -137,6 +139,7 @@ impl Machine {
         Machine {
             name,
             member,
+            home: None,
             instance,
             last_seen: now,
             online: false,
@@ -300,6 +303,16 @@ impl Daemons {
         self.inner.online.subscribe()
     }
 
+    /// The homes of the machines that registered with this process and said theirs:
+    /// what the display rule shows as `~` in text that came from them.
+    pub fn homes(&self) -> Vec<berth_core::LocalPath> {
+        lock(&self.inner.state)
+            .machines
+            .values()
+            .filter_map(|m| m.home.clone())
+            .collect()
+    }
+
     /// The machines online now.
     pub fn online(&self) -> Vec<MachineId> {
         lock(&self.inner.state)
@@ -312,12 +325,12 @@ impl Daemons {
 
     /// The online machine of `owner` (whose token is `owner`'s) with the least work,
     /// for a task any of their machines may run (scratch), taking turns among equals.
-    pub fn pick(&self, owner: Option<&str>) -> Option<MachineId> {
+    pub fn pick(&self, owner: &str) -> Option<MachineId> {
         let mut state = lock(&self.inner.state);
         let mut online: Vec<(&MachineId, usize)> = state
             .machines
             .iter()
-            .filter(|(_, m)| m.online && m.member.as_deref() == owner)
+            .filter(|(_, m)| m.online && crate::store::owner_name(m.member.as_deref()) == owner)
             .map(|(id, m)| (id, m.load()))
             .collect();
         online.sort();
@@ -402,6 +415,7 @@ impl Daemons {
         machine: Option<&str>,
         name: String,
         instance: String,
+        home: Option<berth_core::LocalPath>,
     ) -> Result<Result<Registered, AuthError>, StoreError> {
         let (row, machine) = match self.authenticate(token, machine) {
             Ok(v) => v,
@@ -439,6 +453,7 @@ impl Daemons {
             });
             m.name.clone_from(&name);
             m.member.clone_from(&row.member);
+            m.home = home;
             m.last_seen = now;
             if m.instance != instance {
                 m.instance.clone_from(&instance);

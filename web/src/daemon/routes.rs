@@ -26,8 +26,6 @@ struct DaemonCtx {
     app: AppState,
     /// The whole control API, for the daemon's forwarded control socket.
     control: Router,
-    /// A team server: a daemon acts for its token's member, and only for them.
-    members: bool,
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -45,8 +43,9 @@ fn caller(ctx: &DaemonCtx, headers: &HeaderMap) -> Result<Caller, ApiError> {
 }
 
 /// The routes a daemon calls, authenticated by its token (not by the listener's
-/// guard). `control` is the control API the daemon's own socket forwards to.
-pub fn daemon_router(app: AppState, control: Router, members: bool) -> Router {
+/// guard). `control` is the control API the daemon's own socket forwards to; through
+/// it a daemon acts for its token's member, never as the server's own user.
+pub fn daemon_router(app: AppState, control: Router) -> Router {
     let p = wire::PREFIX;
     Router::new()
         .route(&format!("{p}/register"), post(register))
@@ -57,11 +56,7 @@ pub fn daemon_router(app: AppState, control: Router, members: bool) -> Router {
         .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
         .route(&format!("{p}/api/{{*rest}}"), any(forward))
         .layer(axum::extract::DefaultBodyLimit::max(crate::api::BODY_LIMIT))
-        .with_state(DaemonCtx {
-            app,
-            control,
-            members,
-        })
+        .with_state(DaemonCtx { app, control })
 }
 
 async fn register(
@@ -78,10 +73,29 @@ async fn register(
             message: format!("the machine name {name:?} must be 1 to 64 printable characters"),
         });
     }
+    let home = match req.home {
+        None => None,
+        Some(home) => Some(
+            berth_core::LocalPath::parse(ctx.app.display.platform, &home)
+                .ok()
+                .filter(|h| !h.parts().is_empty())
+                .ok_or_else(|| ApiError::BadRequest {
+                    message: format!(
+                        "the machine's home {home:?} must be an absolute path below the root"
+                    ),
+                })?,
+        ),
+    };
     let out = ctx
         .app
         .daemons
-        .register(bearer(&headers), machine(&headers), name, req.instance)
+        .register(
+            bearer(&headers),
+            machine(&headers),
+            name,
+            req.instance,
+            home,
+        )
         .await??;
     Ok(Json(out))
 }
@@ -189,8 +203,12 @@ async fn finish(
 }
 
 /// The daemon's control socket, forwarded: the request goes through the whole
-/// control API as if it came in on this server's own socket, marked with the machine
-/// it came from (and the directory the daemon validated, if any).
+/// control API, marked with the machine it came from (and the directory the daemon
+/// validated, if any), and made by its token's member ([`crate::api::Caller::daemon`]),
+/// on `berth serve` as on `berth-server`: the token crosses the network, so it is
+/// never the server user's own socket. It reaches the sessions its member owns (a
+/// token without one, as every token of `berth serve`, is the first admin's), never
+/// the desktop user's, and registers no agent (`403 admin_only`).
 async fn forward(
     State(ctx): State<DaemonCtx>,
     Path(rest): Path<String>,
@@ -225,15 +243,10 @@ async fn forward(
     // A fresh request for the inner router: the outer route's matched parameters
     // must not reach its extractors.
     parts.extensions = axum::http::Extensions::new();
-    if ctx.members {
-        let member = caller
-            .member
-            .clone()
-            .unwrap_or_else(|| crate::store::FIRST_ADMIN.to_owned());
-        parts
-            .extensions
-            .insert(crate::api::Caller::daemon(member, &caller.name));
-    }
+    let member = crate::store::owner_name(caller.member.as_deref()).to_owned();
+    parts
+        .extensions
+        .insert(crate::api::Caller::daemon(member, &caller.name));
     parts.extensions.insert(Via {
         machine: caller.machine,
         name: caller.name,

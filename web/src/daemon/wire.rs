@@ -67,6 +67,12 @@ pub struct Register {
     /// machine end `interrupted` when a new one registers.
     pub instance: String,
     pub version: String,
+    /// The daemon user's home directory. Wherever the server may show display forms
+    /// only (the web listener, a member's view), this machine's paths, and its home in
+    /// an agent's text, show as `~/…` by it: the server's own home rule cannot know
+    /// another machine's home, wherever it lies. Optional: an older daemon sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
 }
 
 /// The answer to `register`: the timings the daemon keeps to.

@@ -546,10 +546,13 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     // session's owner. A machine runs only its own member's sessions: a bound machine
     // of another member counts as offline (binding through it is refused, so this is
     // only ever an old binding).
-    let owner = session.owner.as_deref();
+    let owner = crate::store::owner_name(session.owner.as_deref());
     let owns = |m: &MachineId| {
         inner.machine.as_ref() == Some(m)
-            || daemons.is_some_and(|d| d.machine_member(m).is_some_and(|o| o.as_deref() == owner))
+            || daemons.is_some_and(|d| {
+                d.machine_member(m)
+                    .is_some_and(|o| crate::store::owner_name(o.as_deref()) == owner)
+            })
     };
     let bound = session.binding.as_ref().map(|b| &b.machine);
     let claimer = match bound {

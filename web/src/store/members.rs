@@ -10,6 +10,14 @@ use serde::Serialize;
 /// daemon tokens made before members existed are theirs.
 pub const FIRST_ADMIN: &str = "admin";
 
+/// Whose a session or a daemon token is, by name: one made with no owner (before
+/// members existed, or on `berth serve`, which has none) is the first admin's. The
+/// scheduler matches sessions to machines, and the forwarded control socket names its
+/// caller, by this one rule.
+pub fn owner_name(owner: Option<&str>) -> &str {
+    owner.unwrap_or(FIRST_ADMIN)
+}
+
 /// A member as stored (never their token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberRow {

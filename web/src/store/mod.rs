@@ -52,7 +52,7 @@ mod tasks;
 pub use agents::{ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
-pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow};
+pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
 pub use rows::{BindingCols, NewSessionRow, SessionCols, SessionRow, StoredBinding, TaskRow};
 pub use sessions::list_sessions;
 pub use tasks::{Adopted, Finish, NextRun, Recovery, RunItem, RunRecord};
