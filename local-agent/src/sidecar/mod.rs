@@ -14,16 +14,21 @@
 //! wrote: the files it created, while they still hold its bytes, then its directories
 //! if empty; what the agent put there stays, and is reported as kept.
 
+mod skill;
+mod target;
+
+pub use target::Obstacle;
+
 use crate::journal::{Copied, Journal, JournalError, Record, RunJournal};
 use crate::pin::PinnedDir;
 use berth_core::{ErrorCode, Refusal};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
-use sha2::{Digest, Sha256};
-use std::fmt;
+use skill::{DirError, open_dir, read_skill, remove_copied};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use target::{Purpose, Unwritable, cut_block, open_target, writable_target};
 
 /// Why a sidecar could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -93,127 +98,6 @@ impl SidecarError {
             hint,
         ))
     }
-}
-
-/// What a name in the directory turned out to be when Berth meant to write through it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Obstacle {
-    /// A regular file with other names: what Berth writes would appear under them too,
-    /// wherever they are.
-    HardLink { links: u64 },
-    /// A symbolic link: Berth never follows one in the directory.
-    Symlink,
-    /// Anything else that is not what was expected (a FIFO, a socket, a device, a
-    /// directory where a file was expected, a file where a directory was).
-    Other { kind: &'static str },
-}
-
-impl fmt::Display for Obstacle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Obstacle::HardLink { links } => write!(f, "is a hard link ({links} links)"),
-            Obstacle::Symlink => f.write_str("is a symbolic link"),
-            Obstacle::Other { kind } => write!(f, "is a {kind}"),
-        }
-    }
-}
-
-/// The name of a file type, for messages.
-fn kind_of(mode: u32) -> &'static str {
-    match FileType::from_raw_mode(mode) {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symbolic link",
-        FileType::Fifo => "FIFO",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        FileType::Unknown => "file of an unknown type",
-    }
-}
-
-/// Why Berth will not write into a file.
-enum Unwritable {
-    Obstacle(Obstacle),
-    Io(Errno),
-}
-
-/// What Berth opens a file of the user's for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Purpose {
-    /// Adding Berth's text (the brief's block): only into a regular file with exactly
-    /// one link, since every other name of the file would show the text too.
-    Append,
-    /// Cutting Berth's own block out again: any regular file. The exact block (its
-    /// run's id in it) is only there if Berth wrote it, so cutting it out restores
-    /// whatever name the file has.
-    Restore,
-}
-
-/// Whether Berth may write into the file open as `fd` for `purpose`, judged on the
-/// descriptor itself (the name may have changed since).
-fn writable_target(fd: &OwnedFd, purpose: Purpose) -> Result<Stat, Unwritable> {
-    let st = rustix::fs::fstat(fd).map_err(Unwritable::Io)?;
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile if st.st_nlink == 1 || purpose == Purpose::Restore => Ok(st),
-        FileType::RegularFile => {
-            // `nlink_t` is 64 bits on x86_64 Linux, 32 bits elsewhere.
-            #[allow(clippy::useless_conversion)]
-            let links = u64::from(st.st_nlink);
-            Err(Unwritable::Obstacle(Obstacle::HardLink { links }))
-        }
-        FileType::Symlink => Err(Unwritable::Obstacle(Obstacle::Symlink)),
-        FileType::Directory
-        | FileType::Fifo
-        | FileType::Socket
-        | FileType::CharacterDevice
-        | FileType::BlockDevice
-        | FileType::Unknown => Err(Unwritable::Obstacle(Obstacle::Other {
-            kind: kind_of(st.st_mode),
-        })),
-    }
-}
-
-/// The one way Berth opens a file of the user's to write into it: `name` in `dir`,
-/// read-write (appending, for [`Purpose::Append`]), if it exists and Berth may write
-/// into it for `purpose`: never following a symlink, never opening a special file (a
-/// FIFO would block, a device would act), and verified on the opened descriptor.
-/// `Ok(None)` when there is no such name.
-fn open_target(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    purpose: Purpose,
-) -> Result<Option<(OwnedFd, Stat)>, Unwritable> {
-    // A first look by name, so a FIFO or a device is never opened at all; what
-    // decides is the descriptor's own `fstat` below.
-    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(Unwritable::Io(e)),
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
-            return Err(Unwritable::Obstacle(Obstacle::Symlink));
-        }
-        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
-            return Err(Unwritable::Obstacle(Obstacle::Other {
-                kind: kind_of(st.st_mode),
-            }));
-        }
-        Ok(_) => {}
-    }
-    let flags = match purpose {
-        Purpose::Append => OFlags::RDWR | OFlags::APPEND,
-        Purpose::Restore => OFlags::RDWR,
-    };
-    let fd = match open_nofollow(dir, name, flags | OFlags::NONBLOCK | OFlags::NOCTTY) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(Errno::LOOP) => return Err(Unwritable::Obstacle(Obstacle::Symlink)),
-        Err(Errno::ISDIR) => {
-            return Err(Unwritable::Obstacle(Obstacle::Other { kind: "directory" }));
-        }
-        Err(e) => return Err(Unwritable::Io(e)),
-    };
-    let st = writable_target(&fd, purpose)?;
-    Ok(Some((fd, st)))
 }
 
 /// The sidecars of one task in one directory. The journal is created lazily, so a
@@ -518,94 +402,6 @@ fn base_components(base: &str) -> Vec<&str> {
     base.split('/').filter(|c| !c.is_empty()).collect()
 }
 
-enum DirError {
-    Missing,
-    Blocked(Obstacle),
-    Io(Errno),
-}
-
-/// Opens the directory `name` in `parent`, never through a symlink.
-fn open_dir(parent: &OwnedFd, name: &str) -> Result<OwnedFd, DirError> {
-    match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Err(Errno::NOENT) => return Err(DirError::Missing),
-        Err(e) => return Err(DirError::Io(e)),
-        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => {}
-            FileType::Symlink => return Err(DirError::Blocked(Obstacle::Symlink)),
-            FileType::RegularFile
-            | FileType::Fifo
-            | FileType::Socket
-            | FileType::CharacterDevice
-            | FileType::BlockDevice
-            | FileType::Unknown => {
-                return Err(DirError::Blocked(Obstacle::Other {
-                    kind: kind_of(st.st_mode),
-                }));
-            }
-        },
-    }
-    match open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::NOENT) => Err(DirError::Missing),
-        Err(Errno::LOOP) => Err(DirError::Blocked(Obstacle::Symlink)),
-        Err(Errno::NOTDIR) => Err(DirError::Blocked(Obstacle::Other { kind: "file" })),
-        Err(e) => Err(DirError::Io(e)),
-    }
-}
-
-/// Everything in the skill folder `source`, read before anything is written: each
-/// directory before what it holds, names in order, each file with its bytes.
-/// Symlinks in a skill are not copied (they could point anywhere), nor names that are
-/// not UTF-8.
-fn read_skill(source: &Path) -> Result<Vec<(Copied, Vec<u8>)>, SidecarError> {
-    let rerr = |e: std::io::Error| SidecarError::ReadSkill {
-        source_dir: source.to_owned(),
-        source: e,
-    };
-    let mut out = Vec::new();
-    let mut stack = vec![(source.to_owned(), String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        let mut entries: Vec<(String, std::fs::DirEntry)> = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(rerr)? {
-            let entry = entry.map_err(rerr)?;
-            if let Some(name) = entry.file_name().to_str().map(str::to_owned) {
-                entries.push((name, entry));
-            }
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut subdirs = Vec::new();
-        for (name, entry) in entries {
-            let rel = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let kind = entry.file_type().map_err(rerr)?;
-            if kind.is_dir() {
-                out.push((Copied::Dir { path: rel.clone() }, Vec::new()));
-                subdirs.push((entry.path(), rel));
-            } else if kind.is_file() {
-                let bytes = std::fs::read(entry.path()).map_err(rerr)?;
-                out.push((
-                    Copied::File {
-                        path: rel,
-                        len: bytes.len() as u64,
-                        sha256: sha256(&bytes),
-                    },
-                    bytes,
-                ));
-            }
-        }
-        // Depth-first in name order; a directory's own record came first above.
-        stack.extend(subdirs.into_iter().rev());
-    }
-    Ok(out)
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    berth_web::hooks::crypto::hex(&Sha256::digest(bytes))
-}
-
 /// What undoing a run's records did.
 #[derive(Debug, Default)]
 pub(crate) struct Undone {
@@ -649,144 +445,6 @@ fn remove_empty_dir(parent: &OwnedFd, name: &str) -> Result<(), Errno> {
         Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Removes what Berth copied into the skill folder `path`: each file it created while
-/// it still holds Berth's bytes, then each directory if empty, the folder last.
-/// Whatever else is in the folder afterwards is added to `kept`.
-fn remove_copied(
-    dir: BorrowedFd<'_>,
-    path: &str,
-    entries: &[Copied],
-    kept: &mut Vec<String>,
-) -> Result<(), Errno> {
-    let (parent, name) = match at_parent(dir, path) {
-        Ok(x) => x,
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let root = match open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
-        Ok(fd) => fd,
-        // Gone, or no longer the folder Berth made (a link or a file now): not Berth's.
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for entry in entries.iter().rev() {
-        let rel = match entry {
-            Copied::Dir { path } | Copied::File { path, .. } => path,
-        };
-        let (at, last) = match at_parent(root.as_fd(), rel) {
-            Ok(x) => x,
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
-            Err(e) => return Err(e),
-        };
-        match entry {
-            Copied::Dir { .. } => remove_empty_dir(&at, last)?,
-            Copied::File { len, sha256, .. } => {
-                if holds(&at, last, *len, sha256)? {
-                    match rustix::fs::unlinkat(&at, last, AtFlags::empty()) {
-                        Ok(()) | Err(Errno::NOENT) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-    }
-    remove_empty_dir(&parent, name)?;
-    // What is left is not Berth's: say so.
-    match open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
-        Ok(fd) => list_files(&fd, path, kept),
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether `name` in `at` is still the regular file Berth wrote: one link, `len`
-/// bytes with the SHA-256 `digest`.
-fn holds(at: &OwnedFd, name: &str, len: u64, digest: &str) -> Result<bool, Errno> {
-    let fd = match open_nofollow(at, name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
-        || st.st_nlink != 1
-        || st.st_size as u64 != len
-    {
-        return Ok(false);
-    }
-    Ok(sha256(&read_all(&fd)?) == digest)
-}
-
-/// Adds every entry under `fd` that is not a directory (a directory only when empty)
-/// to `out`, as `prefix/…`.
-fn list_files(fd: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> Result<(), Errno> {
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(fd)? {
-        let entry = entry?;
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." {
-            names.push(n);
-        }
-    }
-    names.sort();
-    if names.is_empty() {
-        out.push(format!("{prefix}/"));
-    }
-    for n in names {
-        let rel = format!("{prefix}/{n}");
-        match open_nofollow(fd, &n, OFlags::RDONLY | OFlags::DIRECTORY) {
-            Ok(sub) => list_files(&sub, &rel, out)?,
-            Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => out.push(rel),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Cuts `block` out of `file` again, in place, so the user's file keeps its inode,
-/// mode and links. Never through a symlink or into a special file (reported).
-fn cut_block(dir: BorrowedFd<'_>, file: &str, block: &[u8], created: bool) -> Result<(), String> {
-    let (parent, name) = match at_parent(dir, file) {
-        Ok(x) => x,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    let fd = match open_target(parent.as_fd(), name, Purpose::Restore) {
-        Ok(Some((fd, _))) => fd,
-        Ok(None) => return Ok(()),
-        Err(Unwritable::Obstacle(obstacle)) => {
-            return Err(format!(
-                "{file} {obstacle} now; Berth does not write through it and leaves it as it is"
-            ));
-        }
-        Err(Unwritable::Io(e)) => return Err(e.to_string()),
-    };
-    let content = read_all(&fd).map_err(|e| e.to_string())?;
-    let Some(at) = find_last(&content, block) else {
-        return Ok(());
-    };
-    let mut kept = Vec::with_capacity(content.len() - block.len());
-    kept.extend_from_slice(&content[..at]);
-    kept.extend_from_slice(&content[at + block.len()..]);
-    if created && kept.is_empty() {
-        return rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|e| e.to_string());
-    }
-    let mut off = 0;
-    while off < kept.len() {
-        off += rustix::io::pwrite(&fd, &kept[off..], off as u64).map_err(|e| e.to_string())?;
-    }
-    rustix::fs::ftruncate(&fd, kept.len() as u64).map_err(|e| e.to_string())
-}
-
-fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || needle.len() > hay.len() {
-        return None;
-    }
-    (0..=hay.len() - needle.len())
-        .rev()
-        .find(|&i| &hay[i..i + needle.len()] == needle)
 }
 
 /// Opens the parent of `rel` (components separated by `/`), walking without
