@@ -1,0 +1,364 @@
+use super::*;
+use crate::platform::Platform;
+
+fn p(s: &str) -> LocalPath {
+    LocalPath::parse(Platform::Linux, s).unwrap()
+}
+
+fn ps(list: &[&str]) -> Vec<LocalPath> {
+    list.iter().map(|s| p(s)).collect()
+}
+
+fn ctx() -> Context {
+    Context::new(Platform::Linux).with_home(p("/home/alice"))
+}
+
+/// The inputs of a typical run of the `command` kind in `~/code/app`.
+struct Case {
+    permissions: Permissions,
+    home: Option<&'static str>,
+    state: Vec<(LocalPath, WriteKind)>,
+    write: Vec<LocalPath>,
+    read_deny: Vec<LocalPath>,
+    network: Network,
+}
+
+impl Default for Case {
+    fn default() -> Case {
+        Case {
+            permissions: Permissions::Edit,
+            home: Some("/home/alice"),
+            state: Vec::new(),
+            write: Vec::new(),
+            read_deny: Vec::new(),
+            network: Network::On,
+        }
+    }
+}
+
+fn policy(case: &Case) -> FencePolicy {
+    let (dir, tmp) = (
+        p("/home/alice/code/app"),
+        p("/home/alice/.local/share/berth/tmp/t1"),
+    );
+    let (berth, locks) = (
+        p("/home/alice/.local/share/berth"),
+        p("/run/user/1000/berth"),
+    );
+    let home = case.home.map(p);
+    FencePolicy::new(&FenceInputs {
+        dir: &dir,
+        permissions: case.permissions,
+        tmp: &tmp,
+        berth_home: &berth,
+        lock_dir: &locks,
+        home: home.as_ref(),
+        state: &case.state,
+        write: &case.write,
+        read_deny: &case.read_deny,
+        network: case.network,
+    })
+}
+
+fn hidden(policy: &FencePolicy, path: &str) -> bool {
+    let path = p(path);
+    policy.read_deny.iter().any(|d| path.starts_with(d))
+}
+
+/// The whole policy of the plainest run.
+#[test]
+fn the_policy_of_an_edit_run() {
+    let got = policy(&Case::default());
+    let home_deny = [
+        "/home/alice/.ssh",
+        "/home/alice/.gnupg",
+        "/home/alice/.aws",
+        "/home/alice/.azure",
+        "/home/alice/.kube",
+        "/home/alice/.docker",
+        "/home/alice/.password-store",
+        "/home/alice/.local/share/keyrings",
+        "/home/alice/.Trash",
+        "/home/alice/.netrc",
+        "/home/alice/.git-credentials",
+        "/home/alice/.npmrc",
+        "/home/alice/.pypirc",
+        "/home/alice/.cargo/credentials",
+        "/home/alice/.cargo/credentials.toml",
+        "/home/alice/.mozilla",
+        "/home/alice/.config/gcloud",
+        "/home/alice/.config/gh",
+        "/home/alice/.config/hub",
+        "/home/alice/.config/op",
+        "/home/alice/.config/rclone",
+        "/home/alice/.config/google-chrome",
+        "/home/alice/.config/chromium",
+        "/home/alice/Library/Keychains",
+        "/home/alice/Library/Cookies",
+        "/home/alice/.local/share/berth",
+        "/run/user/1000/berth",
+    ];
+    assert_eq!(
+        got,
+        FencePolicy {
+            dir: p("/home/alice/code/app"),
+            tmp: p("/home/alice/.local/share/berth/tmp/t1"),
+            write: vec![
+                (p("/home/alice/code/app"), WriteKind::Subtree),
+                (
+                    p("/home/alice/.local/share/berth/tmp/t1"),
+                    WriteKind::Subtree
+                ),
+            ],
+            read_deny: ps(&home_deny),
+            protect: ps(&[
+                "/home/alice/code/app/.git/hooks",
+                "/home/alice/code/app/.git/config",
+                "/home/alice/code/app/.berth",
+            ]),
+            network: Network::On,
+            ignored_write: vec![],
+        }
+    );
+}
+
+/// What varies with the inputs, one row per case: (case, writes, reads hidden or not).
+#[test]
+fn the_constructor_table() {
+    type Check = (&'static str, bool);
+    type Row = (
+        &'static str,
+        Case,
+        Vec<(&'static str, WriteKind)>,
+        Vec<Check>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "read-only: the directory is not writable, tmp still is",
+            Case {
+                permissions: Permissions::ReadOnly,
+                ..Case::default()
+            },
+            vec![("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree)],
+            vec![("/home/alice/code/app/src/main.rs", false)],
+        ),
+        (
+            "full: the same as edit",
+            Case {
+                permissions: Permissions::Full,
+                network: Network::Off,
+                ..Case::default()
+            },
+            vec![
+                ("/home/alice/code/app", WriteKind::Subtree),
+                ("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree),
+            ],
+            vec![],
+        ),
+        (
+            "the kind's state, a file rule among them",
+            Case {
+                state: vec![
+                    (p("/home/alice/.claude"), WriteKind::Subtree),
+                    (p("/home/alice/.claude.json"), WriteKind::File),
+                ],
+                ..Case::default()
+            },
+            vec![
+                ("/home/alice/code/app", WriteKind::Subtree),
+                ("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree),
+                ("/home/alice/.claude", WriteKind::Subtree),
+                ("/home/alice/.claude.json", WriteKind::File),
+            ],
+            vec![("/home/alice/.claude/settings.json", false)],
+        ),
+        (
+            "settings: extra writes (duplicates once), extra hidden paths",
+            Case {
+                write: ps(&[
+                    "/home/alice/notes",
+                    "/home/alice/code/app",
+                    "/home/alice/notes",
+                ]),
+                read_deny: ps(&["/home/alice/secret", "/home/alice/.ssh"]),
+                ..Case::default()
+            },
+            vec![
+                ("/home/alice/code/app", WriteKind::Subtree),
+                ("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree),
+                ("/home/alice/notes", WriteKind::Subtree),
+            ],
+            vec![
+                ("/home/alice/secret/x", true),
+                ("/home/alice/notes/x", false),
+            ],
+        ),
+        (
+            "settings: writes overlapping a hidden location are left out",
+            Case {
+                write: ps(&[
+                    "/home/alice",
+                    "/home/alice/.ssh/keys",
+                    "/home/alice/.local/share/berth",
+                ]),
+                ..Case::default()
+            },
+            vec![
+                ("/home/alice/code/app", WriteKind::Subtree),
+                ("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree),
+            ],
+            vec![("/home/alice/.ssh/id_ed25519", true)],
+        ),
+        (
+            "no home known: only Berth's own state is hidden",
+            Case {
+                home: None,
+                ..Case::default()
+            },
+            vec![
+                ("/home/alice/code/app", WriteKind::Subtree),
+                ("/home/alice/.local/share/berth/tmp/t1", WriteKind::Subtree),
+            ],
+            vec![
+                ("/home/alice/.ssh/id_ed25519", false),
+                ("/home/alice/.local/share/berth/serve.json", true),
+                ("/run/user/1000/berth/x.lock", true),
+            ],
+        ),
+    ];
+    for (name, case, writes, reads) in rows {
+        let got = policy(&case);
+        let want: Vec<(LocalPath, WriteKind)> = writes.iter().map(|(s, k)| (p(s), *k)).collect();
+        assert_eq!(got.write, want, "{name}");
+        for (path, hide) in reads {
+            assert_eq!(hidden(&got, path), hide, "{name}: {path}");
+        }
+        assert_eq!(got.network, case.network, "{name}");
+        assert_eq!(
+            got.dir_writable(),
+            case.permissions != Permissions::ReadOnly,
+            "{name}"
+        );
+    }
+    let overlapping = policy(&Case {
+        write: ps(&["/home/alice", "/home/alice/.ssh/keys", "/home/alice/notes"]),
+        ..Case::default()
+    });
+    assert_eq!(
+        overlapping.ignored_write,
+        ps(&["/home/alice", "/home/alice/.ssh/keys"])
+    );
+}
+
+/// One list: every credential directory the refusal table refuses to bind is hidden
+/// from a fenced agent, except the narrowed folders, of which only the credential
+/// subfolders are.
+#[test]
+fn the_fence_hides_every_credential_row_of_the_refusal_table() {
+    let got = policy(&Case::default());
+    let home = p("/home/alice");
+    let rows: Vec<&crate::rules::Rule> = RULES
+        .iter()
+        .filter(|r| {
+            r.family == Family::Posix
+                && r.anchor == Anchor::Home
+                && r.code == ErrorCode::CredentialDirectory
+        })
+        .collect();
+    assert!(
+        rows.len() >= 10,
+        "the table's credential rows: {}",
+        rows.len()
+    );
+    for row in rows {
+        let top = under(&home, row.pattern).unwrap();
+        let inside = top.join("x").unwrap();
+        // The table refuses it …
+        assert!(crate::rules::check(&ctx(), &inside).is_err(), "{top}");
+        if NARROWED.contains(&row.pattern) {
+            // … the fence hides its credential subfolders, not the folder.
+            assert!(!hidden(&got, inside.as_str()), "{top} is narrowed");
+            let subfolders: Vec<&Pattern> = FENCE_EXTRA
+                .iter()
+                .filter(|e| e.starts_with(row.pattern) && e.len() > row.pattern.len())
+                .collect();
+            assert!(!subfolders.is_empty(), "{top}: narrowed to nothing");
+            for sub in subfolders {
+                let sub = under(&home, sub).unwrap();
+                assert!(hidden(&got, sub.join("x").unwrap().as_str()), "{sub}");
+                // And the table refuses what the fence hides there.
+                assert!(crate::rules::check(&ctx(), &sub).is_err(), "{sub}");
+            }
+        } else {
+            assert!(hidden(&got, inside.as_str()), "{top} is not hidden");
+        }
+    }
+    // Ordinary settings in a narrowed folder stay readable.
+    assert!(!hidden(&got, "/home/alice/.config/git/config"));
+    assert!(!hidden(&got, "/home/alice/.gitconfig"));
+    assert!(!hidden(&got, "/home/alice/.bashrc"));
+}
+
+#[test]
+fn descriptions_for_humans() {
+    let rows: Vec<(Case, &str)> = vec![
+        (Case::default(), "fenced: ~/code/app + tmp · network on"),
+        (
+            Case {
+                network: Network::Off,
+                state: vec![
+                    (p("/home/alice/.claude"), WriteKind::Subtree),
+                    (p("/home/alice/.claude.json"), WriteKind::File),
+                ],
+                write: ps(&["/srv/cache"]),
+                ..Case::default()
+            },
+            "fenced: ~/code/app + tmp + ~/.claude + ~/.claude.json + /srv/cache · network off",
+        ),
+        (
+            Case {
+                permissions: Permissions::ReadOnly,
+                ..Case::default()
+            },
+            "fenced: ~/code/app read-only + tmp · network on",
+        ),
+    ];
+    for (case, want) in rows {
+        assert_eq!(policy(&case).describe(&ctx()), want);
+    }
+    // Another user's home is never named.
+    let bob = Context::new(Platform::Linux).with_home(p("/home/bob"));
+    assert_eq!(
+        policy(&Case::default()).describe(&bob),
+        "fenced: /home/…/code/app + tmp · network on"
+    );
+}
+
+#[test]
+fn modes_and_network_spellings() {
+    for m in FenceMode::ALL {
+        assert_eq!(FenceMode::from_name(m.as_str()), Some(m));
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            format!("\"{}\"", m.as_str())
+        );
+        assert_eq!(
+            serde_json::from_str::<FenceMode>(&format!("\"{m}\"")).unwrap(),
+            m
+        );
+    }
+    for n in Network::ALL {
+        assert_eq!(Network::from_name(n.as_str()), Some(n));
+        assert_eq!(
+            serde_json::to_string(&n).unwrap(),
+            format!("\"{}\"", n.as_str())
+        );
+    }
+    assert_eq!(FenceMode::from_name("Required"), None);
+    assert_eq!(Network::from_name("offline"), None);
+    assert_eq!(FenceMode::default(), FenceMode::Auto);
+    assert_eq!(
+        serde_json::to_string(&WriteKind::Subtree).unwrap(),
+        "\"subtree\""
+    );
+}
