@@ -62,7 +62,7 @@ export BERTH_TEST_DATABASE_URL
 say "tests, default features"
 cargo test --workspace --locked
 say "the agents' process tests again on the fork path (macOS's, and old kernels')"
-BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test processes --test groups --test agents
+BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test processes --test groups --test agents --test fence
 say "tests, without local-binding (the cloud build, with PostgreSQL)"
 cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features \
   --features berth-web/postgres --locked

@@ -14,6 +14,7 @@ pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod executor;
+pub mod fence;
 pub mod front;
 pub mod groups;
 pub mod journal;

@@ -177,7 +177,7 @@ pub fn agent_env(
 
 /// Starts `inv` in the directory `dir` with exactly `env`, its process group recorded
 /// under `records` (with `shown`, the directory as the user knows it) and registered
-/// with `watcher`.
+/// with `watcher`. Unfenced: [`spawn_fenced`] with no fence.
 pub async fn spawn(
     inv: &Invocation,
     dir: BorrowedFd<'_>,
@@ -185,6 +185,21 @@ pub async fn spawn(
     records: &Path,
     shown: &str,
     watcher: &Watcher,
+) -> Result<AgentProcess, SpawnError> {
+    spawn_fenced(inv, dir, env, records, shown, watcher, None).await
+}
+
+/// [`spawn`], with the agent and everything it starts confined in `fence` (applied in
+/// the child just before the exec, on both the clone and the fork path; Berth itself
+/// stays unconfined).
+pub async fn spawn_fenced(
+    inv: &Invocation,
+    dir: BorrowedFd<'_>,
+    env: Vec<(OsString, OsString)>,
+    records: &Path,
+    shown: &str,
+    watcher: &Watcher,
+    fence: Option<&crate::fence::Prepared>,
 ) -> Result<AgentProcess, SpawnError> {
     let raw_dir = dir.as_raw_fd();
     let parent = rustix::process::getpid();
@@ -211,6 +226,7 @@ pub async fn spawn(
             dir,
             watcher: watcher_fd,
             stdin: inv.stdin.is_some(),
+            fence,
         })
         .map_err(spawn_error)?;
         let pipe = |fd| -> Result<Output, SpawnError> {
@@ -276,7 +292,13 @@ pub async fn spawn(
             // Must resolve to some directory; the child fchdirs to the pinned one
             // before exec.
             cmd.current_dir("/");
-            in_child(&mut cmd, raw_dir, parent, watcher.raw());
+            in_child(
+                &mut cmd,
+                raw_dir,
+                parent,
+                watcher.raw(),
+                fence.map(crate::fence::Prepared::child_fence),
+            );
             let mut child = cmd.spawn().map_err(spawn_error)?;
             let stdin = child.stdin.take().map(|s| {
                 (
@@ -325,16 +347,24 @@ pub async fn spawn(
     Ok(proc)
 }
 
-/// Sets up the child between fork and exec.
+/// Sets up the child between fork and exec; the fence, if any, last.
 #[allow(unsafe_code)]
-fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
+fn in_child(
+    cmd: &mut Command,
+    raw_dir: i32,
+    parent: Pid,
+    watcher: i32,
+    fence: Option<crate::fence::ChildFence>,
+) {
     // SAFETY: the closure runs in the forked child before exec, so it may only call
     // async-signal-safe functions: rustix's calls below are direct system calls that
     // neither allocate nor lock, and errors are built from raw errno values without
     // allocating. `raw_dir` is the pinned directory's descriptor, kept open by the
     // parent for the whole spawn (it is CLOEXEC, so it closes at exec); so is
     // `watcher`, the write end of the watcher's pipe, and the line is formatted on the
-    // stack.
+    // stack. The fence's program was copied before the fork (`fence`, moved into the
+    // closure) and its ruleset descriptor is held open by the caller's `Prepared` for
+    // the whole spawn; applying it is three system calls.
     unsafe {
         cmd.pre_exec(move || {
             let os = |e: rustix::io::Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
@@ -356,6 +386,9 @@ fn in_child(cmd: &mut Command, raw_dir: i32, parent: Pid, watcher: i32) {
             let written = rustix::io::write(BorrowedFd::borrow_raw(watcher), bytes);
             if written.map_err(os)? != bytes.len() {
                 return Err(os(rustix::io::Errno::PIPE));
+            }
+            if let Some(fence) = &fence {
+                fence.apply()?;
             }
             Ok(())
         });

@@ -15,6 +15,8 @@
 //! - `PR_SET_PDEATHSIG(SIGKILL)`, then a check that Berth is still its parent;
 //! - `fchdir` to the pinned directory's descriptor;
 //! - its `+PGID` line to the group watcher;
+//! - with a fence ([`crate::fence`]): `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
+//!   and the seccomp filter, in that order (the filter last: it may refuse calls);
 //! - `execve` of the program resolved beforehand, with exactly the given environment.
 //!
 //! The child runs on its own stack in the parent's memory while the parent's thread
@@ -54,6 +56,8 @@ pub struct Request<'a> {
     pub watcher: BorrowedFd<'a>,
     /// A pipe for standard input (else `/dev/null`).
     pub stdin: bool,
+    /// The fence to confine the agent in, prepared by [`crate::fence::prepare`].
+    pub fence: Option<&'a crate::fence::Prepared>,
 }
 
 /// A started agent: its pid, a pidfd to wait on, and the parent's ends of its pipes.
@@ -123,8 +127,46 @@ struct ChildArgs {
     dir: RawFd,
     watcher: RawFd,
     parent: libc::pid_t,
+    /// The fence's Landlock ruleset, or -1 for no fence.
+    ruleset: RawFd,
+    /// The fence's seccomp program (set whenever `ruleset` is).
+    fprog: *const libc::sock_fprog,
     /// The errno of the step that failed; 0 if the exec happened.
     error: AtomicI32,
+    /// The fence's step under way ([`FenceStep`]), so its failure is named.
+    fence_step: AtomicI32,
+}
+
+/// The fence's steps in the child, as [`ChildArgs::fence_step`] records them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum FenceStep {
+    None = 0,
+    NoNewPrivs = 1,
+    Landlock = 2,
+    Seccomp = 3,
+}
+
+impl FenceStep {
+    fn from_raw(raw: i32) -> FenceStep {
+        [
+            FenceStep::NoNewPrivs,
+            FenceStep::Landlock,
+            FenceStep::Seccomp,
+        ]
+        .into_iter()
+        .find(|s| *s as i32 == raw)
+        .unwrap_or(FenceStep::None)
+    }
+
+    fn call(self) -> &'static str {
+        match self {
+            FenceStep::None => "",
+            FenceStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
+            FenceStep::Landlock => "landlock_restrict_self",
+            FenceStep::Seccomp => "prctl(PR_SET_SECCOMP)",
+        }
+    }
 }
 
 fn cstring(b: &[u8]) -> std::io::Result<CString> {
@@ -186,6 +228,11 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
     let (stdout_parent, stdout_child) = pipe()?;
     let (stderr_parent, stderr_child) = pipe()?;
 
+    // Built here: the child only passes its address to the kernel.
+    let fprog = req.fence.map(|f| libc::sock_fprog {
+        len: f.filter().len() as u16,
+        filter: f.filter().as_ptr().cast_mut(),
+    });
     let args = ChildArgs {
         path: path.as_ptr(),
         argv: argv_ptrs.as_ptr(),
@@ -198,13 +245,17 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
         dir: req.dir.as_raw_fd(),
         watcher: req.watcher.as_raw_fd(),
         parent: rustix::process::getpid().as_raw_nonzero().get(),
+        ruleset: req.fence.map_or(-1, crate::fence::Prepared::ruleset_fd),
+        fprog: fprog.as_ref().map_or(std::ptr::null(), std::ptr::from_ref),
         error: AtomicI32::new(0),
+        fence_step: AtomicI32::new(FenceStep::None as i32),
     };
     let mut stack = vec![0u8; STACK];
 
     // SAFETY: `child` runs on `stack` (alive until this function returns; the parent
     // thread is suspended until the child execs or exits, CLONE_VFORK) and reads only
-    // `args` and the C strings it points to, all alive here. Every signal is blocked
+    // `args` and the C strings, the fence's descriptor (held by `req.fence`) and the
+    // seccomp program (`fprog`, pointing into `req.fence`) it points to, all alive here. Every signal is blocked
     // around the clone so no handler of Berth's runs on the child's stack; the child
     // resets the handlers before it unblocks them. `clone` returns the pid, or -1.
     let pid = unsafe {
@@ -234,7 +285,16 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
     if failed != 0 {
         // It exited without running anything: reap it, and say why.
         let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
-        return Err(std::io::Error::from_raw_os_error(failed));
+        let err = std::io::Error::from_raw_os_error(failed);
+        let step = FenceStep::from_raw(args.fence_step.load(Ordering::SeqCst));
+        return Err(if step == FenceStep::None {
+            err
+        } else {
+            std::io::Error::new(
+                err.kind(),
+                format!("the fence could not be applied: {}: {err}", step.call()),
+            )
+        });
     }
     let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK) {
         Ok(fd) => fd,
@@ -338,6 +398,29 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             }
             return fail(a);
         }
+        if a.ruleset >= 0 {
+            let step = |s: FenceStep| a.fence_step.store(s as i32, Ordering::SeqCst);
+            step(FenceStep::NoNewPrivs);
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return fail(a);
+            }
+            step(FenceStep::Landlock);
+            if libc::syscall(libc::SYS_landlock_restrict_self, a.ruleset, 0u32) != 0 {
+                return fail(a);
+            }
+            step(FenceStep::Seccomp);
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                a.fprog,
+                0,
+                0,
+            ) != 0
+            {
+                return fail(a);
+            }
+            step(FenceStep::None);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -403,6 +486,7 @@ mod tests {
             dir: std::os::fd::AsFd::as_fd(&pinned),
             watcher: std::os::fd::AsFd::as_fd(&watch_w),
             stdin: true,
+            fence: None,
         })
         .unwrap();
         std::fs::File::from(spawned.stdin.unwrap())
@@ -464,6 +548,7 @@ mod tests {
                 dir: std::os::fd::AsFd::as_fd(&dir),
                 watcher: std::os::fd::AsFd::as_fd(&watch_w),
                 stdin: false,
+                fence: None,
             })
         };
         let missing = start("no-such-agent-anywhere").unwrap_err();

@@ -1,0 +1,394 @@
+//! Linux: the Landlock ruleset and the seccomp filter of a fenced agent.
+
+use super::{FenceError, Probe, seccomp};
+use berth_core::fence::{FencePolicy, Network, WriteKind};
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+use rustix::fs::{FileType, Mode, OFlags};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// The newest ABI the `landlock` crate knows; the kernel gets what it has of it.
+const LATEST: ABI = ABI::V10;
+
+/// Devices every program needs to write (or drive, for terminals): (path, rights).
+fn devices() -> [(&'static str, BitFlags<AccessFs>); 7] {
+    let file = AccessFs::WriteFile | AccessFs::Truncate;
+    let tty = AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    [
+        ("/dev/null", file),
+        ("/dev/zero", file),
+        ("/dev/full", file),
+        ("/dev/tty", tty),
+        ("/dev/ptmx", tty),
+        ("/dev/pts", tty),
+        // POSIX shared memory (browsers, Python's multiprocessing): every right.
+        ("/dev/shm", AccessFs::from_all(LATEST)),
+    ]
+}
+
+/// The kernel's answer, without the test hook.
+#[allow(unsafe_code)]
+pub(super) fn kernel_probe() -> Probe {
+    // SAFETY: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` only
+    // returns the ABI version (or -1: ENOSYS, EOPNOTSUPP); it touches no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    // SAFETY: `PR_SET_SECCOMP` with filter mode and a NULL program never installs
+    // anything: EFAULT means filters are supported, EINVAL that they are not.
+    let seccomp = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            std::ptr::null::<libc::sock_fprog>(),
+            0,
+            0,
+        ) != 0
+            && *libc::__errno_location() == libc::EFAULT
+    };
+    Probe {
+        landlock_abi: u32::try_from(abi).unwrap_or(0),
+        seccomp: seccomp && seccomp::NATIVE.is_some(),
+    }
+}
+
+/// A fence ready to apply: the Landlock ruleset's descriptor and the seccomp program,
+/// built by [`prepare`]. Apply it with any number of spawns; it confines only the
+/// children, never the process that holds it.
+pub struct Prepared {
+    ruleset: OwnedFd,
+    filter: Vec<libc::sock_filter>,
+    landlock_abi: u32,
+    rules: usize,
+    skipped_symlinks: usize,
+    missing: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("ruleset", &self.ruleset)
+            .field("filter_len", &self.filter.len())
+            .field("landlock_abi", &self.landlock_abi)
+            .field("rules", &self.rules)
+            .field("skipped_symlinks", &self.skipped_symlinks)
+            .field("missing", &self.missing)
+            .finish()
+    }
+}
+
+impl Prepared {
+    /// The kernel's Landlock ABI this fence was built on.
+    pub fn landlock_abi(&self) -> u32 {
+        self.landlock_abi
+    }
+
+    /// How many Landlock rules the ruleset holds.
+    pub fn rules(&self) -> usize {
+        self.rules
+    }
+
+    /// Symlinks met while decomposing reads: they get no rule of their own.
+    pub fn skipped_symlinks(&self) -> usize {
+        self.skipped_symlinks
+    }
+
+    /// Write paths that did not exist, so got no rule.
+    pub fn missing(&self) -> &[PathBuf] {
+        &self.missing
+    }
+
+    /// The seccomp program's length, in instructions.
+    pub fn filter_len(&self) -> usize {
+        self.filter.len()
+    }
+
+    pub(crate) fn ruleset_fd(&self) -> RawFd {
+        self.ruleset.as_raw_fd()
+    }
+
+    pub(crate) fn filter(&self) -> &[libc::sock_filter] {
+        &self.filter
+    }
+
+    /// What the fork path's child applies: owned, so it can move into the closure
+    /// that runs after `fork` (allocated here, before it).
+    pub(crate) fn child_fence(&self) -> ChildFence {
+        ChildFence {
+            ruleset: self.ruleset_fd(),
+            filter: self.filter.clone(),
+        }
+    }
+}
+
+/// The fence as the fork path's child applies it (see [`ChildFence::apply`]).
+pub struct ChildFence {
+    /// Borrowed from the [`Prepared`], which the caller keeps for the whole spawn.
+    ruleset: RawFd,
+    filter: Vec<libc::sock_filter>,
+}
+
+impl std::fmt::Debug for ChildFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildFence")
+            .field("ruleset", &self.ruleset)
+            .field("filter_len", &self.filter.len())
+            .finish()
+    }
+}
+
+impl ChildFence {
+    /// Confines the calling process: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset,
+    /// the seccomp filter. Async-signal-safe (three system calls, no allocation), for
+    /// the child between `fork` and `exec`.
+    #[allow(unsafe_code)]
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.filter.len() as u16,
+            filter: self.filter.as_ptr().cast_mut(),
+        };
+        // SAFETY: each call is one system call on values that live until it returns:
+        // the ruleset's descriptor is kept open by the parent's `Prepared` across the
+        // fork (the child's copy closes at exec, CLOEXEC), and `prog` points into
+        // `self.filter`. `last_os_error` reads errno without allocating.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_landlock_restrict_self, self.ruleset, 0u32) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &raw const prog,
+                    0,
+                    0,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds the fence of `policy` (see the module's documentation for the sets). Blocking
+/// file I/O: one `open(O_PATH)` and `fstat` per rule, and a directory read per
+/// ancestor of a hidden path.
+pub fn prepare(policy: &FencePolicy) -> Result<Prepared, FenceError> {
+    let probe = super::probe();
+    if probe.landlock_abi == 0 {
+        return Err(FenceError::Unavailable {
+            reason: "the kernel has no Landlock (not built, or not enabled at boot)".into(),
+        });
+    }
+    let arch = match (probe.seccomp, seccomp::NATIVE) {
+        (true, Some(arch)) => arch,
+        (false, _) => {
+            return Err(FenceError::Unavailable {
+                reason: "the kernel cannot install seccomp filters".into(),
+            });
+        }
+        (true, None) => {
+            return Err(FenceError::Unavailable {
+                reason: format!(
+                    "no seccomp filter is written for {}",
+                    std::env::consts::ARCH
+                ),
+            });
+        }
+    };
+    let ruleset_error = |e: landlock::RulesetError| FenceError::Ruleset {
+        source: Box::new(e),
+    };
+    let mut attr = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(LATEST))
+        .map_err(ruleset_error)?;
+    if policy.network == Network::Off {
+        attr = attr
+            .handle_access(AccessNet::from_all(LATEST))
+            .map_err(ruleset_error)?;
+    }
+    let attr = attr.scope(Scope::from_all(LATEST)).map_err(ruleset_error)?;
+    let mut b = Builder {
+        ruleset: attr.create().map_err(ruleset_error)?,
+        rules: 0,
+        skipped_symlinks: 0,
+        missing: Vec::new(),
+    };
+
+    // Names everywhere; contents everywhere but the holes.
+    b.add("/", AccessFs::ReadDir.into(), Follow::No)?;
+    let holes = holes(policy);
+    b.read_except(Path::new("/"), &holes)?;
+
+    for (path, kind) in &policy.write {
+        let path = Path::new(path.as_str());
+        let access = match kind {
+            WriteKind::Subtree => AccessFs::from_all(LATEST),
+            WriteKind::File => {
+                AccessFs::from_read(LATEST) | AccessFs::WriteFile | AccessFs::Truncate
+            }
+        };
+        if b.add(path, access, Follow::Yes)? == Added::Missing {
+            // The run's own directory and tmp must exist: a run fenced without them
+            // would fail in confusing ways.
+            let what = if path == Path::new(policy.dir.as_str()) {
+                Some("the run's directory")
+            } else if path == Path::new(policy.tmp.as_str()) {
+                Some("the task's temporary directory")
+            } else {
+                None
+            };
+            match what {
+                Some(what) => {
+                    return Err(FenceError::Missing {
+                        path: path.to_owned(),
+                        what,
+                    });
+                }
+                None => b.missing.push(path.to_owned()),
+            }
+        }
+    }
+    for (dev, access) in devices() {
+        b.add(Path::new(dev), access, Follow::Yes)?;
+    }
+
+    let (rules, skipped_symlinks, missing) = (b.rules, b.skipped_symlinks, b.missing);
+    let ruleset: Option<OwnedFd> = b.ruleset.into();
+    let ruleset = ruleset.ok_or_else(|| FenceError::Unavailable {
+        reason: "the kernel gave no Landlock ruleset".into(),
+    })?;
+    Ok(Prepared {
+        ruleset,
+        filter: seccomp::program(arch, policy.network),
+        landlock_abi: probe.landlock_abi,
+        rules,
+        skipped_symlinks,
+        missing,
+    })
+}
+
+/// The paths to hide: each `read_deny` path, and its canonical form when that differs
+/// (a hidden path that is, or lies under, a symlink hides what it leads to).
+fn holes(policy: &FencePolicy) -> Vec<PathBuf> {
+    let mut holes: Vec<PathBuf> = Vec::new();
+    for p in &policy.read_deny {
+        let p = PathBuf::from(p.as_str());
+        if let Ok(real) = std::fs::canonicalize(&p)
+            && real != p
+            && !holes.contains(&real)
+        {
+            holes.push(real);
+        }
+        if !holes.contains(&p) {
+            holes.push(p);
+        }
+    }
+    holes
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Follow {
+    Yes,
+    No,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Added {
+    Rule,
+    Symlink,
+    Missing,
+}
+
+struct Builder {
+    ruleset: RulesetCreated,
+    rules: usize,
+    skipped_symlinks: usize,
+    missing: Vec<PathBuf>,
+}
+
+impl Builder {
+    /// One rule: `access` beneath `path` (file rights only, for a file).
+    fn add(
+        &mut self,
+        path: impl AsRef<Path>,
+        access: BitFlags<AccessFs>,
+        follow: Follow,
+    ) -> Result<Added, FenceError> {
+        let path = path.as_ref();
+        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+        if follow == Follow::No {
+            flags |= OFlags::NOFOLLOW;
+        }
+        let open_error = |source: std::io::Error| FenceError::Open {
+            path: path.to_owned(),
+            what: "a path of the fence",
+            source,
+        };
+        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(Added::Missing),
+            Err(e) => return Err(open_error(e.into())),
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(|e| open_error(e.into()))?;
+        let access = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => {
+                self.skipped_symlinks += 1;
+                return Ok(Added::Symlink);
+            }
+            FileType::Directory => access,
+            FileType::RegularFile
+            | FileType::Fifo
+            | FileType::CharacterDevice
+            | FileType::BlockDevice
+            | FileType::Socket
+            | FileType::Unknown => access & AccessFs::from_file(LATEST),
+        };
+        if access.is_empty() {
+            return Ok(Added::Rule);
+        }
+        (&mut self.ruleset)
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| FenceError::Rule {
+                path: path.to_owned(),
+                source: Box::new(e),
+            })?;
+        self.rules += 1;
+        Ok(Added::Rule)
+    }
+
+    /// Read rights beneath `root` except beneath the `holes`: a path with no hole
+    /// beneath it gets one rule; one with a hole beneath it none, and each of its
+    /// entries is handled the same way. Symlinks are never followed. What cannot be
+    /// listed or opened gets no rule (the fence only ever denies more).
+    fn read_except(&mut self, root: &Path, holes: &[PathBuf]) -> Result<(), FenceError> {
+        if holes.iter().any(|h| h == root) {
+            return Ok(());
+        }
+        if !holes.iter().any(|h| h.starts_with(root)) {
+            return match self.add(root, AccessFs::from_read(LATEST), Follow::No) {
+                Ok(_) | Err(FenceError::Open { .. }) => Ok(()),
+                Err(e) => Err(e),
+            };
+        }
+        let Ok(entries) = std::fs::read_dir(root) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                self.skipped_symlinks += 1;
+                continue;
+            }
+            self.read_except(&entry.path(), holes)?;
+        }
+        Ok(())
+    }
+}

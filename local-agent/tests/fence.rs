@@ -1,0 +1,699 @@
+//! The fence, proved with real processes: an escape battery run through Berth's real
+//! spawn path (`process::spawn_fenced`: the clone path, or the fork path with
+//! `BERTH_SPAWN_FORK=1`, which scripts/test.sh runs too) against a fake world — a home
+//! with credentials, a Berth home, a project `~/code/app` (a git repository) beside
+//! `~/code/other`.
+//!
+//! Every escape is also run *without* the fence and must succeed there: the battery
+//! proves the fence, not file permissions or a missing tool.
+//!
+//! **As a non-root user.** The tests run as root here (and in CI), and root hides
+//! mistakes that depend on permissions. So the battery runs twice: as root, and as
+//! `nobody` (65534) — the world is chowned to it and each attempt is started as
+//! `setpriv --reuid=65534 --regid=65534 --clear-groups -- sh -c …`. `setpriv` runs
+//! *inside* the fence (it is what Berth spawns) and drops to the user before the
+//! attempt: nothing outside the fence runs as that user, the test binary needs no copy
+//! readable by it, and the fence is the same one a non-root Berth would apply (Landlock
+//! and seccomp do not depend on the uid). When not root, the battery runs as the
+//! current user only.
+//!
+//! A kernel without Landlock fails these tests loudly, unless
+//! `BERTH_FENCE_TESTS_SKIP=1` says that is expected.
+
+use berth_core::fence::{FenceInputs, FencePolicy, Network, WriteKind};
+use berth_core::{LocalPath, Permissions, Platform};
+use berth_local_agent::adapter::Invocation;
+use berth_local_agent::fence::{self, Prepared};
+use berth_local_agent::groups::Watcher;
+use berth_local_agent::process;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::io::AsyncReadExt;
+
+const NOBODY: u32 = 65534;
+const SECRET: &str = "SECRET-KEY-MATERIAL";
+
+/// Whether the fence can be tested here: fails loudly on a kernel without it, unless
+/// `BERTH_FENCE_TESTS_SKIP=1`.
+fn fence_available() -> bool {
+    let probe = fence::probe();
+    if probe.available() {
+        return true;
+    }
+    let msg = format!(
+        "THE FENCE IS UNAVAILABLE ON THIS KERNEL ({probe:?}): Landlock and seccomp filters \
+         are needed (Linux 5.13+, Landlock enabled at boot)"
+    );
+    assert!(
+        std::env::var_os("BERTH_FENCE_TESTS_SKIP").is_some_and(|v| v == "1"),
+        "{msg}; set BERTH_FENCE_TESTS_SKIP=1 to skip the fence's tests knowingly"
+    );
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+fn is_root() -> bool {
+    rustix::process::getuid().is_root()
+}
+
+/// The fake world of one test.
+struct World {
+    root: PathBuf,
+    home: PathBuf,
+    app: PathBuf,
+    berth: PathBuf,
+    locks: PathBuf,
+    tmp: PathBuf,
+    records: PathBuf,
+}
+
+fn write(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn chown_tree(p: &Path, uid: u32) {
+    let ok = Command::new("chown")
+        .args(["-R", "-h", &format!("{uid}:{uid}")])
+        .arg(p)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown {}", p.display());
+}
+
+impl World {
+    fn new(tag: &str, owner: Option<u32>) -> World {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let base = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+        let root = base.join(format!(
+            "berth-fence-{}-{}-{tag}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let home = root.join("home");
+        let app = home.join("code/app");
+        let berth = home.join(".local/share/berth");
+        let w = World {
+            locks: root.join("locks"),
+            tmp: berth.join("tmp/t1"),
+            records: root.join("records"),
+            root: root.clone(),
+            home: home.clone(),
+            app: app.clone(),
+            berth: berth.clone(),
+        };
+        write(&home.join(".ssh/id_ed25519"), SECRET);
+        write(&home.join(".aws/credentials"), SECRET);
+        write(&home.join(".bashrc"), "# bashrc\n");
+        write(&home.join(".config/app7/conf"), "setting\n");
+        // A credential directory that is a symlink: its target is hidden too.
+        write(&home.join("dotfiles/kube/config"), SECRET);
+        std::os::unix::fs::symlink(home.join("dotfiles/kube"), home.join(".kube")).unwrap();
+        write(
+            &berth.join("serve.json"),
+            &format!("{{\"token\":\"{SECRET}\"}}"),
+        );
+        write(&berth.join("berth.db"), SECRET);
+        std::fs::create_dir_all(&w.tmp).unwrap();
+        write(&w.locks.join("x.lock"), SECRET);
+        write(&home.join("code/other/file.txt"), "other\n");
+        write(&app.join("README.md"), "# app\n");
+        git(&app, &["init", "-q"]);
+        git(&app, &["add", "-A"]);
+        git(&app, &["commit", "-qm", "init"]);
+        std::os::unix::fs::symlink("../other", app.join("link-other")).unwrap();
+        std::fs::create_dir_all(&w.records).unwrap();
+        if let Some(uid) = owner {
+            chown_tree(&root, uid);
+        }
+        w
+    }
+
+    fn lp(p: &Path) -> LocalPath {
+        LocalPath::parse(Platform::Linux, p.to_str().unwrap()).unwrap()
+    }
+
+    fn policy(&self, permissions: Permissions, network: Network) -> FencePolicy {
+        let (dir, tmp, berth, locks, home) = (
+            World::lp(&self.app),
+            World::lp(&self.tmp),
+            World::lp(&self.berth),
+            World::lp(&self.locks),
+            World::lp(&self.home),
+        );
+        FencePolicy::new(&FenceInputs {
+            dir: &dir,
+            permissions,
+            tmp: &tmp,
+            berth_home: &berth,
+            lock_dir: &locks,
+            home: Some(&home),
+            state: &[],
+            write: &[],
+            read_deny: &[],
+            network,
+        })
+    }
+
+    /// Every file, directory and link of the world outside the places the agent may
+    /// write (the project and the task's tmp) and Berth's own group records (written
+    /// by the spawn), with contents.
+    fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+        fn walk(w: &World, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p == w.app || p == w.tmp || p == w.records {
+                    continue;
+                }
+                let md = std::fs::symlink_metadata(&p).unwrap();
+                let what = if md.is_symlink() {
+                    format!("link {}", std::fs::read_link(&p).unwrap().display())
+                } else if md.is_dir() {
+                    walk(w, &p, out);
+                    format!("dir {:o}", md.mode())
+                } else {
+                    format!(
+                        "file {:o} {}",
+                        md.mode(),
+                        String::from_utf8_lossy(&std::fs::read(&p).unwrap())
+                    )
+                };
+                out.insert(p, what);
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(self, &self.home, &mut out);
+        walk(self, &self.root, &mut out);
+        out
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Who runs an attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum As {
+    Current,
+    Nobody,
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `script` with `sh -c` through Berth's spawn, in the project, fenced or not.
+async fn attempt(
+    w: &World,
+    fence: Option<&Prepared>,
+    who: As,
+    script: &str,
+    extra_env: &[(&str, String)],
+) -> Outcome {
+    let mut args: Vec<String> = Vec::new();
+    let program = match who {
+        As::Current => "sh".to_owned(),
+        As::Nobody => {
+            args.extend(
+                [
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--",
+                    "sh",
+                ]
+                .map(String::from),
+            );
+            "setpriv".to_owned()
+        }
+    };
+    args.extend(["-c".to_owned(), script.to_owned()]);
+    let inv = Invocation {
+        program,
+        args,
+        stdin: None,
+        pass_prefixes: &[],
+    };
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), w.home.clone().into()),
+        ("TMPDIR".into(), w.tmp.clone().into()),
+        ("ROOT".into(), w.root.clone().into()),
+        ("LOCKS".into(), w.locks.clone().into()),
+        ("BERTH_HOME".into(), w.berth.clone().into()),
+    ];
+    env.extend(extra_env.iter().map(|(k, v)| ((*k).into(), v.into())));
+    let dir: OwnedFd = rustix::fs::open(
+        &w.app,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let watcher = Watcher::new();
+    let mut proc = process::spawn_fenced(
+        &inv,
+        dir.as_fd(),
+        env,
+        &w.records,
+        "~/code/app",
+        &watcher,
+        fence,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("spawn of {script:?}: {e}"));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut so = proc.stdout.take().unwrap();
+    let mut se = proc.stderr.take().unwrap();
+    let (a, b) = tokio::join!(so.read_to_end(&mut out), se.read_to_end(&mut err));
+    a.unwrap();
+    b.unwrap();
+    let code = proc.wait().await.unwrap();
+    proc.release().await;
+    Outcome {
+        code,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    }
+}
+
+/// What an agent must never manage: (name, script). `$PORT` is a loopback listener's.
+const ESCAPES: &[(&str, &str)] = &[
+    ("write ~/.bashrc", r#"echo pwned >> "$HOME/.bashrc""#),
+    (
+        "write the sibling directory",
+        r#"echo pwned > "$HOME/code/other/file.txt""#,
+    ),
+    (
+        "write the sibling through a symlink in the directory",
+        r#"echo pwned > "$HOME/code/app/link-other/file.txt""#,
+    ),
+    (
+        "create a file in the sibling through the symlink",
+        r#"echo pwned > "$HOME/code/app/link-other/new.txt""#,
+    ),
+    (
+        "hard-link a file from outside into the directory, then write it",
+        r#"ln "$HOME/.bashrc" "$HOME/code/app/hardlink" && echo pwned >> "$HOME/code/app/hardlink""#,
+    ),
+    (
+        "move a file of the directory out of it",
+        r#"mv "$HOME/code/app/README.md" "$HOME/code/other/moved.md""#,
+    ),
+    (
+        "write outside the home",
+        r#"echo pwned > "$ROOT/outside.txt""#,
+    ),
+    ("read ~/.ssh/id_ed25519", r#"cat "$HOME/.ssh/id_ed25519""#),
+    ("read ~/.aws/credentials", r#"cat "$HOME/.aws/credentials""#),
+    (
+        "read ~/.kube/config (the directory is a symlink)",
+        r#"cat "$HOME/.kube/config""#,
+    ),
+    (
+        "read the symlinked credential directory's target",
+        r#"cat "$HOME/dotfiles/kube/config""#,
+    ),
+    (
+        "read a key through a symlink planted in the directory",
+        r#"ln -s "$HOME/.ssh/id_ed25519" "$HOME/code/app/innocent" && cat "$HOME/code/app/innocent""#,
+    ),
+    (
+        "read a key through /proc/self/root",
+        r#"cat "/proc/self/root$HOME/.ssh/id_ed25519""#,
+    ),
+    ("read Berth's serve.json", r#"cat "$BERTH_HOME/serve.json""#),
+    ("read Berth's database", r#"cat "$BERTH_HOME/berth.db""#),
+    ("read Berth's lock directory", r#"cat "$LOCKS/x.lock""#),
+    (
+        "open a TCP connection to a loopback listener (network off)",
+        r#"bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$PORT"'"#,
+    ),
+];
+
+/// What a fenced agent must still do: (name, script).
+const ALLOWED: &[(&str, &str)] = &[
+    (
+        "write, create and remove in the directory",
+        r#"echo ok > "$HOME/code/app/new.txt" && mkdir -p "$HOME/code/app/target/debug" && rm "$HOME/code/app/new.txt""#,
+    ),
+    (
+        "write in the task's tmp",
+        r#"echo ok > "$TMPDIR/scratch.txt""#,
+    ),
+    (
+        "read ordinary settings",
+        r#"cat "$HOME/.bashrc" "$HOME/.config/app7/conf""#,
+    ),
+    (
+        "list the home and /tmp",
+        r#"ls -a "$HOME" /tmp > /dev/null"#,
+    ),
+    (
+        "git commit in the directory",
+        r#"echo more >> README.md && git -c safe.directory='*' -c user.name=t -c user.email=t@localhost commit -qam more"#,
+    ),
+    (
+        "write /dev/null and stderr",
+        r#"echo ok > /dev/null && echo ok >&2"#,
+    ),
+];
+
+/// (NoNewPrivs, Seccomp) lines of this process.
+fn own_confinement() -> (String, String) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (line("NoNewPrivs:"), line("Seccomp:"))
+}
+
+fn port_env(listener: &std::net::TcpListener) -> Vec<(&'static str, String)> {
+    vec![("PORT", listener.local_addr().unwrap().port().to_string())]
+}
+
+async fn battery(who: As) {
+    if !fence_available() {
+        return;
+    }
+    let owner = (who == As::Nobody).then_some(NOBODY);
+    let w = World::new("battery", owner);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let env = port_env(&listener);
+    let before = w.snapshot();
+    let confinement = own_confinement();
+    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::Off)).unwrap();
+    let mut failures = Vec::new();
+    for (name, script) in ESCAPES {
+        let out = attempt(&w, Some(&prepared), who, script, &env).await;
+        if out.code == Some(0) || out.stdout.contains(SECRET) {
+            failures.push(format!(
+                "ESCAPED: {name}: code {:?}, stdout {:?}",
+                out.code, out.stdout
+            ));
+        }
+    }
+    for (name, script) in ALLOWED {
+        let out = attempt(&w, Some(&prepared), who, script, &env).await;
+        if out.code != Some(0) {
+            failures.push(format!(
+                "BLOCKED: {name}: code {:?}, stderr {:?}",
+                out.code, out.stderr
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{who:?}:\n{}", failures.join("\n"));
+    assert_eq!(w.snapshot(), before, "the home outside the fence changed");
+    assert_eq!(
+        own_confinement(),
+        confinement,
+        "Berth itself must stay unconfined"
+    );
+    assert_eq!(
+        confinement,
+        ("NoNewPrivs:\t0".to_owned(), "Seccomp:\t0".to_owned()),
+        "the test process started confined; the check above proves less"
+    );
+}
+
+#[tokio::test]
+async fn the_escape_battery_fails_every_escape() {
+    battery(As::Current).await;
+}
+
+#[tokio::test]
+async fn the_escape_battery_as_an_unprivileged_user() {
+    if !is_root() {
+        eprintln!("not root: the battery above already ran as an unprivileged user");
+        return;
+    }
+    battery(As::Nobody).await;
+}
+
+/// The control: the same attempts, spawned the same way without a fence, all succeed,
+/// as root and as `nobody`. Without this the battery could pass on a broken world.
+#[tokio::test]
+async fn without_the_fence_every_escape_succeeds() {
+    let whos: &[As] = if is_root() {
+        &[As::Current, As::Nobody]
+    } else {
+        &[As::Current]
+    };
+    for &who in whos {
+        let w = World::new("control", (who == As::Nobody).then_some(NOBODY));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let env = port_env(&listener);
+        let before = w.snapshot();
+        for (name, script) in ESCAPES.iter().chain(ALLOWED) {
+            let out = attempt(&w, None, who, script, &env).await;
+            assert_eq!(
+                out.code,
+                Some(0),
+                "{who:?}: unfenced, {name} must work: {}",
+                out.stderr
+            );
+        }
+        assert_ne!(w.snapshot(), before, "{who:?}: the escapes changed nothing");
+    }
+}
+
+#[tokio::test]
+async fn network_on_lets_tcp_through_and_read_only_keeps_the_directory() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("modes", None);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let env = port_env(&listener);
+    let on = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap();
+    let tcp = r#"bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$PORT"'"#;
+    let out = attempt(&w, Some(&on), As::Current, tcp, &env).await;
+    assert_eq!(out.code, Some(0), "network on: {}", out.stderr);
+    let read_only = fence::prepare(&w.policy(Permissions::ReadOnly, Network::On)).unwrap();
+    let out = attempt(&w, Some(&read_only), As::Current, "echo x > new.txt", &env).await;
+    assert_ne!(out.code, Some(0), "read-only: the directory was written");
+    assert!(!w.app.join("new.txt").exists());
+    let out = attempt(
+        &w,
+        Some(&read_only),
+        As::Current,
+        r#"cat README.md && echo ok > "$TMPDIR/x""#,
+        &env,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "read-only: {}", out.stderr);
+}
+
+/// Every fenced process carries the seccomp mark, its descendants too, even one that
+/// left the agent's session by a double fork and `setsid`; Berth and unfenced agents
+/// do not.
+#[tokio::test]
+async fn fenced_processes_carry_the_mark() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("mark", None);
+    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap();
+    // The agent prints its own pid and an escapee's, waits until both were checked.
+    let script = r#"echo $$; setsid sh -c 'echo $$; sleep 30' </dev/null & while [ ! -e "$TMPDIR/checked" ]; do sleep 0.05; done"#;
+    for (fence, want) in [(Some(&prepared), true), (None, false)] {
+        let _ = std::fs::remove_file(w.tmp.join("checked"));
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            stdin: None,
+            pass_prefixes: &[],
+        };
+        let env = vec![
+            (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
+            (OsString::from("TMPDIR"), OsString::from(&w.tmp)),
+        ];
+        let dir: OwnedFd = rustix::fs::open(
+            &w.app,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let watcher = Watcher::new();
+        let mut proc =
+            process::spawn_fenced(&inv, dir.as_fd(), env, &w.records, "app", &watcher, fence)
+                .await
+                .unwrap();
+        let mut so = proc.stdout.take().unwrap();
+        let mut pids = String::new();
+        let mut buf = [0u8; 64];
+        while pids.lines().count() < 2 {
+            let n = so.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the agent ended early: {pids:?}");
+            pids.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+        }
+        for pid in pids.lines() {
+            let pid: i32 = pid.trim().parse().unwrap();
+            assert_eq!(fence::peer_is_fenced(pid), want, "pid {pid}, fenced {want}");
+        }
+        std::fs::write(w.tmp.join("checked"), "").unwrap();
+        proc.wait().await.unwrap();
+        proc.release().await;
+        // The escapee is in its own session: not the group's to kill.
+        let escapee: i32 = pids.lines().nth(1).unwrap().trim().parse().unwrap();
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(escapee).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    assert!(!fence::peer_is_fenced(std::process::id() as i32));
+}
+
+const PROBE_CHILD: &str = "BERTH_FENCE_TEST_PROBE_CHILD";
+
+/// Not a test on its own: the body of the child of `the_probe_hook_reports_unavailable`.
+#[test]
+fn probe_hook_child() {
+    if std::env::var_os(PROBE_CHILD).is_none() {
+        return;
+    }
+    assert_eq!(fence::probe(), fence::Probe::UNAVAILABLE);
+    let w = World::new("probe", None);
+    let err = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap_err();
+    assert!(
+        matches!(err, fence::FenceError::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Landlock"), "{err}");
+}
+
+/// `BERTH_FENCE_PROBE=unavailable` (read once per process, so in a child process):
+/// the probe reports no fence and `prepare` refuses, on a kernel that has one.
+#[test]
+fn the_probe_hook_reports_unavailable() {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "probe_hook_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROBE_CHILD, "1")
+        .env(fence::PROBE_ENV, "unavailable")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+}
+
+/// The fence's costs (a figure, not a test: `--ignored --nocapture`): `prepare` on the
+/// fake world, and a fenced against an unfenced spawn of `true`.
+#[tokio::test]
+#[ignore = "a benchmark figure, run by hand"]
+async fn fence_costs() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("costs", None);
+    let policy = w.policy(Permissions::Edit, Network::Off);
+    let n = 50;
+    let t = std::time::Instant::now();
+    let mut prepared = None;
+    for _ in 0..n {
+        prepared = Some(fence::prepare(&policy).unwrap());
+    }
+    let prepare = t.elapsed() / n;
+    let prepared = prepared.unwrap();
+    let mut times = BTreeMap::new();
+    for (label, fence) in [("unfenced", None), ("fenced", Some(&prepared))] {
+        let mut samples = Vec::new();
+        for _ in 0..n {
+            let t = std::time::Instant::now();
+            let out = attempt(&w, fence, As::Current, "exec true", &[]).await;
+            samples.push(t.elapsed());
+            assert_eq!(out.code, Some(0));
+        }
+        samples.sort();
+        times.insert(
+            label,
+            (samples[samples.len() / 2], samples[samples.len() * 9 / 10]),
+        );
+    }
+    eprintln!(
+        "fence: prepare {prepare:?} ({} rules, {} symlinks skipped, BPF {} insns, ABI {}); \
+         spawn+wait of `sh -c 'exec true'` p50/p90: unfenced {:?}/{:?}, fenced {:?}/{:?}",
+        prepared.rules(),
+        prepared.skipped_symlinks(),
+        prepared.filter_len(),
+        prepared.landlock_abi(),
+        times["unfenced"].0,
+        times["unfenced"].1,
+        times["fenced"].0,
+        times["fenced"].1,
+    );
+}
+
+#[test]
+fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("missing", None);
+    let (dir, tmp, berth, locks, home) = (
+        World::lp(&w.app),
+        World::lp(&w.tmp),
+        World::lp(&w.berth),
+        World::lp(&w.locks),
+        World::lp(&w.home),
+    );
+    let state = [(World::lp(&w.home.join(".claude")), WriteKind::Subtree)];
+    let inputs = FenceInputs {
+        dir: &dir,
+        permissions: Permissions::Edit,
+        tmp: &tmp,
+        berth_home: &berth,
+        lock_dir: &locks,
+        home: Some(&home),
+        state: &state,
+        write: &[],
+        read_deny: &[],
+        network: Network::On,
+    };
+    let prepared = fence::prepare(&FencePolicy::new(&inputs)).unwrap();
+    assert_eq!(prepared.missing(), [w.home.join(".claude")]);
+    let gone = World::lp(&w.root.join("gone"));
+    let err = fence::prepare(&FencePolicy::new(&FenceInputs {
+        tmp: &gone,
+        ..inputs
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(&err, fence::FenceError::Missing { path, .. } if *path == w.root.join("gone")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("temporary directory"), "{err}");
+}
