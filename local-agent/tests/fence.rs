@@ -276,14 +276,15 @@ async fn attempt(
         rustix::fs::Mode::empty(),
     )
     .unwrap();
-    let watcher = Watcher::new();
+    // One watcher for the whole test process, as an executor has.
+    static WATCHER: std::sync::OnceLock<Watcher> = std::sync::OnceLock::new();
     let mut proc = process::spawn_fenced(
         &inv,
         dir.as_fd(),
         env,
         &w.records,
         "~/code/app",
-        &watcher,
+        WATCHER.get_or_init(Watcher::new),
         fence,
     )
     .await
@@ -620,7 +621,7 @@ async fn fence_costs() {
     }
     let w = World::new("costs", None);
     let policy = w.policy(Permissions::Edit, Network::Off);
-    let n = 50;
+    let n = 200;
     let t = std::time::Instant::now();
     let mut prepared = None;
     for _ in 0..n {
@@ -628,6 +629,39 @@ async fn fence_costs() {
     }
     let prepare = t.elapsed() / n;
     let prepared = prepared.unwrap();
+    // The same with this machine's real home hidden from (a realistic home's size).
+    let real_home = std::fs::canonicalize(std::env::var_os("HOME").unwrap()).unwrap();
+    let real = {
+        let (dir, tmp, berth, locks, home) = (
+            World::lp(&w.app),
+            World::lp(&w.tmp),
+            World::lp(&w.berth),
+            World::lp(&w.locks),
+            World::lp(&real_home),
+        );
+        FencePolicy::new(&FenceInputs {
+            dir: &dir,
+            permissions: Permissions::Edit,
+            tmp: &tmp,
+            berth_home: &berth,
+            lock_dir: &locks,
+            home: Some(&home),
+            state: &[],
+            write: &[],
+            read_deny: &[],
+            network: Network::Off,
+        })
+    };
+    let t = std::time::Instant::now();
+    let mut real_rules = 0;
+    for _ in 0..n {
+        real_rules = fence::prepare(&real).unwrap().rules();
+    }
+    let prepare_real = t.elapsed() / n;
+    eprintln!(
+        "fence: prepare with the real home {} hidden from: {prepare_real:?} ({real_rules} rules)",
+        real_home.display()
+    );
     let mut times = BTreeMap::new();
     for (label, fence) in [("unfenced", None), ("fenced", Some(&prepared))] {
         let mut samples = Vec::new();
