@@ -146,6 +146,26 @@ fn a_desktop_daemons_token_is_not_the_servers_shell() {
     assert_eq!(seen, want);
     let (st, me) = control(&laptop, "GET", "/api/v1/me", b"");
     assert_eq!((st, me["admin"].clone()), (200, json!(false)), "{me}");
+
+    // An unbound session of the daemon's runs on its own machines, in a scratch
+    // directory there, never on the server's host with the server's agents.
+    let loose = laptop.json(&["session", "new", "--agent", "rep", "--json"]);
+    let loose = loose["id"].as_str().unwrap().to_owned();
+    let (code, _, task) = send_json(&laptop, &loose, "where am I?");
+    assert_eq!(
+        (code, task["status"].as_str()),
+        (0, Some("succeeded")),
+        "{task}"
+    );
+    let ran_in = srv.json(&["task", "list", "--session", &loose, "--json"])[0]["work_dir"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        ran_in.starts_with(s(&laptop.home)),
+        "the daemon's unbound session ran in {ran_in:?}, not on the laptop ({:?})",
+        laptop.home
+    );
     assert!(!marker.exists(), "a daemon's command ran on the server");
 }
 

@@ -82,7 +82,10 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     for w in &user_settings.warnings {
         eprintln!("warning: {}:{}:{}: {}", w.file, w.line, w.column, w.message);
     }
-    let channels = berth_web::hooks::ChannelConfig::from_env(&user_settings.channels);
+    let mut channels = berth_web::hooks::ChannelConfig::from_env(&user_settings.channels);
+    // One user, no members: channel sessions are the user's own, and run on this
+    // machine (BERTH_CHANNEL_MEMBER is berth-server's).
+    channels.member = None;
     let config_for_http = config.clone();
     let executor = NativeExecutor::new(config).map_err(|e| {
         CliError::new(

@@ -546,9 +546,15 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     // session's owner. A machine runs only its own member's sessions: a bound machine
     // of another member counts as offline (binding through it is refused, so this is
     // only ever an old binding).
+    //
+    // This server's own executor runs only its own user's sessions (no owner). A
+    // session made through a daemon's forwarded control socket belongs to the token's
+    // member and runs on that member's machines alone: a daemon token, a credential
+    // that crossed the network, never runs anything on the server's host (issue 33).
     let owner = crate::store::owner_name(session.owner.as_deref());
+    let local = inner.machine.as_ref().filter(|_| session.owner.is_none());
     let owns = |m: &MachineId| {
-        inner.machine.as_ref() == Some(m)
+        local == Some(m)
             || daemons.is_some_and(|d| {
                 d.machine_member(m)
                     .is_some_and(|o| crate::store::owner_name(o.as_deref()) == owner)
@@ -557,9 +563,8 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     let bound = session.binding.as_ref().map(|b| &b.machine);
     let claimer = match bound {
         Some(m) if online.contains(m) && owns(m) => Some(m.clone()),
-        _ => inner
-            .machine
-            .clone()
+        _ => local
+            .cloned()
             .or_else(|| daemons.and_then(|d| d.pick(owner))),
     };
     let online: Vec<MachineId> = online.into_iter().filter(|m| owns(m)).collect();
@@ -567,6 +572,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         origin,
         claimer: claimer.as_ref(),
         online: &online,
+        local: inner.machine.is_some(),
     };
     let placement = match placement::decide(&session, &dirs, claim) {
         Decision::Run(p) => p,

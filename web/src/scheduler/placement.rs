@@ -26,6 +26,10 @@ pub struct Claim<'a> {
     /// The machine asking to run it (`None`: no executor attached).
     pub claimer: Option<&'a MachineId>,
     pub online: &'a [MachineId],
+    /// This server runs tasks on its own machine (`berth serve`): a local runtime, even
+    /// for a session its own executor does not run (a daemon's, which waits for one of
+    /// its owner's machines instead of being refused as if in the cloud).
+    pub local: bool,
 }
 
 /// Turns a resolution into a decision; `place` gets the directory, whether it is a
@@ -85,7 +89,7 @@ pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) ->
     let nobody = MachineId::new(NOBODY);
     let req = Request {
         origin: claim.origin,
-        runtime: if claim.claimer.is_some() {
+        runtime: if claim.claimer.is_some() || claim.local {
             Runtime::Local
         } else {
             Runtime::Cloud
@@ -175,6 +179,7 @@ mod tests {
             origin,
             claimer: Some(&here),
             online: &online,
+            local: true,
         };
         let cases: Vec<(SessionRow, &[ProjectDirRow], Claim<'_>, Decision)> = vec![
             (
@@ -231,6 +236,7 @@ mod tests {
             origin: Origin::Desktop,
             claimer: None,
             online: &[],
+            local: false,
         };
         assert!(matches!(
             decide(&session(Some("here")), &[], no_executor),
