@@ -20,6 +20,9 @@
 //! A kernel without Landlock fails these tests loudly, unless
 //! `BERTH_FENCE_TESTS_SKIP=1` says that is expected.
 
+// Landlock and seccomp are Linux's; the Mac's fence is a Seatbelt profile, tested as text.
+#![cfg(target_os = "linux")]
+
 use berth_core::fence::{FenceInputs, FencePolicy, Network, WriteKind};
 use berth_core::{LocalPath, Permissions, Platform};
 use berth_local_agent::adapter::Invocation;

@@ -32,7 +32,7 @@ impl fmt::Display for Obstacle {
 }
 
 /// The name of a file type, for messages.
-pub(super) fn kind_of(mode: u32) -> &'static str {
+pub(super) fn kind_of(mode: rustix::fs::RawMode) -> &'static str {
     match FileType::from_raw_mode(mode) {
         FileType::RegularFile => "regular file",
         FileType::Directory => "directory",
