@@ -5,12 +5,11 @@
 //! mid-undo finished at the next start, worktree mode's commit and revert, and the
 //! refusals. Nothing appears in the user's directory or its `.git`.
 
-use berth_tests::steps::{add_command_agent, new_session, s, write_script};
+use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};
 use berth_tests::{Berth, eventually};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Every file under `dir` (not `.git`), with its bytes.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -56,22 +55,6 @@ fn git_state(dir: &Path) -> Vec<(String, u64, i128)> {
     }
     out.sort();
     out
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A project: three files and a `.gitignore`, committed when `repo`.

@@ -9,10 +9,9 @@
 //!   that shows it, never acted on (break 10).
 
 use berth_tests::Berth;
-use berth_tests::steps::{add_command_agent, new_session, s, write_script};
+use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Every entry under `root` (not following links) whose mode lets anyone but its
 /// owner in, with its mode.
@@ -37,17 +36,6 @@ fn open_to_others(root: &Path) -> Vec<(PathBuf, String)> {
     }
     out.sort();
     out
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 #[test]

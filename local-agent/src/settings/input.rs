@@ -157,12 +157,13 @@ pub fn read(path: &Path, shown: &str, limit: Limit) -> Result<Bytes, InputError>
         });
     }
     bytes.truncate(usize::try_from(max).unwrap_or(usize::MAX));
+    #[allow(clippy::useless_conversion)] // `st_mode` is a u16 on macOS, a u32 here
+    let mode = u32::from(st.st_mode) & 0o7777;
     Ok(Bytes {
         bytes,
         cut,
         uid: st.st_uid,
-        // `st_mode` is a u16 on macOS.
-        mode: u32::from(st.st_mode) & 0o7777,
+        mode,
     })
 }
 
