@@ -50,6 +50,7 @@ use std::sync::OnceLock;
 mod linux;
 #[cfg(target_os = "linux")]
 mod seccomp;
+pub mod seatbelt;
 
 #[cfg(target_os = "linux")]
 pub use linux::{ChildFence, Prepared, prepare};
