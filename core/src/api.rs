@@ -367,7 +367,7 @@ mod tests {
              credential_directory berth_state not_found not_a_directory not_owner not_writable \
              path_changed not_a_git_repo origin_cannot_bind daemon_offline daemon_mismatch \
              unknown_session unknown_agent sidecar_blocked agent_not_found agent_start_failed agent_exited \
-             agent_error permission_denied prepare_failed lock_failed interrupted internal"
+             agent_error permission_denied prepare_failed lock_failed fence_unavailable interrupted internal"
         );
         for c in ErrorCode::ALL {
             assert_eq!(

@@ -48,6 +48,9 @@ pub enum ErrorCode {
     PrepareFailed,
     /// The directory's lock could not be taken.
     LockFailed,
+    /// The settings require the fence (`"fence": "required"`) and this machine's
+    /// kernel cannot set it up: nothing ran, nothing was written.
+    FenceUnavailable,
     /// The task was running when its server or machine stopped.
     Interrupted,
     /// Berth itself failed (a bug): the message says where.
@@ -56,7 +59,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in contract order.
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 29] = [
         ErrorCode::PathEmpty,
         ErrorCode::PathNotAbsolute,
         ErrorCode::PathInvalid,
@@ -83,6 +86,7 @@ impl ErrorCode {
         ErrorCode::PermissionDenied,
         ErrorCode::PrepareFailed,
         ErrorCode::LockFailed,
+        ErrorCode::FenceUnavailable,
         ErrorCode::Interrupted,
         ErrorCode::Internal,
     ];
@@ -116,6 +120,7 @@ impl ErrorCode {
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::PrepareFailed => "prepare_failed",
             ErrorCode::LockFailed => "lock_failed",
+            ErrorCode::FenceUnavailable => "fence_unavailable",
             ErrorCode::Interrupted => "interrupted",
             ErrorCode::Internal => "internal",
         }

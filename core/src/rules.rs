@@ -231,6 +231,7 @@ fn hint_for(code: ErrorCode) -> &'static str {
         | ErrorCode::PermissionDenied
         | ErrorCode::PrepareFailed
         | ErrorCode::LockFailed
+        | ErrorCode::FenceUnavailable
         | ErrorCode::Interrupted
         | ErrorCode::Internal => "choose another directory",
     }

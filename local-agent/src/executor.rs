@@ -88,6 +88,8 @@ struct Prepared {
     policy: Policy,
     /// What became of the project layer's keys, when one was read.
     project: Option<berth_core::settings::trust::ProjectLayerReport>,
+    /// The run's fence, its temporary directory, and its lines for the transcript.
+    fence: crate::run_fence::RunFence,
 }
 
 enum Stop {
@@ -402,6 +404,36 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
     }
     let project = loaded.project;
     let settings = loaded.settings;
+    // The fence, before anything is written into the directory: a run that must be
+    // fenced and cannot be is refused with the directory untouched.
+    let fence = crate::run_fence::for_run(
+        &inner.ctx,
+        &settings.fence,
+        crate::run_fence::Places {
+            berth_home: &inner.cfg.berth_home,
+            lock_dir: &inner.cfg.lock_dir,
+            config_dir: &inner.cfg.config_dir,
+            user_home: inner.cfg.user_home.as_deref(),
+        },
+        crate::run_fence::RunPlace {
+            dir: place.pinned.canonical(),
+            worktree_root: place.worktree.as_ref().map(|w| w.root.as_path()),
+        },
+        &task.task_id,
+        adapter,
+        policy.effective,
+        |name| {
+            settings
+                .env
+                .get(name)
+                .map(Into::into)
+                .or_else(|| std::env::var_os(name))
+        },
+    )
+    .map_err(|stop| match stop {
+        crate::run_fence::FenceStop::Refused(r) => Stop::Refused(r),
+        crate::run_fence::FenceStop::Failed(m) => Stop::Failed(ErrorCode::PrepareFailed, m),
+    })?;
     let mut sidecars = Sidecars::new(&inner.journal, &task.task_id);
     let result = (|| {
         // Where every skill would go, and whether the brief needs its file, are
@@ -469,8 +501,12 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             warnings,
             policy,
             project,
+            fence,
         }),
         Err(e) => {
+            if let Some(tmp) = &fence.tmp {
+                let _ = std::fs::remove_dir_all(tmp);
+            }
             let undone = sidecars.cleanup(&place.pinned);
             let refusal = e.refusal(place.pinned.display());
             let mut msg = e.to_string();
@@ -674,13 +710,14 @@ async fn run(
         ErrorCode::AgentStartFailed,
         "the agent did not start".to_owned(),
     ));
-    for _attempt in 0..2 {
+    for attempt in 0..2 {
         let turn = Turn {
             prompt: &task.prompt,
             brief: prepared.brief_arg.as_deref(),
             resume_id: resume.as_deref(),
             work_dir: place.pinned.path(),
             permissions: prepared.policy.effective,
+            fenced: prepared.fence.prepared.is_some(),
         };
         let inv = match adapter.invocation(&task.agent, &turn) {
             Ok(i) => i,
@@ -698,23 +735,38 @@ async fn run(
                 cut(&prepared.brief_text, MAX_ENV_BRIEF).to_owned(),
             ),
         ];
-        let env = process::agent_env(
+        let mut env = process::agent_env(
             &inv,
             inner.cfg.user_home.as_deref(),
             &prepared.env,
             &berth_env,
         );
+        if let Some(tmp) = &prepared.fence.tmp {
+            // The task's own temporary directory, in place of Berth's: the fence lets
+            // the agent write there and nowhere else outside its directory.
+            env.retain(|(k, _)| !matches!(k.to_str(), Some("TMPDIR" | "TMP" | "TEMP")));
+            for k in ["TMPDIR", "TMP", "TEMP"] {
+                env.push((k.into(), tmp.into()));
+            }
+        }
         let _ = events.send(ExecEvent::Status {
             status: TaskStatus::Running,
             wait_reason: None,
         });
-        let proc = match process::spawn(
+        // The fence's line: every run says whether, and how, its agent is fenced.
+        if attempt == 0 {
+            for line in &prepared.fence.lines {
+                warn(line.clone());
+            }
+        }
+        let proc = match process::spawn_fenced(
             &inv,
             place.pinned.fd(),
             env,
             &inner.cfg.agents_dir(),
             place.pinned.display(),
             &inner.watcher,
+            prepared.fence.prepared.as_ref(),
         )
         .await
         {
@@ -743,6 +795,12 @@ async fn run(
         }
         result = Ok(ran);
         break;
+    }
+    // The agent's group is gone (the turn released it): its temporary directory goes.
+    if let Some(tmp) = &prepared.fence.tmp
+        && let Some(problem) = crate::run_fence::remove_tmp(tmp).await
+    {
+        warn(problem);
     }
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let (branch, mut changes, cleanup_error) = match finished {

@@ -21,6 +21,7 @@ pub mod journal;
 pub mod lock;
 pub mod pin;
 pub mod process;
+mod run_fence;
 pub mod scratch;
 pub mod settings;
 pub mod sidecar;

@@ -548,6 +548,44 @@ pub fn explain(
             }
         }
     }
+    // The fence: the strictest mode and network any layer asks for, the paths of every
+    // layer (a project layer's were gated already), each from the last layer that set
+    // what is in force.
+    let fence = settings::merge(&layers).fence;
+    let last = |f: &dyn Fn(&Layer) -> bool| layers.iter().rev().find(|l| f(l));
+    if let Some(l) = last(&|l| l.fence.mode == Some(fence.mode)) {
+        set(
+            &mut values,
+            "fence.mode".into(),
+            fence.mode.as_str().into(),
+            l,
+            "fence.mode",
+        );
+    }
+    if let Some(l) = last(&|l| l.fence.network == Some(fence.network)) {
+        set(
+            &mut values,
+            "fence.network".into(),
+            fence.network.as_str().into(),
+            l,
+            "fence.network",
+        );
+    }
+    for (key, list) in [
+        ("fence.write", &fence.write),
+        ("fence.read_deny", &fence.read_deny),
+    ] {
+        let field = |l: &Layer| {
+            if key == "fence.write" {
+                !l.fence.write.is_empty()
+            } else {
+                !l.fence.read_deny.is_empty()
+            }
+        };
+        if let Some(l) = last(&field) {
+            set(&mut values, key.into(), serde_json::json!(list), l, key);
+        }
+    }
     out.values = values;
     Ok(out)
 }

@@ -252,8 +252,10 @@ async fn codex_is_driven_with_exec_json_closed_stdin_and_flags_before_resume() {
             "--json",
             "-C",
             d.as_str(),
+            // Fenced (this kernel has the fence): codex's own sandbox cannot start
+            // inside it, and Berth's fence enforces the policy instead.
             "--sandbox",
-            "workspace-write",
+            "danger-full-access",
             "-c",
             "approval_policy=\"never\"",
             "--skip-git-repo-check"
@@ -322,7 +324,7 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(
         config.join("settings.jsonc"),
-        r#"{ "permissions": "read-only" }"#,
+        format!(r#"{{ "permissions": "read-only", {} }}"#, sb.fence()),
     )
     .unwrap();
     let project = dir.join(".berth");

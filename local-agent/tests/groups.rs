@@ -141,7 +141,7 @@ fn recovery_reports_each_group_it_stopped() {
 async fn a_finished_run_leaves_no_process_and_no_record() {
     let sb = Sandbox::new();
     let dir = sb.dir("usr7q/code/app");
-    let pids = sb.root.join("pids");
+    let pids = sb.side().join("pids");
     let script = sb.script(
         "spawner",
         &format!("#!/bin/sh\nsleep 30 &\necho $! > {}\n", pids.display()),
@@ -245,7 +245,7 @@ fn oddly_named_leader(sb: &Sandbox) -> Child {
 /// Starts a watcher's owner that sends `lines` (see [`watcher_owner`]), SIGKILLs it
 /// once they are sent, and waits until its watcher has finished.
 fn owner_dies(sb: &Sandbox, lines: &str) {
-    let ready = sb.root.join("ready");
+    let ready = sb.side().join("ready");
     let mut owner = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",

@@ -34,7 +34,11 @@ async fn sidecars_leave_the_directory_byte_identical_except_the_agents_changes()
     let cfg_dir = sb.dir("berth-config");
     std::fs::write(
         cfg_dir.join("settings.jsonc"),
-        format!("{{ \"plugins\": [{:?}] }}", skill.display().to_string()),
+        format!(
+            "{{ \"plugins\": [{:?}], {} }}",
+            skill.display().to_string(),
+            sb.fence()
+        ),
     )
     .unwrap();
     let before = tree(&dir);
@@ -86,7 +90,7 @@ async fn a_directory_swapped_for_a_symlink_while_waiting_is_refused_and_never_ru
     let sb = Sandbox::new();
     let dir = sb.dir("work/app");
     let elsewhere = sb.dir("work/elsewhere");
-    let marker_log = sb.root.join("marker");
+    let marker_log = sb.side().join("marker");
     let script = sb.script(
         "mark.sh",
         &format!(
@@ -149,10 +153,13 @@ async fn a_project_plugin_is_in_the_brief_only_while_bound_there() {
     .unwrap();
     std::fs::write(
         sb.dir("berth-config").join("settings.jsonc"),
-        "{ \"prompt\": { \"append\": \"USER-APPEND-3\" } }",
+        format!(
+            "{{ \"prompt\": {{ \"append\": \"USER-APPEND-3\" }}, {} }}",
+            sb.fence()
+        ),
     )
     .unwrap();
-    let briefs = sb.root.join("briefs");
+    let briefs = sb.side().join("briefs");
     let script = sb.script(
         "brief.sh",
         &format!(
@@ -282,7 +289,7 @@ fn alive(pid: i32) -> bool {
 async fn cancelling_a_running_task_stops_its_whole_process_group_and_restores() {
     let sb = Sandbox::new();
     let dir = sb.dir("work/app");
-    let pidfile = sb.root.join("pid");
+    let pidfile = sb.side().join("pid");
     let script = sb.script(
         "long.sh",
         &format!(
@@ -400,7 +407,7 @@ async fn a_broken_settings_file_fails_the_task_at_its_place_before_the_agent_run
     let dir = sb.dir("work/app");
     std::fs::create_dir_all(dir.join(".berth")).unwrap();
     std::fs::write(dir.join(".berth/settings.jsonc"), "{ \"agent\": 3 }").unwrap();
-    let marker = sb.root.join("ran");
+    let marker = sb.side().join("ran");
     let script = sb.script("m.sh", &format!("#!/bin/sh\ntouch {}\n", marker.display()));
     let (out, _) = run(
         &sb.executor(),

@@ -21,6 +21,13 @@ fn child_cfg(root: &Path, which: &str) -> ExecutorConfig {
     let mut cfg = ExecutorConfig::isolated(&root.join(which), Some(root.join("usr7q")));
     // One lock directory for both processes, whatever their BERTH_HOME.
     cfg.lock_dir = root.join("shared-locks");
+    // The agents log into the sandbox's side folder: declared to the fence.
+    std::fs::create_dir_all(&cfg.config_dir).unwrap();
+    std::fs::write(
+        cfg.config_dir.join("settings.jsonc"),
+        format!("{{ {} }}", common::fence_for(&root.join("side"))),
+    )
+    .unwrap();
     cfg
 }
 
@@ -118,7 +125,7 @@ fn child_runner() {
 fn two_processes_never_overlap_in_one_directory() {
     let sb = Sandbox::new();
     let dir = sb.dir("work/app");
-    let log = sb.root.join("stamps.log");
+    let log = sb.side().join("stamps.log");
     let script = stamping_agent(&sb, &log);
     let extra = [("BERTH_TEST_SCRIPT", script.display().to_string())];
     let mut a = spawn_child("contend", &sb.root, "a", &dir, &extra);
@@ -144,7 +151,11 @@ fn a_berth_killed_mid_task_is_restored_by_replay() {
     let config = sb.dir("config");
     std::fs::write(
         config.join("settings.jsonc"),
-        format!("{{ \"plugins\": [{:?}] }}", skill.display().to_string()),
+        format!(
+            "{{ \"plugins\": [{:?}], {} }}",
+            skill.display().to_string(),
+            sb.fence()
+        ),
     )
     .unwrap();
     let before = tree(&dir);
@@ -211,7 +222,8 @@ fn watchers_of(pid: u32) -> Vec<i32> {
 fn one_watcher_takes_down_every_running_agents_group_when_berth_dies() {
     let sb = Sandbox::new();
     let dir = sb.dir("work");
-    let pids = sb.dir("pids");
+    // Outside the agents' directories: in the side folder the fence is told about.
+    let pids = sb.dir("side/pids");
     for lane in ["a", "b"] {
         sb.dir(&format!("work/{lane}"));
     }

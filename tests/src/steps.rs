@@ -36,6 +36,30 @@ pub fn write_script(path: &Path, body: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// Declares side channels: `b`'s user settings let agents write `paths`, which the
+/// fence refuses otherwise (a test's markers and logs outside the agent's directory).
+/// Replaces the user settings.
+pub fn fence_write(b: &Berth, paths: &[&Path]) {
+    let list: Vec<String> = paths
+        .iter()
+        .map(|p| serde_json::to_string(s(p)).expect("a JSON string"))
+        .collect();
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        format!(r#"{{ "fence": {{ "write": [{}] }} }}"#, list.join(", ")),
+    )
+    .expect("write the user settings");
+}
+
+/// A folder beside the test (outside Berth's home and config, which the fence hides)
+/// that `b`'s agents may write: created, declared with [`fence_write`], returned.
+pub fn side_channel(b: &Berth) -> std::path::PathBuf {
+    let side = b.root.path().join("side");
+    std::fs::create_dir_all(&side).expect("create the side channel");
+    fence_write(b, &[&side]);
+    side
+}
+
 pub fn add_command_agent(b: &Berth, name: &str, script: &str) {
     b.ok(&[
         "agent",

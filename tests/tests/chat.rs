@@ -14,7 +14,7 @@ use std::process::Stdio;
 /// An agent that answers `got: <first line>`; a message starting with `slow` makes it
 /// record its pid in `$PIDFILE_DIR/pid` and sleep a minute.
 fn add_agent(b: &Berth, name: &str) {
-    let pid = b.root.path().join("pid");
+    let pid = b.root.path().join("side/pid");
     let script = b.root.path().join("agent.sh");
     write_script(
         &script,
@@ -204,6 +204,8 @@ fn chat_links_from_where_you_stand_and_follows_a_relink_from_elsewhere() {
 #[test]
 fn ctrl_c_cancels_the_running_task_and_lock_waits_show_the_holder() {
     let mut b = Berth::new("chat-cancel");
+    // The agent writes its pid beside the test (a side channel the fence must allow).
+    berth_tests::steps::side_channel(&b);
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(app.join("README"), "hello\n").unwrap();
@@ -237,7 +239,7 @@ fn ctrl_c_cancels_the_running_task_and_lock_waits_show_the_holder() {
     // A long task; Ctrl-C cancels it.
     t.type_text("slow work please");
     t.keys(&["Enter"]);
-    let pidfile = b.root.path().join("pid");
+    let pidfile = b.root.path().join("side/pid");
     let pid: u32 = eventually(20, || {
         std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
     })

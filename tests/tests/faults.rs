@@ -443,6 +443,8 @@ fn two_berth_processes_never_overlap_in_one_directory() {
     let mut two = Berth::with_locks("share2", Some(locks.path()));
     let mut sent = Vec::new();
     for b in [&mut one, &mut two] {
+        // The agents log outside their directory: a side channel the fence must allow.
+        berth_tests::steps::fence_write(b, &[outside.path()]);
         b.serve();
         add_command_agent(b, "span", &agent);
     }
@@ -1011,6 +1013,8 @@ fn an_agents_children_die_with_a_killed_server() {
     let mut b = Berth::new("orphans");
     let outside = TempDir::new("orphans-outside");
     let pids = outside.path().join("pids");
+    // The agent writes its pids outside its directory: a side channel to allow.
+    berth_tests::steps::fence_write(&b, &[outside.path()]);
     b.serve();
     add_command_agent(
         &b,

@@ -386,7 +386,11 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
     let balancer = Balancer::start(vec![one.addr.clone(), two.addr.clone()]);
     let front = format!("http://127.0.0.1:{}", balancer.port);
 
-    let log = root.path().join("ran.log");
+    // The log the agents share lies outside their directories: a side channel each
+    // machine's fence is told about (below).
+    let shared = root.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let log = shared.join("ran.log");
     let script = root.path().join("append.sh");
     write_script(&script, &format!("#!/bin/sh\n{}\n", appender(&log)));
     let agent = json!({"name": "echo", "kind": "command", "command": [s(&script)]}).to_string();
@@ -401,6 +405,9 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
         );
         assert_eq!(st, 201, "{v}");
         let mut m = Berth::new(&format!("pg-m{i}"));
+        // The agents append to a log shared by the machines: a side channel the
+        // fence must allow.
+        berth_tests::steps::fence_write(&m, &[&shared]);
         m.daemon(
             &front,
             v["token"].as_str().unwrap(),

@@ -364,7 +364,8 @@ fn intervals(log: &Path) -> Vec<(String, u128, u128)> {
 #[test]
 fn one_directory_serializes_two_directories_run_in_parallel() {
     let mut b = Berth::new("sched");
-    let log = b.root.path().join("runs.log");
+    // The agents log beside the test: a side channel the fence must allow.
+    let log = berth_tests::steps::side_channel(&b).join("runs.log");
     let agent = format!(
         r#"echo "start $BERTH_TASK_ID $(date +%s%N)" >> {log}; sleep 0.6; echo "end $BERTH_TASK_ID $(date +%s%N)" >> {log}"#,
         log = log.display()
@@ -494,7 +495,8 @@ fn sigterm_stops_agents_restores_and_marks_interrupted() {
     let mut b = Berth::new("term");
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
-    let pidfile = b.root.path().join("agent.pid");
+    // The agent writes its pid beside the test: a side channel the fence must allow.
+    let pidfile = berth_tests::steps::side_channel(&b).join("agent.pid");
     let agent = format!(
         "echo $$ > {}; echo started; exec sleep 60",
         pidfile.display()

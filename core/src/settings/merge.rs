@@ -1,6 +1,8 @@
 //! Combining layers into the settings in force.
 
 use super::{Layer, PluginEntry, Settings};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::fence::{FenceMode, Network};
 
 /// Merges `layers` in order (user first, then project): a later layer overrides an
 /// earlier one key by key.
@@ -12,8 +14,15 @@ use super::{Layer, PluginEntry, Settings};
 /// plugin with that id declared by an earlier layer or earlier in the same array.
 /// Removing an id nobody declared is not a warning: a shared project file may turn off
 /// a plugin that only some users have. Every layer's warnings are kept, in order.
+///
+/// The fence: the first layer that names a mode sets it, and a later one can only make
+/// it stricter (`off` < `auto` < `required`); `network: "off"` from any layer wins;
+/// `write` and `read_deny` accumulate (the trust gate keeps a project layer's
+/// `write` out).
 pub fn merge(layers: &[Layer]) -> Settings {
     let mut settings = Settings::default();
+    #[cfg(not(target_arch = "wasm32"))]
+    let mut first_fence_mode = true;
     for layer in layers {
         if let Some(agent) = &layer.agent {
             settings.agent = Some(agent.clone());
@@ -36,6 +45,38 @@ pub fn merge(layers: &[Layer]) -> Settings {
                     }
                 }
                 PluginEntry::Remove { id } => settings.plugins.retain(|p| &p.id != id),
+            }
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let fence = &layer.fence;
+            if let Some(mode) = fence.mode {
+                // The strictest mode asked for wins (the trust gate removed a project
+                // layer's "off").
+                let strictness = |m: FenceMode| match m {
+                    FenceMode::Off => 0,
+                    FenceMode::Auto => 1,
+                    FenceMode::Required => 2,
+                };
+                let was = settings.fence.mode;
+                if first_fence_mode || strictness(mode) > strictness(was) {
+                    settings.fence.mode = mode;
+                }
+                first_fence_mode = false;
+            }
+            match fence.network {
+                Some(Network::Off) => settings.fence.network = Network::Off,
+                Some(Network::On) | None => {}
+            }
+            for p in &fence.write {
+                if !settings.fence.write.contains(p) {
+                    settings.fence.write.push(p.clone());
+                }
+            }
+            for p in &fence.read_deny {
+                if !settings.fence.read_deny.contains(p) {
+                    settings.fence.read_deny.push(p.clone());
+                }
             }
         }
         settings.warnings.extend(layer.warnings.iter().cloned());
@@ -115,9 +156,52 @@ mod tests {
                 env: map(&[("A", "1"), ("B", "3"), ("C", "4")]),
                 plugins: vec![],
                 channels: map(&[("slack_api_url", "v"), ("slack_bot_token", "t")]),
+                fence: Default::default(),
                 warnings: vec![],
             }
         );
+    }
+
+    #[test]
+    fn the_strictest_fence_wins() {
+        use crate::fence::{FenceMode, Network};
+        let cases = [
+            (r#"{}"#, r#"{}"#, FenceMode::Auto, Network::On),
+            (
+                r#"{ "fence": "off" }"#,
+                r#"{}"#,
+                FenceMode::Off,
+                Network::On,
+            ),
+            (
+                r#"{ "fence": "off" }"#,
+                r#"{ "fence": "auto" }"#,
+                FenceMode::Auto,
+                Network::On,
+            ),
+            (
+                r#"{ "fence": "required" }"#,
+                r#"{ "fence": { "mode": "auto", "network": "off" } }"#,
+                FenceMode::Required,
+                Network::Off,
+            ),
+            (
+                r#"{ "fence": { "network": "off" } }"#,
+                r#"{ "fence": { "mode": "required" } }"#,
+                FenceMode::Required,
+                Network::Off,
+            ),
+        ];
+        for (u, p, mode, network) in cases {
+            let s = merge(&[user(u), project(p)]);
+            assert_eq!((s.fence.mode, s.fence.network), (mode, network), "{u} {p}");
+        }
+        let s = merge(&[
+            user(r#"{ "fence": { "write": ["/tmp/side"], "read_deny": ["~/a"] } }"#),
+            project(r#"{ "fence": { "read_deny": ["~/b", "~/a"] } }"#),
+        ]);
+        assert_eq!(s.fence.write, ["/tmp/side"]);
+        assert_eq!(s.fence.read_deny, ["~/a", "~/b"]);
     }
 
     #[test]
@@ -214,7 +298,7 @@ mod tests {
             line: 1,
             column: 3,
             message: format!(
-                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots"
+                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence"
             ),
         };
         assert_eq!(

@@ -158,6 +158,12 @@ pub struct Layer {
     /// How much of each task's change record is kept (the user layer's only).
     #[serde(skip)]
     pub snapshots: SnapshotLimits,
+    /// The fence: a project layer may only tighten it (see [`trust::gate`]). Not
+    /// serialized: the browser bundle does not need it (nor, to keep within its size
+    /// budget, carry it).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[serde(skip)]
+    pub fence: FenceLayer,
     pub warnings: Vec<Diagnostic>,
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
     /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
@@ -196,6 +202,38 @@ pub struct SnapshotLimits {
     pub max_age_days: Option<u64>,
 }
 
+/// The `fence` key of one layer, as written: how the kernel keeps the agents Berth
+/// starts to their directory (see [`crate::fence`]). `"fence": "auto"` is
+/// `{ "mode": "auto" }`. Paths are kept as written (absolute, or `~/…` for the user's
+/// home): the executor resolves them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceLayer {
+    pub mode: Option<crate::fence::FenceMode>,
+    pub network: Option<crate::fence::Network>,
+    /// Extra places agents may write (the user layer's only).
+    pub write: Vec<String>,
+    /// Extra places agents may not read.
+    pub read_deny: Vec<String>,
+}
+
+impl FenceLayer {
+    /// Whether the layer sets nothing of the fence.
+    pub fn is_empty(&self) -> bool {
+        *self == FenceLayer::default()
+    }
+}
+
+/// The fence settings in force: the strictest mode and network any layer asks for
+/// (the trust gate has removed what a project layer may not loosen), every layer's
+/// `read_deny`, and the user layer's `write`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceSettings {
+    pub mode: crate::fence::FenceMode,
+    pub network: crate::fence::Network,
+    pub write: Vec<String>,
+    pub read_deny: Vec<String>,
+}
+
 /// A 1-based line and column in a settings file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct Pos {
@@ -217,6 +255,8 @@ impl Layer {
             channels: BTreeMap::new(),
             ca_file: None,
             snapshots: SnapshotLimits::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            fence: FenceLayer::default(),
             warnings: Vec::new(),
             places: Vec::new(),
             unusable_env: Vec::new(),
@@ -252,6 +292,8 @@ pub struct Settings {
     pub env: BTreeMap<String, String>,
     pub plugins: Vec<Plugin>,
     pub channels: BTreeMap<String, String>,
+    #[serde(skip)]
+    pub fence: FenceSettings,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -313,7 +355,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
                 ),
                 diag(
                     Severity::Error,

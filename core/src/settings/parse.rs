@@ -13,7 +13,7 @@ use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 8] = [
+const TOP_KEYS: [&str; 9] = [
     "agent",
     "permissions",
     "prompt",
@@ -22,7 +22,11 @@ const TOP_KEYS: [&str; 8] = [
     "channels",
     "ca_file",
     "snapshots",
+    "fence",
 ];
+/// The keys of the `fence` object.
+#[cfg(not(target_arch = "wasm32"))]
+const FENCE_KEYS: [&str; 4] = ["mode", "network", "write", "read_deny"];
 /// The keys of the `snapshots` object.
 const SNAPSHOT_KEYS: [&str; 3] = ["max_file_mb", "keep", "max_age_days"];
 /// The keys of the `prompt` object.
@@ -331,9 +335,95 @@ impl Reader<'_> {
                         self.snapshots(object);
                     }
                 }
+                // The browser bundle (its size budget) leaves the fence's values to the
+                // executor's own check: the key is known there, its value unchecked.
+                #[cfg(not(target_arch = "wasm32"))]
+                "fence" => self.fence(value, prop.range.start),
+                #[cfg(target_arch = "wasm32")]
+                "fence" => {}
                 _ => self.unknown(prop, "", &TOP_KEYS),
             }
         }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// `fence`: a mode (`"auto"`, `"required"`, `"off"`), or an object with `mode`,
+    /// `network`, `write` and `read_deny`.
+    fn fence(&mut self, value: &Value<'_>, key_at: usize) {
+        const MODES: [&str; 3] = ["auto", "required", "off"];
+        if let Value::StringLit(_) = value {
+            self.mark("fence.mode".to_owned(), key_at);
+            self.layer.fence.mode = self
+                .pick("fence", value, &MODES)
+                .map(|i| crate::fence::FenceMode::ALL[i]);
+            return;
+        }
+        let Some(object) = self.object("fence", value) else {
+            return;
+        };
+        for prop in self.props(object, "fence") {
+            let name = prop.name.as_str();
+            let key = scoped("fence", name);
+            let value = &prop.value;
+            self.mark(key.clone(), prop.range.start);
+            match name {
+                "mode" => {
+                    self.layer.fence.mode = self
+                        .pick(&key, value, &MODES)
+                        .map(|i| crate::fence::FenceMode::ALL[i]);
+                }
+                "network" => {
+                    self.layer.fence.network = self
+                        .pick(&key, value, &["on", "off"])
+                        .map(|i| crate::fence::Network::ALL[i]);
+                }
+                "write" => self.layer.fence.write = self.fence_paths(&key, value),
+                "read_deny" => self.layer.fence.read_deny = self.fence_paths(&key, value),
+                _ => self.unknown(prop, "fence", &FENCE_KEYS),
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// Which of `names` a string value is; an error naming them otherwise.
+    fn pick(&mut self, key: &str, value: &Value<'_>, names: &[&str]) -> Option<usize> {
+        let text = self.string(key, value)?;
+        let found = names.iter().position(|n| *n == text);
+        if found.is_none() {
+            let quoted: Vec<String> = names.iter().map(|n| q(n).to_string()).collect();
+            self.error(
+                SettingsErrorKind::InvalidValue,
+                value.range().start,
+                format!("{} is {}; use {}", q(key), q(&text), quoted.join(" or ")),
+            );
+        }
+        found
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// A list of absolute paths (or `~/…`), kept as written.
+    fn fence_paths(&mut self, key: &str, value: &Value<'_>) -> Vec<String> {
+        let Value::Array(array) = value else {
+            self.wrong_type(key, "an array of paths", value);
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in array.elements.iter().enumerate() {
+            let item_key = format!("{key}[{i}]");
+            let Some(text) = self.string(&item_key, item) else {
+                continue;
+            };
+            if text.starts_with('/') || text.starts_with("~/") {
+                out.push(text);
+            } else {
+                self.error(
+                    SettingsErrorKind::InvalidValue,
+                    item.range().start,
+                    format!("{} is not an absolute path (/… or ~/…)", q(&item_key)),
+                );
+            }
+        }
+        out
     }
 
     fn prompt(&mut self, object: &Object<'_>) {

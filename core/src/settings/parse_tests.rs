@@ -1,6 +1,6 @@
 use super::*;
 use crate::platform::Platform;
-use crate::settings::{PluginKind, Prompt};
+use crate::settings::{PluginKind, Pos, Prompt};
 use proptest::prelude::*;
 
 const FILE: &str = "/p/app/.berth/settings.jsonc";
@@ -88,6 +88,7 @@ fn comments_and_trailing_commas_parse() {
             .into(),
         ca_file: None,
         snapshots: Default::default(),
+        fence: Default::default(),
         warnings: vec![],
         unusable_env: vec![],
         places: [
@@ -391,7 +392,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
         ),
         warning(
             3,
@@ -416,7 +417,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
         ),
     ];
     // The place of a repeated key is that of the value kept.
@@ -535,5 +536,55 @@ fn snapshot_limits_are_whole_positive_numbers() {
         layer.warnings[0].message.contains("did you mean \"keep\""),
         "{:?}",
         layer.warnings
+    );
+}
+
+#[test]
+fn the_fence_key_as_a_mode_or_an_object() {
+    let l = parse(FILE, &dir(), r#"{ "fence": "required" }"#).unwrap();
+    assert_eq!(l.fence.mode, Some(crate::fence::FenceMode::Required));
+    assert_eq!(l.place("fence.mode"), Pos { line: 1, column: 3 });
+    let l = parse(
+        FILE,
+        &dir(),
+        r#"{ "fence": { "mode": "off", "network": "off", "write": ["/tmp/x", "~/y"], "read_deny": ["~/z"] } }"#,
+    )
+    .unwrap();
+    assert_eq!(l.fence.mode, Some(crate::fence::FenceMode::Off));
+    assert_eq!(l.fence.network, Some(crate::fence::Network::Off));
+    assert_eq!(l.fence.write, ["/tmp/x", "~/y"]);
+    assert_eq!(l.fence.read_deny, ["~/z"]);
+    for (text, want) in [
+        (
+            r#"{ "fence": "sometimes" }"#,
+            "\"fence\" is \"sometimes\"; use \"auto\" or \"required\" or \"off\"",
+        ),
+        (
+            r#"{ "fence": { "network": "maybe" } }"#,
+            "\"fence.network\" is \"maybe\"; use \"on\" or \"off\"",
+        ),
+        (
+            r#"{ "fence": { "write": ["rel/path"] } }"#,
+            "\"fence.write[0]\" is not an absolute path (/… or ~/…)",
+        ),
+        (
+            r#"{ "fence": { "write": "/tmp" } }"#,
+            "\"fence.write\" must be an array of paths, found a string",
+        ),
+        (
+            r#"{ "fence": true }"#,
+            "\"fence\" must be an object, found a boolean",
+        ),
+    ] {
+        let err = parse(FILE, &dir(), text).unwrap_err();
+        assert_eq!(err.message, want, "{text}");
+    }
+    let l = parse(FILE, &dir(), r#"{ "fence": { "mod": "off" } }"#).unwrap();
+    assert!(
+        l.warnings[0]
+            .message
+            .contains("unknown key \"fence.mod\" (did you mean \"mode\"?)"),
+        "{:?}",
+        l.warnings
     );
 }

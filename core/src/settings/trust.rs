@@ -14,6 +14,8 @@
 //! is trusted, and checks plugin paths again after resolving symbolic links.
 
 use super::{Layer, PluginEntry, Pos};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::fence::{FenceMode, Network};
 use crate::quote::q;
 use serde::{Deserialize, Serialize};
 
@@ -267,6 +269,69 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
         );
     }
     out.snapshots = super::SnapshotLimits::default();
+    // The fence: a project layer may turn it on or narrow it, never off or wider,
+    // trusted or not (an agent working in the directory could otherwise widen its own
+    // next run).
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let fence = &layer.fence;
+        match fence.mode {
+            Some(FenceMode::Off) => {
+                out.fence.mode = None;
+                verdict(
+                "fence.mode".into(),
+                layer.place("fence.mode"),
+                Verdict::UserLayerOnly,
+                "\"fence\": \"off\" is ignored: only your user settings can turn the fence off, trusted or not".into(),
+            );
+            }
+            Some(mode) => verdict(
+                "fence.mode".into(),
+                layer.place("fence.mode"),
+                Verdict::Applied,
+                format!("asks for the fence ({mode}); it can turn the fence on, never off"),
+            ),
+            None => {}
+        }
+        match fence.network {
+            Some(Network::On) => {
+                out.fence.network = None;
+                verdict(
+                "fence.network".into(),
+                layer.place("fence.network"),
+                Verdict::UserLayerOnly,
+                "\"fence.network\": \"on\" is ignored: only your user settings can open the agent's network".into(),
+            );
+            }
+            Some(Network::Off) => verdict(
+                "fence.network".into(),
+                layer.place("fence.network"),
+                Verdict::Applied,
+                "turns the agent's network off".into(),
+            ),
+            None => {}
+        }
+        if !fence.write.is_empty() {
+            out.fence.write.clear();
+            verdict(
+                "fence.write".into(),
+                layer.place("fence.write"),
+                Verdict::UserLayerOnly,
+                format!(
+                    "\"fence.write\" ({}) is ignored: only your user settings can let agents write outside their directory, trusted or not",
+                    fence.write.join(", ")
+                ),
+            );
+        }
+        if !fence.read_deny.is_empty() {
+            verdict(
+                "fence.read_deny".into(),
+                layer.place("fence.read_deny"),
+                Verdict::Applied,
+                format!("hides {} from the agent", fence.read_deny.join(", ")),
+            );
+        }
+    }
     let project = layer.dir.parent();
     let mut kept = Vec::with_capacity(layer.plugins.len());
     for (i, entry) in layer.plugins.iter().enumerate() {
@@ -403,6 +468,48 @@ mod tests {
             .iter()
             .map(|k| (k.key.as_str(), k.verdict, k.line))
             .collect()
+    }
+
+    #[test]
+    fn a_project_layer_tightens_the_fence_and_never_loosens_it() {
+        for trust in [Trust::Untrusted, Trust::Trusted] {
+            let loose = layer(
+                r#"{ "fence": { "mode": "off", "network": "on", "write": ["/home/u"], "read_deny": ["~/secrets"] } }"#,
+            );
+            let g = gate(&loose, trust);
+            let keys: Vec<(&str, Verdict)> =
+                g.keys.iter().map(|k| (k.key.as_str(), k.verdict)).collect();
+            assert_eq!(
+                keys,
+                [
+                    ("fence.mode", Verdict::UserLayerOnly),
+                    ("fence.network", Verdict::UserLayerOnly),
+                    ("fence.write", Verdict::UserLayerOnly),
+                    ("fence.read_deny", Verdict::Applied),
+                ],
+                "{trust:?}"
+            );
+            assert!(
+                g.keys[0]
+                    .message
+                    .contains("only your user settings can turn the fence off")
+            );
+            assert_eq!(g.layer.fence.mode, None);
+            assert_eq!(g.layer.fence.network, None);
+            assert!(g.layer.fence.write.is_empty());
+            assert_eq!(g.layer.fence.read_deny, ["~/secrets"]);
+
+            let tight = layer(r#"{ "fence": { "mode": "required", "network": "off" } }"#);
+            let g = gate(&tight, trust);
+            assert!(g.keys.iter().all(|k| k.verdict == Verdict::Applied));
+            assert_eq!(g.layer.fence.mode, Some(FenceMode::Required));
+            assert_eq!(g.layer.fence.network, Some(Network::Off));
+
+            let off = layer(r#"{ "fence": "off" }"#);
+            let g = gate(&off, trust);
+            assert_eq!(verdicts(&g), [("fence.mode", Verdict::UserLayerOnly, 1)]);
+            assert_eq!(g.layer.fence.mode, None);
+        }
     }
 
     #[test]

@@ -26,13 +26,30 @@ pub(crate) fn sandbox(p: Permissions) -> &'static str {
 }
 
 /// What a policy means for Codex, in a sentence for `agent add` and `agent list`.
+///
+/// Codex's own sandbox (bubblewrap) cannot start inside Berth's fence (Landlock
+/// refuses every mount): a fenced codex runs with `--sandbox danger-full-access` and
+/// the fence is its sandbox. Unfenced, the policy picks codex's sandbox.
 pub(crate) fn policy_note(p: Permissions) -> &'static str {
     match p {
-        Permissions::ReadOnly => "sandbox read-only: commands run, writes fail",
-        Permissions::Edit => {
-            "sandbox workspace-write: edits and commands inside the directory, no network"
+        Permissions::ReadOnly => {
+            "fenced: Berth's fence refuses every write (codex's own sandbox off); unfenced: sandbox read-only, commands run, writes fail"
         }
-        Permissions::Full => "sandbox danger-full-access: no sandbox at all",
+        Permissions::Edit => {
+            "fenced: edits and commands inside the directory, by Berth's fence (codex's own sandbox off); unfenced: sandbox workspace-write, no network"
+        }
+        Permissions::Full => {
+            "fenced: edits and commands inside the directory, network on (Berth's fence); unfenced: sandbox danger-full-access, no sandbox at all"
+        }
+    }
+}
+
+/// Codex's sandbox for a turn: none of its own inside Berth's fence.
+fn turn_sandbox(turn: &Turn<'_>) -> &'static str {
+    if turn.fenced {
+        "danger-full-access"
+    } else {
+        sandbox(turn.permissions)
     }
 }
 
@@ -56,7 +73,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     args.push(turn.work_dir.display().to_string());
     if !chooses_permissions(&extra) {
         args.push("--sandbox".to_owned());
-        args.push(sandbox(turn.permissions).to_owned());
+        args.push(turn_sandbox(turn).to_owned());
         args.push("-c".to_owned());
         args.push("approval_policy=\"never\"".to_owned());
     }
@@ -94,6 +111,19 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
 /// rejected: writing is blocked by read-only sandbox; rejected by user approval
 /// settings` (codex-cli 0.171; no JSON item is emitted for it).
 pub(super) fn stderr_denial(line: &str, st: &mut TurnState) -> Option<AgentEvent> {
+    // Inside Berth's fence codex runs without its own sandbox, and the kernel refuses
+    // the write itself: apply_patch prints `Failed to write file PATH` in the router's
+    // error output (codex-cli 0.171).
+    if let Some(path) = line.strip_prefix("Failed to write file ") {
+        return st.deny(
+            None,
+            Denial {
+                tool: "apply_patch".to_owned(),
+                target: path.trim().to_owned(),
+            },
+            Some(line.trim().to_owned()),
+        );
+    }
     let (_, error) = line.split_once("codex_core::tools::router: error=")?;
     let refused = error.contains("rejected by user approval settings")
         || error.contains("sandbox")
@@ -288,4 +318,48 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
         Some(_) | None => {}
     }
     out
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+
+    #[test]
+    fn a_write_the_fence_refused_is_a_denial() {
+        let mut st = TurnState::default();
+        assert!(
+            stderr_denial(
+                "2026 ERROR codex_core::tools::router: error=Exit code: 1",
+                &mut st
+            )
+            .is_none()
+        );
+        let ev = stderr_denial("Failed to write file /home/a/code/app/other.txt", &mut st);
+        assert!(matches!(ev, Some(AgentEvent::Denied { .. })), "{ev:?}");
+        assert_eq!(st.denials[0].tool, "apply_patch");
+        assert_eq!(st.denials[0].target, "/home/a/code/app/other.txt");
+    }
+
+    #[test]
+    fn a_fenced_codex_runs_without_its_own_sandbox() {
+        let spec = AgentSpec {
+            name: "codex".into(),
+            kind: berth_web::executor::AgentKind::Codex,
+            command: vec![],
+            permissions: None,
+        };
+        for (fenced, want) in [(true, "danger-full-access"), (false, "read-only")] {
+            let turn = Turn {
+                prompt: "hi",
+                brief: None,
+                resume_id: None,
+                work_dir: std::path::Path::new("/w"),
+                permissions: Permissions::ReadOnly,
+                fenced,
+            };
+            let inv = invocation(&spec, &turn);
+            let at = inv.args.iter().position(|a| a == "--sandbox").unwrap();
+            assert_eq!(inv.args[at + 1], want);
+        }
+    }
 }

@@ -34,6 +34,9 @@ pub struct Turn<'a> {
     pub work_dir: &'a Path,
     /// The run's effective permission policy.
     pub permissions: Permissions,
+    /// Whether Berth's fence confines the agent (codex then runs without its own
+    /// sandbox, which cannot start inside it).
+    pub fenced: bool,
 }
 
 /// What to run for one turn.
@@ -135,6 +138,85 @@ impl Adapter {
             // Codex takes the brief in the prompt, which has no length limit on stdin.
             Adapter::Codex | Adapter::Command => None,
         }
+    }
+
+    /// The agent kind's own state, which it writes wherever it runs (the fence lets
+    /// it): Claude Code's `~/.claude/` (or `$CLAUDE_CONFIG_DIR`) and `~/.claude.json`,
+    /// Codex's `$CODEX_HOME` (or `~/.codex/`); nothing for a command agent. `var`
+    /// looks a variable up in the agent's environment. Each path is created by
+    /// [`Adapter::create_state`] before the spawn when missing: the fence's rules need
+    /// existing files.
+    pub fn fence_state(
+        self,
+        home: Option<&Path>,
+        var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Vec<(std::path::PathBuf, berth_core::fence::WriteKind)> {
+        use berth_core::fence::WriteKind;
+        let set = |name: &str| {
+            var(name)
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        match self {
+            Adapter::Command => Vec::new(),
+            Adapter::Claude => {
+                let mut out = Vec::new();
+                match set("CLAUDE_CONFIG_DIR") {
+                    Some(dir) => out.push((dir, WriteKind::Subtree)),
+                    None => {
+                        if let Some(home) = home {
+                            out.push((home.join(".claude"), WriteKind::Subtree));
+                        }
+                    }
+                }
+                // Read and rewritten in place when its lock and atomic rename are
+                // refused (a file rule gives no right to create beside it).
+                if let Some(home) = home {
+                    out.push((home.join(".claude.json"), WriteKind::File));
+                }
+                out
+            }
+            Adapter::Codex => set("CODEX_HOME")
+                .or_else(|| home.map(|h| h.join(".codex")))
+                .map(|dir| vec![(dir, WriteKind::Subtree)])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Creates what [`Adapter::fence_state`] names and is missing: directories
+    /// (0700), and files with what the agent expects of a new one (`{}` for Claude
+    /// Code's `~/.claude.json`, 0600).
+    pub fn create_state(
+        state: &[(std::path::PathBuf, berth_core::fence::WriteKind)],
+    ) -> std::io::Result<()> {
+        use berth_core::fence::WriteKind;
+        for (path, kind) in state {
+            match kind {
+                WriteKind::Subtree => {
+                    if !path.exists() {
+                        berth_web::private::dir(path)?;
+                    }
+                }
+                WriteKind::File => {
+                    if std::fs::symlink_metadata(path).is_err() {
+                        use std::io::Write;
+                        use std::os::unix::fs::OpenOptionsExt;
+                        match std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(0o600)
+                            .open(path)
+                        {
+                            Ok(mut f) => f.write_all(b"{}\n")?,
+                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// What `permissions` means for this kind of agent, in one sentence.
@@ -311,6 +393,7 @@ mod tests {
             resume_id: None,
             work_dir: Path::new("/w"),
             permissions: Permissions::Edit,
+            fenced: false,
         };
         assert!(matches!(
             Adapter::Command.invocation(&spec, &turn),

@@ -90,13 +90,13 @@ fn write(sb: &Sandbox, name: &str, body: &str, log: &Path) -> PathBuf {
 
 /// Writes the fake `claude`; returns its path and its log file.
 pub fn claude(sb: &Sandbox) -> (PathBuf, PathBuf) {
-    let log = sb.root.join("claude.log");
+    let log = sb.side().join("claude.log");
     (write(sb, "claude", CLAUDE, &log), log)
 }
 
 /// Writes the fake `codex`; returns its path and its log file.
 pub fn codex(sb: &Sandbox) -> (PathBuf, PathBuf) {
-    let log = sb.root.join("codex.log");
+    let log = sb.side().join("codex.log");
     (write(sb, "codex", CODEX, &log), log)
 }
 

@@ -22,9 +22,30 @@ impl Sandbox {
     pub fn new() -> Sandbox {
         let root = std::env::temp_dir().join(format!("berth-la-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(root.join("usr7q")).unwrap();
-        Sandbox {
+        let sb = Sandbox {
             root: std::fs::canonicalize(root).unwrap(),
-        }
+        };
+        std::fs::create_dir_all(sb.side()).unwrap();
+        let config = sb.root.join("berth-config");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::write(
+            config.join("settings.jsonc"),
+            format!("{{ {} }}", sb.fence()),
+        )
+        .unwrap();
+        sb
+    }
+
+    /// Where the tests' agents leave what the test reads (logs, pids, markers): outside
+    /// their directories, so declared to the fence in the user settings ([`Sandbox::fence`]).
+    pub fn side(&self) -> PathBuf {
+        self.root.join("side")
+    }
+
+    /// The user settings' `fence` key that lets agents write [`Sandbox::side`], for
+    /// tests that write their own user settings.
+    pub fn fence(&self) -> String {
+        fence_for(&self.side())
     }
 
     pub fn home(&self) -> PathBuf {
@@ -61,6 +82,14 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
     }
+}
+
+/// The user settings' `fence` key letting agents write `side`.
+pub fn fence_for(side: &Path) -> String {
+    format!(
+        r#""fence": {{ "write": [{}] }}"#,
+        serde_json::to_string(side.to_str().unwrap()).unwrap()
+    )
 }
 
 pub fn lp(p: &Path) -> LocalPath {

@@ -93,7 +93,7 @@ pub fn refusal_status(code: ErrorCode) -> StatusCode {
         | ErrorCode::NotAGitRepo
         | ErrorCode::SidecarBlocked => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::OriginCannotBind => StatusCode::FORBIDDEN,
-        ErrorCode::DaemonOffline => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::DaemonOffline | ErrorCode::FenceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DaemonMismatch => StatusCode::CONFLICT,
         ErrorCode::UnknownSession | ErrorCode::UnknownAgent => StatusCode::NOT_FOUND,
         ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,

@@ -1,0 +1,376 @@
+//! The fence of one run: what the executor decides before the agent starts.
+//!
+//! From the settings' `fence` (mode, network, extra paths), the run's directory, the
+//! agent kind's own state ([`Adapter::fence_state`]) and Berth's own places, this
+//! builds core's [`FencePolicy`] and the kernel objects of [`crate::fence::prepare`]
+//! (blocking file I/O: called from the executor's preparation, which already runs on
+//! a blocking thread). It also creates the task's own temporary directory
+//! (`$BERTH_HOME/tmp/<task>`, 0700), which the agent gets as `TMPDIR`, `TMP` and
+//! `TEMP`, and which [`remove_tmp`] removes after the run.
+//!
+//! Modes (README, "The fence"):
+//!
+//! - `auto` (the default): fenced where the kernel can; elsewhere unfenced, and the
+//!   transcript says so (`berth: warning: unfenced: …`);
+//! - `required`: where the kernel cannot fence, the task is refused with
+//!   `fence_unavailable` before anything is written into the directory;
+//! - `off` (the user layer's alone): unfenced, with a warning in the transcript.
+
+use crate::adapter::Adapter;
+use crate::fence::{self, FenceError};
+use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, WriteKind};
+use berth_core::settings::FenceSettings;
+use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// What the run gets from the fence.
+#[derive(Debug, Default)]
+pub(crate) struct RunFence {
+    /// The fence to apply in the agent's spawn; `None` runs it unfenced.
+    pub prepared: Option<fence::Prepared>,
+    /// The task's own temporary directory (only when fenced).
+    pub tmp: Option<PathBuf>,
+    /// Lines for the transcript (`fenced: …`, or why the run is not fenced).
+    pub lines: Vec<String>,
+}
+
+/// Why the fence stopped the run.
+#[derive(Debug)]
+pub(crate) enum FenceStop {
+    /// `"fence": "required"` on a machine without one.
+    Refused(Refusal),
+    /// The fence could not be built (a path it needs, a kernel refusal).
+    Failed(String),
+}
+
+/// Where the run happens, for its fence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunPlace<'a> {
+    /// The run's directory: the bound directory in place, the worktree's, scratch.
+    pub dir: &'a LocalPath,
+    /// The worktree's top directory, in worktree mode: git's files in the main
+    /// repository that committing there needs become writable.
+    pub worktree_root: Option<&'a Path>,
+}
+
+/// Berth's own places, for the fence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Places<'a> {
+    pub berth_home: &'a Path,
+    pub lock_dir: &'a Path,
+    pub config_dir: &'a Path,
+    pub user_home: Option<&'a Path>,
+}
+
+fn local(p: &Path) -> Option<LocalPath> {
+    LocalPath::parse(Platform::native(), p.to_str()?).ok()
+}
+
+/// A settings path: `~/…` against the user's home, else absolute as written.
+fn resolve(raw: &str, home: Option<&Path>) -> Option<PathBuf> {
+    match (raw.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => Some(home.join(rest)),
+        (Some(_), None) => None,
+        (None, _) => Some(PathBuf::from(raw)),
+    }
+}
+
+/// The fence of a run (see the module's documentation). `var` looks a variable up in
+/// the agent's environment (the settings' `env`, then Berth's own).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn for_run(
+    ctx: &Context,
+    settings: &FenceSettings,
+    places: Places<'_>,
+    run: RunPlace<'_>,
+    task_id: &str,
+    adapter: Adapter,
+    permissions: Permissions,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<RunFence, FenceStop> {
+    if settings.mode == FenceMode::Off {
+        return Ok(RunFence {
+            lines: vec![
+                "warning: unfenced: your settings turn the fence off (\"fence\": \"off\"); the agent can read and write whatever you can".to_owned(),
+            ],
+            ..RunFence::default()
+        });
+    }
+    let probe = fence::probe();
+    if !probe.available() {
+        let answer = if !cfg!(target_os = "linux") {
+            format!("no fence is built for {} yet", std::env::consts::OS)
+        } else if probe.landlock_abi == 0 {
+            "the kernel has no Landlock (not built, or not enabled at boot)".to_owned()
+        } else {
+            "the kernel cannot install seccomp filters".to_owned()
+        };
+        return unavailable(settings.mode, &answer);
+    }
+    let tmp = task_tmp(places.berth_home, task_id).map_err(|e| {
+        FenceStop::Failed(format!(
+            "cannot create the task's temporary directory under {}: {e}",
+            places.berth_home.join("tmp").display()
+        ))
+    })?;
+    let built = build(ctx, settings, places, run, &tmp, adapter, permissions, var);
+    match built {
+        Ok(prepared) => Ok(RunFence {
+            prepared: prepared.0,
+            tmp: Some(tmp),
+            lines: prepared.1,
+        }),
+        Err(stop) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            match stop {
+                Built::Unavailable(answer) => unavailable(settings.mode, &answer),
+                Built::Stop(stop) => Err(stop),
+            }
+        }
+    }
+}
+
+/// The run on a machine without the fence: refused under `required`, else unfenced
+/// and said.
+fn unavailable(mode: FenceMode, answer: &str) -> Result<RunFence, FenceStop> {
+    if mode == FenceMode::Required {
+        return Err(FenceStop::Refused(Refusal::new(
+            ErrorCode::FenceUnavailable,
+            format!(
+                "the settings require the fence (\"fence\": \"required\") and this machine cannot set it up: {answer}"
+            ),
+            "the fence needs Linux 5.13 or later with Landlock enabled (lsm=…,landlock) and seccomp; \
+             run on such a machine, or set \"fence\": \"auto\" in your user settings to run unfenced where it is missing",
+        )));
+    }
+    Ok(RunFence {
+        lines: vec![format!(
+            "warning: unfenced: {answer}; the agent can read and write whatever you can (\"fence\": \"required\" refuses such runs)"
+        )],
+        ..RunFence::default()
+    })
+}
+
+enum Built {
+    Unavailable(String),
+    Stop(FenceStop),
+}
+
+type BuiltFence = (Option<fence::Prepared>, Vec<String>);
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    ctx: &Context,
+    settings: &FenceSettings,
+    places: Places<'_>,
+    run: RunPlace<'_>,
+    tmp: &Path,
+    adapter: Adapter,
+    permissions: Permissions,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<BuiltFence, Built> {
+    let failed = |m: String| Built::Stop(FenceStop::Failed(m));
+    let mut lines = Vec::new();
+    let home = places.user_home;
+    let unusable = |p: &Path| failed(format!("{} cannot be named by the fence", p.display()));
+    let mut state: Vec<(PathBuf, WriteKind)> = adapter.fence_state(home, &var);
+    Adapter::create_state(&state).map_err(|e| {
+        failed(format!(
+            "cannot create the agent's own state ({}) for the fence: {e}",
+            state
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })?;
+    if let Some(root) = run.worktree_root {
+        state.extend(worktree_git(root).map_err(|e| {
+            failed(format!(
+                "cannot find the git files of the worktree {} for the fence: {e}",
+                root.display()
+            ))
+        })?);
+    }
+    let state: Vec<(LocalPath, WriteKind)> = state
+        .iter()
+        .map(|(p, k)| local(p).map(|l| (l, *k)).ok_or_else(|| unusable(p)))
+        .collect::<Result<_, _>>()?;
+    let mut write = Vec::new();
+    for raw in &settings.write {
+        match resolve(raw, home).as_deref().and_then(local) {
+            Some(p) => write.push(p),
+            None => lines.push(format!(
+                "warning: fence.write {raw} is ignored: it names no path here"
+            )),
+        }
+    }
+    let mut read_deny = Vec::new();
+    read_deny.push(local(places.config_dir).ok_or_else(|| unusable(places.config_dir))?);
+    for raw in &settings.read_deny {
+        match resolve(raw, home).as_deref().and_then(local) {
+            Some(p) => read_deny.push(p),
+            None => lines.push(format!(
+                "warning: fence.read_deny {raw} is ignored: it names no path here"
+            )),
+        }
+    }
+    let tmp_l = local(tmp).ok_or_else(|| unusable(tmp))?;
+    let berth_home = local(places.berth_home).ok_or_else(|| unusable(places.berth_home))?;
+    let lock_dir = local(places.lock_dir).ok_or_else(|| unusable(places.lock_dir))?;
+    let policy = FencePolicy::new(&FenceInputs {
+        dir: run.dir,
+        permissions,
+        tmp: &tmp_l,
+        berth_home: &berth_home,
+        lock_dir: &lock_dir,
+        home: ctx.home.as_ref(),
+        state: &state,
+        write: &write,
+        read_deny: &read_deny,
+        network: settings.network,
+    });
+    for p in &policy.ignored_write {
+        lines.push(format!(
+            "warning: fence.write {} is ignored: it overlaps a place the fence hides",
+            berth_core::display::display(ctx, p)
+        ));
+    }
+    let prepared = match fence::prepare(&policy) {
+        Ok(p) => p,
+        Err(FenceError::Unavailable { reason }) => return Err(Built::Unavailable(reason)),
+        Err(e) => return Err(failed(format!("{e} ({})", e.hint()))),
+    };
+    lines.insert(0, describe(ctx, &policy, &prepared));
+    Ok((Some(prepared), lines))
+}
+
+/// The transcript's line for a fenced run: core's description, the kernel's
+/// mechanism, and write paths that got no rule (missing).
+#[cfg(target_os = "linux")]
+fn describe(ctx: &Context, policy: &FencePolicy, prepared: &fence::Prepared) -> String {
+    let mut line = format!(
+        "{} (Landlock ABI {})",
+        policy.describe(ctx),
+        prepared.landlock_abi()
+    );
+    for p in prepared.missing() {
+        line.push_str(&format!("; no rule for {}: it does not exist", p.display()));
+    }
+    line
+}
+
+#[cfg(not(target_os = "linux"))]
+fn describe(ctx: &Context, policy: &FencePolicy, _: &fence::Prepared) -> String {
+    policy.describe(ctx)
+}
+
+/// A short, unique name for the task's temporary directory: sockets the agent binds
+/// there must fit `sun_path` (108 bytes).
+fn task_tmp(berth_home: &Path, task_id: &str) -> std::io::Result<PathBuf> {
+    let clean: String = task_id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .collect();
+    let short: String = clean
+        .chars()
+        .rev()
+        .take(12)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let base = berth_home.join("tmp");
+    berth_web::private::dir(&base)?;
+    let mut last = None;
+    for name in [
+        short,
+        clean,
+        format!("{}-{}", std::process::id(), task_id.len()),
+    ] {
+        if name.is_empty() {
+            continue;
+        }
+        let path = base.join(&name);
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no name for the directory")))
+}
+
+/// What git writes in the main repository when committing in the linked worktree at
+/// `root` (docs/fence.md §3c): `objects/`, the branch prefix's `refs/heads/berth/` and
+/// `logs/refs/heads/berth/` (created if missing), and the worktree's own
+/// `worktrees/<name>/`. Nothing else of the main `.git` (its `config`, `hooks`, other
+/// branches, tags) becomes writable.
+fn worktree_git(root: &Path) -> std::io::Result<Vec<(PathBuf, WriteKind)>> {
+    let pointer = std::fs::read_to_string(root.join(".git"))?;
+    let gitdir = pointer
+        .lines()
+        .find_map(|l| l.strip_prefix("gitdir:"))
+        .map(|g| PathBuf::from(g.trim()))
+        .ok_or_else(|| std::io::Error::other("its .git file names no gitdir"))?;
+    let gitdir = if gitdir.is_absolute() {
+        gitdir
+    } else {
+        root.join(gitdir)
+    };
+    let common = std::fs::read_to_string(gitdir.join("commondir"))?;
+    let common = std::fs::canonicalize(gitdir.join(common.trim()))?;
+    let mut out = vec![(common.join("objects"), WriteKind::Subtree)];
+    for sub in ["refs/heads/berth", "logs/refs/heads/berth"] {
+        let p = common.join(sub);
+        std::fs::create_dir_all(&p)?;
+        out.push((p, WriteKind::Subtree));
+    }
+    out.push((std::fs::canonicalize(&gitdir)?, WriteKind::Subtree));
+    Ok(out)
+}
+
+/// Removes the task's temporary directory once its agent's group is gone: an empty one
+/// here, a full one on a blocking thread.
+pub(crate) async fn remove_tmp(tmp: &Path) -> Option<String> {
+    match std::fs::remove_dir(tmp) {
+        Ok(()) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(_) => {}
+    }
+    let owned = tmp.to_owned();
+    match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&owned)).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!(
+            "could not remove the task's temporary directory {}: {e}",
+            tmp.display()
+        )),
+        Err(e) => Some(format!("internal error: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_paths_resolve_against_the_home() {
+        let home = Path::new("/home/u");
+        assert_eq!(
+            resolve("~/side", Some(home)),
+            Some(PathBuf::from("/home/u/side"))
+        );
+        assert_eq!(resolve("~/side", None), None);
+        assert_eq!(resolve("/tmp/x", None), Some(PathBuf::from("/tmp/x")));
+    }
+
+    #[test]
+    fn the_tmp_name_is_short_and_unique() {
+        let home = std::env::temp_dir().join(format!("berth-run-fence-{}", std::process::id()));
+        let a = task_tmp(&home, "t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
+        let b = task_tmp(&home, "t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.file_name().unwrap().len(), 12);
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}

