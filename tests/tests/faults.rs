@@ -157,8 +157,11 @@ fn sigkill_mid_run_then_restart_restores_the_directory() {
     let long_rules = "Keep every change small and reviewed. ".repeat(3000);
     std::fs::write(
         b.config.join("settings.jsonc"),
+        // The fake agent records its pids outside its directory: a side channel the
+        // fence must allow (else the check below would see no pid at all).
         format!(
-            "{{ \"plugins\": [\"./skills/demo\"], \"prompt\": {{ \"append\": \"{long_rules}\" }} }}\n"
+            "{{ \"plugins\": [\"./skills/demo\"], \"prompt\": {{ \"append\": \"{long_rules}\" }}, \"fence\": {{ \"write\": [{}] }} }}\n",
+            serde_json::to_string(s(outside.path())).unwrap()
         ),
     )
     .unwrap();
@@ -315,6 +318,8 @@ fn swap_rounds(n: u64) -> SwapReport {
     let mut b = Berth::new("swap");
     let outside = TempDir::new("swap-outside");
     let log = outside.path().join("cwd.log");
+    // The agent logs outside its directory: a side channel the fence must allow.
+    berth_tests::steps::fence_write(&b, &[outside.path()]);
     b.serve();
     add_command_agent(
         &b,

@@ -7,6 +7,8 @@
 //!   `~/.ssh/id_ed25519`, `~/.aws/credentials`, `serve.json` and `berth.db`; each
 //!   attempt fails, writing inside the directory and in its `TMPDIR` works, the fake
 //!   home hashes the same before and after, and the transcript says `fenced: …`;
+//!   the agent's `berth session list` and a raw request on `berth.sock` fail (the
+//!   socket refuses a fenced peer) while the user's own CLI keeps working;
 //!   the control: the same battery with the user's `"fence": "off"` escapes;
 //! - the same battery through a daemon;
 //! - `"fence": "required"` on a machine without one (`BERTH_FENCE_PROBE=unavailable`):
@@ -36,10 +38,17 @@ try serve_json cat "$BERTH_STATE/serve.json"
 try berth_db cat "$BERTH_STATE/berth.db"
 try inside sh -c 'echo ok > inside.txt && grep -q ok inside.txt'
 try tmpdir sh -c 'case "$TMPDIR" in "$BERTH_STATE"/tmp/*) ;; *) exit 1;; esac && echo ok > "$TMPDIR/t" && grep -q ok "$TMPDIR/t"'
+try berth_cli sh -c 'BERTH_HOME="$BERTH_STATE" BERTH_CONFIG_DIR="${TMPDIR:-/tmp}" "$BERTH_BIN" session list --json | grep -q "\["'
+try control_socket "$PYTHON" -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b"GET /api/v1/sessions HTTP/1.1\r\nHost: berth\r\nConnection: close\r\n\r\n")
+sys.exit(0 if s.recv(64).startswith(b"HTTP/1.1 200") else 1)' "$BERTH_STATE/berth.sock"
 "#;
 
 /// The escapes, each expected refused when fenced.
-const ESCAPES: [&str; 8] = [
+const ESCAPES: [&str; 10] = [
+    "berth_cli",
+    "control_socket",
     "bashrc",
     "sibling",
     "sibling_via_symlink",
@@ -109,7 +118,16 @@ fn battery_agent(b: &Berth, name: &str) {
 /// [`battery_agent`], registered on `b` (a server), aimed at the Berth home `state`
 /// of the machine it runs on.
 fn battery_agent_on(b: &Berth, name: &str, state: &Path) {
-    let script = format!("BERTH_STATE='{}'\n{BATTERY}", s(state));
+    // A python outside the home (the fake home has no pyenv), for the raw connect.
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a python3 for the raw socket check");
+    let script = format!(
+        "export BERTH_STATE='{}' BERTH_BIN='{}' PYTHON='{python}'\n{BATTERY}",
+        s(state),
+        s(&berth_tests::berth_bin())
+    );
     add_command_agent(b, name, &script);
 }
 
@@ -195,6 +213,8 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     let (_, events, task) = send_json(&b, &session, "go");
     assert_fenced(&b, &app, &events, &task);
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
+    // The user's own CLI still works on the same socket.
+    assert!(b.ok(&["session", "list", "--json"]).contains(&session));
 
     // The control: unfenced, the same agent escapes.
     user_settings(&b, r#"{ "fence": "off" }"#);
@@ -208,6 +228,8 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
         "ssh_key",
         "aws",
         "serve_json",
+        "berth_cli",
+        "control_socket",
     ] {
         assert_eq!(
             results.get(name).map(String::as_str),
@@ -253,6 +275,8 @@ fn the_escape_battery_fails_through_a_daemon() {
     let (_, events, task) = send_json(&a, &session, "go");
     assert_fenced(&a, &app, &events, &task);
     assert_eq!(hashes(&a), before, "the fake home is unchanged");
+    // The user's own CLI still works through the daemon's socket.
+    assert!(a.ok(&["session", "list", "--json"]).contains(&session));
 }
 
 /// `"fence": "required"` where the kernel (as the probe says) has no fence: refused

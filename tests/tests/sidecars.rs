@@ -333,9 +333,14 @@ fn recovery_after_a_crash_keeps_the_agents_file_in_a_skill_folder() {
     let outside = TempDir::new("sidecar-notes-crash-out");
     let pids = outside.path().join("pids");
     deploy_skill(&b);
+    // The fake agent records its pid outside its directory: a side channel the fence
+    // must allow (else the check below would see no pid at all).
     std::fs::write(
         b.config.join("settings.jsonc"),
-        "{ \"plugins\": [\"./skills/deploy\"] }\n",
+        format!(
+            "{{ \"plugins\": [\"./skills/deploy\"], \"fence\": {{ \"write\": [{}] }} }}\n",
+            serde_json::to_string(s(outside.path())).unwrap()
+        ),
     )
     .unwrap();
     let dir = b.user_home.join("code/app");

@@ -11,6 +11,7 @@ pub mod executor;
 pub mod hooks;
 pub mod log;
 pub mod net;
+pub mod peer;
 pub mod private;
 pub mod scheduler;
 pub mod server;

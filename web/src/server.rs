@@ -476,6 +476,9 @@ impl Server {
             .local_addr()
             .ok()
             .and_then(|a| a.as_pathname().map(Path::to_owned));
+        // A fenced agent is refused at accept (see `peer`): the control socket is the
+        // way around every policy Berth sets.
+        let listener = crate::peer::Checked::new(listener, "the control socket");
         let out = axum::serve(listener, api::control_router(self.state()))
             .with_graceful_shutdown(self.until_closed())
             .await;

@@ -122,6 +122,8 @@ pub async fn bind(path: &Path) -> Result<UnixListener, super::DaemonError> {
 
 /// Serves the socket until the task is aborted.
 pub(super) async fn serve(d: Arc<Daemon>, listener: UnixListener) {
+    // A fenced agent is refused at accept, as on the server's own control socket.
+    let mut listener = berth_web::peer::Checked::new(listener, "the daemon's control socket");
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;

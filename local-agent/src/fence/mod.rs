@@ -199,72 +199,13 @@ mod unavailable {
 #[cfg(not(target_os = "linux"))]
 pub use unavailable::{ChildFence, Prepared, prepare};
 
-/// How many seccomp filters the process whose `/proc/<pid>/status` is `status`
-/// carries: the `Seccomp_filters` line (Linux 5.9+), else 1 for filter mode
-/// (`Seccomp: 2`) and 0 otherwise. `None` when neither line is there.
-pub fn seccomp_filters(status: &str) -> Option<u32> {
-    let field = |name: &str| {
-        status.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            (key == name).then(|| value.trim().parse::<u32>().ok())?
-        })
-    };
-    field("Seccomp_filters").or_else(|| field("Seccomp").map(|mode| u32::from(mode == 2)))
-}
-
-/// Whether the process `pid` is fenced: it carries more seccomp filters than Berth
-/// itself (every fenced agent carries one more, inherited by all it starts and never
-/// removed; a double fork and `setsid` do not shed it). For Berth's sockets, to refuse
-/// an agent that connects to them.
-///
-/// Fails closed: a process whose status cannot be read (gone, or not ours to see) is
-/// treated as fenced. Races with pid reuse are the caller's to rule out (a pidfd
-/// from `SO_PEERPIDFD` checked live after this call). Off Linux, `false`: there is no
-/// `/proc`, and no fence yet.
-pub fn peer_is_fenced(pid: i32) -> bool {
-    if !cfg!(target_os = "linux") {
-        return false;
-    }
-    static OWN: OnceLock<Option<u32>> = OnceLock::new();
-    let own = *OWN.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| seccomp_filters(&s))
-    });
-    let peer = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| seccomp_filters(&s));
-    match (peer, own) {
-        (Some(peer), Some(own)) => peer > own,
-        (Some(peer), None) => peer > 0,
-        (None, _) => true,
-    }
-}
+/// The peer check of Berth's sockets lives with the sockets (`berth_web::peer`): one
+/// home for reading the mark that the fence's seccomp filter sets.
+pub use berth_web::peer::{peer_is_fenced, seccomp_filters};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_seccomp_filter_count_of_a_status() {
-        let rows: [(&str, Option<u32>); 7] = [
-            (
-                "Name:\tsh\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\n",
-                Some(3),
-            ),
-            ("Seccomp:\t0\nSeccomp_filters:\t0\n", Some(0)),
-            // Before Linux 5.9: the mode alone.
-            ("Name:\tsh\nSeccomp:\t2\n", Some(1)),
-            ("Seccomp:\t0\n", Some(0)),
-            ("Seccomp:\t1\n", Some(0)),
-            ("Name:\tsh\n", None),
-            // A name that merely starts like the field is not it.
-            ("Seccomp_filters_x:\t9\nSeccomp:\t2\n", Some(1)),
-        ];
-        for (status, want) in rows {
-            assert_eq!(seccomp_filters(status), want, "{status:?}");
-        }
-    }
 
     #[test]
     fn the_probe_override() {
