@@ -48,9 +48,9 @@ use std::sync::OnceLock;
 
 #[cfg(target_os = "linux")]
 mod linux;
+pub mod seatbelt;
 #[cfg(target_os = "linux")]
 mod seccomp;
-pub mod seatbelt;
 
 #[cfg(target_os = "linux")]
 pub use linux::{ChildFence, Prepared, prepare};
