@@ -1234,8 +1234,12 @@ mod tests {
         std::fs::write(dir.join("sub/a.txt"), "one\n").unwrap();
         let limits = Limits::default();
         let shadow = Shadow::open(&root.join("home"), &dir, (1, 2)).unwrap();
-        // Fresh writes are "racy": no shortcut right after them.
+        // Fresh writes are "racy": no shortcut right after them. Written again once the
+        // snapshot has begun, so the file is fresh whatever the machine's load (the
+        // first write can be older than the racy window by the time a slow snapshot
+        // starts).
         let first = shadow.snapshot(&limits).unwrap();
+        std::fs::write(dir.join("sub/a.txt"), "one\n").unwrap();
         assert!(
             shadow.unchanged().is_none(),
             "a file changed 0 ms before the manifest"
