@@ -165,6 +165,11 @@ pub struct Changes {
     /// In worktree mode, the commit that holds the task's changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The agent ran fenced: it could write nowhere outside this directory but its own
+    /// temporary directory and its CLI's state, so this record is the whole of its
+    /// writes to the user's files.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced: bool,
 }
 
 /// One file a task added, modified, deleted or renamed.

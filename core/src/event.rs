@@ -68,6 +68,10 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hint: Option<String>,
     },
+    /// Whether the agent runs fenced, and in what: Berth's own event, before the agent
+    /// starts. Fenced, `text` is what the fence lets it write and reach
+    /// (`~/code/app + tmp · network on (Landlock ABI 7)`); unfenced, why not.
+    Fence { fenced: bool, text: String },
     /// The agent's final result for the turn.
     Result {
         ok: bool,

@@ -293,9 +293,9 @@ impl FencePolicy {
     }
 
     /// One line for humans, privacy-stripped by core's display rule, e.g.
-    /// `fenced: ~/code/app + tmp + ~/.claude · network off`.
+    /// `~/code/app + tmp + ~/.claude · network off`.
     pub fn describe(&self, ctx: &Context) -> String {
-        let mut out = format!("fenced: {}", display(ctx, &self.dir));
+        let mut out = display(ctx, &self.dir);
         if !self.dir_writable() {
             out.push_str(" read-only");
         }

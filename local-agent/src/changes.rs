@@ -610,6 +610,7 @@ impl Shadow {
                 files: Vec::new(),
                 skipped: Vec::new(),
                 commit: None,
+                fenced: false,
             }
         } else {
             self.diff_trees(&before.tree, &after.tree)?
@@ -678,6 +679,7 @@ impl Shadow {
             files: parse_diff(&status, &numstat),
             skipped: Vec::new(),
             commit: None,
+            fenced: false,
         })
     }
 

@@ -753,9 +753,13 @@ async fn run(
             status: TaskStatus::Running,
             wait_reason: None,
         });
-        // The fence's line: every run says whether, and how, its agent is fenced.
+        // The fence's event: every run says whether, and how, its agent is fenced.
         if attempt == 0 {
-            for line in &prepared.fence.lines {
+            let _ = events.send(ExecEvent::Agent(AgentEvent::Fence {
+                fenced: prepared.fence.fenced,
+                text: prepared.fence.text.clone(),
+            }));
+            for line in &prepared.fence.warnings {
                 warn(line.clone());
             }
         }
@@ -802,6 +806,7 @@ async fn run(
     {
         warn(problem);
     }
+    let fenced = prepared.fence.fenced;
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let (branch, mut changes, cleanup_error) = match finished {
         Ok((branch, changes, problems, kept)) => {
@@ -856,6 +861,9 @@ async fn run(
     };
     out.work_dir = Some(work_dir);
     out.branch = branch;
+    if let Some(c) = &mut changes {
+        c.fenced = fenced;
+    }
     out.changes = changes;
     if let (Some(e), None) = (cleanup_error, &out.error) {
         out.error = Some(e);

@@ -11,10 +11,10 @@
 //! Modes (README, "The fence"):
 //!
 //! - `auto` (the default): fenced where the kernel can; elsewhere unfenced, and the
-//!   transcript says so (`berth: warning: unfenced: …`);
+//!   transcript's `fence` event says so (`unfenced: …`);
 //! - `required`: where the kernel cannot fence, the task is refused with
 //!   `fence_unavailable` before anything is written into the directory;
-//! - `off` (the user layer's alone): unfenced, with a warning in the transcript.
+//! - `off` (the user layer's alone): unfenced, and the `fence` event says so.
 
 use crate::adapter::Adapter;
 use crate::fence::{self, FenceError};
@@ -31,8 +31,12 @@ pub(crate) struct RunFence {
     pub prepared: Option<fence::Prepared>,
     /// The task's own temporary directory (only when fenced).
     pub tmp: Option<PathBuf>,
-    /// Lines for the transcript (`fenced: …`, or why the run is not fenced).
-    pub lines: Vec<String>,
+    /// Whether the run is fenced, and in what or why not: the transcript's `fence`
+    /// event.
+    pub fenced: bool,
+    pub text: String,
+    /// Warnings for the transcript (paths of the settings the fence could not use).
+    pub warnings: Vec<String>,
 }
 
 /// Why the fence stopped the run.
@@ -91,9 +95,7 @@ pub(crate) fn for_run(
 ) -> Result<RunFence, FenceStop> {
     if settings.mode == FenceMode::Off {
         return Ok(RunFence {
-            lines: vec![
-                "warning: unfenced: your settings turn the fence off (\"fence\": \"off\"); the agent can read and write whatever you can".to_owned(),
-            ],
+            text: "your settings turn the fence off (\"fence\": \"off\"); the agent can read and write whatever you can".to_owned(),
             ..RunFence::default()
         });
     }
@@ -116,10 +118,12 @@ pub(crate) fn for_run(
     })?;
     let built = build(ctx, settings, places, run, &tmp, adapter, permissions, var);
     match built {
-        Ok(prepared) => Ok(RunFence {
-            prepared: prepared.0,
+        Ok((prepared, text, warnings)) => Ok(RunFence {
+            prepared: Some(prepared),
             tmp: Some(tmp),
-            lines: prepared.1,
+            fenced: true,
+            text,
+            warnings,
         }),
         Err(stop) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -145,9 +149,9 @@ fn unavailable(mode: FenceMode, answer: &str) -> Result<RunFence, FenceStop> {
         )));
     }
     Ok(RunFence {
-        lines: vec![format!(
-            "warning: unfenced: {answer}; the agent can read and write whatever you can (\"fence\": \"required\" refuses such runs)"
-        )],
+        text: format!(
+            "{answer}; the agent can read and write whatever you can (\"fence\": \"required\" refuses such runs)"
+        ),
         ..RunFence::default()
     })
 }
@@ -157,7 +161,8 @@ enum Built {
     Stop(FenceStop),
 }
 
-type BuiltFence = (Option<fence::Prepared>, Vec<String>);
+/// The fence, its description and the warnings of building it.
+type BuiltFence = (fence::Prepared, String, Vec<String>);
 
 #[allow(clippy::too_many_arguments)]
 fn build(
@@ -242,11 +247,11 @@ fn build(
         Err(FenceError::Unavailable { reason }) => return Err(Built::Unavailable(reason)),
         Err(e) => return Err(failed(format!("{e} ({})", e.hint()))),
     };
-    lines.insert(0, describe(ctx, &policy, &prepared));
-    Ok((Some(prepared), lines))
+    let text = describe(ctx, &policy, &prepared);
+    Ok((prepared, text, lines))
 }
 
-/// The transcript's line for a fenced run: core's description, the kernel's
+/// The `fence` event's text for a fenced run: core's description, the kernel's
 /// mechanism, and write paths that got no rule (missing).
 #[cfg(target_os = "linux")]
 fn describe(ctx: &Context, policy: &FencePolicy, prepared: &fence::Prepared) -> String {

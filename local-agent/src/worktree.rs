@@ -201,6 +201,7 @@ pub fn commit_changes(
         files: crate::changes::parse_diff(&status, &numstat),
         skipped: Vec::new(),
         commit: Some(commit.to_owned()),
+        fenced: false,
     })
 }
 

@@ -625,6 +625,9 @@ echo "in $HOME/code/where and $(pwd)/file.txt" >&2
     "in ~/code/where and ~/code/where/deep/file.txt",
   );
   assert.equal(await page.locator(".where-dir").textContent(), "~/code/where/deep");
+  // Berth's word on the fence: its own row, not one of the agent's diagnostics.
+  assert.match(await page.locator(".transcript .ev-agent-fence .ev-text").textContent(), /^fenced: ~\/code\/where\/deep \+ tmp · network on \(Landlock ABI \d+\)$/);
+  assert.equal(await page.locator(".transcript .ev-agent-fence .ev-who").textContent(), "fence");
   assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /in ~\/code\/where\/deep/);
   const { text, html } = await pageTexts(page);
   assertPrivate("the page's text", text);

@@ -145,6 +145,15 @@ fn outcomes(events: &[Value]) -> (BTreeMap<String, String>, Vec<String>) {
         if let Some(line) = p["line"].as_str().filter(|l| l.starts_with("berth: ")) {
             berth.push(line.to_owned());
         }
+        // The fence's own event, as the CLI prints it.
+        if p["type"] == "fence" {
+            let what = if p["fenced"] == true {
+                "fenced"
+            } else {
+                "warning: unfenced"
+            };
+            berth.push(format!("berth: {what}: {}", p["text"].as_str().unwrap()));
+        }
     }
     (results, berth)
 }
@@ -175,6 +184,10 @@ fn assert_fenced(b: &Berth, app: &Path, events: &[Value], task: &Value) {
             .iter()
             .any(|l| l.starts_with("berth: fenced: ~/code/app + tmp") && l.contains("· network on")),
         "the transcript says the run is fenced: {berth:?}"
+    );
+    assert_eq!(
+        task["changes"]["fenced"], true,
+        "the change record says it is the whole of the agent's writes: {task}"
     );
     assert_eq!(
         std::fs::read_to_string(app.join("inside.txt")).unwrap(),
@@ -215,6 +228,20 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
     // The user's own CLI still works on the same socket.
     assert!(b.ok(&["session", "list", "--json"]).contains(&session));
+    // As `berth send` prints it: the fence's line, and a change summary that needs no
+    // caveat about writes outside the directory.
+    let out = b.run(&["send", &session, "once more"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("berth: fenced: ~/code/app + tmp"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(" changed"),
+        "the change summary is printed: {stderr}"
+    );
+    assert!(!stderr.contains("changes made outside it"), "{stderr}");
 
     // The control: unfenced, the same agent escapes.
     user_settings(&b, r#"{ "fence": "off" }"#);
@@ -242,6 +269,17 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
             .iter()
             .any(|l| l.starts_with("berth: warning: unfenced:")),
         "{berth:?}"
+    );
+    assert_eq!(task["changes"]["fenced"], Value::Null, "{task}");
+    let out = b.run(&["send", &session, "and again"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("berth: warning: unfenced: your settings turn the fence off"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("changes made outside it are not in this list"),
+        "{stderr}"
     );
     assert_ne!(hashes(&b), before);
 }

@@ -39,6 +39,11 @@ function agentBody(p) {
     case "stderr":
       // Diagnostics: the CLI's own chatter and Berth's warnings, never the agent's words.
       return { cls: "agent-stderr", who: "diagnostic", parts: [plain(p.line)] };
+    case "fence":
+      // Berth's own notice: whether the kernel keeps the agent to its directory.
+      return p.fenced
+        ? { cls: "agent-fence", who: "fence", parts: [`fenced: ${plain(p.text)}`] }
+        : { cls: "agent-fence is-warning", who: "fence", parts: [`unfenced: ${plain(p.text)}`] };
     case "error":
       return { cls: "agent-error is-error", who: "agent error", parts: [plain(p.message)] };
     case "denied":

@@ -302,7 +302,7 @@ fn the_fence_hides_every_credential_row_of_the_refusal_table() {
 #[test]
 fn descriptions_for_humans() {
     let rows: Vec<(Case, &str)> = vec![
-        (Case::default(), "fenced: ~/code/app + tmp · network on"),
+        (Case::default(), "~/code/app + tmp · network on"),
         (
             Case {
                 network: Network::Off,
@@ -313,14 +313,14 @@ fn descriptions_for_humans() {
                 write: ps(&["/srv/cache"]),
                 ..Case::default()
             },
-            "fenced: ~/code/app + tmp + ~/.claude + ~/.claude.json + /srv/cache · network off",
+            "~/code/app + tmp + ~/.claude + ~/.claude.json + /srv/cache · network off",
         ),
         (
             Case {
                 permissions: Permissions::ReadOnly,
                 ..Case::default()
             },
-            "fenced: ~/code/app read-only + tmp · network on",
+            "~/code/app read-only + tmp · network on",
         ),
     ];
     for (case, want) in rows {
@@ -330,7 +330,7 @@ fn descriptions_for_humans() {
     let bob = Context::new(Platform::Linux).with_home(p("/home/bob"));
     assert_eq!(
         policy(&Case::default()).describe(&bob),
-        "fenced: /home/…/code/app + tmp · network on"
+        "/home/…/code/app + tmp · network on"
     );
 }
 

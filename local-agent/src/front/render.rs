@@ -472,6 +472,10 @@ impl Stream {
                     self.note(&format!("{mark} {}", inert(&out)));
                 }
                 "stderr" => self.note(&inert(s(&p["line"]))),
+                "fence" => match fence_line(p) {
+                    (true, line) => self.note(&line),
+                    (false, line) => self.alert(&line),
+                },
                 "error" => self.alert(&format!("error: {}", inert(s(&p["message"])))),
                 "ignored" => match serde_json::from_value::<ProjectLayerReport>(p.clone()) {
                     Ok(report) => {
@@ -515,6 +519,18 @@ impl Stream {
                 "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
             );
         }
+    }
+}
+
+/// A `fence` event's line, and whether it is fine (fenced) or a warning (unfenced):
+/// `berth: fenced: ~/code/app + tmp · network on (Landlock ABI 7)`, or
+/// `berth: warning: unfenced: why`.
+pub fn fence_line(p: &Value) -> (bool, String) {
+    let text = inert(s(&p["text"]));
+    if p["fenced"].as_bool() == Some(true) {
+        (true, format!("berth: fenced: {text}"))
+    } else {
+        (false, format!("berth: warning: unfenced: {text}"))
     }
 }
 
@@ -579,9 +595,12 @@ pub fn changes_lines(task: &Value) -> Vec<String> {
             inert(&s.reason)
         ));
     }
-    out.push(String::from(
-        "  (only the bound directory is tracked: changes made outside it are not in this list)",
-    ));
+    if !changes.fenced {
+        // Unfenced, the agent could write anywhere the user can.
+        out.push(String::from(
+            "  (only the bound directory is tracked: changes made outside it are not in this list)",
+        ));
+    }
     if !changes.files.is_empty() {
         out.push(format!(
             "  (berth task diff {0} shows them; berth task undo {0} puts them back)",

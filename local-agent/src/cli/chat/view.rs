@@ -347,6 +347,10 @@ impl View {
                 );
             }
             "stderr" => self.push(Style::Dim, one_line(s(&p["line"]), 400)),
+            "fence" => match render::fence_line(p) {
+                (true, line) => self.push(Style::Dim, line),
+                (false, line) => self.push(Style::Alert, line),
+            },
             "error" => self.push(Style::Alert, format!("error: {}", inert(s(&p["message"])))),
             "denied" => self.push(
                 Style::Denied,
