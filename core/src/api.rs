@@ -220,6 +220,10 @@ pub struct Denial {
     pub tool: String,
     #[serde(default)]
     pub target: String,
+    /// Who denied it: absent for the agent's own permission system, `fence` for
+    /// Berth's fence (the kernel refused it, or Berth put a guarded path back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// `berth check --json` and `POST check`.

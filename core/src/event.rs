@@ -45,13 +45,16 @@ pub enum AgentEvent {
     /// An error the agent's CLI reported without ending the turn (Codex's `error`
     /// items), or with it.
     Error { message: String },
-    /// An action the agent's own permission system denied: the tool and its target.
+    /// An action denied: by the agent's own permission system (`by` absent), or by
+    /// Berth's fence (`by: "fence"`). The tool and its target.
     Denied {
         tool: String,
         #[serde(default)]
         target: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// Keys of the bound directory's project layer that Berth did not apply (an
     /// untrusted directory's `env`, a widening of permissions, a variable never taken

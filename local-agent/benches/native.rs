@@ -129,7 +129,7 @@ fn native(c: &mut Criterion) {
                 let mut sidecars = Sidecars::new(&journal, "bench-task");
                 sidecars.append_block(&pinned, "CLAUDE.md", &brief).unwrap();
                 pinned.recheck().unwrap();
-                sidecars.cleanup(&pinned).unwrap();
+                sidecars.cleanup(&pinned).1.unwrap();
                 drop(lock);
             })
         });

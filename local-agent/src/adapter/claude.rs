@@ -159,6 +159,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 .or_else(|| id.as_ref().and_then(|i| st.targets.get(i).cloned()))
                 .unwrap_or_default();
             let denial = Denial {
+                by: None,
                 tool: str_of(&v, "tool_name").unwrap_or_default(),
                 target,
             };
@@ -250,6 +251,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 .flatten()
             {
                 let denial = Denial {
+                    by: None,
                     tool: str_of(d, "tool_name").unwrap_or_default(),
                     target: target_of(d.get("tool_input").unwrap_or(&Value::Null)),
                 };

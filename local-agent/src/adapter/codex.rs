@@ -118,6 +118,7 @@ pub(super) fn stderr_denial(line: &str, st: &mut TurnState) -> Option<AgentEvent
         return st.deny(
             None,
             Denial {
+                by: None,
                 tool: "apply_patch".to_owned(),
                 target: path.trim().to_owned(),
             },
@@ -139,6 +140,7 @@ pub(super) fn stderr_denial(line: &str, st: &mut TurnState) -> Option<AgentEvent
     st.deny(
         None,
         Denial {
+            by: None,
             tool: tool.to_owned(),
             target: error.trim().to_owned(),
         },
@@ -234,6 +236,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                     // and one its sandbox blocks is reported on stderr, not here.
                     if status.as_deref() == Some("declined") {
                         let denial = Denial {
+                            by: None,
                             tool: "command".to_owned(),
                             target: command,
                         };
@@ -258,6 +261,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                     match status.as_deref() {
                         Some("declined") => {
                             let denial = Denial {
+                                by: None,
                                 tool: "file_change".to_owned(),
                                 target: paths.join(", "),
                             };

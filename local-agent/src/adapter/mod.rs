@@ -94,6 +94,7 @@ impl TurnState {
             tool: denial.tool,
             target: denial.target,
             message,
+            by: denial.by,
         })
     }
 
@@ -438,6 +439,7 @@ mod tests {
             "",
         );
         let want = Denial {
+            by: None,
             tool: "Write".into(),
             target: "/home/alice/code/app/hello.txt".into(),
         };

@@ -486,11 +486,20 @@ impl Stream {
                     Err(_) => self.alert("warning: some project settings were ignored"),
                 },
                 "denied" => {
-                    self.alert(&format!(
-                        "denied: {} {}",
+                    let by = if p["by"] == "fence" {
+                        " by the fence"
+                    } else {
+                        ""
+                    };
+                    let mut line = format!(
+                        "denied{by}: {} {}",
                         inert(s(&p["tool"])),
                         inert(s(&p["target"]))
-                    ));
+                    );
+                    if let Some(m) = p["message"].as_str().filter(|_| !by.is_empty()) {
+                        line.push_str(&format!(" ({})", inert(m)));
+                    }
+                    self.alert(&line);
                 }
                 _ => {}
             },
@@ -513,11 +522,9 @@ impl Stream {
         for l in changes_lines(task) {
             eprintln!("{l}");
         }
-        if let Some(denied) = denials_line(task) {
+        for (denied, hint) in denials_lines(task) {
             self.alert(&format!("warning: {denied}"));
-            self.alert(
-                "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
-            );
+            self.alert(hint);
         }
     }
 }
@@ -549,23 +556,45 @@ pub fn task_line(task: &Value) -> String {
     line
 }
 
-/// What the agent's permission system denied during a task, in one sentence; `None`
-/// when nothing was.
-pub fn denials_line(task: &Value) -> Option<String> {
-    let what: Vec<String> = task["denials"]
+/// What was denied during a task, in sentences, each with its hint: what the agent's
+/// permission system denied, then what the fence put back. Nothing when nothing was.
+pub fn denials_lines(task: &Value) -> Vec<(String, &'static str)> {
+    let (fence, agent): (Vec<&Value>, Vec<&Value>) = task["denials"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
-        .collect();
-    (!what.is_empty()).then(|| {
-        format!(
-            "the agent's permission system denied {} action{}: {}",
-            what.len(),
-            if what.len() == 1 { "" } else { "s" },
-            what.join("; ")
-        )
-    })
+        .partition(|d| d["by"] == "fence");
+    let what = |ds: &[&Value]| -> Vec<String> {
+        ds.iter()
+            .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
+            .collect()
+    };
+    let mut out = Vec::new();
+    if !agent.is_empty() {
+        let what = what(&agent);
+        out.push((
+            format!(
+                "the agent's permission system denied {} action{}: {}",
+                what.len(),
+                if what.len() == 1 { "" } else { "s" },
+                what.join("; ")
+            ),
+            "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
+        ));
+    }
+    if !fence.is_empty() {
+        let what = what(&fence);
+        out.push((
+            format!(
+                "the fence denied {} action{}: {}",
+                what.len(),
+                if what.len() == 1 { "" } else { "s" },
+                what.join("; ")
+            ),
+            "hint: the fence keeps an agent to its directory and off its .git/hooks, .git/config and .berth; make such changes in your own shell, or set \"fence\": \"off\" in your user settings to run agents unfenced",
+        ));
+    }
+    out
 }
 
 /// A task's change summary: one line (`3 files changed, +20 −4`), then one per file.

@@ -13,7 +13,11 @@
 //! the brief outside the directory ([`Obstacle`]). Removal takes away exactly what Berth
 //! wrote: the files it created, while they still hold its bytes, then its directories
 //! if empty; what the agent put there stays, and is reported as kept.
+//!
+//! The same journal carries the [`guard`]'s snapshot: what a fenced agent must not
+//! leave written in its directory is put back by the same cleanup.
 
+pub mod guard;
 mod skill;
 mod target;
 
@@ -59,6 +63,9 @@ pub enum SidecarError {
     Blocked { path: String, obstacle: Obstacle },
     #[error("cleaning up left something behind: {0}")]
     Cleanup(String),
+    /// The guarded paths could not be snapshotted (too large, unreadable).
+    #[error("the fence cannot guard the directory's git hooks, git config and .berth: {0}")]
+    Guard(guard::GuardError),
 }
 
 impl SidecarError {
@@ -90,7 +97,8 @@ impl SidecarError {
             SidecarError::Journal(_)
             | SidecarError::Write { .. }
             | SidecarError::ReadSkill { .. }
-            | SidecarError::Cleanup(_) => return None,
+            | SidecarError::Cleanup(_)
+            | SidecarError::Guard(_) => return None,
         };
         Some(Refusal::new(
             ErrorCode::SidecarBlocked,
@@ -374,14 +382,41 @@ impl Sidecars {
     /// Undoes every action, newest first, through the pinned descriptor, then removes
     /// the journal. Touches nothing Berth did not write; returns what was kept because
     /// Berth did not write it (relative paths: an agent's file in a skill folder).
-    pub fn cleanup(self, dir: &PinnedDir) -> Result<Vec<String>, SidecarError> {
+    pub fn cleanup(self, dir: &PinnedDir) -> (Undone, Result<(), SidecarError>) {
         let undone = undo(&dir.fd(), &self.records);
         if !undone.problems.is_empty() {
             // The journal stays, so the next start tries again.
-            return Err(SidecarError::Cleanup(undone.problems.join("; ")));
+            let e = SidecarError::Cleanup(undone.problems.join("; "));
+            return (undone, Err(e));
         }
-        self.journal.finish()?;
-        Ok(undone.kept)
+        let finished = self.journal.finish().map_err(SidecarError::from);
+        (undone, finished)
+    }
+
+    /// Takes the snapshot of the guarded paths of `dir` (see [`guard`]) into a file
+    /// under `guard_dir` and journals it: cleanup (or the next start, after a crash)
+    /// puts them back as they are now. Called last before the agent starts.
+    pub fn guard(&mut self, dir: &PinnedDir, guard_dir: &Path) -> Result<(), SidecarError> {
+        let snap = guard::Snapshot::take(dir.fd()).map_err(SidecarError::Guard)?;
+        let file = guard_dir.join(format!(
+            "{}-{}.json",
+            self.task_id
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>(),
+            uuid::Uuid::now_v7().simple()
+        ));
+        let saved = berth_web::private::dir(guard_dir).and_then(|()| snap.save(&file));
+        saved.map_err(|source| SidecarError::Write {
+            path: file.display().to_string(),
+            source,
+        })?;
+        self.journal(
+            dir,
+            Record::Guard {
+                snapshot: file.display().to_string(),
+            },
+        )
     }
 }
 
@@ -404,11 +439,13 @@ fn base_components(base: &str) -> Vec<&str> {
 
 /// What undoing a run's records did.
 #[derive(Debug, Default)]
-pub(crate) struct Undone {
+pub struct Undone {
     /// What could not be undone.
     pub problems: Vec<String>,
     /// What was left because Berth did not write it, relative to the directory.
     pub kept: Vec<String>,
+    /// Guarded paths the agent had written, put back.
+    pub guarded: Vec<guard::Restored>,
 }
 
 /// Undoes `records` (newest first) in the directory `dir`. Idempotent.
@@ -430,12 +467,47 @@ pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Undone {
             Record::CopyTree { path, entries } => {
                 remove_copied(dir.as_fd(), path, entries, &mut out.kept).map_err(|e| e.to_string())
             }
+            Record::Guard { snapshot } => {
+                unguard(dir.as_fd(), Path::new(snapshot), &mut out.guarded)
+            }
         };
         if let Err(e) = result {
             out.problems.push(format!("{record:?}: {e}"));
         }
     }
     out
+}
+
+/// Puts the guarded paths back from the snapshot file, then removes the file. A file
+/// that is gone was applied already.
+fn unguard(
+    dir: BorrowedFd<'_>,
+    snapshot: &Path,
+    out: &mut Vec<guard::Restored>,
+) -> Result<(), String> {
+    let snap = match guard::Snapshot::load(snapshot) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the guard's snapshot {}: {e}",
+                snapshot.display()
+            ));
+        }
+    };
+    match snap.restore(dir) {
+        Ok(done) => out.extend(done),
+        Err((done, why)) => {
+            out.extend(done);
+            return Err(format!("cannot put back what the fence guards: {why}"));
+        }
+    }
+    std::fs::remove_file(snapshot).map_err(|e| {
+        format!(
+            "cannot remove the guard's snapshot {}: {e}",
+            snapshot.display()
+        )
+    })
 }
 
 /// Removes the directory `name` in `parent` if it is empty; a directory that holds

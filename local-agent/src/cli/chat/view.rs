@@ -355,7 +355,8 @@ impl View {
             "denied" => self.push(
                 Style::Denied,
                 format!(
-                    "DENIED {} {}",
+                    "DENIED{} {} {}",
+                    if p["by"] == "fence" { " (fence)" } else { "" },
                     one_line(s(&p["tool"]), 40),
                     one_line(s(&p["target"]), 120)
                 ),
@@ -382,7 +383,7 @@ impl View {
         for l in render::changes_lines(task) {
             self.push(Style::Info, l);
         }
-        if let Some(denied) = render::denials_line(task) {
+        for (denied, _) in render::denials_lines(task) {
             self.push(Style::Denied, denied);
         }
     }

@@ -1,0 +1,579 @@
+//! The guard: what a fenced agent must never leave written inside its own directory.
+//!
+//! Landlock's rights pass to everything beneath a directory, so an agent that may write
+//! its directory may also write `.git/hooks` (code the user's next `git` runs),
+//! `.git/config` (`core.hooksPath`, `core.fsmonitor`, aliases) and `.berth` (the
+//! project layer of its own next run). The guard checks and restores them with plain
+//! system calls (docs/fence.md §3b, layer 3):
+//!
+//! - before the agent starts, [`Snapshot::take`] reads the guarded paths (their bytes,
+//!   modes and symlink targets, bounded) through the pinned directory, never following
+//!   a symlink; the snapshot goes to `$BERTH_HOME/guard/`, out of the fenced agent's
+//!   reach, and the run's journal names it, so a Berth that crashes restores at its next
+//!   start;
+//! - after the agent is gone, [`Snapshot::restore`] compares and puts back exactly what
+//!   was there: a file the agent added is removed, a changed one rewritten as a fresh
+//!   file (never through a link of the agent's), a removed one recreated. Each path put
+//!   back is reported, and the run shows it as a denial by the fence.
+//!
+//! A `.git` that did not exist is not guarded (an agent may `git init`); a `.berth`
+//! that did not exist is: the agent's new `.berth` is removed.
+
+use super::{open_nofollow, read_all, write_all};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+/// The paths guarded, relative to the directory.
+pub const GUARDED: [&str; 3] = [".git/config", ".git/hooks", ".berth"];
+
+/// The most bytes a snapshot holds; a directory whose guarded paths hold more is not
+/// guarded, and the run says so.
+pub const MAX_BYTES: u64 = 4 << 20;
+/// The most entries a snapshot holds.
+pub const MAX_ENTRIES: usize = 2000;
+
+/// What one guarded path was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Node {
+    /// Nothing was there.
+    Missing,
+    Dir {
+        mode: u32,
+    },
+    /// A regular file: its permission bits and its bytes, in hex.
+    File {
+        mode: u32,
+        hex: String,
+    },
+    Symlink {
+        target: String,
+    },
+}
+
+/// One entry of a snapshot, relative to the directory; a directory comes before what
+/// it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub path: String,
+    pub node: Node,
+}
+
+/// The guarded paths of one directory, as they were before the agent ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The identity (device, inode) of `.git` when it was a directory.
+    pub git: Option<(u64, u64)>,
+    pub entries: Vec<Entry>,
+}
+
+/// What the guard put back, relative to the directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub path: String,
+    /// `added`, `changed`, `removed` or `replaced` (what the agent did).
+    pub what: &'static str,
+}
+
+/// Why a snapshot could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("{path} holds more than the guard keeps ({limit})")]
+    TooLarge { path: String, limit: String },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn read_err(path: &str, e: Errno) -> GuardError {
+    GuardError::Read {
+        path: path.to_owned(),
+        source: e.into(),
+    }
+}
+
+struct Budget {
+    bytes: u64,
+    entries: usize,
+}
+
+impl Budget {
+    /// Counts one entry and `bytes` more bytes.
+    fn take(&mut self, path: &str, bytes: u64) -> Result<(), GuardError> {
+        self.entries += 1;
+        self.more(path, bytes)
+    }
+
+    /// Counts `bytes` more bytes of the entry last counted.
+    fn more(&mut self, path: &str, bytes: u64) -> Result<(), GuardError> {
+        self.bytes += bytes;
+        if self.entries > MAX_ENTRIES {
+            return Err(GuardError::TooLarge {
+                path: path.to_owned(),
+                limit: format!("{MAX_ENTRIES} entries"),
+            });
+        }
+        if self.bytes > MAX_BYTES {
+            return Err(GuardError::TooLarge {
+                path: path.to_owned(),
+                limit: format!("{} MiB", MAX_BYTES >> 20),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The permission bits of `st` (`st_mode` is a `u16` on macOS).
+#[allow(clippy::unnecessary_cast)]
+fn perm(st: &rustix::fs::Stat) -> u32 {
+    st.st_mode as u32 & 0o7777
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [a, b] => Some(digit(*a)? << 4 | digit(*b)?),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Opens the directory `rel` (components under `dir`), never through a symlink.
+fn open_dir(dir: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, Errno> {
+    let mut fd = rustix::io::dup(dir)?;
+    for comp in rel.split('/').filter(|c| !c.is_empty()) {
+        fd = open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
+    }
+    Ok(fd)
+}
+
+/// The parent directory of `rel` and its last component.
+fn split(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
+}
+
+/// What is at `name` in `parent`, without following it, and (for a regular file)
+/// its bytes, bounded by `budget`.
+fn node_at(
+    parent: &OwnedFd,
+    name: &str,
+    rel: &str,
+    budget: &mut Budget,
+) -> Result<Node, GuardError> {
+    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(Node::Missing),
+        Err(e) => return Err(read_err(rel, e)),
+    };
+    let mode = perm(&st);
+    match FileType::from_raw_mode(st.st_mode as _) {
+        FileType::Directory => {
+            budget.take(rel, 0)?;
+            Ok(Node::Dir { mode })
+        }
+        FileType::RegularFile => {
+            budget.take(rel, st.st_size as u64)?;
+            let fd = open_nofollow(parent, name, OFlags::RDONLY).map_err(|e| read_err(rel, e))?;
+            let bytes = read_all(&fd).map_err(|e| read_err(rel, e))?;
+            // It grew between the stat and the read: count what was read.
+            budget.more(rel, (bytes.len() as u64).saturating_sub(st.st_size as u64))?;
+            Ok(Node::File {
+                mode,
+                hex: hex(&bytes),
+            })
+        }
+        FileType::Symlink => {
+            budget.take(rel, 0)?;
+            let target =
+                rustix::fs::readlinkat(parent, name, Vec::new()).map_err(|e| read_err(rel, e))?;
+            Ok(Node::Symlink {
+                target: target.to_string_lossy().into_owned(),
+            })
+        }
+        // A FIFO, a socket or a device in a guarded place: recorded as missing, so
+        // whatever is there after the run is removed, and never opened.
+        FileType::Fifo
+        | FileType::Socket
+        | FileType::CharacterDevice
+        | FileType::BlockDevice
+        | FileType::Unknown => Ok(Node::Missing),
+    }
+}
+
+/// The names in the directory `fd`, sorted, without `.` and `..`.
+fn names(fd: &OwnedFd) -> Result<Vec<String>, Errno> {
+    let dup = rustix::fs::openat(
+        fd,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dup)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every entry at and beneath `rel`, a directory before what it holds.
+fn walk(
+    dir: BorrowedFd<'_>,
+    rel: &str,
+    budget: &mut Budget,
+    out: &mut Vec<Entry>,
+) -> Result<(), GuardError> {
+    let (parent_rel, name) = split(rel);
+    let parent = match open_dir(dir, parent_rel) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {
+            out.push(Entry {
+                path: rel.to_owned(),
+                node: Node::Missing,
+            });
+            return Ok(());
+        }
+        Err(e) => return Err(read_err(parent_rel, e)),
+    };
+    let node = node_at(&parent, name, rel, budget)?;
+    let is_dir = matches!(node, Node::Dir { .. });
+    out.push(Entry {
+        path: rel.to_owned(),
+        node,
+    });
+    if is_dir {
+        let fd = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
+            .map_err(|e| read_err(rel, e))?;
+        for child in names(&fd).map_err(|e| read_err(rel, e))? {
+            walk(dir, &format!("{rel}/{child}"), budget, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The identity of `.git` when it is a directory.
+fn git_identity(dir: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    let st = rustix::fs::statat(dir, ".git", AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    (FileType::from_raw_mode(st.st_mode as _) == FileType::Directory)
+        .then(|| (crate::pin::dev_of(&st), st.st_ino as u64))
+}
+
+impl Snapshot {
+    /// The guarded paths of the directory `dir`, as they are now.
+    pub fn take(dir: impl AsFd) -> Result<Snapshot, GuardError> {
+        let dir = dir.as_fd();
+        let git = git_identity(dir);
+        let mut budget = Budget {
+            bytes: 0,
+            entries: 0,
+        };
+        let mut entries = Vec::new();
+        for rel in GUARDED {
+            // A `.git` that is not a directory (a worktree's or submodule's pointer
+            // file, or none) has no hooks or config here to guard.
+            if rel.starts_with(".git/") && git.is_none() {
+                continue;
+            }
+            walk(dir, rel, &mut budget, &mut entries)?;
+        }
+        Ok(Snapshot { git, entries })
+    }
+
+    /// Puts the guarded paths of `dir` back as they were, and says what the agent had
+    /// done to them. Idempotent: a second call finds nothing to do. What could not be
+    /// put back is an error, with the paths that were.
+    pub fn restore(&self, dir: impl AsFd) -> Result<Vec<Restored>, (Vec<Restored>, String)> {
+        let dir = dir.as_fd();
+        let mut done = Vec::new();
+        let mut problems = Vec::new();
+        if let Some(was) = self.git
+            && git_identity(dir) != Some(was)
+        {
+            // The agent moved or replaced `.git` itself: what is there now still gets
+            // the guarded files put back, so no hook of the agent's stays in it.
+            done.push(Restored {
+                path: ".git".to_owned(),
+                what: "replaced",
+            });
+            if git_identity(dir).is_none() {
+                problems.push(".git is no longer a directory; Berth cannot put it back".to_owned());
+            }
+        }
+        let roots: Vec<&str> = GUARDED
+            .iter()
+            .copied()
+            .filter(|r| self.entries.iter().any(|e| e.path == *r))
+            .collect();
+        for root in roots {
+            let want: Vec<&Entry> = self
+                .entries
+                .iter()
+                .filter(|e| e.path == root || e.path.starts_with(&format!("{root}/")))
+                .collect();
+            if let Err(e) = restore_root(dir, root, &want, &mut done) {
+                problems.push(format!("{root}: {e}"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(done)
+        } else {
+            Err((done, problems.join("; ")))
+        }
+    }
+
+    /// Writes the snapshot to `file` (0600, replacing nothing), for the journal.
+    pub fn save(&self, file: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        berth_web::private::write(file, &text)
+    }
+
+    /// Reads a snapshot [`Snapshot::save`] wrote.
+    pub fn load(file: &Path) -> std::io::Result<Snapshot> {
+        let text = std::fs::read(file)?;
+        serde_json::from_slice(&text).map_err(std::io::Error::other)
+    }
+}
+
+/// Puts one guarded root back: removes what was not there, then recreates or rewrites
+/// what differs, a directory before what it holds.
+fn restore_root(
+    dir: BorrowedFd<'_>,
+    root: &str,
+    want: &[&Entry],
+    done: &mut Vec<Restored>,
+) -> Result<(), Errno> {
+    let wanted = |rel: &str| want.iter().find(|e| e.path == rel).map(|e| &e.node);
+    // The root's parent (the directory itself or `.git`): if it is gone, there is
+    // nothing of the agent's to remove and nowhere to put things back.
+    let (parent_rel, _) = split(root);
+    if let Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) = open_dir(dir, parent_rel) {
+        return Ok(());
+    }
+    // First what is there now and should not be (or is of another kind).
+    let mut budget = Budget {
+        bytes: 0,
+        entries: 0,
+    };
+    let mut now = Vec::new();
+    let _ = walk_unbounded(dir, root, &mut budget, &mut now);
+    for entry in now.iter().rev() {
+        let keep = match (&entry.node, wanted(&entry.path)) {
+            (Node::Missing, _) => true,
+            (Node::Dir { .. }, Some(Node::Dir { .. })) => true,
+            (Node::File { .. }, Some(Node::File { .. })) => true,
+            (Node::Symlink { target }, Some(Node::Symlink { target: t })) => target == t,
+            _ => false,
+        };
+        if keep {
+            continue;
+        }
+        let (p, name) = split(&entry.path);
+        let parent = open_dir(dir, p)?;
+        let flags = if matches!(entry.node, Node::Dir { .. }) {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        remove_tree(&parent, name, flags)?;
+        done.push(Restored {
+            path: entry.path.clone(),
+            what: if wanted(&entry.path).is_some_and(|n| *n != Node::Missing) {
+                "replaced"
+            } else {
+                "added"
+            },
+        });
+    }
+    // Then what should be there, in order.
+    for entry in want {
+        let (p, name) = split(&entry.path);
+        let parent = match open_dir(dir, p) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let noted = |what: &'static str, done: &mut Vec<Restored>| {
+            if !done.iter().any(|d| d.path == entry.path) {
+                done.push(Restored {
+                    path: entry.path.clone(),
+                    what,
+                });
+            }
+        };
+        match &entry.node {
+            Node::Missing => {}
+            Node::Dir { mode } => {
+                match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => {
+                        if perm(&st) != *mode {
+                            rustix::fs::chmodat(
+                                &parent,
+                                name,
+                                Mode::from_raw_mode(*mode as _),
+                                AtFlags::empty(),
+                            )?;
+                            noted("changed", done);
+                        }
+                    }
+                    Err(Errno::NOENT) => {
+                        rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(*mode as _))?;
+                        rustix::fs::chmodat(
+                            &parent,
+                            name,
+                            Mode::from_raw_mode(*mode as _),
+                            AtFlags::empty(),
+                        )?;
+                        noted("removed", done);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Node::File { mode, hex } => {
+                let bytes = unhex(hex).ok_or(Errno::INVAL)?;
+                let same = match open_nofollow(&parent, name, OFlags::RDONLY) {
+                    Ok(fd) => {
+                        let st = rustix::fs::fstat(&fd)?;
+                        Some(perm(&st) == *mode && st.st_nlink == 1 && read_all(&fd)? == bytes)
+                    }
+                    Err(Errno::NOENT) => None,
+                    Err(e) => return Err(e),
+                };
+                match same {
+                    Some(true) => continue,
+                    // Changed (or now hard-linked elsewhere): a fresh file in its
+                    // place, so nothing is written through a name of the agent's.
+                    Some(false) => {
+                        rustix::fs::unlinkat(&parent, name, AtFlags::empty())?;
+                        noted("changed", done);
+                    }
+                    None => noted("removed", done),
+                }
+                let fd = rustix::fs::openat(
+                    &parent,
+                    name,
+                    OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::WRONLY
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(*mode as _),
+                )?;
+                write_all(&fd, &bytes)?;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode as _))?;
+                let _ = rustix::fs::fsync(&fd);
+            }
+            Node::Symlink { target } => {
+                match rustix::fs::readlinkat(&parent, name, Vec::new()) {
+                    Ok(t) if t.to_string_lossy() == *target => continue,
+                    Ok(_) => {
+                        rustix::fs::unlinkat(&parent, name, AtFlags::empty())?;
+                        noted("changed", done);
+                    }
+                    Err(Errno::NOENT) => noted("removed", done),
+                    Err(e) => return Err(e),
+                }
+                rustix::fs::symlinkat(target.as_str(), &parent, name)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`walk`] without the bounds: what the agent left, however much (it is only listed
+/// to be removed, never kept).
+fn walk_unbounded(
+    dir: BorrowedFd<'_>,
+    rel: &str,
+    budget: &mut Budget,
+    out: &mut Vec<Entry>,
+) -> Result<(), Errno> {
+    let (parent_rel, name) = split(rel);
+    let parent = open_dir(dir, parent_rel)?;
+    let st = match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    budget.entries += 1;
+    let node = match FileType::from_raw_mode(st.st_mode as _) {
+        FileType::Directory => Node::Dir { mode: 0 },
+        FileType::Symlink => Node::Symlink {
+            target: rustix::fs::readlinkat(&parent, name, Vec::new())?
+                .to_string_lossy()
+                .into_owned(),
+        },
+        // Anything else is never wanted: listed as a file to be removed.
+        FileType::RegularFile
+        | FileType::Fifo
+        | FileType::Socket
+        | FileType::CharacterDevice
+        | FileType::BlockDevice
+        | FileType::Unknown => Node::File {
+            mode: 0,
+            hex: String::new(),
+        },
+    };
+    let is_dir = matches!(node, Node::Dir { .. });
+    out.push(Entry {
+        path: rel.to_owned(),
+        node,
+    });
+    if is_dir {
+        let fd = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        for child in names(&fd)? {
+            walk_unbounded(dir, &format!("{rel}/{child}"), budget, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes `name` in `parent` and, for a directory, everything in it, never following
+/// a symlink.
+fn remove_tree(parent: &OwnedFd, name: &str, flags: AtFlags) -> Result<(), Errno> {
+    if flags.contains(AtFlags::REMOVEDIR) {
+        match open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => {
+                for child in names(&fd)? {
+                    let st = rustix::fs::statat(&fd, child.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+                    let f = if FileType::from_raw_mode(st.st_mode as _) == FileType::Directory {
+                        AtFlags::REMOVEDIR
+                    } else {
+                        AtFlags::empty()
+                    };
+                    remove_tree(&fd, &child, f)?;
+                }
+            }
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    match rustix::fs::unlinkat(parent, name, flags) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests;

