@@ -234,10 +234,7 @@ fn a_block_is_cut_out_even_after_the_file_was_hard_linked_during_the_run() {
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
     std::fs::hard_link(dir.join("CLAUDE.md"), dir.join("copy.md")).unwrap();
-    assert_eq!(
-        sidecars.cleanup(&pinned).0.kept,
-        Vec::<String>::new()
-    );
+    assert_eq!(sidecars.cleanup(&pinned).0.kept, Vec::<String>::new());
     assert_eq!(std::fs::read(dir.join("CLAUDE.md")).unwrap(), b"# Mine\n");
     assert_eq!(std::fs::read(dir.join("copy.md")).unwrap(), b"# Mine\n");
 }

@@ -37,7 +37,7 @@ pub const MAX_ENTRIES: usize = 2000;
 
 /// What one guarded path was.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "node", rename_all = "snake_case")]
 pub enum Node {
     /// Nothing was there.
     Missing,
@@ -52,6 +52,24 @@ pub enum Node {
     Symlink {
         target: String,
     },
+    /// A FIFO, a socket or a device: never opened, left as it is while it stays one
+    /// of its kind.
+    Other {
+        kind: String,
+    },
+}
+
+/// The kind of a file that is neither a directory, a regular file nor a symlink.
+fn other_kind(ft: FileType) -> &'static str {
+    match ft {
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character_device",
+        FileType::BlockDevice => "block_device",
+        FileType::Unknown | FileType::RegularFile | FileType::Directory | FileType::Symlink => {
+            "unknown"
+        }
+    }
 }
 
 /// One entry of a snapshot, relative to the directory; a directory comes before what
@@ -208,13 +226,17 @@ fn node_at(
                 target: target.to_string_lossy().into_owned(),
             })
         }
-        // A FIFO, a socket or a device in a guarded place: recorded as missing, so
-        // whatever is there after the run is removed, and never opened.
-        FileType::Fifo
+        // A FIFO, a socket or a device in a guarded place is never opened.
+        ft @ (FileType::Fifo
         | FileType::Socket
         | FileType::CharacterDevice
         | FileType::BlockDevice
-        | FileType::Unknown => Ok(Node::Missing),
+        | FileType::Unknown) => {
+            budget.take(rel, 0)?;
+            Ok(Node::Other {
+                kind: other_kind(ft).to_owned(),
+            })
+        }
     }
 }
 
@@ -384,7 +406,11 @@ fn restore_root(
             (Node::Dir { .. }, Some(Node::Dir { .. })) => true,
             (Node::File { .. }, Some(Node::File { .. })) => true,
             (Node::Symlink { target }, Some(Node::Symlink { target: t })) => target == t,
-            _ => false,
+            (Node::Other { kind }, Some(Node::Other { kind: k })) => kind == k,
+            (
+                Node::Dir { .. } | Node::File { .. } | Node::Symlink { .. } | Node::Other { .. },
+                _,
+            ) => false,
         };
         if keep {
             continue;
@@ -424,6 +450,18 @@ fn restore_root(
         };
         match &entry.node {
             Node::Missing => {}
+            // Kept above while it stayed of its kind; one the agent removed or
+            // replaced cannot be made again by Berth.
+            Node::Other { kind } => {
+                match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if other_kind(FileType::from_raw_mode(st.st_mode as _)) == kind => {}
+                    Ok(_) | Err(Errno::NOENT) => {
+                        noted("removed", done);
+                        return Err(Errno::NOTSUP);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             Node::Dir { mode } => {
                 match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) => {
@@ -524,15 +562,16 @@ fn walk_unbounded(
                 .to_string_lossy()
                 .into_owned(),
         },
-        // Anything else is never wanted: listed as a file to be removed.
-        FileType::RegularFile
-        | FileType::Fifo
+        FileType::RegularFile => Node::File {
+            mode: 0,
+            hex: String::new(),
+        },
+        ft @ (FileType::Fifo
         | FileType::Socket
         | FileType::CharacterDevice
         | FileType::BlockDevice
-        | FileType::Unknown => Node::File {
-            mode: 0,
-            hex: String::new(),
+        | FileType::Unknown) => Node::Other {
+            kind: other_kind(ft).to_owned(),
         },
     };
     let is_dir = matches!(node, Node::Dir { .. });

@@ -255,6 +255,9 @@ fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
         .unwrap();
     assert!(made.success());
     let snap = Snapshot::take(dirfd(d)).unwrap();
+    // The user's FIFO stays as it is, and is not the agent's doing.
+    assert_eq!(snap.restore(dirfd(d)).unwrap(), []);
+    assert!(d.join(".berth/fifo").exists());
     let file = d.join("snap.json");
     snap.save(&file).unwrap();
     assert_eq!(Snapshot::load(&file).unwrap(), snap);
