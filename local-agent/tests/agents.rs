@@ -158,20 +158,22 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     );
     let first = &calls(&log)[0];
     let argv: Vec<String> = serde_json::from_value(first["argv"].clone()).unwrap();
-    // The default policy, `edit`, lets Claude Code accept edits in the directory.
+    // The default policy, `edit`, lets Claude Code accept edits in the directory, and
+    // fenced (this kernel has the fence), run shell commands there.
     assert_eq!(
-        &argv[..6],
+        &argv[..7],
         [
             "-p",
             "--output-format",
             "stream-json",
             "--verbose",
             "--permission-mode=acceptEdits",
+            "--allowedTools=Bash",
             "--append-system-prompt"
         ]
     );
-    assert!(argv[6].starts_with("# Berth session"), "{argv:?}");
-    assert_eq!(argv.len(), 7, "the prompt is not an argument: {argv:?}");
+    assert!(argv[7].starts_with("# Berth session"), "{argv:?}");
+    assert_eq!(argv.len(), 8, "the prompt is not an argument: {argv:?}");
     assert_eq!(first["stdin"], "fix it");
     assert_eq!(first["cwd"], dir.display().to_string());
     assert_eq!(
@@ -186,7 +188,7 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     let (out2, _) = run(&exec, t2).await;
     assert_eq!(out2.status, TaskStatus::Succeeded);
     let argv: Vec<String> = serde_json::from_value(calls(&log)[1]["argv"].clone()).unwrap();
-    assert_eq!(&argv[7..], ["--resume", "claude-sess-1"]);
+    assert_eq!(&argv[8..], ["--resume", "claude-sess-1"]);
 
     // A stale id: detected, cleared, and the turn retried fresh once.
     let mut t3 = task("t3", "s1", spec, "again", in_place(&dir));
@@ -372,8 +374,13 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     )
     .await;
     assert_eq!(argv(1)[4], "--permission-mode=acceptEdits");
-    assert!(
-        !argv(1).iter().any(|a| a.starts_with("--allowedTools")),
+    // Fenced `edit`: the shell, and none of `full`'s other tools.
+    assert_eq!(
+        argv(1)
+            .iter()
+            .filter(|a| a.starts_with("--allowedTools"))
+            .collect::<Vec<_>>(),
+        ["--allowedTools=Bash"],
         "{:?}",
         argv(1)
     );
@@ -398,8 +405,12 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     )
     .await;
     assert_eq!(
-        &argv(2)[4..6],
-        ["--permission-mode=acceptEdits", "--append-system-prompt"]
+        &argv(2)[4..7],
+        [
+            "--permission-mode=acceptEdits",
+            "--allowedTools=Bash",
+            "--append-system-prompt"
+        ]
     );
     let ignored: Vec<_> = events
         .iter()

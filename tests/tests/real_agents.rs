@@ -169,6 +169,86 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
     assert_web_never_names_the_user(&b, &ro);
 }
 
+/// The fence gives `edit` its shell: the real Claude Code, with Berth's default policy,
+/// runs the project's own script with its Bash tool and the script's file appears; the
+/// same agent's shell command that appends to `~/.bashrc` leaves it unchanged.
+#[cfg(target_os = "linux")]
+#[test]
+fn real_claude_runs_the_projects_script_in_the_fence_and_cannot_reach_the_home() {
+    let fake = FakeModels::start();
+    let b = berth_for("real-claude-bash", &fake);
+    let claude = cli("claude");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(
+        app.join("check.sh"),
+        "echo checked > checked.txt\necho all good\n",
+    )
+    .unwrap();
+    let bashrc = b.user_home.join(".bashrc");
+    std::fs::write(&bashrc, "# mine\n").unwrap();
+    b.ok(&[
+        "agent",
+        "add",
+        "claude",
+        "--kind",
+        "claude",
+        "--command",
+        s(&claude),
+    ]);
+    let session = new_session(&b, "claude", Some(&app));
+    let (code, events, task) = send(
+        &b,
+        &session,
+        "Run the checks.\nberth-fake: run sh ./check.sh",
+    );
+    assert_eq!(
+        (code, &task["status"]),
+        (0, &Value::from("succeeded")),
+        "{task}\n{events:?}"
+    );
+    assert_eq!(task["denials"], serde_json::json!([]), "{task}");
+    assert_eq!(
+        std::fs::read_to_string(app.join("checked.txt"))
+            .ok()
+            .as_deref(),
+        Some("checked\n"),
+        "the script ran in the directory: {events:?}"
+    );
+    let fence = agent_events(&events, "fence");
+    assert_eq!(fence.len(), 1, "{events:?}");
+    assert_eq!(fence[0]["fenced"], true, "{fence:?}");
+    let results = agent_events(&events, "result");
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("done: sh ./check.sh"),
+        "{results:?}"
+    );
+
+    // Out of the directory, the same shell is stopped by the kernel.
+    let attempt = format!(
+        "Add to my shell setup.\nberth-fake: run sh -c 'echo pwned >> {}'",
+        bashrc.display()
+    );
+    let (_, events, task) = send(&b, &session, &attempt);
+    assert_eq!(
+        std::fs::read_to_string(&bashrc).unwrap(),
+        "# mine\n",
+        "{task}\n{events:?}"
+    );
+    let results = agent_events(&events, "result");
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("failed: sh -c"),
+        "the shell command failed: {results:?}"
+    );
+    assert_web_never_names_the_user(&b, &session);
+}
+
 #[test]
 fn real_codex_edits_in_place_resumes_and_reports_denials() {
     let fake = FakeModels::start();

@@ -435,8 +435,8 @@ fn a_project_asking_for_full_gets_edit_at_most_without_trust() {
     let r = run(&b, &session);
     assert_eq!(
         flags(&r),
-        ["--permission-mode=acceptEdits"],
-        "edit, not full"
+        ["--permission-mode=acceptEdits", "--allowedTools=Bash"],
+        "edit (fenced: with its shell), not full"
     );
     let ignored = r.ignored.as_ref().expect("the widening is reported");
     assert_eq!(

@@ -49,11 +49,19 @@ pub(crate) fn chooses_permissions(extra: &[String]) -> bool {
 
 /// Claude Code's flags for a policy. Each value is one argument joined with `=`, so a
 /// multi-value flag can never swallow what follows it.
-pub(crate) fn permission_args(p: Permissions) -> Vec<String> {
+///
+/// Fenced, `edit` also gets the shell (`--allowedTools=Bash`): the kernel keeps its
+/// commands to the directory, so the agent can run the project's tests and builds.
+/// Unfenced, `edit` keeps its shell denied.
+pub(crate) fn permission_args(p: Permissions, fenced: bool) -> Vec<String> {
     match p {
         Permissions::ReadOnly => vec![
             "--permission-mode=default".into(),
             format!("--disallowedTools={EDIT_TOOLS}"),
+        ],
+        Permissions::Edit if fenced => vec![
+            "--permission-mode=acceptEdits".into(),
+            "--allowedTools=Bash".into(),
         ],
         Permissions::Edit => vec!["--permission-mode=acceptEdits".into()],
         Permissions::Full => vec![
@@ -70,7 +78,7 @@ pub(crate) fn policy_note(p: Permissions) -> &'static str {
             "reads only: its file-editing tools are removed and shell commands are denied"
         }
         Permissions::Edit => {
-            "edits files in the directory (acceptEdits); shell commands are denied: use --permissions full to allow them"
+            "fenced: edits files and runs shell commands, the fence keeping both to the directory; unfenced: edits only (acceptEdits), shell commands denied"
         }
         Permissions::Full => {
             "every tool without asking, shell included (--allowedTools; bypassPermissions is refused under root)"
@@ -84,7 +92,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
         .map(String::from)
         .to_vec();
     if !chooses_permissions(&extra) {
-        args.extend(permission_args(turn.permissions));
+        args.extend(permission_args(turn.permissions, turn.fenced));
     }
     if let Some(brief) = turn.brief {
         args.push("--append-system-prompt".to_owned());
@@ -273,4 +281,27 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
         Some(_) | None => {}
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `edit` gets the shell only where the fence keeps it to the directory.
+    #[test]
+    fn edit_gets_its_shell_only_when_fenced() {
+        let shell = |p, fenced| {
+            permission_args(p, fenced)
+                .iter()
+                .any(|a| a.contains("Bash"))
+        };
+        assert!(shell(Permissions::Edit, true));
+        assert!(!shell(Permissions::Edit, false));
+        assert!(!shell(Permissions::ReadOnly, true));
+        assert!(shell(Permissions::Full, false));
+        assert_eq!(
+            permission_args(Permissions::Edit, true),
+            ["--permission-mode=acceptEdits", "--allowedTools=Bash"]
+        );
+    }
 }
