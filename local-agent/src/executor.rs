@@ -810,6 +810,7 @@ async fn run(
             &events,
             &mut cancel,
             inner.cfg.grace,
+            prepared.fence.fenced,
         )
         .await;
         if ran.state.stale_resume && !ran.cancelled && resume.is_some() {
@@ -966,7 +967,9 @@ fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) 
     let ok = adapter.succeeded(&ran.state, ran.exit_code);
     let (status, code, error) = if ran.cancelled {
         (TaskStatus::Cancelled, None, None)
-    } else if ran.state.all_denied() {
+    } else if ran.state.all_denied() && adapter != Adapter::Command {
+        // A command agent has no permission system: what the fence refused it is
+        // listed, and its exit code says how the turn went.
         let what: Vec<String> = ran
             .state
             .denials

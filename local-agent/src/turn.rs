@@ -44,6 +44,7 @@ pub(crate) async fn stream(
     events: &mpsc::UnboundedSender<ExecEvent>,
     cancel: &mut watch::Receiver<bool>,
     grace: std::time::Duration,
+    fenced: bool,
 ) -> Ran {
     let mut st = TurnState::default();
     // Split on bytes, not UTF-8 lines: one bad byte must not stop the reading (the
@@ -61,7 +62,13 @@ pub(crate) async fn stream(
                 match line {
                     Some(line) => {
                         for ev in adapter.stdout_line(&line, resumed, &mut st) {
+                            // Fenced, a tool's result that names a refusal is the
+                            // fence's denial, reported after it.
+                            let denied = if fenced { st.fence_event(&ev) } else { None };
                             let _ = events.send(ExecEvent::Agent(ev));
+                            if let Some(d) = denied {
+                                let _ = events.send(ExecEvent::Agent(d));
+                            }
                         }
                     }
                     None => out = None,
@@ -70,7 +77,10 @@ pub(crate) async fn stream(
             line = async { lossy(err.as_mut()?.next_segment().await) }, if err.is_some() => {
                 match line {
                     Some(line) => {
-                        let extra = adapter.stderr_line(&line, resumed, &mut st);
+                        let mut extra = adapter.stderr_line(&line, resumed, &mut st);
+                        if extra.is_none() && fenced && adapter == Adapter::Command {
+                            extra = st.fence_stderr(&line);
+                        }
                         let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr { line }));
                         if let Some(ev) = extra {
                             let _ = events.send(ExecEvent::Agent(ev));
@@ -92,6 +102,15 @@ pub(crate) async fn stream(
                 exit = Some(proc.terminate(grace).await.ok().flatten());
             }
         }
+    }
+    if st.fence_denials_dropped > 0 {
+        let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr {
+            line: format!(
+                "berth: the fence refused {} more actions, not listed (the first {} are)",
+                st.fence_denials_dropped,
+                crate::adapter::MAX_FENCE_DENIALS
+            ),
+        }));
     }
     // Kills what is left in the group and waits it out before the directory is cleaned.
     proc.release().await;

@@ -566,3 +566,60 @@ fn a_project_layers_fence_off_is_ignored_and_reported() {
         "settings show shows the fence in force: {out}"
     );
 }
+
+/// What the fence refused a command agent, named on its stderr (`Permission denied`),
+/// is a denial by the fence in the transcript and the task; the agent's exit code still
+/// says how the turn went (a command agent has no permission system of its own).
+#[test]
+fn a_refusal_named_on_a_fenced_agents_stderr_is_a_denial_by_the_fence() {
+    let mut b = Berth::new("fence-stderr");
+    let app = world(&b);
+    b.serve();
+    add_command_agent(
+        &b,
+        "tries",
+        "echo pwn >> \"$HOME/.bashrc\"; echo ok > inside.txt; echo tried",
+    );
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "tries",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_eq!(task["status"], "succeeded", "{task}");
+    let denials = task["denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 1, "{task}");
+    assert_eq!(denials[0]["by"], "fence");
+    assert_eq!(denials[0]["tool"], "command");
+    let target = denials[0]["target"].as_str().unwrap();
+    assert!(
+        target.contains(".bashrc") && target.ends_with("Permission denied"),
+        "{target}"
+    );
+    let denied: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["payload"]["type"] == "denied")
+        .collect();
+    assert_eq!(denied.len(), 1, "{events:?}");
+    assert_eq!(denied[0]["payload"]["by"], "fence");
+    assert_eq!(
+        std::fs::read_to_string(b.user_home.join(".bashrc")).unwrap(),
+        "# rc\n"
+    );
+    // Unfenced, the same line is the shell's business: nothing is listed.
+    user_settings(&b, r#"{ "fence": "off" }"#);
+    std::fs::set_permissions(
+        b.user_home.join(".bashrc"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o444),
+    )
+    .unwrap();
+    let (_, _, task) = send_json(&b, &session, "again");
+    assert_eq!(task["denials"], serde_json::json!([]), "{task}");
+}

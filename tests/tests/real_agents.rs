@@ -246,6 +246,23 @@ fn real_claude_runs_the_projects_script_in_the_fence_and_cannot_reach_the_home()
             .starts_with("failed: sh -c"),
         "the shell command failed: {results:?}"
     );
+    // The kernel's refusal, named in the tool's result, is the fence's denial, and the
+    // turn in which nothing went through says so.
+    assert_eq!(
+        (&task["status"], &task["error_code"]),
+        (&Value::from("failed"), &Value::from("permission_denied")),
+        "{task}"
+    );
+    let denials = task["denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 1, "{task}");
+    assert_eq!(
+        (&denials[0]["tool"], &denials[0]["by"]),
+        (&Value::from("Bash"), &Value::from("fence"))
+    );
+    assert!(
+        denials[0]["target"].as_str().unwrap().contains(".bashrc"),
+        "{task}"
+    );
     assert_web_never_names_the_user(&b, &session);
 }
 

@@ -73,6 +73,30 @@ pub struct TurnState {
     pub targets: HashMap<String, String>,
     /// How many actions that could change files went through.
     pub changes_applied: u32,
+    /// Each tool call's name, by id, for a refusal by the fence named in its result.
+    pub tool_names: HashMap<String, String>,
+    /// Refusals by the fence seen beyond [`MAX_FENCE_DENIALS`], not listed.
+    pub fence_denials_dropped: u32,
+}
+
+/// The most refusals by the fence a turn lists (a `find /` prints thousands).
+pub const MAX_FENCE_DENIALS: usize = 20;
+
+/// Whether an agent's output names an action the kernel refused: `EACCES`
+/// (`Permission denied`, Landlock's answer) or `EPERM` (`Operation not permitted`, the
+/// seccomp filter's). Only asked of a fenced run's output.
+pub fn names_a_refusal(text: &str) -> bool {
+    text.contains("Permission denied") || text.contains("Operation not permitted")
+}
+
+/// The line of `text` that names the refusal, for the denial's message.
+fn refusal_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| names_a_refusal(l))
+        .unwrap_or(text)
+        .trim();
+    crate::turn::cut(line, 300).to_owned()
 }
 
 impl TurnState {
@@ -96,6 +120,82 @@ impl TurnState {
             message,
             by: denial.by,
         })
+    }
+
+    /// What a fenced run's event tells of the fence: a tool call's name is kept; a
+    /// failed tool result that names a refusal becomes a denial by the fence (once per
+    /// call, at most [`MAX_FENCE_DENIALS`] a turn). Returns the event to report.
+    pub fn fence_event(&mut self, ev: &AgentEvent) -> Option<AgentEvent> {
+        match ev {
+            AgentEvent::ToolUse {
+                id: Some(id), name, ..
+            } => {
+                self.tool_names.insert(id.clone(), name.clone());
+                None
+            }
+            AgentEvent::ToolResult {
+                id,
+                output,
+                is_error: true,
+            } if names_a_refusal(output) => {
+                let tool = id
+                    .as_ref()
+                    .and_then(|i| self.tool_names.get(i).cloned())
+                    .unwrap_or_else(|| "tool".to_owned());
+                let target = id
+                    .as_ref()
+                    .and_then(|i| self.targets.get(i).cloned())
+                    .unwrap_or_default();
+                self.fence_deny(id.as_deref(), tool, target, output)
+            }
+            AgentEvent::ToolUse { id: None, .. }
+            | AgentEvent::ToolResult { .. }
+            | AgentEvent::Started { .. }
+            | AgentEvent::Text { .. }
+            | AgentEvent::Thinking { .. }
+            | AgentEvent::Stderr { .. }
+            | AgentEvent::Error { .. }
+            | AgentEvent::Denied { .. }
+            | AgentEvent::Ignored { .. }
+            | AgentEvent::Fence { .. }
+            | AgentEvent::Result { .. } => None,
+        }
+    }
+
+    /// A line a fenced `command` agent wrote to stderr that names a refusal: a denial
+    /// by the fence, with the line as its target.
+    pub fn fence_stderr(&mut self, line: &str) -> Option<AgentEvent> {
+        if !names_a_refusal(line) {
+            return None;
+        }
+        self.fence_deny(None, "command".to_owned(), refusal_line(line), line)
+    }
+
+    fn fence_deny(
+        &mut self,
+        id: Option<&str>,
+        tool: String,
+        target: String,
+        output: &str,
+    ) -> Option<AgentEvent> {
+        let listed = self
+            .denials
+            .iter()
+            .filter(|d| d.by.as_deref() == Some("fence"))
+            .count();
+        if listed >= MAX_FENCE_DENIALS {
+            self.fence_denials_dropped += 1;
+            return None;
+        }
+        self.deny(
+            id,
+            Denial {
+                tool,
+                target,
+                by: Some("fence".to_owned()),
+            },
+            Some(refusal_line(output)),
+        )
     }
 
     /// Whether every action that could have changed something was denied: a turn that
@@ -548,5 +648,64 @@ mod tests {
             vec![("file_change".to_owned(), "b.rs".to_owned())]
         );
         assert_eq!(st.changes_applied, 0);
+    }
+
+    /// A fenced run's failed tool result that names a refusal is a denial by the
+    /// fence, once per call; other failures are not; stderr lines of a command agent
+    /// likewise, listed up to the cap and counted beyond it.
+    #[test]
+    fn refusals_named_in_a_fenced_runs_output_are_the_fences_denials() {
+        let mut st = TurnState::default();
+        let use_ = AgentEvent::ToolUse {
+            id: Some("t1".into()),
+            name: "Bash".into(),
+            input: serde_json::json!({"command": "echo x >> ~/.bashrc"}),
+        };
+        assert_eq!(st.fence_event(&use_), None);
+        st.targets.insert("t1".into(), "echo x >> ~/.bashrc".into());
+        let result = |id: &str, output: &str, is_error| AgentEvent::ToolResult {
+            id: Some(id.into()),
+            output: output.into(),
+            is_error,
+        };
+        let refused = "Exit code 2\n/bin/sh: 1: cannot create /home/a/.bashrc: Permission denied";
+        assert_eq!(
+            st.fence_event(&result("t1", refused, true)),
+            Some(AgentEvent::Denied {
+                tool: "Bash".into(),
+                target: "echo x >> ~/.bashrc".into(),
+                message: Some(
+                    "/bin/sh: 1: cannot create /home/a/.bashrc: Permission denied".into()
+                ),
+                by: Some("fence".into()),
+            })
+        );
+        // The same call again, a success that mentions it, another failure: nothing.
+        assert_eq!(st.fence_event(&result("t1", refused, true)), None);
+        assert_eq!(
+            st.fence_event(&result("t2", "Permission denied is a phrase", false)),
+            None
+        );
+        assert_eq!(
+            st.fence_event(&result("t3", "Exit code 1\nno such file", true)),
+            None
+        );
+        assert_eq!(st.denials.len(), 1);
+        assert!(st.all_denied());
+
+        let mut st = TurnState::default();
+        assert_eq!(st.fence_stderr("warning: slow"), None);
+        for i in 0..MAX_FENCE_DENIALS + 5 {
+            let line = format!("rm: cannot remove '/etc/x{i}': Operation not permitted");
+            let ev = st.fence_stderr(&line);
+            assert_eq!(ev.is_some(), i < MAX_FENCE_DENIALS, "{i}");
+        }
+        assert_eq!(st.denials.len(), MAX_FENCE_DENIALS);
+        assert_eq!(st.fence_denials_dropped, 5);
+        assert_eq!(st.denials[0].tool, "command");
+        assert_eq!(
+            st.denials[0].target,
+            "rm: cannot remove '/etc/x0': Operation not permitted"
+        );
     }
 }
