@@ -152,6 +152,18 @@ pub struct Task {
     /// absent for scratch runs and tasks that did not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
+    /// How the agent was fenced (absent for tasks that did not run, and those of a
+    /// Berth before the fence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<FenceNote>,
+}
+
+/// Whether a run's agent was fenced, and in what (or why not): the `fence` event's
+/// content, kept on the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceNote {
+    pub fenced: bool,
+    pub text: String,
 }
 
 /// What a task changed in the directory it ran in, paths relative to it. Changes made

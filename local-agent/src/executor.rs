@@ -256,6 +256,7 @@ fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
         branch: None,
         denials: Vec::new(),
         changes: None,
+        fence: None,
     }
 }
 
@@ -503,8 +504,12 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
         };
         // Last before the agent: the guard's snapshot of what a fenced agent that may
         // write its directory must not leave written there (.git/hooks, .git/config,
-        // .berth). Read-only, the kernel refuses every write there already.
-        if fence.fenced && policy.effective != Permissions::ReadOnly {
+        // .berth). Read-only, the kernel refuses every write there already; a scratch
+        // directory is Berth's own, and no settings are read from it.
+        if fence.fenced
+            && policy.effective != Permissions::ReadOnly
+            && place.mode != WorkMode::Scratch
+        {
             match sidecars.guard(&place.pinned, &inner.cfg.berth_home.join("guard")) {
                 Ok(()) => {}
                 Err(crate::sidecar::SidecarError::Guard(e)) => warnings.push(format!(
@@ -831,6 +836,10 @@ async fn run(
         warn(problem);
     }
     let fenced = prepared.fence.fenced;
+    let fence_note = berth_core::api::FenceNote {
+        fenced,
+        text: prepared.fence.text.clone(),
+    };
     let shown = place.pinned.display().to_owned();
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let mut guarded = Vec::new();
@@ -935,6 +944,7 @@ async fn run(
     if let Some(c) = &mut changes {
         c.fenced = fenced;
     }
+    out.fence = Some(fence_note);
     out.changes = changes;
     if let (Some(e), None) = (cleanup_error, &out.error) {
         out.error = Some(e);
@@ -1020,6 +1030,7 @@ fn ran_outcome(adapter: Adapter, agent: &str, ran: Ran, resume: Option<String>) 
         branch: None,
         denials: ran.state.denials,
         changes: None,
+        fence: None,
     }
 }
 

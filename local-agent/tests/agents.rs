@@ -49,6 +49,12 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
     )
     .await;
     let d = dir.display();
+    let fence = out
+        .fence
+        .clone()
+        .expect("the outcome says how the agent was fenced");
+    assert!(fence.fenced, "{fence:?}");
+    assert!(fence.text.starts_with(&format!("{d} + tmp")), "{fence:?}");
     assert_eq!(
         out,
         TaskOutcome {
@@ -67,6 +73,7 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
                 fenced: true,
                 ..Default::default()
             }),
+            fence: out.fence.clone(),
         }
     );
     let text = |t: String| AgentEvent::Text { text: t };

@@ -518,6 +518,49 @@ async fn network_on_lets_tcp_through_and_read_only_keeps_the_directory() {
     assert_eq!(out.code, Some(0), "read-only: {}", out.stderr);
 }
 
+/// The decomposition of the reads is reused between runs while no directory it
+/// listed changed: a file created in the home after one run is readable in the next,
+/// so is one an editor replaced by a rename, and a credential never is.
+#[tokio::test]
+async fn a_new_entry_in_the_home_is_readable_at_the_next_run_and_credentials_never() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("reuse", None);
+    let policy = w.policy(Permissions::Edit, Network::On);
+    let first = fence::prepare(&policy).unwrap();
+    let out = attempt(&w, Some(&first), As::Current, r#"cat "$HOME/.bashrc""#, &[]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let again = fence::prepare(&policy).unwrap();
+    assert_eq!(again.rules(), first.rules());
+
+    write(&w.home.join("new-notes.txt"), "notes\n");
+    write(&w.home.join(".bashrc.new"), "# saved\n");
+    std::fs::rename(w.home.join(".bashrc.new"), w.home.join(".bashrc")).unwrap();
+    let second = fence::prepare(&policy).unwrap();
+    for file in ["new-notes.txt", ".bashrc"] {
+        let out = attempt(
+            &w,
+            Some(&second),
+            As::Current,
+            &format!(r#"cat "$HOME/{file}""#),
+            &[],
+        )
+        .await;
+        assert_eq!(out.code, Some(0), "{file}: {}", out.stderr);
+    }
+    let out = attempt(
+        &w,
+        Some(&second),
+        As::Current,
+        r#"cat "$HOME/.ssh/id_ed25519""#,
+        &[],
+    )
+    .await;
+    assert_ne!(out.code, Some(0), "the key was read: {}", out.stdout);
+    assert!(!out.stdout.contains(SECRET));
+}
+
 /// Every fenced process carries the seccomp mark, its descendants too, even one that
 /// left the agent's session by a double fork and `setsid`; Berth and unfenced agents
 /// do not.

@@ -628,6 +628,8 @@ echo "in $HOME/code/where and $(pwd)/file.txt" >&2
   // Berth's word on the fence: its own row, not one of the agent's diagnostics.
   assert.match(await page.locator(".transcript .ev-agent-fence .ev-text").textContent(), /^fenced: ~\/code\/where\/deep \+ tmp · network on \(Landlock ABI \d+\)$/);
   assert.equal(await page.locator(".transcript .ev-agent-fence .ev-who").textContent(), "fence");
+  // And in the header, from the task that ran.
+  assert.match(await fact(page, "fence"), /^fenced: ~\/code\/where\/deep \+ tmp · network on \(Landlock ABI \d+\)$/);
   assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /in ~\/code\/where\/deep/);
   const { text, html } = await pageTexts(page);
   assertPrivate("the page's text", text);

@@ -303,6 +303,13 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
     // The user's own CLI still works on the same socket.
     assert!(b.ok(&["session", "list", "--json"]).contains(&session));
+    let shown = b.ok(&["session", "show", &session]);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("fence     fenced: ~/code/app + tmp · network on")),
+        "session show says how the last run was fenced: {shown}"
+    );
     // As `berth send` prints it: the fence's line, and a change summary that needs no
     // caveat about writes outside the directory.
     let out = b.run(&["send", &session, "once more"]);
@@ -366,6 +373,31 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     assert!(
         stderr.contains("changes made outside it are not in this list"),
         "{stderr}"
+    );
+    // The session says how its last run was fenced: here, not at all.
+    let shown = b.ok(&["session", "show", &session]);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("fence     UNFENCED: your settings turn the fence off")),
+        "{shown}"
+    );
+    let tasks = b.json(&["task", "list", "--session", &session, "--json"]);
+    let fences: Vec<&Value> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["fence"]["fenced"])
+        .collect();
+    assert_eq!(
+        fences,
+        [
+            &Value::from(true),
+            &Value::from(true),
+            &Value::from(false),
+            &Value::from(false)
+        ],
+        "{tasks}"
     );
     assert_ne!(hashes(&b), before);
 }

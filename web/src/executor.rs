@@ -126,6 +126,9 @@ pub struct TaskOutcome {
     /// What the run changed in its bound directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<berth_core::api::Changes>,
+    /// How the agent was fenced, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<berth_core::api::FenceNote>,
 }
 
 impl TaskOutcome {
@@ -142,6 +145,7 @@ impl TaskOutcome {
             branch: None,
             denials: Vec::new(),
             changes: None,
+            fence: None,
         }
     }
 
@@ -158,6 +162,7 @@ impl TaskOutcome {
             branch: None,
             denials: Vec::new(),
             changes: None,
+            fence: None,
         }
     }
 }

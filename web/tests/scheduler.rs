@@ -262,6 +262,7 @@ impl berth_web::executor::Executor for Instant {
                 branch: None,
                 denials: Vec::new(),
                 changes: None,
+                fence: None,
             }
         })
     }

@@ -263,6 +263,7 @@ fn finish(status: TaskStatus) -> Finish {
         work_dir_display: None,
         denials: Vec::new(),
         changes: None,
+        fence: None,
         record: None,
     }
 }
@@ -1208,7 +1209,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     let s = store.session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store.list_tasks(Some(s.id.clone()), None).await.unwrap();

@@ -40,7 +40,14 @@ function policyText(agent) {
   return agent.permissions ?? "edit (default)";
 }
 
-function header(s, latest, agent) {
+/** How the latest task that ran was fenced: `fenced: ~/code/app + tmp · network on`. */
+function fenceText(tasks) {
+  const ran = [...tasks].reverse().find((t) => t.fence);
+  if (!ran) return null;
+  return ran.fence.fenced ? `fenced: ${ran.fence.text}` : `UNFENCED: ${ran.fence.text}`;
+}
+
+function header(s, latest, agent, fence) {
   const b = s.binding;
   const st = bindingState(b, latest?.status);
   const fact = (label, value, cls) =>
@@ -64,6 +71,7 @@ function header(s, latest, agent) {
       fact("binding", st.text, `binding-state state-${st.key}`),
       fact("agent", s.agent),
       fact("permissions", policyText(agent), "policy"),
+      fence ? fact("fence", fence, fence.startsWith("fenced") ? "fence" : "fence is-unfenced") : null,
       fact("session", s.id, "mono"),
       s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
     ),
@@ -186,7 +194,7 @@ export function showSession(main, id) {
 
   function paint() {
     const latest = tasks[tasks.length - 1];
-    replace(headBox, header(session, latest, agent));
+    replace(headBox, header(session, latest, agent, fenceText(tasks)));
     replace(tasksBox, tasksTable(tasks, clock));
     preview?.update(session, latest);
     tick();

@@ -1,6 +1,7 @@
 //! Linux: the Landlock ruleset and the seccomp filter of a fenced agent.
 
 use super::{FenceError, Probe, seccomp};
+use berth_core::LocalPath;
 use berth_core::fence::{FencePolicy, Network, WriteKind};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
@@ -223,10 +224,13 @@ pub fn prepare(policy: &FencePolicy) -> Result<Prepared, FenceError> {
         missing: Vec::new(),
     };
 
-    // Names everywhere; contents everywhere but the holes.
-    b.add("/", AccessFs::ReadDir.into(), Follow::No)?;
-    let holes = holes(policy);
-    b.read_except(Path::new("/"), &holes)?;
+    // Names everywhere; contents everywhere but the holes: the rules of the last run
+    // with the same holes while no directory it listed has changed, else anew.
+    let reads = read_rules(&policy.read_deny)?;
+    for (fd, access) in &reads.rules {
+        b.add_fd(fd, *access, Path::new("/"))?;
+    }
+    b.skipped_symlinks += reads.skipped_symlinks;
 
     for (path, kind) in &policy.write {
         let path = Path::new(path.as_str());
@@ -276,11 +280,155 @@ pub fn prepare(policy: &FencePolicy) -> Result<Prepared, FenceError> {
     })
 }
 
+/// The read rules of the decomposition (`/`'s names, then contents everywhere but the
+/// holes), as opened descriptors, and the directories listed to find them.
+#[derive(Debug)]
+struct ReadRules {
+    /// The policy's `read_deny`, the key.
+    read_deny: Vec<LocalPath>,
+    rules: Vec<(OwnedFd, BitFlags<AccessFs>)>,
+    skipped_symlinks: usize,
+    /// Each directory that was listed, with what its `stat` said: an entry created,
+    /// removed or renamed in it changes its modification and change times.
+    listed: Vec<(PathBuf, Option<[i64; 6]>)>,
+}
+
+/// The last decomposition, reused while its holes are the same and no directory it
+/// listed has changed. A stale reuse could only deny more (a rule is on an inode that
+/// was readable when it was opened); the listed directories' times catch entries
+/// added, removed or replaced, so a new `~/.foo` is readable from the next run on.
+static READS: std::sync::Mutex<Option<std::sync::Arc<ReadRules>>> = std::sync::Mutex::new(None);
+
+/// What a listed directory's `stat` says: device, inode, modification and change
+/// times (seconds, nanoseconds).
+fn dir_stamp(path: &Path) -> Option<[i64; 6]> {
+    let st = rustix::fs::lstat(path).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    Some([
+        st.st_dev as i64,
+        st.st_ino as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ])
+}
+
+/// The decomposition for `read_deny` (see [`READS`]). The holes' canonical forms are
+/// reused with it: a symlink on the way to a hole lies in a listed directory, whose
+/// times change when it is replaced.
+fn read_rules(read_deny: &[LocalPath]) -> Result<std::sync::Arc<ReadRules>, FenceError> {
+    let mut cache = READS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(r) = cache.as_ref()
+        && r.read_deny == read_deny
+        && r.listed.iter().all(|(p, stamp)| dir_stamp(p) == *stamp)
+    {
+        return Ok(r.clone());
+    }
+    let holes = &holes(read_deny);
+    let mut reads = ReadRules {
+        read_deny: read_deny.to_vec(),
+        rules: Vec::new(),
+        skipped_symlinks: 0,
+        listed: Vec::new(),
+    };
+    // Stamped before listing: a change made while listing shows at the next run.
+    if let Some(rule) = open_rule(
+        Path::new("/"),
+        AccessFs::ReadDir.into(),
+        Follow::No,
+        &mut reads.skipped_symlinks,
+    )? {
+        reads.rules.push(rule);
+    }
+    read_except(Path::new("/"), holes, &mut reads)?;
+    let reads = std::sync::Arc::new(reads);
+    *cache = Some(reads.clone());
+    Ok(reads)
+}
+
+/// Opens `path` for a rule (`O_PATH`) with `access`, narrowed to file rights when it
+/// is not a directory; `None` when it is missing or a symlink (then counted).
+fn open_rule(
+    path: &Path,
+    access: BitFlags<AccessFs>,
+    follow: Follow,
+    skipped_symlinks: &mut usize,
+) -> Result<Option<(OwnedFd, BitFlags<AccessFs>)>, FenceError> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if follow == Follow::No {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let open_error = |source: std::io::Error| FenceError::Open {
+        path: path.to_owned(),
+        what: "a path of the fence",
+        source,
+    };
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(open_error(e.into())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| open_error(e.into()))?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Symlink => {
+            *skipped_symlinks += 1;
+            Ok(None)
+        }
+        FileType::Directory => Ok(Some((fd, access))),
+        FileType::RegularFile
+        | FileType::Fifo
+        | FileType::CharacterDevice
+        | FileType::BlockDevice
+        | FileType::Socket
+        | FileType::Unknown => Ok(Some((fd, access & AccessFs::from_file(LATEST)))),
+    }
+}
+
+/// Read rights beneath `root` except beneath the `holes`: a path with no hole beneath
+/// it gets one rule; one with a hole beneath it none, and each of its entries is
+/// handled the same way. Symlinks are never followed. What cannot be listed or opened
+/// gets no rule (the fence only ever denies more).
+fn read_except(root: &Path, holes: &[PathBuf], out: &mut ReadRules) -> Result<(), FenceError> {
+    if holes.iter().any(|h| h == root) {
+        return Ok(());
+    }
+    if !holes.iter().any(|h| h.starts_with(root)) {
+        return match open_rule(
+            root,
+            AccessFs::from_read(LATEST),
+            Follow::No,
+            &mut out.skipped_symlinks,
+        ) {
+            Ok(Some(rule)) => {
+                out.rules.push(rule);
+                Ok(())
+            }
+            Ok(None) | Err(FenceError::Open { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+    }
+    out.listed.push((root.to_owned(), dir_stamp(root)));
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            out.skipped_symlinks += 1;
+            continue;
+        }
+        read_except(&entry.path(), holes, out)?;
+    }
+    Ok(())
+}
+
 /// The paths to hide: each `read_deny` path, and its canonical form when that differs
 /// (a hidden path that is, or lies under, a symlink hides what it leads to).
-fn holes(policy: &FencePolicy) -> Vec<PathBuf> {
+fn holes(read_deny: &[LocalPath]) -> Vec<PathBuf> {
     let mut holes: Vec<PathBuf> = Vec::new();
-    for p in &policy.read_deny {
+    for p in read_deny {
         let p = PathBuf::from(p.as_str());
         if let Ok(real) = std::fs::canonicalize(&p)
             && real != p
@@ -316,6 +464,27 @@ struct Builder {
 }
 
 impl Builder {
+    /// One rule on an opened path: `access` beneath it (already narrowed to file
+    /// rights for a file). `path` names it in errors.
+    fn add_fd(
+        &mut self,
+        fd: &OwnedFd,
+        access: BitFlags<AccessFs>,
+        path: &Path,
+    ) -> Result<(), FenceError> {
+        if access.is_empty() {
+            return Ok(());
+        }
+        (&mut self.ruleset)
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| FenceError::Rule {
+                path: path.to_owned(),
+                source: Box::new(e),
+            })?;
+        self.rules += 1;
+        Ok(())
+    }
+
     /// One rule: `access` beneath `path` (file rights only, for a file).
     fn add(
         &mut self,
@@ -363,32 +532,5 @@ impl Builder {
             })?;
         self.rules += 1;
         Ok(Added::Rule)
-    }
-
-    /// Read rights beneath `root` except beneath the `holes`: a path with no hole
-    /// beneath it gets one rule; one with a hole beneath it none, and each of its
-    /// entries is handled the same way. Symlinks are never followed. What cannot be
-    /// listed or opened gets no rule (the fence only ever denies more).
-    fn read_except(&mut self, root: &Path, holes: &[PathBuf]) -> Result<(), FenceError> {
-        if holes.iter().any(|h| h == root) {
-            return Ok(());
-        }
-        if !holes.iter().any(|h| h.starts_with(root)) {
-            return match self.add(root, AccessFs::from_read(LATEST), Follow::No) {
-                Ok(_) | Err(FenceError::Open { .. }) => Ok(()),
-                Err(e) => Err(e),
-            };
-        }
-        let Ok(entries) = std::fs::read_dir(root) else {
-            return Ok(());
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
-                self.skipped_symlinks += 1;
-                continue;
-            }
-            self.read_except(&entry.path(), holes)?;
-        }
-        Ok(())
     }
 }

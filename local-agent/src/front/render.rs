@@ -391,6 +391,9 @@ pub fn session_body(session: &Value, tasks: &Value) {
     if let Some(w) = session["work_dir"].as_str() {
         println!("last ran  {}", escape(w));
     }
+    if let Some(fence) = last_fence(tasks) {
+        println!("fence     {fence}");
+    }
     println!();
     self::tasks(tasks);
 }
@@ -529,11 +532,27 @@ impl Stream {
     }
 }
 
+/// How the latest task that ran was fenced, as a line: `fenced: ~/code/app + tmp ·
+/// network on (Landlock ABI 7)`, or `UNFENCED: why`.
+pub fn last_fence(tasks: &Value) -> Option<String> {
+    let task = tasks
+        .as_array()?
+        .iter()
+        .filter(|t| t["fence"].is_object())
+        .max_by(|a, b| s(&a["created_at"]).cmp(s(&b["created_at"])))?;
+    let text = escape(s(&task["fence"]["text"]));
+    Some(if task["fence"]["fenced"] == true {
+        format!("fenced: {text}")
+    } else {
+        format!("UNFENCED: {text}")
+    })
+}
+
 /// A `fence` event's line, and whether it is fine (fenced) or a warning (unfenced):
 /// `berth: fenced: ~/code/app + tmp · network on (Landlock ABI 7)`, or
 /// `berth: warning: unfenced: why`.
 pub fn fence_line(p: &Value) -> (bool, String) {
-    let text = inert(s(&p["text"]));
+    let text = escape(s(&p["text"]));
     if p["fenced"].as_bool() == Some(true) {
         (true, format!("berth: fenced: {text}"))
     } else {

@@ -36,12 +36,15 @@ pub fn bare_cat(msg: &str) -> Result<()> {
     Ok(())
 }
 
-/// The three round trips, one sample each per message.
+/// The round trips, one sample each per message: `api` on a server whose agents are
+/// fenced (the default, where the kernel can), `api_unfenced` on one whose user
+/// settings turn the fence off.
 #[derive(Debug, Default)]
 struct Samples {
     bare: Vec<f64>,
     cli: Vec<f64>,
     api: Vec<f64>,
+    api_unfenced: Vec<f64>,
 }
 
 /// The CLI's own start (issue 17): `berth --version` and `berth session list` on an
@@ -121,8 +124,17 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
     let cli_session = new_session(&mut conn, CAT_AGENT, "dispatch via the CLI")?;
     let api_session = new_session(&mut conn, CAT_AGENT, "dispatch via the API")?;
     let mut sse = Sse::open(&sock, &api_session, 0, Duration::from_secs(60))?;
+    // The same round trip with the fence off, in the same loop: what the fence adds.
+    let off = served("bench-dispatch-unfenced");
+    std::fs::write(off.config.join("settings.jsonc"), r#"{ "fence": "off" }"#)?;
+    let off_sock = socket(&off);
+    let mut off_conn = Conn::connect(&off_sock)?;
+    let off_session = new_session(&mut off_conn, CAT_AGENT, "dispatch, fence off")?;
+    let mut off_sse = Sse::open(&off_sock, &off_session, 0, Duration::from_secs(60))?;
 
     let mut s = Samples::default();
+    // Whether this machine's kernel fences (the first fenced task says).
+    let mut fenced_here = false;
     let n = cfg.dispatch_messages;
     for i in 0..WARM_UP + n {
         let msg = format!("message {i}");
@@ -145,11 +157,27 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         let done = sse.until_task(&task)?;
         let api = ms_since(t);
         ensure!(succeeded(&done), "API task {task} ended {done}");
+        if i == 0 {
+            fenced_here = done["fence"]["fenced"] == true;
+        }
+
+        let t = Instant::now();
+        let task = post_message(&mut off_conn, &off_session, &msg)?;
+        let done = off_sse.until_task(&task)?;
+        let api_unfenced = ms_since(t);
+        ensure!(succeeded(&done), "API task {task} (fence off) ended {done}");
+        if i == 0 {
+            ensure!(
+                done["fence"]["fenced"] == false,
+                "the fence-off server's task ran fenced: {done}"
+            );
+        }
 
         if i >= WARM_UP {
             s.bare.push(bare);
             s.cli.push(cli);
             s.api.push(api);
+            s.api_unfenced.push(api_unfenced);
         }
         if (i + 1) % 100 == 0 {
             progress(format!("dispatch: {}/{}", i + 1, WARM_UP + n));
@@ -175,6 +203,27 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         &s.api,
         None,
     ));
+    rows.extend(percentile_rows(
+        "dispatch",
+        "API round trip, fence off",
+        &s.api_unfenced,
+        None,
+    ));
+    rows.push(
+        Row::new(
+            "dispatch",
+            "the fence's cost: API p50 fenced − fence off",
+            quantile(&s.api, 0.5).unwrap_or(f64::NAN)
+                - quantile(&s.api_unfenced, 0.5).unwrap_or(f64::NAN),
+            "ms",
+            None,
+        )
+        .with_note(if fenced_here {
+            "issue 34: the fence on and off in the same loop"
+        } else {
+            "this machine has no fence: both runs are unfenced"
+        }),
+    );
     let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
     rows.push(
         Row::new(

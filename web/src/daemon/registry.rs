@@ -212,6 +212,7 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
         branch: None,
         denials: Vec::new(),
         changes: None,
+        fence: None,
     }
 }
 

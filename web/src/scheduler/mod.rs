@@ -594,6 +594,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 work_dir_display: None,
                 denials: Vec::new(),
                 changes: None,
+                fence: None,
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
@@ -691,6 +692,7 @@ async fn record(
         work_dir_display: outcome.work_dir_display.clone(),
         denials: outcome.denials,
         changes: outcome.changes,
+        fence: outcome.fence,
         record: Some(RunRecord {
             binding_rev,
             work_dir: outcome.work_dir,

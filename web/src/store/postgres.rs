@@ -69,7 +69,7 @@ const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, super::lists::TRIGGERS];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, super::lists::TRIGGERS, V5];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -225,6 +225,11 @@ ALTER TABLE tasks ADD COLUMN handed_to TEXT COLLATE "C";
 ALTER TABLE tasks ADD COLUMN handed_instance TEXT;
 ALTER TABLE tasks ADD COLUMN daemon_events BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN daemon_outcome TEXT;
+"#;
+
+/// How each task's agent was fenced (a JSON `FenceNote`).
+const V5: &str = r#"
+ALTER TABLE tasks ADD COLUMN fence TEXT;
 "#;
 
 /// `NOTIFY` channels, payload `REPLICA SESSION`: a session's transcript grew; a
@@ -2332,6 +2337,7 @@ impl Pg {
             .then(|| json_text(&fin.denials))
             .transpose()?;
         let changes = fin.changes.as_ref().map(json_text).transpose()?;
+        let fence = fin.fence.as_ref().map(json_text).transpose()?;
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         w.q()
@@ -2339,7 +2345,7 @@ impl Pg {
                 "UPDATE tasks SET status = $2, wait_reason = NULL, exit_code = $3, error = $4,
                    error_code = $5, work_dir = $6, finished_at = $7,
                    started_at = COALESCE(started_at, $7), work_dir_display = $8, denials = $9,
-                   changes = $10
+                   changes = $10, fence = $11
                  WHERE id = $1",
                 &[
                     &id,
@@ -2352,6 +2358,7 @@ impl Pg {
                     &fin.work_dir_display,
                     &denials,
                     &changes,
+                    &fence,
                 ],
             )
             .await?;

@@ -351,15 +351,17 @@ pub struct TaskRow {
     pub finished_at: Option<String>,
     /// What it changed in its directory.
     pub changes: Option<berth_core::api::Changes>,
+    /// How its agent was fenced.
+    pub fence: Option<berth_core::api::FenceNote>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display, denials, changes";
+    work_dir_display, denials, changes, fence";
 
 /// How many columns [`TASK_COLUMNS`] names: a query's own columns follow them.
 #[cfg(feature = "postgres")]
-pub(crate) const TASK_COLUMN_COUNT: usize = 16;
+pub(crate) const TASK_COLUMN_COUNT: usize = 17;
 
 /// [`TASK_COLUMNS`], each qualified by a table alias (`t.id, t.session_id, …`).
 #[cfg(feature = "postgres")]
@@ -400,6 +402,13 @@ impl TaskRow {
                 ),
                 None => None,
             },
+            fence: match r.opt_text(16)? {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("task fence: {e}")))?,
+                ),
+                None => None,
+            },
         })
     }
 
@@ -419,6 +428,7 @@ impl TaskRow {
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),
             changes: self.changes.clone(),
+            fence: self.fence.clone(),
         }
     }
 }

@@ -186,6 +186,11 @@ CREATE INDEX tasks_waiting ON tasks(session_id, seq)
     WHERE status IN ('queued', 'waiting_daemon') AND started_at IS NULL;
 "#;
 
+/// How each task's agent was fenced (a JSON `FenceNote`).
+const V10: &str = r#"
+ALTER TABLE tasks ADD COLUMN fence TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -198,6 +203,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V7),
         M::up(V8),
         M::up(V9),
+        M::up(V10),
     ])
 }
 

@@ -67,6 +67,8 @@ pub struct Finish {
     pub denials: Vec<berth_core::api::Denial>,
     /// What the task changed in its directory.
     pub changes: Option<berth_core::api::Changes>,
+    /// How its agent was fenced.
+    pub fence: Option<berth_core::api::FenceNote>,
     /// Recorded on the session only while its binding revision is still this one.
     pub record: Option<RunRecord>,
 }
@@ -493,12 +495,18 @@ impl Store {
                 .map(serde_json::to_string)
                 .transpose()
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let fence = fin
+                .fence
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
-                   changes = ?10
+                   changes = ?10, fence = ?11
                  WHERE id = ?1")?.execute(
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials, changes],
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials, changes, fence],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {

@@ -80,6 +80,7 @@ impl Executor for ShExecutor {
                 branch: None,
                 denials: Vec::new(),
                 changes: None,
+                fence: None,
             };
             let _ = events.send(ExecEvent::Status {
                 status: TaskStatus::Running,

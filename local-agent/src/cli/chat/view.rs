@@ -93,6 +93,8 @@ pub struct View {
     pub last_seq: i64,
     /// The state the directory showed at the last look (`ok`, `changed`, …).
     pub state: String,
+    /// How the last run was fenced (from its `fence` event): fenced, and the text.
+    pub fence: Option<(bool, String)>,
     pub lines: Vec<Line>,
 }
 
@@ -184,8 +186,13 @@ impl View {
             t => format!(" {t}"),
         };
         let policy = self.policy.as_deref().unwrap_or("?");
+        let fence = match &self.fence {
+            Some((true, text)) => format!(" · fenced: {}", one_line(&render::escape(text), 60)),
+            Some((false, _)) => String::from(" · UNFENCED"),
+            None => String::new(),
+        };
         let first = format!(
-            "session {id}{title} · agent {} · may {policy}",
+            "session {id}{title} · agent {} · may {policy}{fence}",
             s(&sess["agent"]),
         );
         let b = self.binding();
@@ -347,10 +354,13 @@ impl View {
                 );
             }
             "stderr" => self.push(Style::Dim, one_line(s(&p["line"]), 400)),
-            "fence" => match render::fence_line(p) {
-                (true, line) => self.push(Style::Dim, line),
-                (false, line) => self.push(Style::Alert, line),
-            },
+            "fence" => {
+                self.fence = Some((p["fenced"] == true, s(&p["text"]).to_owned()));
+                match render::fence_line(p) {
+                    (true, line) => self.push(Style::Dim, line),
+                    (false, line) => self.push(Style::Alert, line),
+                }
+            }
             "error" => self.push(Style::Alert, format!("error: {}", inert(s(&p["message"])))),
             "denied" => self.push(
                 Style::Denied,
@@ -445,6 +455,41 @@ mod tests {
                 (Style::Alert, "task t1 cancelled"),
             ]
         );
+    }
+
+    #[test]
+    fn the_header_says_how_the_last_run_was_fenced() {
+        let mut v = View {
+            session: json!({"id": "s", "agent": "a", "binding": null}),
+            ..View::default()
+        };
+        assert!(!v.header()[0].contains("fenced"), "{:?}", v.header());
+        let fence = |n, fenced, text: &str| {
+            ev(
+                n,
+                "t1",
+                json!({"type": "fence", "fenced": fenced, "text": text}),
+            )
+        };
+        v.event(
+            "agent",
+            &fence(1, true, "~/code/app + tmp · network on (Landlock ABI 7)"),
+        );
+        assert!(
+            v.header()[0].ends_with(" · fenced: ~/code/app + tmp · network on (Landlock ABI 7)"),
+            "{:?}",
+            v.header()
+        );
+        assert!(
+            v.lines
+                .iter()
+                .any(|l| l.text == "berth: fenced: ~/code/app + tmp · network on (Landlock ABI 7)")
+        );
+        v.event(
+            "agent",
+            &fence(2, false, "your settings turn the fence off"),
+        );
+        assert!(v.header()[0].ends_with(" · UNFENCED"), "{:?}", v.header());
     }
 
     #[test]
