@@ -158,6 +158,19 @@ pub struct Task {
     pub fence: Option<FenceNote>,
 }
 
+/// How a machine fences the agents it runs now: the user settings' mode and what its
+/// kernel offers (`GET capabilities`' `fence`; `berth agent list` prints `text`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceStatus {
+    /// `auto`, `required` or `off`.
+    pub mode: String,
+    /// Whether the kernel can fence (Landlock and seccomp).
+    pub available: bool,
+    /// One line: `on (Landlock ABI 7): every agent is fenced ("fence": "auto")`, or why
+    /// not and what happens instead.
+    pub text: String,
+}
+
 /// Whether a run's agent was fenced, and in what (or why not): the `fence` event's
 /// content, kept on the task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -173,6 +173,13 @@ impl NativeExecutor {
 }
 
 impl Executor for NativeExecutor {
+    fn fence(&self) -> Option<berth_core::api::FenceStatus> {
+        Some(crate::run_fence::status(
+            &self.inner.ctx,
+            &self.inner.cfg.config_dir,
+        ))
+    }
+
     fn machine(&self) -> (MachineId, String) {
         (
             self.inner.cfg.machine_id.clone(),

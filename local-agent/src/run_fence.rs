@@ -271,6 +271,55 @@ fn describe(ctx: &Context, policy: &FencePolicy, _: &fence::Prepared) -> String 
     policy.describe(ctx)
 }
 
+/// How this machine fences agents now, from the user settings' mode and the kernel's
+/// answer (see [`berth_core::api::FenceStatus`]).
+pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::FenceStatus {
+    let mode = match crate::settings::user_fence(ctx, config_dir) {
+        Ok(f) => f.mode,
+        Err(e) => {
+            return berth_core::api::FenceStatus {
+                mode: "auto".to_owned(),
+                available: fence::probe().available(),
+                text: format!("unknown: the user settings cannot be read ({e})"),
+            };
+        }
+    };
+    let probe = fence::probe();
+    let mode_name = match mode {
+        FenceMode::Auto => "auto",
+        FenceMode::Required => "required",
+        FenceMode::Off => "off",
+    };
+    let why_not = if !cfg!(target_os = "linux") {
+        format!("no fence is built for {} yet", std::env::consts::OS)
+    } else if probe.landlock_abi == 0 {
+        "the kernel has no Landlock".to_owned()
+    } else {
+        "the kernel cannot install seccomp filters".to_owned()
+    };
+    let text = match (mode, probe.available()) {
+        (FenceMode::Off, _) => {
+            "OFF: your settings turn the fence off (\"fence\": \"off\"); agents run unfenced"
+                .to_owned()
+        }
+        (_, true) => format!(
+            "on (Landlock ABI {}): every agent is kept to its directory (\"fence\": \"{mode_name}\")",
+            probe.landlock_abi
+        ),
+        (FenceMode::Auto, false) => {
+            format!("UNAVAILABLE: {why_not}; agents run unfenced (\"fence\": \"auto\")")
+        }
+        (FenceMode::Required, false) => format!(
+            "UNAVAILABLE: {why_not}; every run is refused (\"fence\": \"required\", code fence_unavailable)"
+        ),
+    };
+    berth_core::api::FenceStatus {
+        mode: mode_name.to_owned(),
+        available: probe.available(),
+        text,
+    }
+}
+
 /// A short, unique name for the task's temporary directory: sockets the agent binds
 /// there must fit `sun_path` (108 bytes).
 fn task_tmp(berth_home: &Path, task_id: &str) -> std::io::Result<PathBuf> {

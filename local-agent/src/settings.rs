@@ -117,6 +117,15 @@ fn user_layer(ctx: &Context, config_dir: &Path) -> Result<Option<Layer>, Setting
     }
 }
 
+/// The fence settings of the user layer alone (no directory's project layer).
+pub(crate) fn user_fence(
+    ctx: &Context,
+    config_dir: &Path,
+) -> Result<berth_core::settings::FenceSettings, SettingsLoadError> {
+    let layers: Vec<Layer> = user_layer(ctx, config_dir)?.into_iter().collect();
+    Ok(settings::merge(&layers).fence)
+}
+
 /// Reads both layers for `bound` (none for scratch runs): the first existing project
 /// candidate, sorted under the trust `trust` records for its directory.
 fn read_layers(

@@ -296,6 +296,14 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
         .as_str()
         .unwrap()
         .to_owned();
+    let listed = b.ok(&["agent", "list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("fence: on (Landlock ABI ")
+                && l.ends_with("every agent is kept to its directory (\"fence\": \"auto\")")),
+        "agent list says how agents are fenced: {listed}"
+    );
     let before = hashes(&b);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&b, &session, "go");
@@ -338,6 +346,13 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
 
     // The control: unfenced, the same agent escapes.
     user_settings(&b, r#"{ "fence": "off" }"#);
+    let listed = b.ok(&["agent", "list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("fence: OFF: your settings turn the fence off")),
+        "{listed}"
+    );
     let (_, events, task) = send_json(&b, &session, "again");
     let (results, berth) = outcomes(&events);
     assert_eq!(task["status"], "succeeded", "{task}");
@@ -458,6 +473,12 @@ fn a_required_fence_is_refused_where_there_is_none_and_nothing_is_written() {
             r#"{{ "fence": {{ "mode": "required", "write": ["{}"] }} }}"#,
             s(b.root.path())
         ),
+    );
+    let listed = b.ok(&["agent", "list"]);
+    assert!(
+        listed.lines().any(|l| l
+            == "fence: UNAVAILABLE: the kernel has no Landlock; every run is refused (\"fence\": \"required\", code fence_unavailable)"),
+        "{listed}"
     );
     let session = b.json(&["session", "new", "--agent", "w", "--dir", s(&app), "--json"])["id"]
         .as_str()

@@ -204,6 +204,12 @@ pub trait Executor: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// How this machine fences the agents it runs now; `None` where it runs none
+    /// itself. Reads the user settings: cheap, blocking.
+    fn fence(&self) -> Option<berth_core::api::FenceStatus> {
+        None
+    }
+
     /// Validates a directory natively, as a binding would use it (no server state
     /// involved). Runs blocking I/O; callers use `spawn_blocking`.
     #[cfg(feature = "local-binding")]

@@ -244,6 +244,12 @@ fn execute(c: &mut Socket, request: Request) -> Result<u8, CliError> {
                 render::print_json(&agents);
             } else {
                 render::agents(&agents);
+                // How this machine fences them (what the server's executor says).
+                let caps = c.get("/api/v1/capabilities")?;
+                if let Some(text) = caps["fence"]["text"].as_str() {
+                    println!();
+                    println!("fence: {}", render::escape(text));
+                }
             }
             Ok(0)
         }

@@ -40,6 +40,10 @@ pub struct Capabilities {
     /// The local executor's machine id and name, the claimer the preview resolves for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<MachineInfo>,
+    /// How the local executor fences agents now (absent where there is none, and
+    /// through a daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<berth_core::api::FenceStatus>,
 }
 
 /// A machine as the preview needs it.
@@ -120,6 +124,7 @@ pub(crate) async fn capabilities(
                 id: via.machine.as_str().to_owned(),
                 name: via.name,
             }),
+            fence: None,
         });
     }
     let local = ctx.surface != Surface::Cloud;
@@ -136,6 +141,7 @@ pub(crate) async fn capabilities(
                 name,
             }
         }),
+        fence: ctx.app.scheduler.executor().and_then(|e| e.fence()),
     })
 }
 
