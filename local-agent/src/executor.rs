@@ -209,6 +209,11 @@ impl Executor for NativeExecutor {
             )
         });
         let mut lines: Vec<String> = stopped.chain(held).collect();
+        // The temporary directories of tasks that never finished; not while another
+        // Berth process on this home may be running tasks.
+        if groups.in_use.is_empty() {
+            lines.extend(crate::run_fence::sweep_tmp(&self.inner.cfg.berth_home));
+        }
         let report = self.replay_leftovers();
         let restored = report
             .restored

@@ -320,6 +320,37 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
     }
 }
 
+/// Removes every task's temporary directory under `$BERTH_HOME/tmp` (at startup, when
+/// no task of this home runs: those left by a Berth that stopped mid-run). Returns one
+/// line per directory removed or left.
+pub(crate) fn sweep_tmp(berth_home: &Path) -> Vec<String> {
+    let base = berth_home.join("tmp");
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        // Never through a symlink: only what Berth made here is removed.
+        let removed = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(err) => Err(err),
+        };
+        out.push(match removed {
+            Ok(()) => format!(
+                "removed {}, an interrupted task's temporary directory",
+                path.display()
+            ),
+            Err(err) => format!(
+                "could not remove {}, an interrupted task's temporary directory: {err}",
+                path.display()
+            ),
+        });
+    }
+    out
+}
+
 /// A short, unique name for the task's temporary directory: sockets the agent binds
 /// there must fit `sun_path` (108 bytes).
 fn task_tmp(berth_home: &Path, task_id: &str) -> std::io::Result<PathBuf> {

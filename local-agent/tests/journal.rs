@@ -280,3 +280,33 @@ fn guarded_paths_are_put_back_at_the_next_start_after_a_crash() {
     );
     assert_eq!(exec.replay_leftovers(), Default::default());
 }
+
+/// A task's temporary directory left by a Berth that stopped mid-run (fenced agents
+/// write there) is removed at the next start, and said; nothing outside it is touched
+/// through a symlink in it.
+#[test]
+fn recover_removes_the_temporary_directories_of_interrupted_tasks() {
+    use berth_web::executor::Executor;
+    let sb = Sandbox::new();
+    let outside = sb.dir("elsewhere");
+    std::fs::write(outside.join("keep.txt"), "keep").unwrap();
+    let cfg = sb.cfg();
+    let stale = cfg.berth_home.join("tmp/0123abcd");
+    std::fs::create_dir_all(stale.join("sub")).unwrap();
+    std::fs::write(stale.join("sub/scratch.bin"), "x").unwrap();
+    std::os::unix::fs::symlink(&outside, stale.join("link")).unwrap();
+    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    assert_eq!(
+        exec.recover(),
+        vec![format!(
+            "removed {}, an interrupted task's temporary directory",
+            stale.display()
+        )]
+    );
+    assert!(!stale.exists());
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
+        "keep"
+    );
+    assert_eq!(exec.recover(), Vec::<String>::new());
+}
