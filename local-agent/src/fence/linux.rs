@@ -493,44 +493,14 @@ impl Builder {
         follow: Follow,
     ) -> Result<Added, FenceError> {
         let path = path.as_ref();
-        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
-        if follow == Follow::No {
-            flags |= OFlags::NOFOLLOW;
-        }
-        let open_error = |source: std::io::Error| FenceError::Open {
-            path: path.to_owned(),
-            what: "a path of the fence",
-            source,
-        };
-        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Ok(Added::Missing),
-            Err(e) => return Err(open_error(e.into())),
-        };
-        let stat = rustix::fs::fstat(&fd).map_err(|e| open_error(e.into()))?;
-        let access = match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Symlink => {
-                self.skipped_symlinks += 1;
-                return Ok(Added::Symlink);
+        let symlinks = self.skipped_symlinks;
+        match open_rule(path, access, follow, &mut self.skipped_symlinks)? {
+            Some((fd, access)) => {
+                self.add_fd(&fd, access, path)?;
+                Ok(Added::Rule)
             }
-            FileType::Directory => access,
-            FileType::RegularFile
-            | FileType::Fifo
-            | FileType::CharacterDevice
-            | FileType::BlockDevice
-            | FileType::Socket
-            | FileType::Unknown => access & AccessFs::from_file(LATEST),
-        };
-        if access.is_empty() {
-            return Ok(Added::Rule);
+            None if self.skipped_symlinks > symlinks => Ok(Added::Symlink),
+            None => Ok(Added::Missing),
         }
-        (&mut self.ruleset)
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| FenceError::Rule {
-                path: path.to_owned(),
-                source: Box::new(e),
-            })?;
-        self.rules += 1;
-        Ok(Added::Rule)
     }
 }
