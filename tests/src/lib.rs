@@ -77,6 +77,9 @@ pub struct Berth {
     env: Vec<(String, String)>,
     /// The umask every command starts with (see [`Berth::umask`]); else the test's.
     umask: Option<String>,
+    /// The uid every command and the server run as, with copies of the binaries it
+    /// can reach (see [`Berth::as_user`]); else the test's.
+    user: Option<(u32, PathBuf)>,
     server: Option<Child>,
 }
 
@@ -109,6 +112,7 @@ impl Berth {
             locks,
             env: Vec::new(),
             umask: None,
+            user: None,
             server: None,
         }
     }
@@ -125,11 +129,53 @@ impl Berth {
         self.umask = Some(mask.to_owned());
     }
 
+    /// Runs every later command and the server as the unprivileged `uid` (through
+    /// `setpriv`, with no supplementary groups): the installation's directories become
+    /// its own, and the binaries are copied where it can run them (the target directory
+    /// may lie in a home it cannot enter). Call after writing the files the test needs.
+    pub fn as_user(&mut self, uid: u32) {
+        let bin = self.root.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("bin dir");
+        let src = berth_bin();
+        let dir = src.parent().expect("the binaries' directory");
+        for name in ["berth", "berth-full"] {
+            std::fs::copy(dir.join(name), bin.join(name)).expect("copy the binaries");
+        }
+        let ok = Command::new("chown")
+            .args(["-R", &format!("{uid}:{uid}")])
+            .arg(self.root.path())
+            .status()
+            .expect("chown")
+            .success();
+        assert!(ok, "chown {}", self.root.path().display());
+        self.user = Some((uid, bin.join("berth")));
+    }
+
+    /// The `berth` this installation runs (a copy, under [`Berth::as_user`]).
+    pub fn bin(&self) -> PathBuf {
+        match &self.user {
+            Some((_, bin)) => bin.clone(),
+            None => berth_bin(),
+        }
+    }
+
     /// A `berth` command with this installation's environment.
     pub fn cmd(&self) -> Command {
-        let mut c = match &self.umask {
-            None => Command::new(berth_bin()),
-            Some(mask) => {
+        let mut c = match (&self.umask, &self.user) {
+            (None, Some((uid, bin))) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={uid}"),
+                    &format!("--regid={uid}"),
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(bin);
+                c
+            }
+            (None, None) => Command::new(berth_bin()),
+            (Some(_), Some(_)) => panic!("Berth::umask and Berth::as_user do not combine"),
+            (Some(mask), None) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("umask {mask} && exec \"$0\" \"$@\""))

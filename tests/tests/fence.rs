@@ -166,7 +166,7 @@ fn battery_agent_on(b: &Berth, name: &str, state: &Path) {
     let script = format!(
         "export BERTH_STATE='{}' BERTH_BIN='{}' PYTHON='{python}'\n{BATTERY}",
         s(state),
-        s(&berth_tests::berth_bin())
+        s(&b.bin())
     );
     add_command_agent(b, name, &script);
 }
@@ -449,6 +449,46 @@ fn the_escape_battery_fails_through_a_daemon() {
     assert_eq!(hashes(&a), before, "the fake home is unchanged");
     // The user's own CLI still works through the daemon's socket.
     assert!(a.ok(&["session", "list", "--json"]).contains(&session));
+}
+
+/// The escape battery through `berth serve` run by an unprivileged user: the suite
+/// runs as root, which reads through file modes, so the same fence is proved where
+/// only the kernel's rules stand between the agent and the user's files.
+#[test]
+fn the_escape_battery_fails_through_berth_serve_run_by_an_unprivileged_user() {
+    use std::os::unix::fs::MetadataExt;
+    // Root owns its /proc entry; anyone else is already unprivileged.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        // Not root: every other test here already runs unprivileged.
+        return;
+    }
+    let mut b = Berth::new("fence-nobody");
+    let app = world(&b);
+    b.as_user(65534);
+    b.serve();
+    battery_agent(&b, "battery");
+    let session = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "battery",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = hashes(&b);
+    let kept = guarded(&app);
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_fenced(&b, &app, &kept, &events, &task);
+    assert_eq!(hashes(&b), before, "the fake home is unchanged");
+    // It ran as that user: the file it wrote inside is its own.
+    assert_eq!(
+        std::fs::metadata(app.join("inside.txt")).unwrap().uid(),
+        65534
+    );
 }
 
 /// `"fence": "required"` where the kernel (as the probe says) has no fence: refused
