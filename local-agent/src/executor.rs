@@ -654,6 +654,12 @@ async fn run(
     let staged = {
         let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
         blocking(move || -> Result<Staged, Stop> {
+            if matches!(task.placement, Placement::Worktree { .. })
+                && let Some(r) = crate::run_fence::refused_early(&inner.ctx, &inner.cfg.config_dir)
+            {
+                self::warn(&events, format!("hint: {}", r.hint));
+                return Err(Stop::Refused(r));
+            }
             let place = place(&inner, &task)?;
             match inner
                 .locks

@@ -101,14 +101,7 @@ pub(crate) fn for_run(
     }
     let probe = fence::probe();
     if !probe.available() {
-        let answer = if !cfg!(target_os = "linux") {
-            format!("no fence is built for {} yet", std::env::consts::OS)
-        } else if probe.landlock_abi == 0 {
-            "the kernel has no Landlock (not built, or not enabled at boot)".to_owned()
-        } else {
-            "the kernel cannot install seccomp filters".to_owned()
-        };
-        return unavailable(settings.mode, &answer);
+        return unavailable(settings.mode, &why_unavailable(probe));
     }
     let tmp = task_tmp(places.berth_home, task_id).map_err(|e| {
         FenceStop::Failed(format!(
@@ -132,6 +125,37 @@ pub(crate) fn for_run(
                 Built::Stop(stop) => Err(stop),
             }
         }
+    }
+}
+
+/// Why this machine cannot fence, for messages.
+fn why_unavailable(probe: fence::Probe) -> String {
+    if !cfg!(target_os = "linux") {
+        format!("no fence is built for {} yet", std::env::consts::OS)
+    } else if probe.landlock_abi == 0 {
+        "the kernel has no Landlock (not built, or not enabled at boot)".to_owned()
+    } else {
+        "the kernel cannot install seccomp filters".to_owned()
+    }
+}
+
+/// The refusal of a run whose user settings require the fence on a machine without
+/// one, known before anything is placed: a worktree run checks it before it adds its
+/// worktree to the user's repository. (A project layer that turns `required` on is
+/// known only once the directory is read; the run is refused then.)
+pub(crate) fn refused_early(ctx: &Context, config_dir: &Path) -> Option<Refusal> {
+    let probe = fence::probe();
+    if probe.available() {
+        return None;
+    }
+    match crate::settings::user_fence(ctx, config_dir) {
+        Ok(f) if f.mode == FenceMode::Required => {
+            match unavailable(f.mode, &why_unavailable(probe)) {
+                Err(FenceStop::Refused(r)) => Some(r),
+                Err(FenceStop::Failed(_)) | Ok(_) => None,
+            }
+        }
+        Ok(_) | Err(_) => None,
     }
 }
 

@@ -560,6 +560,43 @@ fn a_required_fence_is_refused_where_there_is_none_and_nothing_is_written() {
     );
     assert!(!b.home.join("tmp").exists() || listing(&b.home.join("tmp")).is_empty());
 
+    // In worktree mode the refusal comes before the worktree is added to the user's
+    // repository: no `.git/worktrees`, no `berth/` branch.
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&app)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["commit", "-q", "--allow-empty", "-m", "init"]);
+    let wt = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "w",
+        "--dir",
+        s(&app),
+        "--mode",
+        "worktree",
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, _, task) = send_json(&b, &wt, "go");
+    assert_eq!(task["error_code"], "fence_unavailable", "{task}");
+    assert!(!app.join(".git/worktrees").exists(), "a worktree was added");
+    assert_eq!(
+        git(&["branch", "--list", "berth/*"]),
+        "",
+        "a branch was added"
+    );
+    assert!(!marker.exists(), "the agent never ran");
+
     // The control: "auto" on the same machine runs, unfenced, and says so.
     user_settings(
         &b,
