@@ -23,7 +23,7 @@
 #![cfg(target_os = "linux")]
 
 use berth_tests::Berth;
-use berth_tests::steps::{add_command_agent, s, send_json};
+use berth_tests::steps::{add_command_agent, new_session, s, send_json};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -284,18 +284,7 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     let app = world(&b);
     b.serve();
     battery_agent(&b, "battery");
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "battery",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "battery", Some(&app));
     let listed = b.ok(&["agent", "list"]);
     assert!(
         listed
@@ -430,18 +419,7 @@ fn the_escape_battery_fails_through_a_daemon() {
     a.daemon(&url, &token, "laptop");
     // Agents are the server's to register; it runs on the daemon's machine.
     battery_agent_on(&srv, "battery", &a.home);
-    let session = a.json(&[
-        "session",
-        "new",
-        "--agent",
-        "battery",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&a, "battery", Some(&app));
     let before = hashes(&a);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&a, &session, "go");
@@ -467,18 +445,7 @@ fn the_escape_battery_fails_through_berth_serve_run_by_an_unprivileged_user() {
     b.as_user(65534);
     b.serve();
     battery_agent(&b, "battery");
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "battery",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "battery", Some(&app));
     let before = hashes(&b);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&b, &session, "go");
@@ -520,10 +487,7 @@ fn a_required_fence_is_refused_where_there_is_none_and_nothing_is_written() {
             == "fence: UNAVAILABLE: the kernel has no Landlock; every run is refused (\"fence\": \"required\", code fence_unavailable)"),
         "{listed}"
     );
-    let session = b.json(&["session", "new", "--agent", "w", "--dir", s(&app), "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "w", Some(&app));
     let listing = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .unwrap()
@@ -628,18 +592,7 @@ fn a_project_layers_fence_off_is_ignored_and_reported() {
     .unwrap();
     b.serve();
     battery_agent(&b, "battery");
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "battery",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "battery", Some(&app));
     for trusted in [false, true] {
         if trusted {
             b.ok(&["trust", s(&app)]);
@@ -710,18 +663,7 @@ fn a_refusal_named_on_a_fenced_agents_stderr_is_a_denial_by_the_fence() {
         "tries",
         "echo pwn >> \"$HOME/.bashrc\"; echo ok > inside.txt; echo tried",
     );
-    let session = b.json(&[
-        "session",
-        "new",
-        "--agent",
-        "tries",
-        "--dir",
-        s(&app),
-        "--json",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = new_session(&b, "tries", Some(&app));
     let (_, events, task) = send_json(&b, &session, "go");
     assert_eq!(task["status"], "succeeded", "{task}");
     let denials = task["denials"].as_array().unwrap();

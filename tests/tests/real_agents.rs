@@ -9,7 +9,7 @@ use berth_tests::fake_models::FakeModels;
 use berth_tests::steps::{new_session, s, send_json as send};
 use berth_tests::{Berth, FAKE_USER};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The installed CLI `name`: `$BERTH_AGENT_CLIS/node_modules/.bin/NAME`, by default
 /// under `~/.cache/berth-agents`.
@@ -25,6 +25,17 @@ fn cli(name: &str) -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Registers the agent `name` of `kind` running `bin`, with `permissions` (else the
+/// default policy).
+fn add_agent(b: &Berth, name: &str, kind: &str, permissions: Option<&str>, bin: &Path) {
+    let mut args = vec!["agent", "add", name, "--kind", kind];
+    if let Some(p) = permissions {
+        args.extend(["--permissions", p]);
+    }
+    args.extend(["--command", s(bin)]);
+    b.ok(&args);
 }
 
 /// A Berth whose agents reach only `fake`: the credentials and switches go into the
@@ -99,15 +110,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
     std::fs::create_dir_all(&app).unwrap();
 
     // A default agent: `edit`.
-    b.ok(&[
-        "agent",
-        "add",
-        "claude",
-        "--kind",
-        "claude",
-        "--command",
-        s(&claude),
-    ]);
+    add_agent(&b, "claude", "claude", None, &claude);
     let session = new_session(&b, "claude", Some(&app));
     let (code, events, task) = send(
         &b,
@@ -138,17 +141,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
     assert_second_message_resumes(&b, &fake, &session, "Please write the greeting.");
 
     // A read-only agent is denied what it tries; the task says so with a stable code.
-    b.ok(&[
-        "agent",
-        "add",
-        "claude-ro",
-        "--kind",
-        "claude",
-        "--permissions",
-        "read-only",
-        "--command",
-        s(&claude),
-    ]);
+    add_agent(&b, "claude-ro", "claude", Some("read-only"), &claude);
     let ro = new_session(&b, "claude-ro", Some(&app));
     let (code, events, task) = send(&b, &ro, "Change it.\nberth-fake: run rm hello.txt");
     assert_eq!(code, 1, "{task}");
@@ -187,15 +180,7 @@ fn real_claude_runs_the_projects_script_in_the_fence_and_cannot_reach_the_home()
     .unwrap();
     let bashrc = b.user_home.join(".bashrc");
     std::fs::write(&bashrc, "# mine\n").unwrap();
-    b.ok(&[
-        "agent",
-        "add",
-        "claude",
-        "--kind",
-        "claude",
-        "--command",
-        s(&claude),
-    ]);
+    add_agent(&b, "claude", "claude", None, &claude);
     let session = new_session(&b, "claude", Some(&app));
     let (code, events, task) = send(
         &b,
@@ -274,15 +259,7 @@ fn real_codex_edits_in_place_resumes_and_reports_denials() {
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
 
-    b.ok(&[
-        "agent",
-        "add",
-        "codex",
-        "--kind",
-        "codex",
-        "--command",
-        s(&codex),
-    ]);
+    add_agent(&b, "codex", "codex", None, &codex);
     let session = new_session(&b, "codex", Some(&app));
     let (code, events, task) = send(
         &b,
@@ -320,17 +297,7 @@ fn real_codex_edits_in_place_resumes_and_reports_denials() {
 
     assert_second_message_resumes(&b, &fake, &session, "Please write the greeting.");
 
-    b.ok(&[
-        "agent",
-        "add",
-        "codex-ro",
-        "--kind",
-        "codex",
-        "--permissions",
-        "read-only",
-        "--command",
-        s(&codex),
-    ]);
+    add_agent(&b, "codex-ro", "codex", Some("read-only"), &codex);
     let ro = new_session(&b, "codex-ro", Some(&app));
     let (code, events, task) = send(&b, &ro, "Write.\nberth-fake: write other.txt nope");
     assert_eq!(code, 1, "{task}");

@@ -535,11 +535,8 @@ impl Stream {
 /// How the latest task that ran was fenced, as a line: `fenced: ~/code/app + tmp ·
 /// network on (Landlock ABI 7)`, or `UNFENCED: why`.
 pub fn last_fence(tasks: &Value) -> Option<String> {
-    let task = tasks
-        .as_array()?
-        .iter()
-        .filter(|t| t["fence"].is_object())
-        .max_by(|a, b| s(&a["created_at"]).cmp(s(&b["created_at"])))?;
+    // Tasks come oldest first.
+    let task = tasks.as_array()?.iter().rfind(|t| t["fence"].is_object())?;
     let text = escape(s(&task["fence"]["text"]));
     Some(if task["fence"]["fenced"] == true {
         format!("fenced: {text}")
@@ -578,42 +575,39 @@ pub fn task_line(task: &Value) -> String {
 /// What was denied during a task, in sentences, each with its hint: what the agent's
 /// permission system denied, then what the fence put back. Nothing when nothing was.
 pub fn denials_lines(task: &Value) -> Vec<(String, &'static str)> {
-    let (fence, agent): (Vec<&Value>, Vec<&Value>) = task["denials"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .partition(|d| d["by"] == "fence");
-    let what = |ds: &[&Value]| -> Vec<String> {
-        ds.iter()
-            .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
-            .collect()
-    };
-    let mut out = Vec::new();
-    if !agent.is_empty() {
-        let what = what(&agent);
-        out.push((
-            format!(
-                "the agent's permission system denied {} action{}: {}",
-                what.len(),
-                if what.len() == 1 { "" } else { "s" },
-                what.join("; ")
-            ),
+    let denials: Vec<&Value> = task["denials"].as_array().into_iter().flatten().collect();
+    [
+        (
+            false,
+            "the agent's permission system",
             "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
-        ));
-    }
-    if !fence.is_empty() {
-        let what = what(&fence);
-        out.push((
-            format!(
-                "the fence denied {} action{}: {}",
-                what.len(),
-                if what.len() == 1 { "" } else { "s" },
-                what.join("; ")
-            ),
+        ),
+        (
+            true,
+            "the fence",
             "hint: the fence keeps an agent to its directory and off its .git/hooks, .git/config and .berth; make such changes in your own shell, or set \"fence\": \"off\" in your user settings to run agents unfenced",
-        ));
-    }
-    out
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(by_fence, who, hint)| {
+        let what: Vec<String> = denials
+            .iter()
+            .filter(|d| (d["by"] == "fence") == by_fence)
+            .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
+            .collect();
+        (!what.is_empty()).then(|| {
+            (
+                format!(
+                    "{who} denied {} action{}: {}",
+                    what.len(),
+                    if what.len() == 1 { "" } else { "s" },
+                    what.join("; ")
+                ),
+                hint,
+            )
+        })
+    })
+    .collect()
 }
 
 /// A task's change summary: one line (`3 files changed, +20 −4`), then one per file.

@@ -19,7 +19,7 @@
 //! A `.git` that did not exist is not guarded (an agent may `git init`); a `.berth`
 //! that did not exist is: the agent's new `.berth` is removed.
 
-use super::{open_nofollow, read_all, write_all};
+use super::{at_parent, open_nofollow, read_all, sorted_names, write_all};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -176,11 +176,11 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 
 /// Opens the directory `rel` (components under `dir`), never through a symlink.
 fn open_dir(dir: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, Errno> {
-    let mut fd = rustix::io::dup(dir)?;
-    for comp in rel.split('/').filter(|c| !c.is_empty()) {
-        fd = open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
+    if rel.is_empty() {
+        return rustix::io::dup(dir);
     }
-    Ok(fd)
+    let (parent, last) = at_parent(dir, rel)?;
+    open_nofollow(&parent, last, OFlags::RDONLY | OFlags::DIRECTORY)
 }
 
 /// The parent directory of `rel` and its last component.
@@ -189,13 +189,18 @@ fn split(rel: &str) -> (&str, &str) {
 }
 
 /// What is at `name` in `parent`, without following it, and (for a regular file)
-/// its bytes, bounded by `budget`.
+/// its bytes, bounded by `budget`. Without a budget (what the agent left, listed only
+/// to be compared and removed), a file's bytes are not read.
 fn node_at(
     parent: &OwnedFd,
     name: &str,
     rel: &str,
-    budget: &mut Budget,
+    mut budget: Option<&mut Budget>,
 ) -> Result<Node, GuardError> {
+    let mut take = |bytes: u64| match budget.as_deref_mut() {
+        Some(b) => b.take(rel, bytes),
+        None => Ok(()),
+    };
     let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::NOENT) => return Ok(Node::Missing),
@@ -204,11 +209,17 @@ fn node_at(
     let mode = perm(&st);
     match FileType::from_raw_mode(st.st_mode as _) {
         FileType::Directory => {
-            budget.take(rel, 0)?;
+            take(0)?;
             Ok(Node::Dir { mode })
         }
         FileType::RegularFile => {
-            budget.take(rel, st.st_size as u64)?;
+            take(st.st_size as u64)?;
+            let Some(budget) = budget else {
+                return Ok(Node::File {
+                    mode,
+                    hex: String::new(),
+                });
+            };
             let fd = open_nofollow(parent, name, OFlags::RDONLY).map_err(|e| read_err(rel, e))?;
             let bytes = read_all(&fd).map_err(|e| read_err(rel, e))?;
             // It grew between the stat and the read: count what was read.
@@ -219,7 +230,7 @@ fn node_at(
             })
         }
         FileType::Symlink => {
-            budget.take(rel, 0)?;
+            take(0)?;
             let target =
                 rustix::fs::readlinkat(parent, name, Vec::new()).map_err(|e| read_err(rel, e))?;
             Ok(Node::Symlink {
@@ -232,7 +243,7 @@ fn node_at(
         | FileType::CharacterDevice
         | FileType::BlockDevice
         | FileType::Unknown) => {
-            budget.take(rel, 0)?;
+            take(0)?;
             Ok(Node::Other {
                 kind: other_kind(ft).to_owned(),
             })
@@ -240,31 +251,12 @@ fn node_at(
     }
 }
 
-/// The names in the directory `fd`, sorted, without `.` and `..`.
-fn names(fd: &OwnedFd) -> Result<Vec<String>, Errno> {
-    let dup = rustix::fs::openat(
-        fd,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut out = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&dup)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name != "." && name != ".." {
-            out.push(name);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Every entry at and beneath `rel`, a directory before what it holds.
+/// Every entry at and beneath `rel`, a directory before what it holds (see
+/// [`node_at`] for `budget`).
 fn walk(
     dir: BorrowedFd<'_>,
     rel: &str,
-    budget: &mut Budget,
+    mut budget: Option<&mut Budget>,
     out: &mut Vec<Entry>,
 ) -> Result<(), GuardError> {
     let (parent_rel, name) = split(rel);
@@ -279,7 +271,7 @@ fn walk(
         }
         Err(e) => return Err(read_err(parent_rel, e)),
     };
-    let node = node_at(&parent, name, rel, budget)?;
+    let node = node_at(&parent, name, rel, budget.as_deref_mut())?;
     let is_dir = matches!(node, Node::Dir { .. });
     out.push(Entry {
         path: rel.to_owned(),
@@ -288,8 +280,8 @@ fn walk(
     if is_dir {
         let fd = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
             .map_err(|e| read_err(rel, e))?;
-        for child in names(&fd).map_err(|e| read_err(rel, e))? {
-            walk(dir, &format!("{rel}/{child}"), budget, out)?;
+        for child in sorted_names(&fd).map_err(|e| read_err(rel, e))? {
+            walk(dir, &format!("{rel}/{child}"), budget.as_deref_mut(), out)?;
         }
     }
     Ok(())
@@ -318,7 +310,7 @@ impl Snapshot {
             if rel.starts_with(".git/") && git.is_none() {
                 continue;
             }
-            walk(dir, rel, &mut budget, &mut entries)?;
+            walk(dir, rel, Some(&mut budget), &mut entries)?;
         }
         Ok(Snapshot { git, entries })
     }
@@ -394,12 +386,8 @@ fn restore_root(
         return Ok(());
     }
     // First what is there now and should not be (or is of another kind).
-    let mut budget = Budget {
-        bytes: 0,
-        entries: 0,
-    };
     let mut now = Vec::new();
-    let _ = walk_unbounded(dir, root, &mut budget, &mut now);
+    let _ = walk(dir, root, None, &mut now);
     for entry in now.iter().rev() {
         let keep = match (&entry.node, wanted(&entry.path)) {
             (Node::Missing, _) => true,
@@ -539,62 +527,13 @@ fn restore_root(
     Ok(())
 }
 
-/// [`walk`] without the bounds: what the agent left, however much (it is only listed
-/// to be removed, never kept).
-fn walk_unbounded(
-    dir: BorrowedFd<'_>,
-    rel: &str,
-    budget: &mut Budget,
-    out: &mut Vec<Entry>,
-) -> Result<(), Errno> {
-    let (parent_rel, name) = split(rel);
-    let parent = open_dir(dir, parent_rel)?;
-    let st = match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    budget.entries += 1;
-    let node = match FileType::from_raw_mode(st.st_mode as _) {
-        FileType::Directory => Node::Dir { mode: 0 },
-        FileType::Symlink => Node::Symlink {
-            target: rustix::fs::readlinkat(&parent, name, Vec::new())?
-                .to_string_lossy()
-                .into_owned(),
-        },
-        FileType::RegularFile => Node::File {
-            mode: 0,
-            hex: String::new(),
-        },
-        ft @ (FileType::Fifo
-        | FileType::Socket
-        | FileType::CharacterDevice
-        | FileType::BlockDevice
-        | FileType::Unknown) => Node::Other {
-            kind: other_kind(ft).to_owned(),
-        },
-    };
-    let is_dir = matches!(node, Node::Dir { .. });
-    out.push(Entry {
-        path: rel.to_owned(),
-        node,
-    });
-    if is_dir {
-        let fd = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)?;
-        for child in names(&fd)? {
-            walk_unbounded(dir, &format!("{rel}/{child}"), budget, out)?;
-        }
-    }
-    Ok(())
-}
-
 /// Removes `name` in `parent` and, for a directory, everything in it, never following
 /// a symlink.
 fn remove_tree(parent: &OwnedFd, name: &str, flags: AtFlags) -> Result<(), Errno> {
     if flags.contains(AtFlags::REMOVEDIR) {
         match open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
             Ok(fd) => {
-                for child in names(&fd)? {
+                for child in sorted_names(&fd)? {
                     let st = rustix::fs::statat(&fd, child.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
                     let f = if FileType::from_raw_mode(st.st_mode as _) == FileType::Directory {
                         AtFlags::REMOVEDIR

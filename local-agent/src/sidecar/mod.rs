@@ -537,6 +537,20 @@ pub(crate) fn at_parent<'r>(
     Ok((fd, last))
 }
 
+/// The names in the directory `fd`, sorted, without `.` and `..`.
+pub(crate) fn sorted_names(fd: &OwnedFd) -> Result<Vec<String>, Errno> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(fd)? {
+        let entry = entry?;
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n != "." && n != ".." {
+            names.push(n);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 pub(crate) fn open_nofollow(dir: impl AsFd, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
     rustix::fs::openat(
         dir,

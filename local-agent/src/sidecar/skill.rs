@@ -169,15 +169,7 @@ fn holds(at: &OwnedFd, name: &str, len: u64, digest: &str) -> Result<bool, Errno
 /// Adds every entry under `fd` that is not a directory (a directory only when empty)
 /// to `out`, as `prefix/…`.
 fn list_files(fd: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> Result<(), Errno> {
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(fd)? {
-        let entry = entry?;
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." {
-            names.push(n);
-        }
-    }
-    names.sort();
+    let names = super::sorted_names(fd)?;
     if names.is_empty() {
         out.push(format!("{prefix}/"));
     }
