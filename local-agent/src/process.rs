@@ -277,8 +277,20 @@ pub async fn spawn_fenced(
     let (leader, stdin, stdout, stderr) = match started {
         Some(s) => s,
         None => {
-            let mut cmd = Command::new(&inv.program);
-            cmd.args(&inv.args)
+            // macOS: the agent runs inside the fence's Seatbelt profile, by
+            // `sandbox-exec`, which executes it in place (same pid, same group).
+            #[cfg(target_os = "macos")]
+            let (program, args) = match fence {
+                Some(f) => {
+                    let w = f.wrap(&inv.program, &inv.args);
+                    (w.program, w.args)
+                }
+                None => (inv.program.clone(), inv.args.clone()),
+            };
+            #[cfg(not(target_os = "macos"))]
+            let (program, args) = (&inv.program, &inv.args);
+            let mut cmd = Command::new(program);
+            cmd.args(args)
                 .env_clear()
                 .envs(env)
                 .stdin(if inv.stdin.is_some() {

@@ -130,8 +130,10 @@ pub(crate) fn for_run(
 
 /// Why this machine cannot fence, for messages.
 fn why_unavailable(probe: fence::Probe) -> String {
-    if !cfg!(target_os = "linux") {
-        format!("no fence is built for {} yet", std::env::consts::OS)
+    if cfg!(target_os = "macos") {
+        format!("{} is missing", fence::seatbelt::SANDBOX_EXEC)
+    } else if !cfg!(target_os = "linux") {
+        format!("no fence is built for {}", std::env::consts::OS)
     } else if probe.landlock_abi == 0 {
         "the kernel has no Landlock (not built, or not enabled at boot)".to_owned()
     } else {
@@ -266,7 +268,12 @@ fn build(
             berth_core::display::display(ctx, p)
         ));
     }
-    let prepared = match fence::prepare(&policy) {
+    // Berth's control socket: on macOS the profile names it (Linux's socket refuses
+    // fenced peers itself).
+    let sockets: Vec<LocalPath> = local(&places.berth_home.join(berth_web::server::SOCKET_FILE))
+        .into_iter()
+        .collect();
+    let prepared = match fence::prepare(&policy, &sockets) {
         Ok(p) => p,
         Err(FenceError::Unavailable { reason }) => return Err(Built::Unavailable(reason)),
         Err(e) => return Err(failed(format!("{e} ({})", e.hint()))),
@@ -276,7 +283,8 @@ fn build(
 }
 
 /// The `fence` event's text for a fenced run: core's description, the kernel's
-/// mechanism, and write paths that got no rule (missing).
+/// mechanism, the protected paths made read-only for the run (the in-place layer), and
+/// write paths that got no rule (missing).
 #[cfg(target_os = "linux")]
 fn describe(ctx: &Context, policy: &FencePolicy, prepared: &fence::Prepared) -> String {
     let mut line = format!(
@@ -284,6 +292,12 @@ fn describe(ctx: &Context, policy: &FencePolicy, prepared: &fence::Prepared) -> 
         policy.describe(ctx),
         prepared.landlock_abi()
     );
+    if let Some(binds) = prepared.binds() {
+        line.push_str(&format!(
+            "; read-only during the run: {}",
+            binds.names().join(", ")
+        ));
+    }
     for p in prepared.missing() {
         line.push_str(&format!("; no rule for {}: it does not exist", p.display()));
     }
@@ -292,7 +306,7 @@ fn describe(ctx: &Context, policy: &FencePolicy, prepared: &fence::Prepared) -> 
 
 #[cfg(not(target_os = "linux"))]
 fn describe(ctx: &Context, policy: &FencePolicy, _: &fence::Prepared) -> String {
-    policy.describe(ctx)
+    format!("{} ({})", policy.describe(ctx), fence::probe().mechanism())
 }
 
 /// How this machine fences agents now, from the user settings' mode and the kernel's
@@ -314,12 +328,10 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
         FenceMode::Required => "required",
         FenceMode::Off => "off",
     };
-    let why_not = if !cfg!(target_os = "linux") {
-        format!("no fence is built for {} yet", std::env::consts::OS)
-    } else if probe.landlock_abi == 0 {
+    let why_not = if cfg!(target_os = "linux") && probe.landlock_abi == 0 {
         "the kernel has no Landlock".to_owned()
     } else {
-        "the kernel cannot install seccomp filters".to_owned()
+        why_unavailable(probe)
     };
     let text = match (mode, probe.available()) {
         (FenceMode::Off, _) => {
@@ -327,8 +339,8 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
                 .to_owned()
         }
         (_, true) => format!(
-            "on (Landlock ABI {}): every agent is kept to its directory (\"fence\": \"{mode_name}\")",
-            probe.landlock_abi
+            "on ({}): every agent is kept to its directory (\"fence\": \"{mode_name}\")",
+            probe.mechanism()
         ),
         (FenceMode::Auto, false) => {
             format!("UNAVAILABLE: {why_not}; agents run unfenced (\"fence\": \"auto\")")

@@ -15,7 +15,8 @@
 //! - `PR_SET_PDEATHSIG(SIGKILL)`, then a check that Berth is still its parent;
 //! - `fchdir` to the pinned directory's descriptor;
 //! - its `+PGID` line to the group watcher;
-//! - with a fence ([`crate::fence`]): `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
+//! - with a fence ([`crate::fence`]): the read-only binds of its in-place layer if it
+//!   has them (`crate::fence::binds`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
 //!   and the seccomp filter, in that order (the filter last: it may refuse calls);
 //! - `execve` of the program resolved beforehand, with exactly the given environment.
 //!
@@ -131,6 +132,8 @@ struct ChildArgs {
     ruleset: RawFd,
     /// The fence's seccomp program (set whenever `ruleset` is).
     fprog: *const libc::sock_fprog,
+    /// The fence's read-only binds, or null.
+    binds: *const crate::fence::binds::Binds,
     /// The errno of the step that failed; 0 if the exec happened.
     error: AtomicI32,
     /// The fence's step under way ([`FenceStep`]), so its failure is named.
@@ -145,6 +148,7 @@ enum FenceStep {
     NoNewPrivs = 1,
     Landlock = 2,
     Seccomp = 3,
+    Binds = 4,
 }
 
 impl FenceStep {
@@ -153,6 +157,7 @@ impl FenceStep {
             FenceStep::NoNewPrivs,
             FenceStep::Landlock,
             FenceStep::Seccomp,
+            FenceStep::Binds,
         ]
         .into_iter()
         .find(|s| *s as i32 == raw)
@@ -165,6 +170,7 @@ impl FenceStep {
             FenceStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
             FenceStep::Landlock => "landlock_restrict_self",
             FenceStep::Seccomp => "prctl(PR_SET_SECCOMP)",
+            FenceStep::Binds => "unshare (the mount namespace of the read-only binds)",
         }
     }
 }
@@ -247,6 +253,10 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
         parent: rustix::process::getpid().as_raw_nonzero().get(),
         ruleset: req.fence.map_or(-1, crate::fence::Prepared::ruleset_fd),
         fprog: fprog.as_ref().map_or(std::ptr::null(), std::ptr::from_ref),
+        binds: req
+            .fence
+            .and_then(crate::fence::Prepared::binds)
+            .map_or(std::ptr::null(), std::ptr::from_ref),
         error: AtomicI32::new(0),
         fence_step: AtomicI32::new(FenceStep::None as i32),
     };
@@ -400,6 +410,14 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         }
         if a.ruleset >= 0 {
             let step = |s: FenceStep| a.fence_step.store(s as i32, Ordering::SeqCst);
+            // The binds' contract holds: this child is single-threaded, and `binds`
+            // points into `req.fence`, alive for the whole spawn.
+            if !a.binds.is_null() {
+                step(FenceStep::Binds);
+                if !(*a.binds).apply() {
+                    return fail(a);
+                }
+            }
             step(FenceStep::NoNewPrivs);
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return fail(a);

@@ -416,7 +416,7 @@ async fn battery(who: As) {
     let env = port_env(&listener);
     let before = w.snapshot();
     let confinement = own_confinement();
-    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::Off)).unwrap();
+    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::Off), &[]).unwrap();
     let mut failures = Vec::new();
     for (name, script) in ESCAPES {
         let out = attempt(&w, Some(&prepared), who, script, &env).await;
@@ -499,11 +499,11 @@ async fn network_on_lets_tcp_through_and_read_only_keeps_the_directory() {
     let w = World::new("modes", None);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let env = port_env(&listener);
-    let on = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap();
+    let on = fence::prepare(&w.policy(Permissions::Edit, Network::On), &[]).unwrap();
     let tcp = r#"bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$PORT"'"#;
     let out = attempt(&w, Some(&on), As::Current, tcp, &env).await;
     assert_eq!(out.code, Some(0), "network on: {}", out.stderr);
-    let read_only = fence::prepare(&w.policy(Permissions::ReadOnly, Network::On)).unwrap();
+    let read_only = fence::prepare(&w.policy(Permissions::ReadOnly, Network::On), &[]).unwrap();
     let out = attempt(&w, Some(&read_only), As::Current, "echo x > new.txt", &env).await;
     assert_ne!(out.code, Some(0), "read-only: the directory was written");
     assert!(!w.app.join("new.txt").exists());
@@ -528,16 +528,16 @@ async fn a_new_entry_in_the_home_is_readable_at_the_next_run_and_credentials_nev
     }
     let w = World::new("reuse", None);
     let policy = w.policy(Permissions::Edit, Network::On);
-    let first = fence::prepare(&policy).unwrap();
+    let first = fence::prepare(&policy, &[]).unwrap();
     let out = attempt(&w, Some(&first), As::Current, r#"cat "$HOME/.bashrc""#, &[]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let again = fence::prepare(&policy).unwrap();
+    let again = fence::prepare(&policy, &[]).unwrap();
     assert_eq!(again.rules(), first.rules());
 
     write(&w.home.join("new-notes.txt"), "notes\n");
     write(&w.home.join(".bashrc.new"), "# saved\n");
     std::fs::rename(w.home.join(".bashrc.new"), w.home.join(".bashrc")).unwrap();
-    let second = fence::prepare(&policy).unwrap();
+    let second = fence::prepare(&policy, &[]).unwrap();
     for file in ["new-notes.txt", ".bashrc"] {
         let out = attempt(
             &w,
@@ -570,7 +570,7 @@ async fn fenced_processes_carry_the_mark() {
         return;
     }
     let w = World::new("mark", None);
-    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap();
+    let prepared = fence::prepare(&w.policy(Permissions::Edit, Network::On), &[]).unwrap();
     // The agent prints its own pid and an escapee's, waits until both were checked.
     let script = r#"echo $$; setsid sh -c 'echo $$; sleep 30' </dev/null & while [ ! -e "$TMPDIR/checked" ]; do sleep 0.05; done"#;
     for (fence, want) in [(Some(&prepared), true), (None, false)] {
@@ -631,7 +631,7 @@ fn probe_hook_child() {
     }
     assert_eq!(fence::probe(), fence::Probe::UNAVAILABLE);
     let w = World::new("probe", None);
-    let err = fence::prepare(&w.policy(Permissions::Edit, Network::On)).unwrap_err();
+    let err = fence::prepare(&w.policy(Permissions::Edit, Network::On), &[]).unwrap_err();
     assert!(
         matches!(err, fence::FenceError::Unavailable { .. }),
         "{err}"
@@ -671,7 +671,7 @@ async fn fence_costs() {
     let t = std::time::Instant::now();
     let mut prepared = None;
     for _ in 0..n {
-        prepared = Some(fence::prepare(&policy).unwrap());
+        prepared = Some(fence::prepare(&policy, &[]).unwrap());
     }
     let prepare = t.elapsed() / n;
     let prepared = prepared.unwrap();
@@ -701,7 +701,7 @@ async fn fence_costs() {
     let t = std::time::Instant::now();
     let mut real_rules = 0;
     for _ in 0..n {
-        real_rules = fence::prepare(&real).unwrap().rules();
+        real_rules = fence::prepare(&real, &[]).unwrap().rules();
     }
     let prepare_real = t.elapsed() / n;
     eprintln!(
@@ -763,13 +763,16 @@ fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() 
         read_deny: &[],
         network: Network::On,
     };
-    let prepared = fence::prepare(&FencePolicy::new(&inputs)).unwrap();
+    let prepared = fence::prepare(&FencePolicy::new(&inputs), &[]).unwrap();
     assert_eq!(prepared.missing(), [w.home.join(".claude")]);
     let gone = World::lp(&w.root.join("gone"));
-    let err = fence::prepare(&FencePolicy::new(&FenceInputs {
-        tmp: &gone,
-        ..inputs
-    }))
+    let err = fence::prepare(
+        &FencePolicy::new(&FenceInputs {
+            tmp: &gone,
+            ..inputs
+        }),
+        &[],
+    )
     .unwrap_err();
     assert!(
         matches!(&err, fence::FenceError::Missing { path, .. } if *path == w.root.join("gone")),

@@ -9,9 +9,12 @@
 //!   home hashes the same before and after, and the transcript says `fenced: …`;
 //!   the agent's `berth session list` and a raw request on `berth.sock` fail (the
 //!   socket refuses a fenced peer) while the user's own CLI keeps working;
-//!   the agent's writes to `.git/hooks`, `.git/config` and `.berth` go through (Landlock
-//!   cannot refuse them in a writable directory) and are put back after the run by the
-//!   guard, each a denial by the fence that marks the task;
+//!   the agent's writes to `.git/hooks`, `.git/config` and `.berth` fail too: the
+//!   fence's in-place layer binds them read-only for the run (a mount namespace), and
+//!   the transcript says so;
+//! - the guard, where that layer is missing (`BERTH_FENCE_PROBE=no-binds`): the same
+//!   writes go through (Landlock cannot refuse them in a writable directory) and are
+//!   put back after the run, each a denial by the fence that marks the task;
 //!   the control: the same battery with the user's `"fence": "off"` escapes;
 //! - the same battery through a daemon;
 //! - `"fence": "required"` on a machine without one (`BERTH_FENCE_PROBE=unavailable`):
@@ -113,8 +116,8 @@ fn guarded(app: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-/// The guarded writes, each of which went through in the run and was put back after
-/// it: the task's fence denials, the transcript's, and the files as they were.
+/// The guarded writes: refused during the run by the in-place layer, or put back after
+/// it by the guard (the task's fence denials, the transcript's, the files as they were).
 const GUARDED_WRITES: [(&str, &str); 3] = [
     ("git_hook", ".git/hooks/pre-commit"),
     ("git_config", ".git/config"),
@@ -206,16 +209,53 @@ fn user_settings(b: &Berth, text: &str) {
     std::fs::write(b.config.join("settings.jsonc"), text).unwrap();
 }
 
+/// What keeps `.git/hooks`, `.git/config` and `.berth` as they were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// Read-only binds during the run: the writes fail.
+    Binds,
+    /// The guard after the run: the writes are put back, and denied.
+    Guard,
+}
+
+/// The fence event's words for the in-place layer, naming the three paths.
+const BOUND: &str = "; read-only during the run: .git/hooks, .git/config, .berth";
+
 fn assert_fenced(
     b: &Berth,
     app: &Path,
     kept: &BTreeMap<String, Vec<u8>>,
     events: &[Value],
     task: &Value,
+    layer: Layer,
 ) {
     let (results, berth) = outcomes(events);
     assert_eq!(&guarded(app), kept, "the guarded paths are as they were");
-    // Each guarded write was put back, and denied by the fence: the task is marked.
+    let bound = berth.iter().any(|l| l.contains(BOUND));
+    assert_eq!(
+        bound,
+        layer == Layer::Binds,
+        "the transcript says whether the protected paths were read-only: {berth:?}"
+    );
+    if layer == Layer::Binds {
+        // Each guarded write failed: nothing to put back, nothing the battery named.
+        assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
+        assert_eq!(task["denials"], serde_json::json!([]), "{task}");
+        for (name, _) in GUARDED_WRITES {
+            assert_eq!(
+                results.get(name).map(String::as_str),
+                Some("refused"),
+                "{name} must fail during the run: {results:?}"
+            );
+        }
+    } else {
+        assert_guarded(task, events);
+    }
+    assert_escapes_refused(b, app, &results, &berth, task);
+}
+
+/// The guard's marks: each guarded write was put back, and denied by the fence.
+fn assert_guarded(task: &Value, events: &[Value]) {
     assert_eq!(task["status"], "failed", "{task}\n{events:?}");
     assert_eq!(task["error_code"], "permission_denied", "{task}");
     let mut denied: Vec<(String, String)> = task["denials"]
@@ -239,6 +279,17 @@ fn assert_fenced(
         .filter(|e| e["payload"]["type"] == "denied" && e["payload"]["by"] == "fence")
         .count();
     assert_eq!(events_denied, GUARDED_WRITES.len(), "{events:?}");
+}
+
+/// Every escape refused, the inside and the tmp written, the transcript and change
+/// record saying the run was fenced, the task's tmp removed.
+fn assert_escapes_refused(
+    b: &Berth,
+    app: &Path,
+    results: &BTreeMap<String, String>,
+    berth: &[String],
+    task: &Value,
+) {
     for name in ESCAPES {
         assert_eq!(
             results.get(name).map(String::as_str),
@@ -296,7 +347,7 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     let before = hashes(&b);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&b, &session, "go");
-    assert_fenced(&b, &app, &kept, &events, &task);
+    assert_fenced(&b, &app, &kept, &events, &task, Layer::Binds);
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
     // The user's own CLI still works on the same socket.
     assert!(b.ok(&["session", "list", "--json"]).contains(&session));
@@ -312,19 +363,7 @@ fn the_escape_battery_fails_through_berth_serve_and_escapes_with_the_fence_off()
     let out = b.run(&["send", &session, "once more"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("warning: the fence denied 3 actions: write ~/code/app/"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("denied by the fence: write ~/code/app/.git/hooks/pre-commit"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("hint: the fence keeps an agent"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("berth: fenced: ~/code/app + tmp"),
+        stderr.contains("berth: fenced: ~/code/app + tmp") && stderr.contains(BOUND),
         "{stderr}"
     );
     assert!(
@@ -423,10 +462,42 @@ fn the_escape_battery_fails_through_a_daemon() {
     let before = hashes(&a);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&a, &session, "go");
-    assert_fenced(&a, &app, &kept, &events, &task);
+    assert_fenced(&a, &app, &kept, &events, &task, Layer::Binds);
     assert_eq!(hashes(&a), before, "the fake home is unchanged");
     // The user's own CLI still works through the daemon's socket.
     assert!(a.ok(&["session", "list", "--json"]).contains(&session));
+}
+
+/// Where the in-place layer is missing (a machine that refuses mount namespaces, here
+/// the test hook), the guard keeps `.git/hooks`, `.git/config` and `.berth`: the
+/// battery's writes there go through, are put back after the run, and are denials by
+/// the fence that mark the task, as `berth send` prints them. Every other escape is
+/// refused as before.
+#[test]
+fn without_the_in_place_layer_the_guard_puts_the_protected_paths_back() {
+    let mut b = Berth::new("fence-guard");
+    let app = world(&b);
+    b.env("BERTH_FENCE_PROBE", "no-binds");
+    b.serve();
+    battery_agent(&b, "battery");
+    let session = new_session(&b, "battery", Some(&app));
+    let before = hashes(&b);
+    let kept = guarded(&app);
+    let (_, events, task) = send_json(&b, &session, "go");
+    assert_fenced(&b, &app, &kept, &events, &task, Layer::Guard);
+    assert_eq!(hashes(&b), before, "the fake home is unchanged");
+    let out = b.run(&["send", &session, "once more"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "warning: the fence denied 3 actions: write ~/code/app/",
+        "denied by the fence: write ~/code/app/.git/hooks/pre-commit",
+        "hint: the fence keeps an agent",
+        "berth: fenced: ~/code/app + tmp",
+    ] {
+        assert!(stderr.contains(want), "{want}: {stderr}");
+    }
+    assert!(!stderr.contains(BOUND), "{stderr}");
+    assert_eq!(&guarded(&app), &kept);
 }
 
 /// The escape battery through `berth serve` run by an unprivileged user: the suite
@@ -449,7 +520,7 @@ fn the_escape_battery_fails_through_berth_serve_run_by_an_unprivileged_user() {
     let before = hashes(&b);
     let kept = guarded(&app);
     let (_, events, task) = send_json(&b, &session, "go");
-    assert_fenced(&b, &app, &kept, &events, &task);
+    assert_fenced(&b, &app, &kept, &events, &task, Layer::Binds);
     assert_eq!(hashes(&b), before, "the fake home is unchanged");
     // It ran as that user: the file it wrote inside is its own.
     assert_eq!(
@@ -617,15 +688,12 @@ fn a_project_layers_fence_off_is_ignored_and_reported() {
             "trusted: {trusted}"
         );
         let (results, _) = outcomes(&events);
-        // Fenced: the battery's writes to the guarded paths were put back.
-        assert_eq!(task["error_code"], "permission_denied", "{task}");
-        assert!(
-            task["denials"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|d| d["by"] == "fence"),
-            "{task}"
+        // Fenced: the battery's writes to the protected paths failed, its project
+        // layer among them.
+        assert_eq!(task["status"], "succeeded", "{task}");
+        assert_eq!(
+            results.get("project_layer").map(String::as_str),
+            Some("refused")
         );
         assert_eq!(results.get("bashrc").map(String::as_str), Some("refused"));
         assert_eq!(results.get("ssh_key").map(String::as_str), Some("refused"));
@@ -661,26 +729,36 @@ fn a_refusal_named_on_a_fenced_agents_stderr_is_a_denial_by_the_fence() {
     add_command_agent(
         &b,
         "tries",
-        "echo pwn >> \"$HOME/.bashrc\"; echo ok > inside.txt; echo tried",
+        "echo pwn >> \"$HOME/.bashrc\"; echo hook > .git/hooks/pre-commit; \
+         echo ok > inside.txt; echo tried",
     );
     let session = new_session(&b, "tries", Some(&app));
     let (_, events, task) = send_json(&b, &session, "go");
     assert_eq!(task["status"], "succeeded", "{task}");
     let denials = task["denials"].as_array().unwrap();
-    assert_eq!(denials.len(), 1, "{task}");
-    assert_eq!(denials[0]["by"], "fence");
-    assert_eq!(denials[0]["tool"], "command");
+    assert_eq!(denials.len(), 2, "{task}");
+    for d in denials {
+        assert_eq!(d["by"], "fence");
+        assert_eq!(d["tool"], "command");
+    }
+    // Landlock's answer outside, the in-place layer's inside.
     let target = denials[0]["target"].as_str().unwrap();
     assert!(
         target.contains(".bashrc") && target.ends_with("Permission denied"),
         "{target}"
     );
+    let target = denials[1]["target"].as_str().unwrap();
+    assert!(
+        target.contains(".git/hooks/pre-commit") && target.ends_with("Read-only file system"),
+        "{target}"
+    );
+    assert!(!app.join(".git/hooks/pre-commit").exists());
     let denied: Vec<&Value> = events
         .iter()
         .filter(|e| e["payload"]["type"] == "denied")
         .collect();
-    assert_eq!(denied.len(), 1, "{events:?}");
-    assert_eq!(denied[0]["payload"]["by"], "fence");
+    assert_eq!(denied.len(), 2, "{events:?}");
+    assert!(denied.iter().all(|d| d["payload"]["by"] == "fence"));
     assert_eq!(
         std::fs::read_to_string(b.user_home.join(".bashrc")).unwrap(),
         "# rc\n"

@@ -83,10 +83,17 @@ pub struct TurnState {
 pub const MAX_FENCE_DENIALS: usize = 20;
 
 /// Whether an agent's output names an action the kernel refused: `EACCES`
-/// (`Permission denied`, Landlock's answer) or `EPERM` (`Operation not permitted`, the
-/// seccomp filter's). Only asked of a fenced run's output.
+/// (`Permission denied`, Landlock's answer), `EPERM` (`Operation not permitted`, the
+/// seccomp filter's) or `EROFS` (`Read-only file system`, the in-place layer's binds of
+/// `.git/hooks`, `.git/config` and `.berth`). Only asked of a fenced run's output.
 pub fn names_a_refusal(text: &str) -> bool {
-    text.contains("Permission denied") || text.contains("Operation not permitted")
+    [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
 }
 
 /// The line of `text` that names the refusal, for the denial's message.
@@ -695,6 +702,10 @@ mod tests {
 
         let mut st = TurnState::default();
         assert_eq!(st.fence_stderr("warning: slow"), None);
+        // The in-place layer's answer is a refusal too.
+        assert!(names_a_refusal(
+            "sh: 1: cannot create .git/hooks/pre-commit: Read-only file system"
+        ));
         for i in 0..MAX_FENCE_DENIALS + 5 {
             let line = format!("rm: cannot remove '/etc/x{i}': Operation not permitted");
             let ev = st.fence_stderr(&line);

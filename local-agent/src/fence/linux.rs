@@ -1,5 +1,6 @@
 //! Linux: the Landlock ruleset and the seccomp filter of a fenced agent.
 
+use super::binds::Binds;
 use super::{FenceError, Probe, seccomp};
 use berth_core::LocalPath;
 use berth_core::fence::{FencePolicy, Network, WriteKind};
@@ -58,6 +59,7 @@ pub(super) fn kernel_probe() -> Probe {
     Probe {
         landlock_abi: u32::try_from(abi).unwrap_or(0),
         seccomp: seccomp && seccomp::NATIVE.is_some(),
+        seatbelt: false,
     }
 }
 
@@ -71,6 +73,7 @@ pub struct Prepared {
     rules: usize,
     skipped_symlinks: usize,
     missing: Vec<PathBuf>,
+    binds: Option<Binds>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -82,6 +85,7 @@ impl std::fmt::Debug for Prepared {
             .field("rules", &self.rules)
             .field("skipped_symlinks", &self.skipped_symlinks)
             .field("missing", &self.missing)
+            .field("binds", &self.binds)
             .finish()
     }
 }
@@ -112,6 +116,12 @@ impl Prepared {
         self.filter.len()
     }
 
+    /// The read-only binds of the protected paths ([`super::binds`]), if any are
+    /// made for this run.
+    pub fn binds(&self) -> Option<&Binds> {
+        self.binds.as_ref()
+    }
+
     pub(crate) fn ruleset_fd(&self) -> RawFd {
         self.ruleset.as_raw_fd()
     }
@@ -126,6 +136,7 @@ impl Prepared {
         ChildFence {
             ruleset: self.ruleset_fd(),
             filter: self.filter.clone(),
+            binds: self.binds.clone(),
         }
     }
 }
@@ -135,6 +146,7 @@ pub struct ChildFence {
     /// Borrowed from the [`Prepared`], which the caller keeps for the whole spawn.
     ruleset: RawFd,
     filter: Vec<libc::sock_filter>,
+    binds: Option<Binds>,
 }
 
 impl std::fmt::Debug for ChildFence {
@@ -142,14 +154,16 @@ impl std::fmt::Debug for ChildFence {
         f.debug_struct("ChildFence")
             .field("ruleset", &self.ruleset)
             .field("filter_len", &self.filter.len())
+            .field("binds", &self.binds)
             .finish()
     }
 }
 
 impl ChildFence {
-    /// Confines the calling process: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset,
-    /// the seccomp filter. Async-signal-safe (three system calls, no allocation), for
-    /// the child between `fork` and `exec`.
+    /// Confines the calling process: the read-only binds (if any), then
+    /// `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the seccomp filter.
+    /// Async-signal-safe (system calls only, no allocation), for the child between
+    /// `fork` and `exec`.
     #[allow(unsafe_code)]
     pub(crate) fn apply(&self) -> std::io::Result<()> {
         let prog = libc::sock_fprog {
@@ -159,8 +173,14 @@ impl ChildFence {
         // SAFETY: each call is one system call on values that live until it returns:
         // the ruleset's descriptor is kept open by the parent's `Prepared` across the
         // fork (the child's copy closes at exec, CLOEXEC), and `prog` points into
-        // `self.filter`. `last_os_error` reads errno without allocating.
+        // `self.filter`. `last_os_error` reads errno without allocating. The binds'
+        // contract holds: this is the forked child, single-threaded.
         unsafe {
+            if let Some(binds) = &self.binds
+                && !binds.apply()
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
                 || libc::syscall(libc::SYS_landlock_restrict_self, self.ruleset, 0u32) != 0
                 || libc::prctl(
@@ -181,7 +201,10 @@ impl ChildFence {
 /// Builds the fence of `policy` (see the module's documentation for the sets). Blocking
 /// file I/O: one `open(O_PATH)` and `fstat` per rule, and a directory read per
 /// ancestor of a hidden path.
-pub fn prepare(policy: &FencePolicy) -> Result<Prepared, FenceError> {
+///
+/// Berth's `_sockets` need no rule here: on Linux they refuse a fenced peer themselves
+/// ([`super::peer_is_fenced`]).
+pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared, FenceError> {
     let probe = super::probe();
     if probe.landlock_abi == 0 {
         return Err(FenceError::Unavailable {
@@ -277,6 +300,11 @@ pub fn prepare(policy: &FencePolicy) -> Result<Prepared, FenceError> {
         rules,
         skipped_symlinks,
         missing,
+        binds: if policy.dir_writable() {
+            Binds::new(&policy.dir, &policy.protect)
+        } else {
+            None
+        },
     })
 }
 

@@ -30,9 +30,10 @@
 //! What it does **not** guarantee (DESIGN.md's promise needs the wiring step too):
 //!
 //! - `.git/hooks`, `.git/config` and `.berth` inside a writable run directory
-//!   (`FencePolicy::protect`) are *not* protected by this engine: Landlock's rights pass
-//!   to everything beneath a directory. The read-only binds (user namespaces) and the
-//!   check-and-restore after the run are a later step.
+//!   (`FencePolicy::protect`) are not protected by Landlock, whose rights pass to
+//!   everything beneath a directory. Where the machine allows a mount namespace,
+//!   [`binds`] makes those that exist read-only for the run; the guard
+//!   (`crate::sidecar::guard`) checks and puts back all of them after it, always.
 //! - Pathname unix sockets (Berth's control socket, D-Bus, docker) are reachable below
 //!   Landlock ABI 9: Berth's sockets must refuse fenced peers ([`peer_is_fenced`]).
 //! - Reads are a snapshot: an entry created after [`prepare`] in a directory that was
@@ -40,12 +41,15 @@
 //! - Write paths that do not exist when [`prepare`] runs get no rule (the caller creates
 //!   the kind's state first); explicit write paths are followed if they are symlinks.
 //! - Below ABI 4 there is no TCP wall beside seccomp; UDP has only seccomp below ABI 10.
-//! - Other platforms: nothing yet ([`probe`] says unavailable; macOS's Seatbelt profile
-//!   is a later step).
+//! - macOS: [`seatbelt`]'s profile of the same policy, run by `sandbox-exec`
+//!   (`Prepared::wrap`, on the fork path); nothing there has been run by Berth's tests,
+//!   which check the profile as text. Other platforms: none ([`probe`] says so).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+#[cfg(target_os = "linux")]
+pub mod binds;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod seatbelt;
@@ -57,8 +61,13 @@ pub use linux::{ChildFence, Prepared, prepare};
 
 /// A test hook, read once per process: `BERTH_FENCE_PROBE=unavailable` makes [`probe`]
 /// report a kernel without the fence, so "fence required but unavailable" can be tested
-/// on a kernel that has it. Other values are ignored (with a warning).
+/// on a kernel that has it; `no-binds` keeps the fence but not its in-place layer
+/// (`binds`), so the guard's path is tested too. Other values are ignored (with a
+/// warning).
 pub const PROBE_ENV: &str = "BERTH_FENCE_PROBE";
+
+/// [`PROBE_ENV`]'s value for the fence without its in-place layer.
+pub const NO_BINDS: &str = "no-binds";
 
 /// What the running kernel offers the fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +77,8 @@ pub struct Probe {
     pub landlock_abi: u32,
     /// Whether seccomp filters can be installed.
     pub seccomp: bool,
+    /// macOS: whether `sandbox-exec` is there to run agents inside a Seatbelt profile.
+    pub seatbelt: bool,
 }
 
 impl Probe {
@@ -75,11 +86,21 @@ impl Probe {
     pub const UNAVAILABLE: Probe = Probe {
         landlock_abi: 0,
         seccomp: false,
+        seatbelt: false,
     };
 
     /// Whether [`prepare`] can fence on this kernel.
     pub fn available(&self) -> bool {
-        self.landlock_abi > 0 && self.seccomp
+        (self.landlock_abi > 0 && self.seccomp) || self.seatbelt
+    }
+
+    /// The mechanism, for what Berth says of the fence: `Landlock ABI 7`, `Seatbelt`.
+    pub fn mechanism(&self) -> String {
+        if self.seatbelt {
+            "Seatbelt".to_owned()
+        } else {
+            format!("Landlock ABI {}", self.landlock_abi)
+        }
     }
 }
 
@@ -87,10 +108,12 @@ impl Probe {
 pub fn probe() -> Probe {
     static PROBE: OnceLock<Probe> = OnceLock::new();
     *PROBE.get_or_init(|| match std::env::var(PROBE_ENV) {
+        // The kernel's fence without the in-place layer (`binds`).
+        Ok(value) if value == NO_BINDS => kernel_probe(),
         Ok(value) => parse_probe_override(&value).unwrap_or_else(|| {
             tracing::warn!(
                 value,
-                "{PROBE_ENV} is a test hook that only knows \"unavailable\"; ignored"
+                "{PROBE_ENV} is a test hook that only knows \"unavailable\" and \"{NO_BINDS}\"; ignored"
             );
             kernel_probe()
         }),
@@ -108,7 +131,15 @@ fn kernel_probe() -> Probe {
     linux::kernel_probe()
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(target_os = "macos")]
+fn kernel_probe() -> Probe {
+    Probe {
+        seatbelt: std::path::Path::new(seatbelt::SANDBOX_EXEC).is_file(),
+        ..Probe::UNAVAILABLE
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 fn kernel_probe() -> Probe {
     Probe::UNAVAILABLE
 }
@@ -161,12 +192,70 @@ impl FenceError {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-mod unavailable {
-    use super::FenceError;
+#[cfg(target_os = "macos")]
+mod macos {
+    use super::{FenceError, seatbelt};
+    use berth_core::LocalPath;
     use berth_core::fence::FencePolicy;
 
-    /// A prepared fence: none can exist on this platform yet.
+    /// A fence ready to apply: the run's Seatbelt profile. The agent's program is run
+    /// inside it by `sandbox-exec` ([`Prepared::wrap`]); nothing is applied in the child.
+    #[derive(Debug)]
+    pub struct Prepared {
+        profile: seatbelt::Profile,
+    }
+
+    /// What the fork path's child applies: nothing (`sandbox-exec` applies the
+    /// profile before it executes the agent).
+    #[derive(Debug)]
+    pub struct ChildFence;
+
+    impl Prepared {
+        pub(crate) fn child_fence(&self) -> ChildFence {
+            ChildFence
+        }
+
+        /// `program args…` as run inside the profile.
+        pub fn wrap(&self, program: &str, args: &[String]) -> seatbelt::Wrapped {
+            seatbelt::wrap(&self.profile, program, args)
+        }
+
+        /// The profile, for what the run says of its fence.
+        pub fn profile(&self) -> &seatbelt::Profile {
+            &self.profile
+        }
+    }
+
+    impl ChildFence {
+        pub(crate) fn apply(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The Seatbelt profile of `policy`, with Berth's `sockets` named in it (on macOS
+    /// the profile, not the socket, refuses a fenced peer).
+    pub fn prepare(policy: &FencePolicy, sockets: &[LocalPath]) -> Result<Prepared, FenceError> {
+        if !super::probe().available() {
+            return Err(FenceError::Unavailable {
+                reason: format!("{} is missing", seatbelt::SANDBOX_EXEC),
+            });
+        }
+        Ok(Prepared {
+            profile: seatbelt::Profile::new(policy, sockets),
+        })
+    }
+}
+
+#[cfg(target_os = "macos")]
+pub use macos::{ChildFence, Prepared, prepare};
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+mod unavailable {
+    use super::FenceError;
+    use berth_core::LocalPath;
+    use berth_core::fence::FencePolicy;
+
+    /// A prepared fence: none can exist on this platform.
     #[derive(Debug)]
     pub struct Prepared {
         never: std::convert::Infallible,
@@ -188,15 +277,15 @@ mod unavailable {
         }
     }
 
-    /// No fence on this platform yet (macOS's Seatbelt profile is a later step).
-    pub fn prepare(_: &FencePolicy) -> Result<Prepared, FenceError> {
+    /// No fence on this platform.
+    pub fn prepare(_: &FencePolicy, _: &[LocalPath]) -> Result<Prepared, FenceError> {
         Err(FenceError::Unavailable {
-            reason: format!("no fence is built for {} yet", std::env::consts::OS),
+            reason: format!("no fence is built for {}", std::env::consts::OS),
         })
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub use unavailable::{ChildFence, Prepared, prepare};
 
 /// The peer check of Berth's sockets lives with the sockets (`berth_web::peer`): one
@@ -219,7 +308,15 @@ mod tests {
         assert!(
             Probe {
                 landlock_abi: 7,
-                seccomp: true
+                seccomp: true,
+                seatbelt: false,
+            }
+            .available()
+        );
+        assert!(
+            Probe {
+                seatbelt: true,
+                ..Probe::UNAVAILABLE
             }
             .available()
         );

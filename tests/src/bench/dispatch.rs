@@ -2,6 +2,7 @@
 //! against spawning `cat` directly, in the same loop.
 
 use super::http::{Conn, Sse};
+use crate::Berth;
 use super::{
     CAT_AGENT, Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress,
     quantile, served, socket, succeeded,
@@ -116,8 +117,91 @@ fn startup(n: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// What the fence's in-place layer adds (issue 34): a session bound to a git
+/// repository, whose `.git/hooks` and `.git/config` the fence binds read-only for the
+/// run, on a server with the layer and on one without it (`BERTH_FENCE_PROBE=no-binds`,
+/// the guard alone), in one loop.
+fn binds(n: usize) -> Result<Vec<Row>> {
+    let mut loops = Vec::new();
+    for (tag, layer) in [("bench-binds", true), ("bench-no-binds", false)] {
+        let mut b = Berth::new(tag);
+        if !layer {
+            b.env("BERTH_FENCE_PROBE", "no-binds");
+        }
+        b.serve();
+        b.ok(&["agent", "add", CAT_AGENT, "--kind", "command", "--command", "cat"]);
+        let repo = b.user_home.join("code/repo");
+        std::fs::create_dir_all(&repo)?;
+        let git = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&repo)
+            .status()?;
+        ensure!(git.success(), "git init failed in {}", repo.display());
+        let sock = socket(&b);
+        let mut conn = Conn::connect(&sock)?;
+        let doc = conn.json(
+            "POST",
+            "/api/v1/sessions",
+            Some(&serde_json::json!({
+                "agent": CAT_AGENT,
+                "title": tag,
+                "dir": repo.to_str().context("a UTF-8 path")?,
+            })),
+        )?;
+        let session = doc["id"].as_str().context("no session id")?.to_owned();
+        let sse = Sse::open(&sock, &session, 0, Duration::from_secs(60))?;
+        loops.push((b, conn, session, sse, Vec::new(), layer));
+    }
+    for i in 0..WARM_UP + n {
+        for (_, conn, session, sse, samples, layer) in &mut loops {
+            let t = Instant::now();
+            let task = post_message(conn, session, &format!("message {i}"))?;
+            let done = sse.until_task(&task)?;
+            let ms = ms_since(t);
+            ensure!(succeeded(&done), "API task {task} ended {done}");
+            let bound = done["fence"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("read-only during the run"));
+            if i == 0 && *layer && !bound {
+                // This machine refuses the namespace: nothing to measure.
+                return Ok(vec![]);
+            }
+            ensure!(bound == *layer, "the layer is {layer} but the task says {done}");
+            if i >= WARM_UP {
+                samples.push(ms);
+            }
+        }
+    }
+    let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    let (with, without) = (&loops[0].4, &loops[1].4);
+    let mut rows = percentile_rows(
+        "dispatch",
+        "API round trip, fenced in a git repository (read-only binds)",
+        with,
+        None,
+    );
+    rows.extend(percentile_rows(
+        "dispatch",
+        "API round trip, fenced in a git repository (guard alone)",
+        without,
+        None,
+    ));
+    rows.push(
+        Row::new(
+            "dispatch",
+            "the read-only binds' cost: p50 with − without",
+            p50(with) - p50(without),
+            "ms",
+            None,
+        )
+        .with_note("issue 34: the fence's in-place layer, in the same loop"),
+    );
+    Ok(rows)
+}
+
 pub fn run(cfg: &Config) -> Result<Vec<Row>> {
     let startup_rows = startup(cfg.dispatch_messages.min(100))?;
+    let binds_rows = binds(cfg.dispatch_messages.min(200))?;
     let b = served("bench-dispatch");
     let sock = socket(&b);
     let mut conn = Conn::connect(&sock)?;
@@ -245,6 +329,7 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         )
         .with_note("issue 17's goal: includes starting the `berth` client process"),
     );
+    rows.extend(binds_rows);
     rows.extend(startup_rows);
     Ok(rows)
 }
