@@ -9,10 +9,10 @@
 
 use berth_core::LocalPath;
 use berth_local_agent::ExecutorConfig;
-use berth_local_agent::journal::Journal;
-use berth_local_agent::lock::DirLocks;
-use berth_local_agent::sidecar::Sidecars;
-use berth_local_agent::validate::validate;
+use berth_local_agent::dir::lock::DirLocks;
+use berth_local_agent::dir::validate::validate;
+use berth_local_agent::inject::journal::Journal;
+use berth_local_agent::inject::sidecar::Sidecars;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

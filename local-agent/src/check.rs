@@ -1,9 +1,9 @@
 //! `berth check PATH`: full native validation without a server.
 
 use crate::config::ExecutorConfig;
+use crate::dir::validate::validate;
 use crate::settings;
-use crate::trust::TrustStore;
-use crate::validate::validate;
+use crate::settings::trust::TrustStore;
 use berth_core::api::CheckReport;
 use berth_core::display::display;
 use berth_core::settings::trust::ProjectLayerReport;

@@ -2,38 +2,35 @@
 //! directory, safely, and the pieces it is made of.
 //!
 //! The server (`berth-web`) calls [`NativeExecutor`] through its `Executor` trait; the
-//! CLI uses [`check::check`] for `berth check` and [`NativeExecutor::replay_leftovers`]
-//! at startup. Everything here that touches a user's directory goes through a
-//! [`pin::PinnedDir`], which only [`validate::validate`] hands out for user paths.
-//! [`daemon`] runs the same executor for a remote server (`berth daemon`).
+//! CLI uses [`check`] for `berth check` and [`NativeExecutor::replay_leftovers`] at
+//! startup. The parts, in the order a run meets them:
+//!
+//! - [`dir`]: the user's directory validated, pinned and locked; everything that
+//!   touches it goes through a [`PinnedDir`], which only [`dir::validate`] hands out
+//!   for user paths;
+//! - [`settings`]: the layered settings and the trust they need;
+//! - [`inject`]: the brief and the sidecar files, journaled, and recovery after a crash;
+//! - [`agent`]: the adapters, the fence, the spawn and the process groups;
+//! - [`changes`]: the change record of each run (shadow repository, snapshots, diff,
+//!   undo, the watcher);
+//! - [`run`]: the executor, which puts the parts together in that order;
+//! - [`daemon`]: the same executor for a remote server (`berth daemon`);
+//! - [`front`] and `cli`: the `berth` command line.
 
-pub mod adapter;
-pub mod brief;
+pub mod agent;
 pub mod changes;
 pub mod check;
 pub mod config;
 pub mod daemon;
-pub mod executor;
-pub mod fence;
+pub mod dir;
 pub mod front;
-pub mod groups;
-pub mod journal;
-pub mod lock;
-pub mod pin;
-pub mod process;
-mod run_fence;
-pub mod scratch;
+pub mod inject;
+pub mod run;
 pub mod settings;
-pub mod sidecar;
-#[cfg(target_os = "linux")]
-pub mod spawn;
-pub mod trust;
-mod turn;
-pub mod validate;
-pub mod worktree;
 
 pub use check::{check, check_with, project_layer};
 pub use config::ExecutorConfig;
-pub use executor::{ExecutorError, NativeExecutor};
-pub use journal::{Journal, ReplayReport, replay_leftovers};
-pub use pin::PinnedDir;
+pub use dir::pin::PinnedDir;
+pub use inject::journal::Journal;
+pub use inject::recover::{ReplayReport, replay_leftovers};
+pub use run::{ExecutorError, NativeExecutor};

@@ -25,10 +25,10 @@
 
 use berth_core::fence::{FenceInputs, FencePolicy, Network, WriteKind};
 use berth_core::{LocalPath, Permissions, Platform};
-use berth_local_agent::adapter::Invocation;
-use berth_local_agent::fence::{self, Prepared};
-use berth_local_agent::groups::Watcher;
-use berth_local_agent::process;
+use berth_local_agent::agent::adapter::Invocation;
+use berth_local_agent::agent::fence::{self, Prepared};
+use berth_local_agent::agent::groups::Watcher;
+use berth_local_agent::agent::process;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};

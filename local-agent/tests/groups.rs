@@ -9,7 +9,7 @@
 mod common;
 
 use berth_core::api::TaskStatus;
-use berth_local_agent::groups::{
+use berth_local_agent::agent::groups::{
     Group, GroupRecord, Line, StopReport, Watcher, members, start_time, stop_leftovers,
 };
 use berth_web::executor::{AgentKind, Executor};

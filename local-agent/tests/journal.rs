@@ -3,8 +3,8 @@
 
 mod common;
 
-use berth_local_agent::journal::Journal;
-use berth_local_agent::sidecar::Sidecars;
+use berth_local_agent::inject::journal::Journal;
+use berth_local_agent::inject::sidecar::Sidecars;
 use common::{Sandbox, tree};
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
-use berth_local_agent::lock::DirLocks;
+use berth_local_agent::dir::lock::DirLocks;
 use berth_web::executor::{AgentKind, ExecEvent, Placement};
 use common::fakes::{self, calls};
 use common::{Sandbox, agent, in_place, lp, run, task, tree};
@@ -172,8 +172,11 @@ async fn a_project_plugin_is_in_the_brief_only_while_bound_there() {
     // covers the untrusted side).
     let real = std::fs::canonicalize(&bound).unwrap();
     let real = real.to_str().unwrap();
-    berth_local_agent::trust::TrustStore::new(&sb.cfg().berth_home)
-        .trust(real, berth_local_agent::trust::identity_of(real).unwrap())
+    berth_local_agent::settings::trust::TrustStore::new(&sb.cfg().berth_home)
+        .trust(
+            real,
+            berth_local_agent::settings::trust::identity_of(real).unwrap(),
+        )
         .unwrap();
     let spec = agent(AgentKind::Command, &[&script]);
     for (id, dir) in [("t1", &bound), ("t2", &other), ("t3", &bound)] {

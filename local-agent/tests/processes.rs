@@ -7,7 +7,7 @@
 mod common;
 
 use berth_core::api::TaskStatus;
-use berth_local_agent::groups::{members, stop_leftovers};
+use berth_local_agent::agent::groups::{members, stop_leftovers};
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::executor::AgentKind;
 use common::{Sandbox, agent, assert_no_overlap, in_place, run, stamping_agent, task, tree};

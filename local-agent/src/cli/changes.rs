@@ -4,9 +4,9 @@
 //! undo happened, in the session's transcript.
 
 use super::client::{Client, encode};
-use super::commands::{print_json, short};
 use super::error::CliError;
 use super::render::inert;
+use super::render::{print_json, short};
 use berth_core::api::Changes;
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::changes::{self, Shadow, UndoPlan};
@@ -214,8 +214,8 @@ async fn lock_dir(
     cfg: &ExecutorConfig,
     dir: &berth_core::LocalPath,
     tid: &str,
-) -> Result<berth_local_agent::lock::DirLock, CliError> {
-    let locks = berth_local_agent::lock::DirLocks::new(cfg.lock_dir.clone())
+) -> Result<berth_local_agent::dir::lock::DirLock, CliError> {
+    let locks = berth_local_agent::dir::lock::DirLocks::new(cfg.lock_dir.clone())
         .map_err(|e| CliError::new(e.to_string(), "check BERTH_LOCK_DIR"))?;
     let (_tx, mut never) = tokio::sync::watch::channel(false);
     locks
@@ -240,11 +240,11 @@ async fn undo_in_place(
     // An undo a Berth left half done is finished first.
     changes::replay_undos(&cfg.journal_dir());
     let (shadow, identity) = shadow_for(cfg, tid, work_dir)?;
-    let pinned = berth_local_agent::validate::validate(&cfg.context(), work_dir)
+    let pinned = berth_local_agent::dir::validate::validate(&cfg.context(), work_dir)
         .map_err(CliError::from_refusal)?;
     if pinned.identity() != identity {
         return Err(CliError::from_refusal(
-            berth_local_agent::pin::path_changed(pinned.display()),
+            berth_local_agent::dir::pin::path_changed(pinned.display()),
         ));
     }
     let _lock = lock_dir(cfg, pinned.canonical(), tid).await?;
@@ -312,7 +312,7 @@ async fn undo_commit(
         .map_err(CliError::from_refusal)?;
     let _lock = lock_dir(cfg, &dir, tid).await?;
     let root = git_in(work_dir, &["rev-parse", "--show-toplevel"])?;
-    berth_local_agent::worktree::revert(Path::new(root.trim()), commit).map_err(|e| {
+    berth_local_agent::run::worktree::revert(Path::new(root.trim()), commit).map_err(|e| {
         CliError::new(
             format!("task {tid}'s commit cannot be reverted cleanly: {e}"),
             "later turns changed the same lines; revert it by hand in the worktree, or merge as is",

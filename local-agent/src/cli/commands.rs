@@ -3,7 +3,8 @@
 use super::client::{Client, encode};
 use super::error::CliError;
 use super::lean::Request;
-use super::render;
+use super::render::{self, print_json};
+use super::setup::{absolute, berth_home, runtime};
 use super::{AgentCmd, Command, Kind, Mode, ProjectCmd, SessionCmd, TaskCmd};
 use berth_local_agent::ExecutorConfig;
 use hyper::Method;
@@ -35,50 +36,6 @@ pub fn check(home: Option<PathBuf>, path: &Path, json: bool) -> Result<u8, CliEr
     Ok(if report.ok { 0 } else { 1 })
 }
 
-/// This home's directory, as `--home`, `BERTH_HOME` or the platform default says.
-pub fn berth_home(home: Option<PathBuf>) -> Result<PathBuf, CliError> {
-    ExecutorConfig::from_env(home)
-        .map(|c| c.berth_home)
-        .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))
-}
-
-/// A path from the command line, made absolute against the current directory (the
-/// server cannot know the client's directory). `~` is the shell's business.
-pub(super) fn absolute(path: &Path) -> Result<String, CliError> {
-    let abs = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| {
-                CliError::new(
-                    format!("cannot read the current directory: {e}"),
-                    "give an absolute path",
-                )
-            })?
-            .join(path)
-    };
-    abs.into_os_string().into_string().map_err(|p| {
-        CliError::usage(
-            format!("{} is not valid UTF-8", PathBuf::from(p).display()),
-            "Berth handles UTF-8 paths only; rename the directory",
-        )
-    })
-}
-
-pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                format!("cannot start the async runtime: {e}"),
-                "check the system's limits (ulimit -n)",
-            )
-        })
-}
-
-pub(super) use super::render::print_json;
-
 pub fn client_command(home: Option<PathBuf>, cmd: Command) -> Result<u8, CliError> {
     let home = berth_home(home)?;
     let client = Client::new(&home);
@@ -105,9 +62,9 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             json,
         }) => {
             let adapter = match kind {
-                Kind::Claude => berth_local_agent::adapter::Adapter::Claude,
-                Kind::Codex => berth_local_agent::adapter::Adapter::Codex,
-                Kind::Command => berth_local_agent::adapter::Adapter::Command,
+                Kind::Claude => berth_local_agent::agent::adapter::Adapter::Claude,
+                Kind::Codex => berth_local_agent::agent::adapter::Adapter::Codex,
+                Kind::Command => berth_local_agent::agent::adapter::Adapter::Command,
             };
             let kind = match kind {
                 Kind::Claude => "claude",
@@ -436,7 +393,7 @@ fn settings_agent(c: &Client, dir: Option<&str>) -> Option<(String, String)> {
         ),
         None => None,
     };
-    let trust = berth_local_agent::trust::TrustStore::new(&config.berth_home);
+    let trust = berth_local_agent::settings::trust::TrustStore::new(&config.berth_home);
     let explained = berth_local_agent::settings::explain(
         &config.context(),
         &config.config_dir,

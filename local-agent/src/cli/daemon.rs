@@ -2,9 +2,10 @@
 //! the tokens daemons present, managed on the server's own control socket.
 
 use super::client::{Client, encode};
-use super::commands::{berth_home, print_json, runtime};
 use super::error::CliError;
 use super::render;
+use super::render::print_json;
+use super::setup::{berth_home, runtime};
 use super::{DaemonArgs, DaemonCmd, TokenCmd};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::daemon::url::{ServerUrl, UrlError};

@@ -8,6 +8,7 @@ mod commands;
 mod daemon;
 mod serve;
 mod settings;
+mod setup;
 mod trust;
 
 use berth_local_agent::front::{error, lean, render};

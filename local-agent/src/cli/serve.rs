@@ -70,7 +70,7 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         &config.context(),
         &config.config_dir,
         None,
-        &berth_local_agent::trust::TrustStore::new(&config.berth_home),
+        &berth_local_agent::settings::trust::TrustStore::new(&config.berth_home),
     )
     .map_err(|e| {
         CliError::new(

@@ -5,16 +5,17 @@
 
 use super::SettingsCmd;
 use super::client::{Client, encode};
-use super::commands::{print_json, runtime};
 use super::error::CliError;
+use super::render::print_json;
 use super::render::{escape, inert, project_layer_lines};
+use super::setup::runtime;
 use berth_core::display::display;
 use berth_core::settings::{Severity, check_text};
 use berth_core::{LocalPath, Platform};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::settings::input::{self, Limit, MAX_SETTINGS};
+use berth_local_agent::settings::trust::TrustStore;
 use berth_local_agent::settings::{Explained, explain};
-use berth_local_agent::trust::TrustStore;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 

@@ -3,15 +3,17 @@
 //! nowhere else. No server route takes part, so neither the web listener, a channel
 //! nor a daemon's server can grant it.
 
-use super::commands::absolute;
 use super::error::CliError;
 use super::render;
+use super::setup::absolute;
 use super::{TrustArgs, TrustCmd};
 use berth_core::display::display;
 use berth_core::settings::trust::{NEVER_FROM_PROJECT, ProjectLayerReport};
 use berth_core::{LocalPath, Platform, Refusal};
 use berth_local_agent::ExecutorConfig;
-use berth_local_agent::trust::{EntryState, TrustChange, TrustError, TrustStore, describe};
+use berth_local_agent::settings::trust::{
+    EntryState, TrustChange, TrustError, TrustStore, describe,
+};
 use serde::Serialize;
 use serde_json::json;
 use std::path::PathBuf;
@@ -58,7 +60,7 @@ pub fn run(home: Option<PathBuf>, args: TrustArgs) -> Result<u8, CliError> {
         (None, Some(path)) => {
             let t = trust_dir(&cfg, &absolute(&path)?)?;
             if args.json {
-                super::commands::print_json(&json!(t));
+                super::render::print_json(&json!(t));
             } else {
                 print_trusted(&t);
             }
@@ -74,7 +76,8 @@ pub fn run(home: Option<PathBuf>, args: TrustArgs) -> Result<u8, CliError> {
 /// Validates `input` as a binding would and trusts the directory.
 pub fn trust_dir(cfg: &ExecutorConfig, input: &str) -> Result<Trusted, CliError> {
     let ctx = cfg.context();
-    let pinned = berth_local_agent::validate::validate(&ctx, input).map_err(|r| refusal(&r))?;
+    let pinned =
+        berth_local_agent::dir::validate::validate(&ctx, input).map_err(|r| refusal(&r))?;
     let store = TrustStore::new(&cfg.berth_home);
     let change = store
         .trust(pinned.canonical().as_str(), pinned.identity())
@@ -158,7 +161,7 @@ fn revoke(cfg: &ExecutorConfig, input: &str, json: bool) -> Result<u8, CliError>
             let shown = LocalPath::parse(Platform::native(), &entry.dir)
                 .map_or_else(|_| entry.dir.clone(), |p| display(&ctx, &p));
             if json {
-                super::commands::print_json(
+                super::render::print_json(
                     &json!({"dir": entry.dir, "display": shown, "revoked": true}),
                 );
             } else {
@@ -190,7 +193,11 @@ fn list(cfg: &ExecutorConfig, json: bool) -> Result<u8, CliError> {
     let ctx = cfg.context();
     let store = TrustStore::new(&cfg.berth_home);
     let entries = store.entries().map_err(|e| store_error(&e))?;
-    let rows: Vec<(String, EntryState, &berth_local_agent::trust::TrustEntry)> = entries
+    let rows: Vec<(
+        String,
+        EntryState,
+        &berth_local_agent::settings::trust::TrustEntry,
+    )> = entries
         .iter()
         .map(|e| {
             let shown = LocalPath::parse(Platform::native(), &e.dir)
@@ -205,7 +212,7 @@ fn list(cfg: &ExecutorConfig, json: bool) -> Result<u8, CliError> {
                 json!({"dir": e.dir, "display": shown, "state": state, "trusted_at": e.trusted_at})
             })
             .collect();
-        super::commands::print_json(&json!(out));
+        super::render::print_json(&json!(out));
         return Ok(0);
     }
     if rows.is_empty() {

@@ -1,463 +1,104 @@
-//! The daemon's standing with the server: registration, heartbeats, the claim loop,
-//! the tasks it is running, and stopping.
+//! The daemon's link to the server: the heartbeat loop and the claim loop.
 //!
-//! Every loop outlives a lost server: calls are retried with backoff while events keep
-//! buffering. A 401 on a heartbeat or claim means the server no longer knows this
-//! process (it restarted) or the token was revoked: the daemon registers again once,
-//! and only a 401 on that registration is final.
+//! Both outlive a lost server: calls are retried with backoff while events keep
+//! buffering, and a 401 registers again once ([`Daemon::reregister`]).
 
-use super::DaemonError;
-use super::backoff::{self, Backoff, LINK_BASE, LINK_CAP};
-use super::remote::{CallError, Remote};
-use super::{RESTORE_WAIT, SEND_WAIT};
-use crate::executor::NativeExecutor;
-use berth_web::daemon::wire::{Heartbeat, Register, Registered};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use super::backoff::{Backoff, LINK_BASE, LINK_CAP};
+use super::remote::CallError;
+use super::state::Daemon;
+use berth_web::daemon::wire::Heartbeat;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, watch};
 
-/// The heartbeat period until the server says otherwise.
-const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
-
-/// A task claimed by this process and not yet acknowledged finished.
-#[derive(Debug)]
-struct Running {
-    /// Turns `true` to stop the agent.
-    cancel: watch::Sender<bool>,
-    /// Turns `true` once the executor returned (its directory is restored).
-    ran: watch::Receiver<bool>,
+/// Heartbeats until the process ends (they go on while stopping, so tasks that are
+/// still reporting are not declared lost). Acts on the server's cancellations.
+pub(super) async fn heartbeats(d: Arc<Daemon>) {
+    loop {
+        tokio::time::sleep(d.heartbeat_every()).await;
+        let seen = d.generation();
+        let body = Heartbeat {
+            instance: d.instance.clone(),
+            running: d.running_ids(),
+        };
+        match d.remote.heartbeat(&body).await {
+            Ok(reply) => {
+                d.link_ok();
+                for id in reply.cancel {
+                    d.cancel(&id);
+                }
+            }
+            Err(e) if e.is_unauthorized() => {
+                if !d.is_stopping() {
+                    d.reregister(seen, &e).await;
+                }
+            }
+            Err(e) => d.link_lost(&e),
+        }
+    }
 }
 
-/// What the daemon's loops, tasks and socket share.
-#[derive(Debug)]
-pub(super) struct Daemon {
-    pub(super) remote: Remote,
-    pub(super) executor: NativeExecutor,
-    name: String,
-    /// Fresh per process (see `Register::instance`).
-    instance: String,
-    max_tasks: usize,
-    /// One per task allowed to run at once; taken before claiming.
-    permits: Arc<Semaphore>,
-    registered: watch::Sender<Option<Registered>>,
-    /// Counts successful registrations, so one 401 seen by several loops registers once.
-    generation: AtomicU64,
-    registering: tokio::sync::Mutex<()>,
-    running: Mutex<HashMap<String, Running>>,
-    stopping: watch::Sender<bool>,
-    fatal: Mutex<Option<DaemonError>>,
-    /// Whether the last call failed to reach the server (printed once per outage).
-    lost: AtomicBool,
-    /// Woken when the server answers again after an outage, or accepted a
-    /// registration: a claim loop backing off tries at once.
-    back: tokio::sync::Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl Daemon {
-    pub(super) fn new(
-        remote: Remote,
-        executor: NativeExecutor,
-        name: String,
-        max_tasks: usize,
-    ) -> Daemon {
-        Daemon {
-            remote,
-            executor,
-            name,
-            instance: uuid::Uuid::new_v4().to_string(),
-            max_tasks,
-            permits: Arc::new(Semaphore::new(max_tasks)),
-            registered: watch::Sender::new(None),
-            generation: AtomicU64::new(0),
-            registering: tokio::sync::Mutex::new(()),
-            running: Mutex::new(HashMap::new()),
-            stopping: watch::Sender::new(false),
-            fatal: Mutex::new(None),
-            lost: AtomicBool::new(false),
-            back: tokio::sync::Notify::new(),
-        }
-    }
-
-    /// Whether the server can bind directories; `None` until registered.
-    pub(super) fn local_binding(&self) -> Option<bool> {
-        self.registered.borrow().as_ref().map(|r| r.local_binding)
-    }
-
-    /// Stops claiming; running tasks are cancelled by [`Daemon::drain`].
-    pub(super) fn stop(&self) {
-        self.stopping.send_replace(true);
-    }
-
-    pub(super) fn is_stopping(&self) -> bool {
-        *self.stopping.borrow()
-    }
-
-    /// Resolves once the daemon is stopping.
-    pub(super) async fn stopped(&self) {
-        let mut rx = self.stopping.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-    }
-
-    /// Stops with an error the process exits with.
-    fn fail(&self, e: DaemonError) {
-        lock(&self.fatal).get_or_insert(e);
-        self.stop();
-    }
-
-    /// The error that stopped the daemon, if one did.
-    pub(super) fn fatal(&self) -> Result<(), DaemonError> {
-        match lock(&self.fatal).take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Changes each time the daemon registers (again).
-    pub(super) fn registrations(&self) -> watch::Receiver<Option<Registered>> {
-        let mut rx = self.registered.subscribe();
-        rx.mark_unchanged();
-        rx
-    }
-
-    pub(super) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
-    }
-
-    /// A call reached the server.
-    pub(super) fn link_ok(&self) {
-        if self.lost.swap(false, Ordering::SeqCst) {
-            println!("the server at {} answers again", self.remote.url());
-            self.back.notify_waiters();
-        }
-    }
-
-    /// A call did not get an answer (printed once per outage).
-    /// A TLS failure stops the daemon with that error: retrying cannot fix a
-    /// certificate, and a retry loop would hide it.
-    pub(super) fn link_lost(&self, e: &CallError) {
-        if let CallError::Tls(problem) = e {
-            self.fail(DaemonError::Tls {
-                url: self.remote.url().to_string(),
-                problem: problem.clone(),
-            });
-            return;
-        }
-        if matches!(e, CallError::Unreachable(_)) && !self.lost.swap(true, Ordering::SeqCst) {
-            eprintln!(
-                "lost the server at {}: {e}; retrying (running tasks go on, their events are kept)",
-                self.remote.url()
-            );
-        }
-    }
-
-    fn register_body(&self) -> Register {
-        Register {
-            machine_id: self.remote.machine_id().to_owned(),
-            name: self.name.clone(),
-            instance: self.instance.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            // So the server shows this machine's paths as `~/…` where it may show
-            // display forms only, wherever the home lies.
-            home: self
-                .executor
-                .context()
-                .home
-                .as_ref()
-                .map(|h| h.as_str().to_owned()),
-        }
-    }
-
-    /// Registers, retrying while the server is unreachable (one status line per
-    /// attempt). `Ok(None)`: stopped while waiting.
-    async fn register_until_answered(&self) -> Result<Option<Registered>, DaemonError> {
-        let url = self.remote.url().to_string();
-        let body = self.register_body();
-        let mut wait = Backoff::new(LINK_BASE, LINK_CAP);
-        loop {
-            if self.is_stopping() {
-                return Ok(None);
-            }
-            let why = match self.remote.register(&body).await {
-                Ok(r) => {
-                    self.lost.store(false, Ordering::SeqCst);
-                    self.registered.send_replace(Some(r.clone()));
-                    self.generation.fetch_add(1, Ordering::SeqCst);
-                    self.back.notify_waiters();
-                    return Ok(Some(r));
-                }
-                Err(CallError::Tls(problem)) => {
-                    return Err(DaemonError::Tls { url, problem });
-                }
-                Err(e) if e.is_unauthorized() => {
-                    return Err(DaemonError::TokenRefused {
-                        url,
-                        message: message(&e),
-                    });
-                }
-                Err(
-                    e @ CallError::Status {
-                        status:
-                            hyper::StatusCode::NOT_FOUND
-                            | hyper::StatusCode::METHOD_NOT_ALLOWED
-                            | hyper::StatusCode::FORBIDDEN
-                            | hyper::StatusCode::BAD_REQUEST,
-                        ..
-                    },
-                ) => {
-                    return Err(DaemonError::NotADaemonServer {
-                        url,
-                        message: message(&e),
-                    });
-                }
-                Err(e) => e,
-            };
-            let delay = wait.next_delay();
-            println!(
-                "waiting for the server at {url} (attempt {}, next in {}): {why}",
-                wait.attempts(),
-                backoff::human(delay)
-            );
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = self.stopped() => return Ok(None),
-            }
-        }
-    }
-
-    /// The first registration; prints who this daemon is once accepted.
-    pub(super) async fn register_at_start(&self) -> Result<(), DaemonError> {
-        if let Some(r) = self.register_until_answered().await? {
-            println!(
-                "registered {} (machine {}) with the server at {}",
-                r.name,
-                r.machine_id,
-                self.remote.url()
-            );
-            if !r.local_binding {
-                println!(
-                    "  the server cannot bind directories (cloud build): tasks run in scratch directories and worktrees only"
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Registers again after a 401, unless another loop already did since `seen`.
-    /// A refusal of the token stops the daemon.
-    pub(super) async fn reregister(&self, seen: u64, refusal: &CallError) {
-        let _one = self.registering.lock().await;
-        if self.generation() != seen || self.is_stopping() {
-            return;
-        }
-        println!(
-            "the server at {} refused a call ({}); registering again",
-            self.remote.url(),
-            message(refusal)
-        );
-        match self.register_until_answered().await {
-            Ok(Some(_)) => println!("registered again with the server at {}", self.remote.url()),
-            Ok(None) => {}
-            Err(e) => self.fail(e),
-        }
-    }
-
-    pub(super) fn heartbeat_every(&self) -> Duration {
-        self.registered
-            .borrow()
-            .as_ref()
-            .map(|r| Duration::from_millis(r.heartbeat_ms.max(100)))
-            .unwrap_or(DEFAULT_HEARTBEAT)
-    }
-
-    fn claim_wait(&self) -> Duration {
-        self.registered
-            .borrow()
-            .as_ref()
-            .map(|r| Duration::from_millis(r.claim_wait_ms))
-            .unwrap_or(Duration::ZERO)
-    }
-
-    /// Heartbeats until the process ends (they go on while stopping, so tasks that are
-    /// still reporting are not declared lost). Acts on the server's cancellations.
-    pub(super) async fn heartbeats(self: Arc<Self>) {
-        loop {
-            tokio::time::sleep(self.heartbeat_every()).await;
-            let seen = self.generation();
-            let body = Heartbeat {
-                instance: self.instance.clone(),
-                running: self.running_ids(),
-            };
-            match self.remote.heartbeat(&body).await {
-                Ok(reply) => {
-                    self.link_ok();
-                    for id in reply.cancel {
-                        self.cancel(&id);
-                    }
-                }
-                Err(e) if e.is_unauthorized() => {
-                    if !self.is_stopping() {
-                        self.reregister(seen, &e).await;
-                    }
-                }
-                Err(e) => self.link_lost(&e),
-            }
-        }
-    }
-
-    /// Claims tasks until stopping: a slot first, then a long poll (or, with `poll`, a
-    /// claim that answers at once, every `poll`). Each task runs in its own task.
-    pub(super) async fn claims(self: Arc<Self>, poll: Option<Duration>) {
-        let mut wait = Backoff::new(LINK_BASE, LINK_CAP);
-        loop {
-            let permit = tokio::select! {
-                p = self.permits.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-                () = self.stopped() => return,
-            };
-            let seen = self.generation();
-            let hold = if poll.is_some() {
-                Duration::ZERO
-            } else {
-                self.claim_wait()
-            };
-            let claimed = tokio::select! {
-                r = self.remote.claim(&self.instance, hold) => r,
-                () = self.stopped() => return,
-            };
-            // Registered, or the server answering again, ends a backoff early.
-            let back = self.back.notified();
-            tokio::pin!(back);
-            back.as_mut().enable();
-            let pause = match claimed {
-                Ok(Some(task)) => {
-                    wait.reset();
-                    self.link_ok();
-                    tokio::spawn(super::task::run(self.clone(), task, permit));
-                    None
-                }
-                Ok(None) => {
-                    wait.reset();
-                    self.link_ok();
-                    poll
-                }
-                Err(e) if e.is_unauthorized() => {
-                    drop(permit);
-                    self.reregister(seen, &e).await;
-                    None
-                }
-                Err(e) => {
-                    self.link_lost(&e);
-                    if !matches!(e, CallError::Unreachable(_)) {
-                        eprintln!("claiming failed: {e}; retrying");
-                    }
-                    let delay = wait.next_delay();
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = &mut back => {}
-                        () = self.stopped() => return,
-                    }
-                    None
-                }
-            };
-            if let Some(p) = pause {
-                tokio::select! {
-                    () = tokio::time::sleep(p) => {}
-                    () = self.stopped() => return,
-                }
-            }
-        }
-    }
-
-    /// Records a claimed task; returns its cancel switch (already on when stopping)
-    /// and the sender that says the executor returned.
-    pub(super) fn track(&self, id: &str) -> (watch::Sender<bool>, watch::Sender<bool>) {
-        let cancel = watch::Sender::new(self.is_stopping());
-        let (ran_tx, ran) = watch::channel(false);
-        lock(&self.running).insert(
-            id.to_owned(),
-            Running {
-                cancel: cancel.clone(),
-                ran,
+/// Claims tasks until stopping: a slot first, then a long poll (or, with `poll`, a
+/// claim that answers at once, every `poll`). Each task runs in its own task.
+pub(super) async fn claims(d: Arc<Daemon>, poll: Option<Duration>) {
+    let mut wait = Backoff::new(LINK_BASE, LINK_CAP);
+    loop {
+        let permit = tokio::select! {
+            p = d.permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
             },
-        );
-        (cancel, ran_tx)
-    }
-
-    /// Forgets a task: its finish was acknowledged, or the server no longer wants it.
-    pub(super) fn untrack(&self, id: &str) {
-        lock(&self.running).remove(id);
-    }
-
-    fn running_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = lock(&self.running).keys().cloned().collect();
-        ids.sort();
-        ids
-    }
-
-    /// Stops a running task's agent (the server cancelled it).
-    pub(super) fn cancel(&self, id: &str) {
-        if let Some(r) = lock(&self.running).get(id) {
-            r.cancel.send_replace(true);
-        }
-    }
-
-    /// After a stop: cancels every running task, waits for the executor to restore
-    /// their directories, then gives them [`SEND_WAIT`] to report.
-    pub(super) async fn drain(&self) {
-        self.stop();
-        let waits: Vec<watch::Receiver<bool>> = {
-            let running = lock(&self.running);
-            for r in running.values() {
-                r.cancel.send_replace(true);
+            () = d.stopped() => return,
+        };
+        let seen = d.generation();
+        let hold = if poll.is_some() {
+            Duration::ZERO
+        } else {
+            d.claim_wait()
+        };
+        let claimed = tokio::select! {
+            r = d.remote.claim(&d.instance, hold) => r,
+            () = d.stopped() => return,
+        };
+        // Registered, or the server answering again, ends a backoff early.
+        let back = d.back.notified();
+        tokio::pin!(back);
+        back.as_mut().enable();
+        let pause = match claimed {
+            Ok(Some(task)) => {
+                wait.reset();
+                d.link_ok();
+                tokio::spawn(super::task::run(d.clone(), task, permit));
+                None
             }
-            running.values().map(|r| r.ran.clone()).collect()
-        };
-        let restored = async {
-            for mut ran in waits {
-                let _ = ran.wait_for(|r| *r).await;
+            Ok(None) => {
+                wait.reset();
+                d.link_ok();
+                poll
+            }
+            Err(e) if e.is_unauthorized() => {
+                drop(permit);
+                d.reregister(seen, &e).await;
+                None
+            }
+            Err(e) => {
+                d.link_lost(&e);
+                if !matches!(e, CallError::Unreachable(_)) {
+                    eprintln!("claiming failed: {e}; retrying");
+                }
+                let delay = wait.next_delay();
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = &mut back => {}
+                    () = d.stopped() => return,
+                }
+                None
             }
         };
-        if tokio::time::timeout(RESTORE_WAIT, restored).await.is_err() {
-            eprintln!(
-                "berth daemon: some agents did not stop in time; their directories are restored at the next start"
-            );
+        if let Some(p) = pause {
+            tokio::select! {
+                () = tokio::time::sleep(p) => {}
+                () = d.stopped() => return,
+            }
         }
-        let all = u32::try_from(self.max_tasks).unwrap_or(u32::MAX);
-        if tokio::time::timeout(SEND_WAIT, self.permits.acquire_many(all))
-            .await
-            .is_err()
-        {
-            eprintln!(
-                "berth daemon: could not report every task's outcome to the server; it marks them interrupted"
-            );
-        }
-        // Leaving at once, rather than at the end of the heartbeat window, lets the
-        // server show this machine's sessions waiting for it now. Best effort: an
-        // unreachable server finds out from the window.
-        let leave = berth_web::daemon::wire::Leave {
-            instance: self.instance.clone(),
-        };
-        if let Ok(Err(e)) = tokio::time::timeout(SEND_WAIT, self.remote.leave(&leave)).await {
-            eprintln!(
-                "berth daemon: could not tell the server it stops: {}",
-                message(&e)
-            );
-        }
-    }
-}
-
-/// The server's message, for an error line.
-fn message(e: &CallError) -> String {
-    match e {
-        CallError::Status { message, .. } => message.clone(),
-        CallError::Unreachable(m) | CallError::Protocol(m) | CallError::Tls(m) => m.clone(),
     }
 }

@@ -17,15 +17,16 @@ pub mod machine;
 pub mod outbox;
 pub mod proxy;
 pub mod remote;
+mod state;
 mod task;
 pub mod url;
 
 use crate::config::ExecutorConfig;
-use crate::executor::{ExecutorError, NativeExecutor};
+use crate::run::{ExecutorError, NativeExecutor};
 use berth_core::binding::MachineId;
 use berth_web::executor::Executor;
 use berth_web::server::{InstanceLock, SOCKET_FILE, ServerError};
-use link::Daemon;
+use state::Daemon;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -163,8 +164,8 @@ pub async fn run(
 
     let outcome = match daemon.register_at_start().await {
         Ok(()) => {
-            let beat = tokio::spawn(daemon.clone().heartbeats());
-            daemon.clone().claims(opts.poll).await;
+            let beat = tokio::spawn(link::heartbeats(daemon.clone()));
+            link::claims(daemon.clone(), opts.poll).await;
             eprintln!(
                 "berth daemon: stopping (running agents are stopped and their directories restored)"
             );

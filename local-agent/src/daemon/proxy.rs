@@ -13,8 +13,8 @@
 //! - `POST check` is answered here.
 //! - the server unreachable: 503 `server_unreachable`.
 
-use super::link::Daemon;
 use super::remote::{Body, CallError, json_body};
+use super::state::Daemon;
 use berth_core::api::{CheckReport, ErrorBody, ErrorDetail};
 use berth_core::{ErrorCode, Refusal};
 use berth_web::api::{BODY_LIMIT, CheckReply, CheckRequest, refusal_status};

@@ -7,9 +7,9 @@
 //! the server records it (or says it no longer expects the task).
 
 use super::backoff::{Backoff, TASK_BASE, TASK_CAP};
-use super::link::Daemon;
 use super::outbox::{BATCH_BYTES, Outbox};
 use super::remote::{CallError, Remote};
+use super::state::Daemon;
 use berth_core::api::TaskStatus;
 use berth_web::daemon::wire::{
     ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE,

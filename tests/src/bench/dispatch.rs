@@ -2,11 +2,11 @@
 //! against spawning `cat` directly, in the same loop.
 
 use super::http::{Conn, Sse};
-use crate::Berth;
 use super::{
     CAT_AGENT, Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress,
     quantile, served, socket, succeeded,
 };
+use crate::Berth;
 use anyhow::{Context as _, Result, bail, ensure};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -129,7 +129,15 @@ fn binds(n: usize) -> Result<Vec<Row>> {
             b.env("BERTH_FENCE_PROBE", "no-binds");
         }
         b.serve();
-        b.ok(&["agent", "add", CAT_AGENT, "--kind", "command", "--command", "cat"]);
+        b.ok(&[
+            "agent",
+            "add",
+            CAT_AGENT,
+            "--kind",
+            "command",
+            "--command",
+            "cat",
+        ]);
         let repo = b.user_home.join("code/repo");
         std::fs::create_dir_all(&repo)?;
         let git = Command::new("git")
@@ -166,7 +174,10 @@ fn binds(n: usize) -> Result<Vec<Row>> {
                 // This machine refuses the namespace: nothing to measure.
                 return Ok(vec![]);
             }
-            ensure!(bound == *layer, "the layer is {layer} but the task says {done}");
+            ensure!(
+                bound == *layer,
+                "the layer is {layer} but the task says {done}"
+            );
             if i >= WARM_UP {
                 samples.push(ms);
             }

@@ -15,9 +15,11 @@ mod view;
 
 use super::ChatArgs;
 use super::client::{Client, encode};
-use super::commands::{absolute, add_project_layer, agent_policy, create_session, runtime, short};
+use super::commands::{add_project_layer, agent_policy, create_session};
 use super::error::CliError;
+use super::render::short;
 use super::render::{ignored_lines, inert, tasks_lines};
+use super::setup::{absolute, runtime};
 use berth_core::settings::trust::ProjectLayerReport;
 use berth_local_agent::ExecutorConfig;
 use hyper::Method;

@@ -1,7 +1,7 @@
 //! What the composer shows, as data: the header's lines and tone, and the transcript's
 //! styled lines. No terminal here; `tty` paints it, tests read it.
 
-use super::super::commands::short;
+use super::super::render::short;
 use super::super::render::{self, ignored_lines, inert, live_state};
 use berth_core::settings::trust::ProjectLayerReport;
 use serde_json::Value;

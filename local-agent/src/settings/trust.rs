@@ -135,7 +135,7 @@ fn same_path(a: &str, b: &str) -> bool {
 pub fn identity_of(path: &str) -> Option<(u64, u64)> {
     let st = rustix::fs::lstat(path).ok()?;
     (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
-        .then_some((crate::pin::dev_of(&st), st.st_ino))
+        .then_some((crate::dir::pin::dev_of(&st), st.st_ino))
 }
 
 impl TrustEntry {

@@ -6,7 +6,7 @@
 //! millisecond per agent, more than the agent's own start. `posix_spawn` avoids that
 //! with `clone(CLONE_VM | CLONE_VFORK)`, but cannot do what Berth needs between the
 //! clone and the exec. This does the same clone itself, and in the child exactly the
-//! steps of the `fork` path in [`crate::process`]:
+//! steps of the `fork` path in [`crate::agent::process`]:
 //!
 //! - signal handlers back to their defaults (SIGPIPE too, as `std` does), the mask
 //!   emptied last;
@@ -15,8 +15,8 @@
 //! - `PR_SET_PDEATHSIG(SIGKILL)`, then a check that Berth is still its parent;
 //! - `fchdir` to the pinned directory's descriptor;
 //! - its `+PGID` line to the group watcher;
-//! - with a fence ([`crate::fence`]): the read-only binds of its in-place layer if it
-//!   has them (`crate::fence::binds`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
+//! - with a fence ([`crate::agent::fence`]): the read-only binds of its in-place layer if it
+//!   has them (`crate::agent::fence::binds`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
 //!   and the seccomp filter, in that order (the filter last: it may refuse calls);
 //! - `execve` of the program resolved beforehand, with exactly the given environment.
 //!
@@ -57,8 +57,8 @@ pub struct Request<'a> {
     pub watcher: BorrowedFd<'a>,
     /// A pipe for standard input (else `/dev/null`).
     pub stdin: bool,
-    /// The fence to confine the agent in, prepared by [`crate::fence::prepare`].
-    pub fence: Option<&'a crate::fence::Prepared>,
+    /// The fence to confine the agent in, prepared by [`crate::agent::fence::prepare`].
+    pub fence: Option<&'a crate::agent::fence::Prepared>,
 }
 
 /// A started agent: its pid, a pidfd to wait on, and the parent's ends of its pipes.
@@ -133,7 +133,7 @@ struct ChildArgs {
     /// The fence's seccomp program (set whenever `ruleset` is).
     fprog: *const libc::sock_fprog,
     /// The fence's read-only binds, or null.
-    binds: *const crate::fence::binds::Binds,
+    binds: *const crate::agent::fence::binds::Binds,
     /// The errno of the step that failed; 0 if the exec happened.
     error: AtomicI32,
     /// The fence's step under way ([`FenceStep`]), so its failure is named.
@@ -251,11 +251,13 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
         dir: req.dir.as_raw_fd(),
         watcher: req.watcher.as_raw_fd(),
         parent: rustix::process::getpid().as_raw_nonzero().get(),
-        ruleset: req.fence.map_or(-1, crate::fence::Prepared::ruleset_fd),
+        ruleset: req
+            .fence
+            .map_or(-1, crate::agent::fence::Prepared::ruleset_fd),
         fprog: fprog.as_ref().map_or(std::ptr::null(), std::ptr::from_ref),
         binds: req
             .fence
-            .and_then(crate::fence::Prepared::binds)
+            .and_then(crate::agent::fence::Prepared::binds)
             .map_or(std::ptr::null(), std::ptr::from_ref),
         error: AtomicI32::new(0),
         fence_step: AtomicI32::new(FenceStep::None as i32),
@@ -398,7 +400,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         if libc::fchdir(a.dir) != 0 {
             return fail(a);
         }
-        let line = crate::groups::Line::watch(libc::getpid());
+        let line = crate::agent::groups::Line::watch(libc::getpid());
         let bytes = line.as_bytes();
         // One write of fewer than PIPE_BUF bytes: atomic beside other children's.
         let written = libc::write(a.watcher, bytes.as_ptr().cast::<c_void>(), bytes.len());

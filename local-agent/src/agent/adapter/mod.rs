@@ -103,7 +103,7 @@ fn refusal_line(text: &str) -> String {
         .find(|l| names_a_refusal(l))
         .unwrap_or(text)
         .trim();
-    crate::turn::cut(line, 300).to_owned()
+    cut(line, 300).to_owned()
 }
 
 impl TurnState {
@@ -421,6 +421,18 @@ fn program(spec: &AgentSpec, default: &str) -> (String, Vec<String>) {
     }
 }
 
+/// `text` cut to at most `max` bytes on a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,7 +554,7 @@ mod tests {
     fn real_claude_denial_is_one_denial_with_its_file() {
         let (events, st) = replay(
             Adapter::Claude,
-            include_str!("../../tests/fixtures/real/claude-write-denied.jsonl"),
+            include_str!("../../../tests/fixtures/real/claude-write-denied.jsonl"),
             "",
         );
         let want = Denial {
@@ -565,7 +577,7 @@ mod tests {
     fn real_claude_write_counts_as_a_change() {
         let (events, st) = replay(
             Adapter::Claude,
-            include_str!("../../tests/fixtures/real/claude-write-ok.jsonl"),
+            include_str!("../../../tests/fixtures/real/claude-write-ok.jsonl"),
             "",
         );
         assert_eq!((st.denials.len(), st.changes_applied), (0, 1));
@@ -577,14 +589,14 @@ mod tests {
     fn real_codex_write_and_read_only_refusal() {
         let (_, st) = replay(
             Adapter::Codex,
-            include_str!("../../tests/fixtures/real/codex-write-ok.jsonl"),
-            include_str!("../../tests/fixtures/real/codex-write-ok.stderr"),
+            include_str!("../../../tests/fixtures/real/codex-write-ok.jsonl"),
+            include_str!("../../../tests/fixtures/real/codex-write-ok.stderr"),
         );
         assert_eq!((st.denials.len(), st.changes_applied), (0, 1));
         let (events, st) = replay(
             Adapter::Codex,
-            include_str!("../../tests/fixtures/real/codex-read-only.jsonl"),
-            include_str!("../../tests/fixtures/real/codex-read-only.stderr"),
+            include_str!("../../../tests/fixtures/real/codex-read-only.jsonl"),
+            include_str!("../../../tests/fixtures/real/codex-read-only.stderr"),
         );
         assert_eq!(
             denied(&events),
@@ -600,8 +612,8 @@ mod tests {
     fn real_codex_error_items_are_errors_and_its_chatter_is_not_an_event() {
         let (events, st) = replay(
             Adapter::Codex,
-            include_str!("../../tests/fixtures/real/codex-unknown-model-read-only.jsonl"),
-            include_str!("../../tests/fixtures/real/codex-unknown-model-read-only.stderr"),
+            include_str!("../../../tests/fixtures/real/codex-unknown-model-read-only.jsonl"),
+            include_str!("../../../tests/fixtures/real/codex-unknown-model-read-only.stderr"),
         );
         let errors: Vec<&AgentEvent> = events
             .iter()
@@ -625,11 +637,11 @@ mod tests {
         let (_, st) = replay(
             Adapter::Codex,
             "",
-            include_str!("../../tests/fixtures/real/codex-stale-resume.stderr"),
+            include_str!("../../../tests/fixtures/real/codex-stale-resume.stderr"),
         );
         assert!(!st.stale_resume, "only a resumed turn can be stale");
         let mut st = TurnState::default();
-        for l in include_str!("../../tests/fixtures/real/codex-stale-resume.stderr").lines() {
+        for l in include_str!("../../../tests/fixtures/real/codex-stale-resume.stderr").lines() {
             Adapter::Codex.stderr_line(l, true, &mut st);
         }
         assert!(st.stale_resume);

@@ -6,7 +6,7 @@
 //! next message, with no reload.
 //!
 //! The project layer is sorted by trust first ([`berth_core::settings::trust::gate`],
-//! with the trust list of [`crate::trust`]): what an untrusted directory may not set
+//! with the trust list of [`crate::settings::trust`]): what an untrusted directory may not set
 //! never reaches the merge, and the report says which keys were left out and why.
 //!
 //! Before that, two rules about the file itself, since a repository (or another local
@@ -18,9 +18,10 @@
 
 pub mod input;
 mod owner;
+pub mod trust;
 
 use crate::config::local;
-use crate::trust::{TrustStore, identity_of};
+use crate::settings::trust::{TrustStore, identity_of};
 use berth_core::display::display;
 use berth_core::settings::trust::{
     Gated, KeyVerdict, ProjectLayerReport, Trust, Verdict, WHOLE_FILE, gate, outside_project,
@@ -401,12 +402,14 @@ pub fn user_ca_file(
         }))
 }
 
-/// The change record's limits from the user settings' `snapshots` (defaults when the
-/// file is missing or cannot be read: the run reports that problem itself).
-pub fn snapshot_limits(cfg: &crate::config::ExecutorConfig) -> crate::changes::Limits {
+/// The user settings' `snapshots` (`None` when the file is missing or cannot be read:
+/// the run reports that problem itself).
+pub fn user_snapshots(
+    cfg: &crate::config::ExecutorConfig,
+) -> Option<berth_core::settings::SnapshotLimits> {
     match user_layer(&cfg.context(), &cfg.config_dir) {
-        Ok(Some(layer)) => crate::changes::Limits::from_settings(&layer.snapshots),
-        Ok(None) | Err(_) => crate::changes::Limits::default(),
+        Ok(Some(layer)) => Some(layer.snapshots),
+        Ok(None) | Err(_) => None,
     }
 }
 

@@ -20,8 +20,8 @@
 //! touched; a Berth that stops mid-undo finishes it at the next start
 //! ([`replay_undos`]), so the directory ends either untouched or fully undone.
 
-use crate::journal::abandoned;
-use crate::pin::PinnedDir;
+use crate::dir::pin::PinnedDir;
+use crate::inject::journal::abandoned;
 use berth_core::api::{Changes, FileChange, Skipped};
 use berth_web::private;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
@@ -940,13 +940,13 @@ fn current_blob(
 }
 
 fn read_at(dir: impl AsFd, path: &str) -> Result<Vec<u8>, Errno> {
-    let (parent, name) = crate::sidecar::at_parent(dir.as_fd(), path)?;
+    let (parent, name) = crate::dir::fd::at_parent(dir.as_fd(), path)?;
     let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(Errno::NOENT);
     }
-    let fd = crate::sidecar::open_nofollow(&parent, name, OFlags::RDONLY)?;
-    crate::sidecar::read_all(&fd)
+    let fd = crate::dir::fd::open_nofollow(&parent, name, OFlags::RDONLY)?;
+    crate::dir::fd::read_all(&fd)
 }
 
 /// Opens the parent of `rel`, creating missing directories (without following
@@ -959,11 +959,11 @@ fn parent_creating(dir: impl AsFd, rel: &str) -> Result<(OwnedFd, String), Errno
     }
     let mut fd = rustix::io::dup(dir.as_fd())?;
     for comp in comps {
-        match crate::sidecar::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY) {
+        match crate::dir::fd::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY) {
             Ok(next) => fd = next,
             Err(Errno::NOENT) => {
                 rustix::fs::mkdirat(&fd, comp, Mode::from_raw_mode(0o755))?;
-                fd = crate::sidecar::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
+                fd = crate::dir::fd::open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
             }
             Err(e) => return Err(e),
         }
@@ -975,7 +975,7 @@ fn parent_creating(dir: impl AsFd, rel: &str) -> Result<(OwnedFd, String), Errno
 /// over it (so a reader never sees half a file), or removed.
 fn apply_one(git: &Shadow, dir: impl AsFd, r: &Restore) -> Result<(), String> {
     match &r.before {
-        None => match crate::sidecar::at_parent(dir.as_fd(), &r.path) {
+        None => match crate::dir::fd::at_parent(dir.as_fd(), &r.path) {
             Ok((parent, name)) => match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
                 Ok(()) | Err(Errno::NOENT) => Ok(()),
                 Err(e) => Err(format!("cannot remove {}: {e}", r.path)),
@@ -1002,7 +1002,7 @@ fn apply_one(git: &Shadow, dir: impl AsFd, r: &Restore) -> Result<(), String> {
                 Mode::from_raw_mode(perm),
             )
             .map_err(|e| format!("cannot write beside {}: {e}", r.path))?;
-            crate::sidecar::write_all(&fd, &bytes)
+            crate::dir::fd::write_all(&fd, &bytes)
                 .map_err(|e| format!("cannot write {}: {e}", r.path))?;
             let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm));
             rustix::fs::fsync(&fd).map_err(|e| format!("cannot sync {}: {e}", r.path))?;
@@ -1039,7 +1039,7 @@ impl UndoJournal {
         .map_err(|e| format!("cannot write the undo journal {}: {e}", path.display()))?;
         rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| e.to_string())?;
-        crate::sidecar::write_all(&fd, &text).map_err(|e| e.to_string())?;
+        crate::dir::fd::write_all(&fd, &text).map_err(|e| e.to_string())?;
         rustix::fs::fsync(&fd).map_err(|e| e.to_string())?;
         std::fs::File::open(journal_dir)
             .and_then(|d| d.sync_all())
@@ -1128,7 +1128,7 @@ pub fn replay_undos(journal_dir: &Path) -> Vec<String> {
             .as_ref()
             .ok()
             .and_then(|fd| rustix::fs::fstat(fd).ok())
-            .is_some_and(|st| crate::pin::dev_of(&st) == plan.dev && st.st_ino == plan.ino);
+            .is_some_and(|st| crate::dir::pin::dev_of(&st) == plan.dev && st.st_ino == plan.ino);
         match (opened, same) {
             (Ok(fd), true) => match apply(&plan, &fd) {
                 Ok(()) => {

@@ -5,7 +5,7 @@
 //! directory holds for everything beneath it. This layer gives the agent a mount
 //! namespace of its own in which each protected path that exists is bind-mounted onto
 //! itself read-only, so a write there fails at once (`EROFS`) instead of being put back
-//! after the run by the guard (`crate::sidecar::guard`).
+//! after the run by the guard (`crate::inject::sidecar::guard`).
 //!
 //! - **Only adds.** Where the namespace cannot be made (Ubuntu 24.04 restricts
 //!   unprivileged user namespaces), [`available`] says no once per process and runs

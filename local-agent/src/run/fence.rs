@@ -2,7 +2,7 @@
 //!
 //! From the settings' `fence` (mode, network, extra paths), the run's directory, the
 //! agent kind's own state ([`Adapter::fence_state`]) and Berth's own places, this
-//! builds core's [`FencePolicy`] and the kernel objects of [`crate::fence::prepare`]
+//! builds core's [`FencePolicy`] and the kernel objects of [`crate::agent::fence::prepare`]
 //! (blocking file I/O: called from the executor's preparation, which already runs on
 //! a blocking thread). It also creates the task's own temporary directory
 //! (`$BERTH_HOME/tmp/<task>`, 0700), which the agent gets as `TMPDIR`, `TMP` and
@@ -16,8 +16,8 @@
 //!   `fence_unavailable` before anything is written into the directory;
 //! - `off` (the user layer's alone): unfenced, and the `fence` event says so.
 
-use crate::adapter::Adapter;
-use crate::fence::{self, FenceError};
+use crate::agent::adapter::Adapter;
+use crate::agent::fence::{self, FenceError};
 use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, WriteKind};
 use berth_core::settings::FenceSettings;
 use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal};

@@ -1,9 +1,9 @@
 //! One agent process, from spawn to exit: its output lines parsed into events as they
 //! come, cancellation (the whole group, terminate then kill), and the turn's result.
 
-use crate::adapter::{Adapter, TurnState};
-use crate::lock::cancelled;
-use crate::process::AgentProcess;
+use crate::agent::adapter::{Adapter, TurnState};
+use crate::agent::process::AgentProcess;
+use crate::dir::lock::cancelled;
 use berth_core::event::AgentEvent;
 use berth_web::executor::ExecEvent;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -20,21 +20,6 @@ fn lossy(segment: std::io::Result<Option<Vec<u8>>>) -> Option<String> {
     let bytes = segment.ok().flatten()?;
     let text = String::from_utf8_lossy(&bytes);
     Some(text.strip_suffix('\r').unwrap_or(&text).to_owned())
-}
-
-/// The longest `BERTH_BRIEF` value: Linux caps one environment string at 128 KiB.
-pub(crate) const MAX_ENV_BRIEF: usize = 96 * 1024;
-
-/// `text` cut to at most `max` bytes on a character boundary.
-pub(crate) fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 pub(crate) async fn stream(
@@ -108,7 +93,7 @@ pub(crate) async fn stream(
             line: format!(
                 "berth: the fence refused {} more actions, not listed (the first {} are)",
                 st.fence_denials_dropped,
-                crate::adapter::MAX_FENCE_DENIALS
+                crate::agent::adapter::MAX_FENCE_DENIALS
             ),
         }));
     }

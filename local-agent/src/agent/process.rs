@@ -6,11 +6,11 @@
 //! validated, whatever its path leads to now), `PR_SET_PDEATHSIG(SIGKILL)` so it never
 //! outlives Berth, and stdin at `/dev/null` unless the adapter writes to it. What the
 //! agent starts in its group is covered too: its group is recorded and registered with
-//! the executor's watcher (see [`crate::groups`]) until [`AgentProcess::release`] has
+//! the executor's watcher (see [`crate::agent::groups`]) until [`AgentProcess::release`] has
 //! seen the group gone.
 
-use crate::adapter::Invocation;
-use crate::groups::{self, Group, GroupRecord, Line, WatchPipe, Watcher};
+use crate::agent::adapter::Invocation;
+use crate::agent::groups::{self, Group, GroupRecord, Line, WatchPipe, Watcher};
 use rustix::process::{Pid, Signal};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -20,6 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::process::{Child, Command};
+
+/// The longest `BERTH_BRIEF` value: Linux caps one environment string at 128 KiB.
+pub(crate) const MAX_ENV_BRIEF: usize = 96 * 1024;
 
 /// An agent's output stream.
 pub type Output = Box<dyn AsyncRead + Send + Unpin>;
@@ -87,7 +90,7 @@ impl SpawnError {
 enum Leader {
     /// Started by `fork` (tokio's `Command`): macOS, and kernels without pidfds.
     Forked(Child),
-    /// Started by [`crate::spawn`]: a pidfd to wait on, and the exit once reaped.
+    /// Started by [`crate::agent::spawn`]: a pidfd to wait on, and the exit once reaped.
     #[cfg(target_os = "linux")]
     Cloned {
         pid: u32,
@@ -121,7 +124,7 @@ impl Leader {
                 loop {
                     let mut ready = pidfd.readable().await?;
                     use std::os::fd::AsFd;
-                    if let Some(code) = crate::spawn::try_reap(ready.get_inner().as_fd())? {
+                    if let Some(code) = crate::agent::spawn::try_reap(ready.get_inner().as_fd())? {
                         *exit = Some(code);
                         return Ok(code);
                     }
@@ -199,7 +202,7 @@ pub async fn spawn_fenced(
     records: &Path,
     shown: &str,
     watcher: &Watcher,
-    fence: Option<&crate::fence::Prepared>,
+    fence: Option<&crate::agent::fence::Prepared>,
 ) -> Result<AgentProcess, SpawnError> {
     let raw_dir = dir.as_raw_fd();
     let parent = rustix::process::getpid();
@@ -214,12 +217,12 @@ pub async fn spawn_fenced(
         source,
     };
     #[cfg(target_os = "linux")]
-    let started = if crate::spawn::supported() {
+    let started = if crate::agent::spawn::supported() {
         // SAFETY of the descriptor: the watcher's pipe is held (above) until the spawn
         // returns.
         #[allow(unsafe_code)]
         let watcher_fd = unsafe { BorrowedFd::borrow_raw(watcher.raw()) };
-        let spawned = crate::spawn::spawn(&crate::spawn::Request {
+        let spawned = crate::agent::spawn::spawn(&crate::agent::spawn::Request {
             program: &inv.program,
             args: &inv.args,
             env: &env,
@@ -309,7 +312,7 @@ pub async fn spawn_fenced(
                 raw_dir,
                 parent,
                 watcher.raw(),
-                fence.map(crate::fence::Prepared::child_fence),
+                fence.map(crate::agent::fence::Prepared::child_fence),
             );
             let mut child = cmd.spawn().map_err(spawn_error)?;
             let stdin = child.stdin.take().map(|s| {
@@ -366,7 +369,7 @@ fn in_child(
     raw_dir: i32,
     parent: Pid,
     watcher: i32,
-    fence: Option<crate::fence::ChildFence>,
+    fence: Option<crate::agent::fence::ChildFence>,
 ) {
     // SAFETY: the closure runs in the forked child before exec, so it may only call
     // async-signal-safe functions: rustix's calls below are direct system calls that
@@ -547,7 +550,7 @@ impl Drop for AgentProcess {
             runtime.spawn(async move {
                 use std::os::fd::AsFd;
                 while let Ok(mut ready) = fd.readable().await {
-                    match crate::spawn::try_reap(ready.get_inner().as_fd()) {
+                    match crate::agent::spawn::try_reap(ready.get_inner().as_fd()) {
                         Ok(None) => ready.clear_ready(),
                         Ok(Some(_)) | Err(_) => break,
                     }

@@ -2,7 +2,7 @@
 //!
 //! Only two kinds exist: a block between markers appended to `CLAUDE.md`/`AGENTS.md`,
 //! and skill folders copied under a name that did not exist. Every action is journaled
-//! (see [`crate::journal`]) before it is done, and every path is reached from the
+//! (see [`crate::inject::journal`]) before it is done, and every path is reached from the
 //! pinned descriptor one component at a time without following symlinks, so neither a
 //! swapped directory nor a planted link can make Berth write elsewhere. A user's file is
 //! never overwritten: a block is appended and later cut out to the exact original
@@ -23,8 +23,9 @@ mod target;
 
 pub use target::Obstacle;
 
-use crate::journal::{Copied, Journal, JournalError, Record, RunJournal};
-use crate::pin::PinnedDir;
+use crate::dir::fd::{at_parent, open_nofollow, write_all};
+use crate::dir::pin::PinnedDir;
+use crate::inject::journal::{Copied, Journal, JournalError, Record, RunJournal};
 use berth_core::{ErrorCode, Refusal};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -516,66 +517,5 @@ fn remove_empty_dir(parent: &OwnedFd, name: &str) -> Result<(), Errno> {
     match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-/// Opens the parent of `rel` (components separated by `/`), walking without
-/// following symlinks; returns it with the last component.
-pub(crate) fn at_parent<'r>(
-    dir: BorrowedFd<'_>,
-    rel: &'r str,
-) -> Result<(OwnedFd, &'r str), Errno> {
-    let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-    let last = comps.pop().ok_or(Errno::INVAL)?;
-    if last == ".." || comps.contains(&"..") {
-        return Err(Errno::INVAL);
-    }
-    let mut fd = rustix::io::dup(dir)?;
-    for comp in comps {
-        fd = open_nofollow(&fd, comp, OFlags::RDONLY | OFlags::DIRECTORY)?;
-    }
-    Ok((fd, last))
-}
-
-/// The names in the directory `fd`, sorted, without `.` and `..`.
-pub(crate) fn sorted_names(fd: &OwnedFd) -> Result<Vec<String>, Errno> {
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(fd)? {
-        let entry = entry?;
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." {
-            names.push(n);
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-pub(crate) fn open_nofollow(dir: impl AsFd, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(
-        dir,
-        name,
-        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    )
-}
-
-pub(crate) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
-    while !bytes.is_empty() {
-        let n = rustix::io::write(fd, bytes)?;
-        bytes = &bytes[n..];
-    }
-    Ok(())
-}
-
-pub(crate) fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        let n = rustix::io::pread(fd, &mut buf, out.len() as u64)?;
-        if n == 0 {
-            return Ok(out);
-        }
-        out.extend_from_slice(&buf[..n]);
     }
 }

@@ -3,7 +3,7 @@
 //! [`berth_core::fence::FencePolicy`] says what a run's agent may touch; this module
 //! turns it into kernel objects in the parent ([`prepare`], blocking file I/O: run it
 //! off the async threads) that the spawn applies in the child between its last own
-//! step and the `execve` (`crate::spawn`, and the fork path in `crate::process`):
+//! step and the `execve` (`crate::agent::spawn`, and the fork path in `crate::agent::process`):
 //! `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`, then the seccomp filter. The
 //! parent is never confined.
 //!
@@ -33,7 +33,7 @@
 //!   (`FencePolicy::protect`) are not protected by Landlock, whose rights pass to
 //!   everything beneath a directory. Where the machine allows a mount namespace,
 //!   [`binds`] makes those that exist read-only for the run; the guard
-//!   (`crate::sidecar::guard`) checks and puts back all of them after it, always.
+//!   (`crate::inject::sidecar::guard`) checks and puts back all of them after it, always.
 //! - Pathname unix sockets (Berth's control socket, D-Bus, docker) are reachable below
 //!   Landlock ABI 9: Berth's sockets must refuse fenced peers ([`peer_is_fenced`]).
 //! - Reads are a snapshot: an entry created after [`prepare`] in a directory that was

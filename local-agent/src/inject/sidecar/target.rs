@@ -2,7 +2,7 @@
 //! a regular file, never through a symlink, never a special file, and for Berth's own
 //! text exactly one link, judged on the opened descriptor.
 
-use super::{at_parent, open_nofollow, read_all};
+use crate::dir::fd::{at_parent, open_nofollow, read_all};
 use rustix::fs::{AtFlags, FileType, OFlags, Stat};
 use rustix::io::Errno;
 use std::fmt;

@@ -19,7 +19,7 @@
 //! A `.git` that did not exist is not guarded (an agent may `git init`); a `.berth`
 //! that did not exist is: the agent's new `.berth` is removed.
 
-use super::{at_parent, open_nofollow, read_all, sorted_names, write_all};
+use crate::dir::fd::{at_parent, open_nofollow, read_all, sorted_names, write_all};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -291,7 +291,7 @@ fn walk(
 fn git_identity(dir: BorrowedFd<'_>) -> Option<(u64, u64)> {
     let st = rustix::fs::statat(dir, ".git", AtFlags::SYMLINK_NOFOLLOW).ok()?;
     (FileType::from_raw_mode(st.st_mode as _) == FileType::Directory)
-        .then(|| (crate::pin::dev_of(&st), st.st_ino as u64))
+        .then(|| (crate::dir::pin::dev_of(&st), st.st_ino as u64))
 }
 
 impl Snapshot {

@@ -2,8 +2,9 @@
 //! entry, a file only while it holds Berth's bytes, a directory only when empty.
 
 use super::target::{Obstacle, kind_of};
-use super::{SidecarError, at_parent, open_nofollow, read_all, remove_empty_dir};
-use crate::journal::Copied;
+use super::{SidecarError, remove_empty_dir};
+use crate::dir::fd::{at_parent, open_nofollow, read_all, sorted_names};
+use crate::inject::journal::Copied;
 use rustix::fs::{AtFlags, FileType, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -169,7 +170,7 @@ fn holds(at: &OwnedFd, name: &str, len: u64, digest: &str) -> Result<bool, Errno
 /// Adds every entry under `fd` that is not a directory (a directory only when empty)
 /// to `out`, as `prefix/…`.
 fn list_files(fd: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> Result<(), Errno> {
-    let names = super::sorted_names(fd)?;
+    let names = sorted_names(fd)?;
     if names.is_empty() {
         out.push(format!("{prefix}/"));
     }

@@ -5,7 +5,7 @@
 //! the current user → read/write probe. Nothing is written into a directory before it
 //! has passed every rule; the probe is the only write, and it is removed at once.
 
-use crate::pin::{PinnedDir, path_changed};
+use crate::dir::pin::{PinnedDir, path_changed};
 use berth_core::display::display;
 use berth_core::{Context, ErrorCode, LocalPath, Platform, Refusal, rules};
 use rustix::fs::{AtFlags, Mode, OFlags};

@@ -1,0 +1,19 @@
+//! The agent: how Berth starts one and keeps it in hand.
+//!
+//! - [`adapter`]: each kind's command line, environment and output (Claude Code, Codex,
+//!   a plain command), parsed into transcript events;
+//! - [`fence`]: the kernel's confinement of the agent (Landlock and seccomp on Linux,
+//!   with read-only binds where a mount namespace is allowed; Seatbelt on macOS);
+//! - [`spawn`] (Linux) and [`process`]: starting it in the pinned directory, fenced,
+//!   in a process group of its own, and streaming its output;
+//! - [`turn`]: one agent process from spawn to exit, its output parsed into events;
+//! - [`groups`]: the watcher that stops every process the agent started, even if Berth
+//!   dies.
+
+pub mod adapter;
+pub mod fence;
+pub mod groups;
+pub mod process;
+#[cfg(target_os = "linux")]
+pub mod spawn;
+pub(crate) mod turn;

@@ -1,0 +1,351 @@
+//! The run itself: placed and prepared (on a blocking thread, waiting for the
+//! directory's lock if another run holds it), the agent started in its fence and its
+//! turn streamed, then everything undone and summarized into the task's outcome.
+
+use super::finish::{finish, kept_note};
+use super::outcome::{outcome, ran_outcome, stopped};
+use super::place::place;
+use super::prepare::under_lock;
+use super::state::{Inner, Locked, Staged, Stop, blocking, warn};
+use crate::agent::adapter::cut;
+use crate::agent::adapter::{Adapter, Turn};
+use crate::agent::process::{self, MAX_ENV_BRIEF};
+use crate::agent::turn::{Ran, stream};
+use crate::dir::lock::LockError;
+use berth_core::ErrorCode;
+use berth_core::api::{Denial, TaskStatus};
+use berth_core::event::AgentEvent;
+use berth_core::settings::trust::Trust;
+use berth_web::executor::{ExecEvent, Placement, TaskOutcome, TaskSpec};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    task: TaskSpec,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    mut cancel: watch::Receiver<bool>,
+) -> TaskOutcome {
+    let task = Arc::new(task);
+    let warn = |line: String| warn(&events, line);
+    // Everything before the agent starts, in one hand-off to a blocking thread while
+    // the directory is free (the usual case): the placement, the lock, and what runs
+    // under it. A directory in use is waited for here, and the rest runs after.
+    let staged = {
+        let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
+        blocking(move || -> Result<Staged, Stop> {
+            if matches!(task.placement, Placement::Worktree { .. })
+                && let Some(r) = crate::run::fence::refused_early(&inner.ctx, &inner.cfg.config_dir)
+            {
+                self::warn(&events, format!("hint: {}", r.hint));
+                return Err(Stop::Refused(r));
+            }
+            let place = place(&inner, &task)?;
+            match inner
+                .locks
+                .try_acquire(place.pinned.canonical(), &task.task_id)
+            {
+                Ok(Some(lock)) => Ok(Staged::Locked(under_lock(
+                    &inner, &task, place, lock, &events,
+                )?)),
+                Ok(None) => Ok(Staged::Placed(Box::new(place))),
+                Err(e) => Err(Stop::Failed(ErrorCode::LockFailed, e.to_string())),
+            }
+        })
+        .await
+    };
+    let locked = match staged.and_then(|r| r) {
+        Err(stop) => return stopped(stop),
+        Ok(Staged::Locked(locked)) => locked,
+        Ok(Staged::Placed(place)) => {
+            let lock = inner
+                .locks
+                .acquire(
+                    place.pinned.canonical(),
+                    &task.task_id,
+                    |reason| {
+                        let _ = events.send(ExecEvent::Status {
+                            status: TaskStatus::WaitingLock,
+                            wait_reason: Some(reason),
+                        });
+                    },
+                    &mut cancel,
+                )
+                .await;
+            let lock = match lock {
+                Ok(l) => l,
+                Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
+                Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
+            };
+            let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
+            let locked = blocking(move || under_lock(&inner, &task, *place, lock, &events)).await;
+            match locked.and_then(|r| r) {
+                Ok(locked) => locked,
+                Err(stop) => return stopped(stop),
+            }
+        }
+    };
+    let Locked {
+        place,
+        lock: _lock,
+        record,
+        prepared,
+    } = *locked;
+    for w in &prepared.warnings {
+        warn(format!("warning: {w}"));
+    }
+    let adapter = Adapter::for_kind(task.agent.kind);
+    if let Some(report) = &prepared.project
+        && (report.trust == Trust::Replaced || report.ignored().next().is_some())
+    {
+        let _ = events.send(ExecEvent::Agent(AgentEvent::Ignored {
+            file: report.file.clone(),
+            dir: report.dir.clone(),
+            trust: report.trust,
+            keys: report.ignored().cloned().collect(),
+            hint: report.hint.clone(),
+        }));
+    }
+    if let Some(limit) = prepared.policy.narrowed_by_project() {
+        warn(format!(
+            "permissions {limit}: the project settings narrow the agent's {}",
+            prepared.policy.requested
+        ));
+    }
+    if let Some(wider) = prepared.policy.widened_by_project() {
+        warn(format!(
+            "permissions {wider}: the trusted project settings widen the agent's {}",
+            prepared.policy.requested
+        ));
+    }
+    if let Some(note) = adapter.unenforced(&task.agent, prepared.policy.effective) {
+        warn(note);
+    }
+    let work_dir = place.pinned.canonical().as_str().to_owned();
+    let mut resume = task.resume_id.clone();
+    if let Err(r) = place.pinned.recheck() {
+        // Swapped while the sidecars were written: undo them through the descriptor.
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return TaskOutcome::refused(&r);
+    }
+    if *cancel.borrow() {
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return outcome(TaskStatus::Cancelled, None);
+    }
+    let mut result: Result<Ran, (ErrorCode, String)> = Err((
+        ErrorCode::AgentStartFailed,
+        "the agent did not start".to_owned(),
+    ));
+    for attempt in 0..2 {
+        let turn = Turn {
+            prompt: &task.prompt,
+            brief: prepared.brief_arg.as_deref(),
+            resume_id: resume.as_deref(),
+            work_dir: place.pinned.path(),
+            permissions: prepared.policy.effective,
+            fenced: prepared.fence.prepared.is_some(),
+        };
+        let inv = match adapter.invocation(&task.agent, &turn) {
+            Ok(i) => i,
+            Err(e) => {
+                result = Err((ErrorCode::AgentStartFailed, e.to_string()));
+                break;
+            }
+        };
+        let berth_env = [
+            ("BERTH_SESSION_ID", task.session.id.clone()),
+            ("BERTH_TASK_ID", task.task_id.clone()),
+            ("BERTH_WORK_DIR", work_dir.clone()),
+            (
+                "BERTH_BRIEF",
+                cut(&prepared.brief_text, MAX_ENV_BRIEF).to_owned(),
+            ),
+        ];
+        let mut env = process::agent_env(
+            &inv,
+            inner.cfg.user_home.as_deref(),
+            &prepared.env,
+            &berth_env,
+        );
+        if let Some(tmp) = &prepared.fence.tmp {
+            // The task's own temporary directory, in place of Berth's: the fence lets
+            // the agent write there and nowhere else outside its directory.
+            env.retain(|(k, _)| !matches!(k.to_str(), Some("TMPDIR" | "TMP" | "TEMP")));
+            for k in ["TMPDIR", "TMP", "TEMP"] {
+                env.push((k.into(), tmp.into()));
+            }
+        }
+        let _ = events.send(ExecEvent::Status {
+            status: TaskStatus::Running,
+            wait_reason: None,
+        });
+        // The fence's event: every run says whether, and how, its agent is fenced.
+        if attempt == 0 {
+            let _ = events.send(ExecEvent::Agent(AgentEvent::Fence {
+                fenced: prepared.fence.fenced,
+                text: prepared.fence.text.clone(),
+            }));
+            for line in &prepared.fence.warnings {
+                warn(line.clone());
+            }
+        }
+        let proc = match process::spawn_fenced(
+            &inv,
+            place.pinned.fd(),
+            env,
+            &inner.cfg.agents_dir(),
+            place.pinned.display(),
+            &inner.watcher,
+            prepared.fence.prepared.as_ref(),
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                result = Err((e.code(), e.to_string()));
+                break;
+            }
+        };
+        let ran = stream(
+            adapter,
+            proc,
+            resume.is_some(),
+            &events,
+            &mut cancel,
+            inner.cfg.grace,
+            prepared.fence.fenced,
+        )
+        .await;
+        if ran.state.stale_resume && !ran.cancelled && resume.is_some() {
+            warn(format!(
+                "the agent no longer knows session {}; starting a fresh conversation",
+                resume.as_deref().unwrap_or_default()
+            ));
+            resume = None;
+            continue;
+        }
+        result = Ok(ran);
+        break;
+    }
+    // The agent's group is gone (the turn released it): its temporary directory goes.
+    if let Some(tmp) = &prepared.fence.tmp
+        && let Some(problem) = crate::run::fence::remove_tmp(tmp).await
+    {
+        warn(problem);
+    }
+    let fenced = prepared.fence.fenced;
+    let fence_note = berth_core::api::FenceNote {
+        fenced,
+        text: prepared.fence.text.clone(),
+    };
+    let shown = place.pinned.display().to_owned();
+    let finished = finish(place, prepared.sidecars, &task.task_id).await;
+    let mut guarded = Vec::new();
+    let (branch, mut changes, cleanup_error) = match finished {
+        Ok((branch, changes, problems, kept, restored)) => {
+            for p in &problems {
+                tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
+                warn(p.clone());
+            }
+            if let Some(note) = kept_note(&kept) {
+                warn(note);
+            }
+            guarded = restored;
+            (branch, changes, problems.into_iter().next())
+        }
+        Err(stop) => (
+            None,
+            None,
+            Some(match stop {
+                Stop::Refused(r) => r.message,
+                Stop::Failed(_, m) => m,
+            }),
+        ),
+    };
+    // What the agent wrote where the fence guards, put back: denials by the fence.
+    let guard_denials: Vec<Denial> = guarded
+        .iter()
+        .map(|r| {
+            let denial = Denial {
+                tool: "write".to_owned(),
+                target: format!("{shown}/{}", r.path),
+                by: Some("fence".to_owned()),
+            };
+            let _ = events.send(ExecEvent::Agent(AgentEvent::Denied {
+                tool: denial.tool.clone(),
+                target: denial.target.clone(),
+                message: Some(format!(
+                    "the agent {} {}, which the fence guards; Berth put it back as it was",
+                    match r.what {
+                        "added" => "created",
+                        "removed" => "removed",
+                        "replaced" => "replaced",
+                        _ => "changed",
+                    },
+                    r.path
+                )),
+                by: denial.by.clone(),
+            }));
+            denial
+        })
+        .collect();
+    // The tree after the agent, the sidecars gone, still under the lock.
+    if let Some((shadow, before, limits, path, identity)) = record {
+        let task_id = task.task_id.clone();
+        let summarized = blocking(move || -> Result<_, crate::changes::ChangesError> {
+            let now = rustix::fs::statat(
+                rustix::fs::CWD,
+                &path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| crate::changes::ChangesError::Other(e.to_string()))?;
+            if (crate::dir::pin::dev_of(&now), now.st_ino) != identity {
+                return Err(crate::changes::ChangesError::Other(
+                    "the directory was replaced during the run".into(),
+                ));
+            }
+            let after = shadow.snapshot(&limits)?;
+            shadow.record(&task_id, &before, &after, &limits)
+        })
+        .await;
+        match summarized {
+            Ok(Ok(c)) => changes = Some(c),
+            Ok(Err(e)) => warn(format!(
+                "what the agent changed could not be summarized: {e}"
+            )),
+            Err(_) => {}
+        }
+    }
+    let mut out = match result {
+        Err((code, msg)) => TaskOutcome::failed(code, msg),
+        Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
+    };
+    if !guard_denials.is_empty() {
+        out.denials.extend(guard_denials);
+        if out.status == TaskStatus::Succeeded {
+            // Part of what the agent did was undone: not a clean success.
+            out.status = TaskStatus::Failed;
+            out.code = Some(ErrorCode::PermissionDenied);
+            out.error = Some(format!(
+                "the agent wrote {} the fence guards (.git/hooks, .git/config, .berth); Berth put {} back",
+                if guarded.len() == 1 {
+                    "a path"
+                } else {
+                    "paths"
+                },
+                if guarded.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
+    out.work_dir = Some(work_dir);
+    out.branch = branch;
+    if let Some(c) = &mut changes {
+        c.fenced = fenced;
+    }
+    out.fence = Some(fence_note);
+    out.changes = changes;
+    if let (Some(e), None) = (cleanup_error, &out.error) {
+        out.error = Some(e);
+    }
+    out
+}

@@ -1,0 +1,197 @@
+//! The executor of this machine ([`NativeExecutor`]): its state, and what the server
+//! asks of it through the `Executor` trait (run a task, recover after a crash,
+//! validate a directory, say how agents are fenced).
+
+use super::execute::run;
+use super::state::Inner;
+use crate::agent::groups::{self, StopReport, Watcher};
+use crate::config::ExecutorConfig;
+use crate::dir::lock::{DirLocks, LockError};
+use crate::dir::pin::PinnedDir;
+use crate::dir::validate;
+use crate::inject::journal::Journal;
+use crate::inject::recover::{self, ReplayReport};
+use berth_core::binding::MachineId;
+use berth_core::{Context, Refusal};
+use berth_web::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec, ValidatedDir};
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("cannot create Berth's home {dir}: {source}")]
+    Home {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// The executor of this machine. Cheap to clone; clones share the lock table and the
+/// journal.
+///
+/// Agents are spawned from the thread polling [`NativeExecutor::run_task`], and Linux
+/// delivers the parent-death signal when that *thread* exits: poll it on a runtime
+/// whose threads live as long as the agents (a multi-thread runtime's workers, or the
+/// thread of a current-thread runtime), never inside `spawn_blocking`.
+#[derive(Debug, Clone)]
+pub struct NativeExecutor {
+    inner: Arc<Inner>,
+}
+
+impl NativeExecutor {
+    /// Creates Berth's home (0700) and takes the lock directory into use. Does not
+    /// replay journals: call [`NativeExecutor::replay_leftovers`] once at startup,
+    /// before the first task.
+    pub fn new(cfg: ExecutorConfig) -> Result<NativeExecutor, ExecutorError> {
+        for dir in [cfg.berth_home.clone(), cfg.journal_dir()] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|source| ExecutorError::Home { dir, source })?;
+        }
+        let locks = DirLocks::new(cfg.lock_dir.clone())?;
+        let ctx = cfg.context();
+        let journal = Journal::new(cfg.journal_dir());
+        Ok(NativeExecutor {
+            inner: Arc::new(Inner {
+                cfg,
+                ctx,
+                locks,
+                journal,
+                watcher: Watcher::new(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.cfg
+    }
+
+    /// The rules' view of this user.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Full native validation of `input` (absolute, or starting with `~`), pinned.
+    pub fn validate_dir(&self, input: &str) -> Result<PinnedDir, Refusal> {
+        validate::validate(&self.inner.ctx, input)
+    }
+
+    /// Restores every directory left with Berth's files by a run that never finished.
+    pub fn replay_leftovers(&self) -> ReplayReport {
+        let journal_dir = self.inner.cfg.journal_dir();
+        let mut report = recover::replay_leftovers(&journal_dir);
+        // An undo a Berth left half done is finished (see `changes`).
+        report
+            .restored
+            .extend(crate::changes::replay_undos(&journal_dir));
+        report
+    }
+
+    /// Kills what agents of a Berth that stopped mid-task left running. Call at
+    /// startup before [`NativeExecutor::replay_leftovers`]: a survivor could write into
+    /// a directory after it was restored.
+    pub fn stop_leftover_agents(&self) -> StopReport {
+        groups::stop_leftovers(&self.inner.cfg.agents_dir())
+    }
+
+    /// Runs one task to its end (see [`Executor::run`]).
+    pub async fn run_task(
+        &self,
+        task: TaskSpec,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        cancel: watch::Receiver<bool>,
+    ) -> TaskOutcome {
+        run(self.inner.clone(), task, events, cancel).await
+    }
+}
+
+impl Executor for NativeExecutor {
+    fn fence(&self) -> Option<berth_core::api::FenceStatus> {
+        Some(crate::run::fence::status(
+            &self.inner.ctx,
+            &self.inner.cfg.config_dir,
+        ))
+    }
+
+    fn machine(&self) -> (MachineId, String) {
+        (
+            self.inner.cfg.machine_id.clone(),
+            self.inner.cfg.machine_name.clone(),
+        )
+    }
+
+    fn run(
+        &self,
+        task: TaskSpec,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        cancel: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, TaskOutcome> {
+        Box::pin(run(self.inner.clone(), task, events, cancel))
+    }
+
+    fn recover(&self) -> Vec<String> {
+        let groups = self.stop_leftover_agents();
+        let stopped = groups.stopped.iter().map(|(dir, n)| {
+            let what = if *n == 1 { "process" } else { "processes" };
+            format!("stopped {n} {what} left by an interrupted task in {dir}")
+        });
+        let held = groups.in_use.iter().map(|record| {
+            format!(
+                "left the agent record {} alone: another Berth process holds it",
+                record.display()
+            )
+        });
+        let mut lines: Vec<String> = stopped.chain(held).collect();
+        // The temporary directories of tasks that never finished; not while another
+        // Berth process on this home may be running tasks.
+        if groups.in_use.is_empty() {
+            lines.extend(crate::run::fence::sweep_tmp(&self.inner.cfg.berth_home));
+        }
+        let report = self.replay_leftovers();
+        let restored = report
+            .restored
+            .iter()
+            .map(|dir| format!("restored {dir}, left mid-run by an interrupted task"));
+        let skipped = report.skipped.iter().map(|(journal, why)| {
+            format!(
+                "could not apply the journal {} (moved to unapplied/): {why}",
+                journal.display()
+            )
+        });
+        let in_use = report.in_use.iter().map(|journal| {
+            format!(
+                "left the journal {} alone: another Berth process holds it",
+                journal.display()
+            )
+        });
+        let kept = report.kept.iter().map(|path| {
+            format!(
+                "kept {path}: written by an interrupted task's agent inside a skill folder Berth installed, so not Berth's to remove"
+            )
+        });
+        let guarded = report.guarded.iter().map(|what| {
+            format!(
+                "put back {what}: an interrupted task's fenced agent wrote there, and the fence guards it"
+            )
+        });
+        lines.extend(
+            restored
+                .chain(kept)
+                .chain(guarded)
+                .chain(skipped)
+                .chain(in_use),
+        );
+        lines
+    }
+
+    fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
+        self.validate_dir(dir).map(|p| p.to_validated())
+    }
+}
