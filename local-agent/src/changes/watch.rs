@@ -22,7 +22,8 @@
 //! kernel does not report — writes through a shared memory mapping, a network file
 //! system's remote writes — are not seen until the next full scan.
 
-use super::{ChangesError, Limits, Shadow, Snapshot, escape_glob};
+use super::tree::{Snapshot, escape_glob};
+use super::{ChangesError, Limits, Shadow, WatchError};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -119,9 +120,9 @@ fn join(rel: &str, name: &str) -> String {
 }
 
 impl Watch {
-    fn new(root: &Path, ignored: HashSet<String>) -> Result<Watch, String> {
+    fn new(root: &Path, ignored: HashSet<String>) -> Result<Watch, WatchError> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
-            .map_err(|e| format!("inotify is not available: {e}"))?;
+            .map_err(WatchError::Unavailable)?;
         let mut w = Watch {
             fd,
             root: root.to_owned(),
@@ -142,39 +143,39 @@ impl Watch {
         &mut self,
         rel: &str,
         mut files: Option<&mut BTreeSet<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WatchError> {
         let mut stack = vec![rel.to_owned()];
         while let Some(dir) = stack.pop() {
             if self.dirs.len() >= MAX_DIRS {
-                return Err(format!("more than {MAX_DIRS} directories"));
+                return Err(WatchError::TooManyDirs(MAX_DIRS));
             }
             let path = self.root.join(&dir);
             let wd = match inotify::add_watch(&self.fd, &path, MASK) {
                 Ok(wd) => wd,
                 // Gone again, or replaced by a file: its parent's events say so.
                 Err(Errno::NOENT | Errno::NOTDIR) => continue,
-                Err(e) => return Err(format!("cannot watch {}: {e}", path.display())),
+                Err(source) => return Err(WatchError::Watch { path, source }),
             };
             self.dirs.insert(wd, dir.clone());
             let entries = match std::fs::read_dir(&path) {
                 Ok(entries) => entries,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+                Err(source) => return Err(WatchError::Read { path, source }),
             };
             for entry in entries {
-                let entry = entry.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let entry = entry.map_err(|source| WatchError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else {
-                    return Err(format!(
-                        "a file name that is not UTF-8 in {}",
-                        path.display()
-                    ));
+                    return Err(WatchError::NotUtf8(path));
                 };
                 if name == ".git" {
                     if dir.is_empty() {
                         continue;
                     }
-                    return Err(format!("a nested git repository at {}", join(&dir, name)));
+                    return Err(WatchError::Nested(join(&dir, name)));
                 }
                 let child = join(&dir, name);
                 let Ok(kind) = entry.file_type() else {
@@ -309,7 +310,6 @@ impl Watch {
         if self.pending.is_empty() {
             return Ok(base.clone());
         }
-        let other = |s: String| ChangesError::Other(s);
         let pending = std::mem::take(&mut self.pending);
         let mut removed: Vec<String> = Vec::new();
         let mut files: BTreeSet<String> = BTreeSet::new();
@@ -346,7 +346,7 @@ impl Watch {
                 if ignored.contains(&dir) {
                     self.ignored.insert(dir);
                 } else {
-                    self.add_tree(&dir, Some(&mut files)).map_err(other)?;
+                    self.add_tree(&dir, Some(&mut files))?;
                 }
             }
         }
@@ -573,11 +573,11 @@ pub(super) fn begin(shadow: &Shadow) {
     }
     // The walk runs outside the registry's lock.
     let slot = match ignored_dirs(shadow)
-        .map_err(|e| e.to_string())
-        .and_then(|ignored| Watch::new(&shadow.work_tree, ignored))
+        .and_then(|ignored| Ok(Watch::new(&shadow.work_tree, ignored)?))
     {
         Ok(w) => Slot::Watching(Box::new(w)),
-        Err(reason) => {
+        Err(e) => {
+            let reason = e.to_string();
             tracing::debug!(dir = %shadow.work_tree.display(), %reason, "not watched");
             Slot::Refused { reason, scans: 0 }
         }

@@ -298,11 +298,9 @@ pub(super) async fn run(
                 &path,
                 rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
             )
-            .map_err(|e| crate::changes::ChangesError::Other(e.to_string()))?;
+            .map_err(crate::changes::ChangesError::Unreadable)?;
             if (crate::dir::pin::dev_of(&now), now.st_ino) != identity {
-                return Err(crate::changes::ChangesError::Other(
-                    "the directory was replaced during the run".into(),
-                ));
+                return Err(crate::changes::ChangesError::Replaced);
             }
             let after = shadow.snapshot(&limits)?;
             shadow.record(&task_id, &before, &after, &limits)

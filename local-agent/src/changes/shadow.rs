@@ -1,0 +1,215 @@
+//! The shadow repository of one bound directory: a git repository in Berth's state,
+//! used with `--work-tree` set to the directory, and the one way Berth runs git on it.
+
+use super::SNAPSHOTS_DIR;
+use super::diff::Entry;
+use super::error::ChangesError;
+use berth_web::private;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the shadow repository of `dir` lives: a hash of its path.
+pub(super) fn shadow_dir(berth_home: &Path, dir: &Path) -> PathBuf {
+    let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
+    berth_home
+        .join(SNAPSHOTS_DIR)
+        .join(format!("{}.git", &key[..24]))
+}
+
+/// The shadow repository of one bound directory.
+#[derive(Debug, Clone)]
+pub struct Shadow {
+    pub(super) git_dir: PathBuf,
+    pub(super) work_tree: PathBuf,
+}
+
+pub(super) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Shadow {
+    /// The shadow repository of `dir` (canonical path, identity), created if needed. A
+    /// directory replaced at the same path (another device/inode) starts a new one.
+    pub fn open(
+        berth_home: &Path,
+        dir: &Path,
+        identity: (u64, u64),
+    ) -> Result<Shadow, ChangesError> {
+        let shadow = Shadow {
+            git_dir: shadow_dir(berth_home, dir),
+            work_tree: dir.to_owned(),
+        };
+        let stamp = format!("{} {} {}\n", identity.0, identity.1, dir.display());
+        let id_file = shadow.git_dir.join("berth-identity");
+        match std::fs::read_to_string(&id_file) {
+            Ok(s) if s == stamp => {
+                shadow.configure()?;
+                return Ok(shadow);
+            }
+            Ok(_) => {
+                // Another directory now has this path: its history is not this one's.
+                std::fs::remove_dir_all(&shadow.git_dir)?;
+            }
+            Err(_) => {}
+        }
+        private::dir(shadow.git_dir.parent().unwrap_or(berth_home))?;
+        // `--shared=0600`: git makes every file it writes there 0600 (objects 0400)
+        // and every directory 0700, whatever the umask: the snapshots hold copies of
+        // the user's files, a `.env` included.
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare", "--shared=0600"])
+            .arg(&shadow.git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(ChangesError::Git {
+                args: "init".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        shadow.configure()?;
+        private::write(&id_file, stamp)?;
+        Ok(shadow)
+    }
+
+    /// The shadow repository's settings, applied once per version of them.
+    pub(super) fn configure(&self) -> Result<(), ChangesError> {
+        const VERSION: &str = "3";
+        let stamp = self.git_dir.join("berth-config");
+        if std::fs::read_to_string(&stamp).is_ok_and(|v| v == VERSION) {
+            return Ok(());
+        }
+        for (k, v) in [
+            ("gc.auto", "0"),
+            ("core.autocrlf", "false"),
+            ("core.quotepath", "false"),
+            ("core.untrackedCache", "true"),
+            ("core.fsmonitor", "false"),
+            ("core.hooksPath", "/dev/null"),
+            // Every git step reads the index (20,000 entries: 1.6 MB): no checksum
+            // of it, and its compact form.
+            ("index.skipHash", "true"),
+            ("index.version", "4"),
+            // Files 0600 and directories 0700 (see `open`); a repository made by an
+            // older version also has what it already wrote tightened, once.
+            ("core.sharedRepository", "0600"),
+        ] {
+            self.git(["config", k, v])?;
+        }
+        private::tighten_tree(&self.git_dir)?;
+        private::write(&stamp, VERSION)?;
+        Ok(())
+    }
+
+    /// The shadow repository's git directory.
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    /// The shadow repository of a directory recorded earlier, if there is one.
+    pub fn existing(berth_home: &Path, dir: &Path) -> Option<(Shadow, (u64, u64))> {
+        let git_dir = shadow_dir(berth_home, dir);
+        let stamp = std::fs::read_to_string(git_dir.join("berth-identity")).ok()?;
+        let mut words = stamp.split_whitespace();
+        let dev = words.next()?.parse().ok()?;
+        let ino = words.next()?.parse().ok()?;
+        Some((
+            Shadow {
+                git_dir,
+                work_tree: dir.to_owned(),
+            },
+            (dev, ino),
+        ))
+    }
+
+    pub(super) fn command(&self) -> Command {
+        let mut c = Command::new("git");
+        c.arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--work-tree")
+            .arg(&self.work_tree)
+            .args(["-c", "user.name=Berth", "-c", "user.email=berth@localhost"])
+            .current_dir(&self.git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub(super) fn git_bytes<I, S>(&self, args: I) -> Result<Vec<u8>, ChangesError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let out = self.command().args(&args).output()?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(ChangesError::Git {
+                args: args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            })
+        }
+    }
+
+    pub(super) fn git<I, S>(&self, args: I) -> Result<String, ChangesError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Ok(String::from_utf8_lossy(&self.git_bytes(args)?)
+            .trim()
+            .to_owned())
+    }
+
+    pub(super) fn exclude_file(&self) -> PathBuf {
+        self.git_dir.join("info").join("exclude")
+    }
+
+    pub(super) fn log(&self) -> Vec<Entry> {
+        std::fs::read_to_string(self.git_dir.join("berth-log.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// A blob's bytes and mode (`100755` executable) at `path` in `tree`; `None` when
+    /// the path is not in it.
+    pub(super) fn blob(
+        &self,
+        tree: &str,
+        path: &str,
+    ) -> Result<Option<(String, String)>, ChangesError> {
+        let line = self.git(["ls-tree", "-z", tree, "--", path])?;
+        let line = line.trim_end_matches('\0');
+        if line.is_empty() {
+            return Ok(None);
+        }
+        // `<mode> blob <oid>\t<path>`
+        let (meta, _) = line.split_once('\t').unwrap_or((line, ""));
+        let mut parts = meta.split_whitespace();
+        let mode = parts.next().unwrap_or("100644").to_owned();
+        let _kind = parts.next();
+        let oid = parts.next().unwrap_or_default().to_owned();
+        Ok(Some((oid, mode)))
+    }
+
+    pub(super) fn blob_bytes(&self, oid: &str) -> Result<Vec<u8>, ChangesError> {
+        self.git_bytes(["cat-file", "blob", oid])
+    }
+}

@@ -1,0 +1,278 @@
+//! A directory's tree at one moment, recorded in its shadow repository: skipped at
+//! once when a walk proves nothing changed since the last one (the manifest), else
+//! `git add` with the shadow's index as the stat cache, large files left out.
+
+use super::error::ChangesError;
+use super::limits::Limits;
+use super::shadow::Shadow;
+use super::tree::{Snapshot, escape_glob, unescape_glob};
+#[cfg(target_os = "linux")]
+use super::watch;
+use berth_web::private;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub(super) fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// The directory's metadata when a snapshot was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Manifest {
+    pub(super) tree: String,
+    pub(super) digest: u64,
+    pub(super) count: usize,
+    pub(super) taken_ns: u128,
+    pub(super) large: Vec<(String, u64, i64)>,
+}
+
+/// Directories larger than this are not walked: git's own scan is then the check.
+pub(super) const WALK_LIMIT: usize = 4_000;
+
+/// Timestamps are coarse (a kernel tick): an inode changed this close to the
+/// manifest's time may have changed again unseen, so it makes the walk inconclusive.
+pub(super) const RACY_NS: u128 = 100_000_000;
+
+/// A digest of every entry under `root` but `.git` directories (ignored files
+/// included: this proves "nothing changed at all", which is stricter than git's view):
+/// the path, type, size, inode, modification and change times, in a fixed order.
+/// `None` when the walk fails, passes [`WALK_LIMIT`], or finds an entry changed within
+/// [`RACY_NS`] of `taken_ns` or later (any write updates the change time, which no
+/// one can set back).
+pub(super) fn walk_digest(root: &Path, taken_ns: u128) -> Option<(u64, usize)> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut count = 0usize;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(root.join(&rel))
+            .ok()?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        names.sort();
+        for name in names {
+            if name == ".git" {
+                continue;
+            }
+            let path = rel.join(&name);
+            let md = std::fs::symlink_metadata(root.join(&path)).ok()?;
+            count += 1;
+            if count > WALK_LIMIT {
+                return None;
+            }
+            let changed_ns = u128::try_from(md.ctime()).ok()? * 1_000_000_000
+                + u128::try_from(md.ctime_nsec()).ok()?;
+            if taken_ns != u128::MAX && changed_ns + RACY_NS >= taken_ns {
+                return None;
+            }
+            path.hash(&mut hasher);
+            (md.mode(), md.len(), md.ino(), md.mtime(), md.mtime_nsec()).hash(&mut hasher);
+            (md.ctime(), md.ctime_nsec()).hash(&mut hasher);
+            if md.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    Some((hasher.finish(), count))
+}
+
+impl Shadow {
+    /// Records the directory's tree now (the caller holds the directory's lock).
+    ///
+    /// Three passes of git: the new files (with the untracked cache, cheap), `add -A`
+    /// (the index is the stat cache: only changed files are read), and `write-tree`.
+    /// A file over the cap is left out before it is ever read; a tracked file that
+    /// grows past it is read once, then left out from then on.
+    pub fn snapshot(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        #[cfg(target_os = "linux")]
+        if let Some(snap) = watch::incremental(self, limits) {
+            return Ok(snap);
+        }
+        self.snapshot_as(limits, true)
+    }
+
+    /// The tree before a run: on the path to the agent's start, so one git process
+    /// less — a tracked file that grew past the cap since is read this once (and left
+    /// out by the snapshot after the run).
+    pub fn snapshot_before(&self, limits: &Limits) -> Result<Snapshot, ChangesError> {
+        // A watched directory: only what the kernel reported changed is read.
+        #[cfg(target_os = "linux")]
+        if let Some(snap) = watch::incremental(self, limits) {
+            return Ok(snap);
+        }
+        // Most often nothing changed since the last snapshot (the previous run's
+        // end): a walk of the directory's metadata proves it without git.
+        if let Some(snap) = self.unchanged() {
+            return Ok(snap);
+        }
+        self.snapshot_as(limits, false)
+    }
+
+    pub(super) fn manifest_file(&self) -> PathBuf {
+        self.git_dir.join("berth-manifest.json")
+    }
+
+    /// The last snapshot, if the directory's metadata is exactly as it was then.
+    pub(super) fn unchanged(&self) -> Option<Snapshot> {
+        let text = std::fs::read_to_string(self.manifest_file()).ok()?;
+        let m: Manifest = serde_json::from_str(&text).ok()?;
+        let now = walk_digest(&self.work_tree, m.taken_ns)?;
+        (now.0 == m.digest && now.1 == m.count).then_some(Snapshot {
+            tree: m.tree,
+            large: m.large,
+        })
+    }
+
+    /// How many entries the shadow index holds (its header), without running git.
+    pub(super) fn index_entries(&self) -> Option<u32> {
+        use std::io::Read;
+        let mut head = [0u8; 12];
+        std::fs::File::open(self.git_dir.join("index"))
+            .ok()?
+            .read_exact(&mut head)
+            .ok()?;
+        (&head[..4] == b"DIRC").then(|| u32::from_be_bytes([head[8], head[9], head[10], head[11]]))
+    }
+
+    /// Notes the directory's metadata with the tree just written, as of `taken_ns`
+    /// (when the snapshot began; see [`walk_digest`]). Only small directories get a
+    /// manifest: walking a large one's
+    /// metadata costs as much as git's own scan. A directory whose walk ran past the
+    /// limit (a large ignored tree) is not walked again until its index changes size.
+    pub(super) fn note_manifest(&self, snap: &Snapshot, taken_ns: u128) {
+        let entries = self.index_entries().unwrap_or(u32::MAX);
+        let previous = std::fs::read_to_string(self.manifest_file()).unwrap_or_default();
+        let _ = std::fs::remove_file(self.manifest_file());
+        let too_big = format!("{{\"too_big_at\":{entries}}}");
+        if entries as usize > WALK_LIMIT / 2 || previous == too_big {
+            if previous == too_big {
+                let _ = private::write(self.manifest_file(), &too_big);
+            }
+            return;
+        }
+        let Some((digest, count)) = walk_digest(&self.work_tree, u128::MAX) else {
+            let _ = private::write(self.manifest_file(), &too_big);
+            return;
+        };
+        {
+            let m = Manifest {
+                tree: snap.tree.clone(),
+                digest,
+                count,
+                taken_ns,
+                large: snap.large.clone(),
+            };
+            if let Ok(text) = serde_json::to_string(&m) {
+                let _ = private::write(self.manifest_file(), text);
+            }
+        }
+    }
+
+    pub(super) fn snapshot_as(
+        &self,
+        limits: &Limits,
+        check_grown: bool,
+    ) -> Result<Snapshot, ChangesError> {
+        // Before git reads anything: whatever changes from here on is newer than the
+        // manifest, so the next walk cannot take it for unchanged.
+        let started_ns = now_ns();
+        // Watching starts before the scan reads anything, for the same reason.
+        #[cfg(target_os = "linux")]
+        watch::begin(self);
+        // Large files: those already left out (still large?), and new ones.
+        let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix('/'))
+            .map(unescape_glob)
+            .collect();
+        let listed = self.git_bytes(["ls-files", "-z", "--others", "--exclude-standard"])?;
+        let mut large = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for path in excluded.iter().map(String::as_str).chain(
+            listed
+                .split(|b| *b == 0)
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| std::str::from_utf8(p).ok()),
+        ) {
+            if !seen.insert(path.to_owned()) {
+                continue;
+            }
+            if let Ok(md) = std::fs::symlink_metadata(self.work_tree.join(path))
+                && md.is_file()
+                && md.len() > limits.max_file_bytes
+            {
+                use std::os::unix::fs::MetadataExt;
+                large.push((path.to_owned(), md.len(), md.mtime()));
+            }
+        }
+        let lines: String = large
+            .iter()
+            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
+            .collect();
+        if let Some(parent) = self.exclude_file().parent() {
+            private::dir(parent)?;
+        }
+        private::write(self.exclude_file(), lines)?;
+        if !large.is_empty() {
+            let mut args = vec![
+                "rm".to_owned(),
+                "--cached".into(),
+                "-q".into(),
+                "--ignore-unmatch".into(),
+                "--".into(),
+            ];
+            args.extend(large.iter().map(|(p, _, _)| p.clone()));
+            self.git(&args)?;
+        }
+        self.git(["add", "-A", "--ignore-errors"])?;
+        // Tracked files that grew past the cap since the last snapshot.
+        // The last snapshot's tree (a file, not a ref: one git process less). A tree
+        // pruned since only makes the check fail, and be skipped.
+        let last = std::fs::read_to_string(self.git_dir.join("berth-last")).ok();
+        let changed = last
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| check_grown && !l.is_empty())
+            .and_then(|l| {
+                self.git_bytes(["diff-index", "--cached", "-z", "--name-only", l])
+                    .ok()
+            });
+        if let Some(changed) = changed {
+            let grown: Vec<(String, u64, i64)> = changed
+                .split(|b| *b == 0)
+                .filter_map(|p| std::str::from_utf8(p).ok())
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| {
+                    use std::os::unix::fs::MetadataExt;
+                    let md = std::fs::symlink_metadata(self.work_tree.join(p)).ok()?;
+                    (md.is_file() && md.len() > limits.max_file_bytes)
+                        .then(|| (p.to_owned(), md.len(), md.mtime()))
+                })
+                .collect();
+            if !grown.is_empty() {
+                let mut args = vec!["rm", "--cached", "-q", "--ignore-unmatch", "--"];
+                args.extend(grown.iter().map(|(p, _, _)| p.as_str()));
+                self.git(&args)?;
+                let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
+                for (p, _, _) in &grown {
+                    lines.push_str(&format!("/{}\n", escape_glob(p)));
+                }
+                private::write(self.exclude_file(), lines)?;
+                large.extend(grown);
+            }
+        }
+        let tree = self.git(["write-tree"])?;
+        private::write(self.git_dir.join("berth-last"), &tree)?;
+        let snap = Snapshot { tree, large };
+        self.note_manifest(&snap, started_ns);
+        #[cfg(target_os = "linux")]
+        watch::established(self, &snap);
+        Ok(snap)
+    }
+}
