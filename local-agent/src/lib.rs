@@ -14,6 +14,7 @@
 //! - [`changes`]: the change record of each run (shadow repository, snapshots, diff,
 //!   undo, the watcher);
 //! - [`run`]: the executor, which puts the parts together in that order;
+//! - [`git`]: the one way Berth runs `git`;
 //! - [`daemon`]: the same executor for a remote server (`berth daemon`);
 //! - [`front`] and `cli`: the `berth` command line.
 
@@ -24,6 +25,7 @@ pub mod config;
 pub mod daemon;
 pub mod dir;
 pub mod front;
+pub mod git;
 pub mod inject;
 pub mod run;
 pub mod settings;

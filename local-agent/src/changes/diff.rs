@@ -21,6 +21,14 @@ pub(super) struct Entry {
 }
 
 impl Shadow {
+    /// The records kept in this shadow repository, oldest first.
+    pub(super) fn log(&self) -> Vec<Entry> {
+        std::fs::read_to_string(self.git_dir.join("berth-log.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
     /// Keeps a task's two trees and returns what changed between them.
     pub fn record(
         &self,
@@ -61,13 +69,7 @@ impl Shadow {
             use std::io::Write;
             s.write_all(input.as_bytes())?;
         }
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            return Err(ChangesError::Git {
-                args: "update-ref --stdin".into(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
-        }
+        crate::git::check(child.wait_with_output()?, "update-ref --stdin")?;
         let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
         private::write(
             self.git_dir.join("berth-log.json"),
@@ -142,14 +144,8 @@ impl Shadow {
         let (status, numstat) = (start("--name-status")?, start("--numstat")?);
         let finish = |child: std::process::Child, format: &str| {
             let out = child.wait_with_output()?;
-            if out.status.success() {
-                Ok(out.stdout)
-            } else {
-                Err(ChangesError::Git {
-                    args: format!("diff-tree {format} {before} {after}"),
-                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-                })
-            }
+            crate::git::check(out, &format!("diff-tree {format} {before} {after}"))
+                .map_err(ChangesError::from)
         };
         let status = finish(status, "--name-status")?;
         let numstat = finish(numstat, "--numstat")?;

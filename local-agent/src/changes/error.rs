@@ -6,8 +6,8 @@ use std::path::PathBuf;
 /// Why a record could not be made or read.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangesError {
-    #[error("git {args} failed: {stderr}")]
-    Git { args: String, stderr: String },
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
     #[error("cannot run git: {0}")]
     Spawn(#[from] std::io::Error),
     /// The task's two trees are no longer in the shadow repository.

@@ -2,12 +2,12 @@
 //! used with `--work-tree` set to the directory, and the one way Berth runs git on it.
 
 use super::SNAPSHOTS_DIR;
-use super::diff::Entry;
 use super::error::ChangesError;
+use crate::git;
 use berth_web::private;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the shadow repository of `dir` lives: a hash of its path.
@@ -60,18 +60,18 @@ impl Shadow {
         // `--shared=0600`: git makes every file it writes there 0600 (objects 0400)
         // and every directory 0700, whatever the umask: the snapshots hold copies of
         // the user's files, a `.env` included.
-        let out = Command::new("git")
-            .args(["init", "-q", "--bare", "--shared=0600"])
-            .arg(&shadow.git_dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .stdin(Stdio::null())
-            .output()?;
-        if !out.status.success() {
-            return Err(ChangesError::Git {
-                args: "init".into(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
-        }
+        let mut init = git::command();
+        init.env("GIT_CONFIG_NOSYSTEM", "1");
+        git::run(
+            init,
+            [
+                OsStr::new("init"),
+                OsStr::new("-q"),
+                OsStr::new("--bare"),
+                OsStr::new("--shared=0600"),
+                shadow.git_dir.as_os_str(),
+            ],
+        )?;
         shadow.configure()?;
         private::write(&id_file, stamp)?;
         Ok(shadow)
@@ -128,7 +128,7 @@ impl Shadow {
     }
 
     pub(super) fn command(&self) -> Command {
-        let mut c = Command::new("git");
+        let mut c = git::command();
         c.arg("--git-dir")
             .arg(&self.git_dir)
             .arg("--work-tree")
@@ -136,12 +136,7 @@ impl Shadow {
             .args(["-c", "user.name=Berth", "-c", "user.email=berth@localhost"])
             .current_dir(&self.git_dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
-            .stdin(Stdio::null());
+            .env("GIT_OPTIONAL_LOCKS", "0");
         c
     }
 
@@ -150,21 +145,7 @@ impl Shadow {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let args: Vec<std::ffi::OsString> =
-            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        let out = self.command().args(&args).output()?;
-        if out.status.success() {
-            Ok(out.stdout)
-        } else {
-            Err(ChangesError::Git {
-                args: args
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            })
-        }
+        Ok(git::run(self.command(), args)?)
     }
 
     pub(super) fn git<I, S>(&self, args: I) -> Result<String, ChangesError>
@@ -179,13 +160,6 @@ impl Shadow {
 
     pub(super) fn exclude_file(&self) -> PathBuf {
         self.git_dir.join("info").join("exclude")
-    }
-
-    pub(super) fn log(&self) -> Vec<Entry> {
-        std::fs::read_to_string(self.git_dir.join("berth-log.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default()
     }
 
     /// A blob's bytes and mode (`100755` executable) at `path` in `tree`; `None` when

@@ -461,10 +461,7 @@ fn feed(
     if ok {
         Ok(out.stdout)
     } else {
-        Err(ChangesError::Git {
-            args: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
+        Err(crate::git::failed(&out, &args.join(" ")).into())
     }
 }
 

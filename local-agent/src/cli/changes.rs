@@ -46,25 +46,14 @@ async fn task_changes(c: &Client, id: &str) -> Result<(Value, Changes, String), 
 }
 
 fn git_in(dir: &str, args: &[&str]) -> Result<String, CliError> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| CliError::new(format!("cannot run git: {e}"), "install git"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(CliError::new(
-            format!(
-                "git {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+    use berth_local_agent::git::{self, GitError};
+    match git::run(git::in_dir(std::path::Path::new(dir)), args) {
+        Ok(out) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Err(e @ GitError::Spawn(_)) => Err(CliError::new(e.to_string(), "install git")),
+        Err(e @ GitError::Failed { .. }) => Err(CliError::new(
+            e.to_string(),
             "the worktree may have been removed; berth session show tells where the session works",
-        ))
+        )),
     }
 }
 

@@ -4,20 +4,20 @@
 //! first turn and reused after; the changes of each turn are committed on that branch,
 //! so the user's checkout is never touched and the work is one `git merge` away.
 
+use crate::git::{self, GitError};
 use berth_core::{ErrorCode, Refusal};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Why a worktree could not be made or committed.
 #[derive(Debug, thiserror::Error)]
 pub enum WorktreeError {
     #[error("{dir} is not inside a git repository")]
     NotARepo { dir: String },
-    #[error("git {args} failed: {stderr}")]
-    Git { args: String, stderr: String },
-    #[error("cannot run git: {0}")]
-    Spawn(#[from] std::io::Error),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("cannot create the worktree's directories: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl WorktreeError {
@@ -29,7 +29,7 @@ impl WorktreeError {
                 format!("{display} is not inside a git repository, so it cannot have a worktree"),
                 "link it in place (--mode in-place), or run `git init` there first",
             )),
-            WorktreeError::Git { .. } | WorktreeError::Spawn(_) => None,
+            WorktreeError::Git(_) | WorktreeError::Io(_) => None,
         }
     }
 }
@@ -49,28 +49,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(&args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        .output()?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .trim_end_matches('\n')
-            .to_owned())
-    } else {
-        Err(WorktreeError::Git {
-            args: args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
-    }
+    Ok(git::text(git::in_dir(dir), args)?)
 }
 
 /// The branch of `session`: `berth/` and the session id's first 8 characters.
@@ -170,21 +149,7 @@ pub fn commit_changes(
     commit: &str,
 ) -> Result<berth_core::api::Changes, WorktreeError> {
     let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(&wt.root)
-            .args(args)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(Stdio::null())
-            .output()?;
-        if out.status.success() {
-            Ok(out.stdout)
-        } else {
-            Err(WorktreeError::Git {
-                args: args.join(" "),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            })
-        }
+        Ok(git::run(git::in_dir(&wt.root), args)?)
     };
     let parent = format!("{commit}^");
     let status = run(&[
