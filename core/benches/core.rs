@@ -1,5 +1,6 @@
 //! Micro benchmarks of the pure core: the lexical check of a path (goal ≤ 2 µs) and
 //! resolution (goal ≤ 1 µs).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_core::binding::{BindMode, BindingState, BindingView, MachineId};
 use berth_core::resolve::{Origin, ProjectDir, Request, Runtime, resolve};

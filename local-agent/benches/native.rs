@@ -6,6 +6,7 @@
 //! in size while the worktree grows with it).
 //!
 //! Generated trees live under `$TMPDIR/berth-bench-native/` and are reused across runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_core::LocalPath;
 use berth_local_agent::ExecutorConfig;

@@ -1,5 +1,6 @@
 //! The adapters against fake `claude`/`codex`/command agents: argv, stdin,
 //! environment, events, resume ids and stale resume ids.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

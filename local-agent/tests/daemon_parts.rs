@@ -1,6 +1,7 @@
 //! `berth daemon` against a fake server: events survive lost answers in order and
 //! without duplicates, the control socket validates directories here and streams the
 //! rest live, and a refused token or an absent server is reported as such.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;

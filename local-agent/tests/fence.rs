@@ -19,6 +19,8 @@
 //!
 //! A kernel without Landlock fails these tests loudly, unless
 //! `BERTH_FENCE_TESTS_SKIP=1` says that is expected.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Test code: a panic is a failed test.
 
 // Landlock and seccomp are Linux's; the Mac's fence is a Seatbelt profile, tested as text.
 #![cfg(target_os = "linux")]

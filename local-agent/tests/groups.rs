@@ -5,6 +5,7 @@
 //! those unregistered as gone, and is started again if it died.
 //!
 //! The test binary re-executes itself (`watcher_owner`) to be the owner that dies.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The journal: leftovers are replayed to the exact original bytes, but never those of
 //! a Berth process still running.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Running in place, in a worktree and in scratch: sidecars restored byte for byte,
 //! swaps refused, settings read at every exchange, cancellation.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! process-group watcher takes down what every running agent started.
 //!
 //! The test binary re-executes itself (`child_runner`) to be the other processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Native validation: every bad input refused with its exact code, nothing written in
 //! a refused directory, symlinks judged by where they land.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! Every [`Berth`] gets its own `BERTH_HOME`, config dir, lock dir and `HOME` (named
 //! after a fake user, so a test can assert that name never shows), and is killed when
 //! dropped.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 pub mod bench;
 pub mod fake_models;

@@ -1,5 +1,6 @@
 //! What reaches an agent's process from Berth's environment, and the stable codes of
 //! tasks that fail before or without the agent.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, new_session, s, send_json};

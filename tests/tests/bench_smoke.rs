@@ -1,6 +1,7 @@
 //! The benchmark runner cannot rot: every macro benchmark runs against the real
 //! binary with tiny counts and must produce a well-formed report with nothing lost.
 //! Timings are only reported, never asserted (they belong to `scripts/bench.sh`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::bench::micro::{read_estimates, rows_from};
 use berth_tests::bench::{self, Config, Report, Row, Verdict};

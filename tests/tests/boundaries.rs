@@ -8,6 +8,7 @@
 //! - break 7: the daemon's paths show by its own home on the web listener;
 //! - break 11b: a query value that does not parse answers the JSON error;
 //! - break 11c: two `Host` headers, or an absolute-form target, are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{add_command_agent, control, error_code, s, send_json};
 use berth_tests::{Berth, status_and_body};

@@ -4,6 +4,7 @@
 //! `task undo` byte for byte, its refusal after a later edit and `--force`, a crash
 //! mid-undo finished at the next start, worktree mode's commit and revert, and the
 //! refusals. Nothing appears in the user's directory or its `.git`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};
 use berth_tests::{Berth, eventually};

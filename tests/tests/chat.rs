@@ -3,6 +3,7 @@
 //! shell's directory, a relink from another terminal turns the header, Ctrl-C cancels a
 //! long task and the directory is restored, a lock wait shows who holds the directory,
 //! and the line mode serves scripts.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{add_command_agent, s, send_detached, task, wait_final, write_script};
 use berth_tests::tmux::Tmux;

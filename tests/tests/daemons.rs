@@ -9,6 +9,7 @@
 //!   agent's processes die with the daemon;
 //! - the connection cut mid-task: the daemon reconnects and the transcript has every
 //!   line once, in order.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{
     add_command_agent, alive, error_code, is_final, raw_http, s, send_detached, task, wait_final,

@@ -6,6 +6,7 @@
 //! `BERTH_FAULT_ROUNDS=N` raises the rounds of the randomized tests (never lowers
 //! them). Randomness comes from a xorshift generator seeded by the round number, so a
 //! failing round can be replayed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{
     add_command_agent, alive, control, error_code, new_session, raw_http, s, send_detached,

@@ -24,6 +24,7 @@
 //!
 //! Linux only: elsewhere no fence is built yet.
 #![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, new_session, s, send_json};

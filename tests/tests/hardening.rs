@@ -7,6 +7,7 @@
 //!   (break 8);
 //! - a path with terminal escape sequences in it is printed escaped by every command
 //!   that shows it, never acted on (break 10).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};

@@ -1,6 +1,7 @@
 //! The lean `berth` front (issue 17): `send`, the lists and `--version` are answered
 //! by `berth` alone, without a runtime, clap or SQLite linked in; every other command
 //! line is `berth-full`'s, with clap's help and errors unchanged.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::{Berth, TempDir, berth_bin};
 use serde_json::Value;

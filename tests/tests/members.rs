@@ -5,6 +5,7 @@
 //! 404s; his daemon never runs her tasks. The first admin reads her session but cannot
 //! make it run. Removing ann takes her machine offline, leaves her queued task
 //! `waiting_daemon`, and the audit trail shows each step.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{raw_http, s, write_script};
 use berth_tests::{Berth, TempDir, berth_bin, eventually, free_port};

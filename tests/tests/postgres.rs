@@ -11,6 +11,7 @@
 //! SIGKILLed midway. Every message runs exactly once, in order within its session, each
 //! of its agent's lines is in the transcript once, and nothing is left queued; a Slack
 //! event retried to both servers runs once.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 #[path = "../../web/tests/common/pg.rs"]
 mod pg;

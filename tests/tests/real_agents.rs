@@ -4,6 +4,7 @@
 //! the bound directory and resumes its conversation; a narrower policy's denials land
 //! in the task's `denials` with `permission_denied`; nothing the web listener serves
 //! names the user.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::FakeModels;
 use berth_tests::steps::{new_session, s, send_json as send};

@@ -8,6 +8,7 @@
 //! With `BERTH_RECORD_FIXTURES=1` each test also writes what the binary printed to
 //! `local-agent/tests/fixtures/real/` (see the README there), with its temporary paths
 //! replaced by `/home/alice` and `/home/alice/code/app`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::{FakeModels, Recorded};
 use serde_json::Value;

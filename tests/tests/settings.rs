@@ -1,5 +1,6 @@
 //! `berth settings show` and `berth settings check` (issue 14, part 2), against the real
 //! binary: two layers, a plugin the project layer turns off, an untrusted key ignored.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, new_session, s};

@@ -8,6 +8,7 @@
 //!   folder Berth installed stays, with the folders that hold it, and the run's change
 //!   summary lists it; crash recovery at the next start follows the same rule
 //!   (break 6).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{alive, new_session, s, send_detached, task, wait_final, write_script};
 use berth_tests::{Berth, TempDir, eventually};

@@ -11,6 +11,7 @@
 //!
 //! The daemon fault tests (cut connections, exactly-once events, a daemon killed or
 //! stopped) run over https too: `tests/tests/daemons.rs`, the `_over_https` cases.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{add_command_agent, s, send_json, slack_sign};
 use berth_tests::tls::{HttpsFake, Pki, https_get};

@@ -14,6 +14,7 @@
 //! - revoked, or the directory replaced (a new inode at the same path): ignored again;
 //! - `full` from an untrusted project is `edit` at most;
 //! - no HTTP route (control socket or web listener) grants trust.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
 use berth_tests::steps::{

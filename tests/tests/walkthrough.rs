@@ -1,6 +1,7 @@
 //! The README's walk-through against the real binary: serve, add an agent, a bound
 //! session, send, watch, link elsewhere, unlink, restart — and the scheduling
 //! guarantees between sessions.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::{Berth, FAKE_USER, eventually};
 use serde_json::Value;

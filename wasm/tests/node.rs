@@ -1,5 +1,5 @@
 //! The browser bundle's exports, run as WebAssembly under Node.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 #![cfg(target_arch = "wasm32")]
 
 use berth_wasm::{check_path, check_settings, display_path, has_local_binding, preview};

@@ -1,4 +1,5 @@
 //! The HTTP API on the control socket and the web listener, over real sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The cloud build (`--no-default-features`): no binding anywhere, a token on every
 //! request, writes only with the bearer token.
 #![cfg(not(feature = "local-binding"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

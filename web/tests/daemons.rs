@@ -3,6 +3,7 @@
 //! for an offline machine, lost claims, restarts, cancels, and tasks the server no
 //! longer expects.
 #![cfg(feature = "local-binding")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Chat channels end to end: signed webhooks on the web listener (and `berth-server`'s
 //! listener) over loopback, real SQLite, a `sh -c` agent, and a fake Slack/Lark API
 //! that records the answers posted back. Runs in both feature sets.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

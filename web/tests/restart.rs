@@ -1,5 +1,6 @@
 //! A crash and a restart through [`Server`]: nothing accepted is lost, the running
 //! task is `interrupted` (never re-run), the queued one runs after the restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The scheduler through the control socket with a real `sh -c` executor.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! (a throwaway cluster, `common::pg`). Every test in [`on_both!`] runs on each, against
 //! the same expectations: round trips, restart recovery, id prefixes, the task
 //! lifecycle, members and tokens, channels, projects and bindings.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 mod common;
 

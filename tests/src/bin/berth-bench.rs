@@ -4,6 +4,7 @@
 //! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `remote`,
 //! `throughput`, `reads`, `postgres`, `micro`) and writes no page unless `--markdown`
 //! names one.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use anyhow::{Context as _, Result, bail};
 use berth_tests::bench::{self, Config, Verdict};
