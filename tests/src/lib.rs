@@ -15,7 +15,6 @@ pub mod tmux;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The `berth` binary of this build (target/<profile>/berth), built on demand with
@@ -38,33 +37,7 @@ pub fn berth_bin() -> PathBuf {
     bin
 }
 
-/// A fresh directory under the system temp dir (never `/tmp` itself, which Berth
-/// refuses to bind), removed on drop.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "berth-e2e-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use berth_test_support::TempDir;
 
 /// One Berth installation: homes and directories for a fake user.
 #[derive(Debug)]

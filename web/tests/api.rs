@@ -343,7 +343,7 @@ async fn the_web_listener_is_read_only_guarded_and_path_free() {
     t.wait_task(&task).await;
     #[cfg(feature = "local-binding")]
     let project = {
-        let project = TempDir::new();
+        let project = TempDir::new("w");
         let r = t
             .call(
                 "PUT",
@@ -502,7 +502,7 @@ async fn binding_refusals_surface_the_validator_code() {
         (r.status, r.json["ok"].as_bool(), r.json["code"].as_str()),
         (422, Some(false), Some("not_found"))
     );
-    let dir = TempDir::new();
+    let dir = TempDir::new("w");
     let r = t
         .call("POST", "/api/v1/check", Some(json!({"dir": dir.path()})))
         .await;
@@ -562,7 +562,7 @@ async fn one_server_per_home_and_stale_sockets_are_replaced() {
     );
 
     // A stale socket file (nobody listening) is replaced.
-    let other = TempDir::new();
+    let other = TempDir::new("w");
     let stale = other.path().join("berth.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     let t2 = TestServer::start_in(other, 1).await;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 async fn cloud() -> (TempDir, Arc<berth_web::server::Server>, SocketAddr, String) {
-    let home = TempDir::new();
+    let home = TempDir::new("w");
     let server = Arc::new(
         berth_web::server::Server::open(home.path(), Default::default())
             .await
@@ -149,7 +149,7 @@ async fn the_cloud_api_has_no_binding_and_wants_the_token() {
 async fn daemons_on_the_cloud_server_never_run_in_place() {
     use berth_web::daemon::DaemonConfig;
     use std::time::Duration;
-    let home = TempDir::new();
+    let home = TempDir::new("w");
     let opts = berth_web::server::ServerOptions {
         daemons: Some(DaemonConfig {
             window: Duration::from_secs(5),

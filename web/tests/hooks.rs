@@ -140,7 +140,7 @@ impl Rig {
 
     async fn start_full(cloud: bool, channels: Option<ChannelConfig>, bot: &str) -> Rig {
         let (fake_addr, fake) = Fake::start().await;
-        let home = TempDir::new();
+        let home = TempDir::new("w");
         let opts = ServerOptions {
             executor: Some(Arc::new(ShExecutor {
                 scratch: home.path().join("scratch"),
@@ -364,7 +364,7 @@ async fn a_channel_session_cannot_be_linked() {
     let body = slack_message("Ev1", "hello", "1.1", None);
     let r = slack_signed(&rig, &body).await;
     let session = r.json["session"].as_str().expect("a session").to_owned();
-    let dir = TempDir::new();
+    let dir = TempDir::new("w");
     let r = rig
         .t
         .call(

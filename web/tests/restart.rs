@@ -17,7 +17,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn a_restart_interrupts_the_running_task_and_runs_the_queued_one() {
-    let home = TempDir::new();
+    let home = TempDir::new("w");
     let home_path = home.path().to_owned();
     let marker = home_path.join("after-crash");
     let cmd = format!(

@@ -174,7 +174,7 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
         Some(format!("resume-{first}"))
     );
 
-    let project = common::TempDir::new();
+    let project = common::TempDir::new("w");
     let r = t
         .call(
             "PUT",
@@ -289,7 +289,7 @@ impl berth_web::executor::Executor for Instant {
 async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
     use berth_core::resolve::Origin;
     use berth_web::scheduler::{Scheduler, SchedulerConfig};
-    let home = common::TempDir::new();
+    let home = common::TempDir::new("w");
     let store = berth_web::store::Store::open(home.path()).await.unwrap();
     store
         .add_agent(berth_web::executor::AgentSpec {

@@ -63,7 +63,7 @@ macro_rules! on_both {
         mod $name {
             #[tokio::test]
             async fn sqlite() {
-                super::$name(super::Place::Sqlite(super::TempDir::new())).await
+                super::$name(super::Place::Sqlite(super::TempDir::new("w"))).await
             }
             #[cfg(feature = "postgres")]
             #[tokio::test]
@@ -852,7 +852,7 @@ async fn projects_bindings_and_listing(place: Place) {
 #[test]
 #[ignore]
 fn bench_list_10000_sessions() {
-    let home = TempDir::new();
+    let home = TempDir::new("w");
     let store = Store::open_blocking(home.path()).unwrap();
     store
         .write_blocking(|tx, _| {
@@ -1181,7 +1181,7 @@ mod postgres_only {
 /// records and the waiting-task index), with its data, is upgraded in place on open.
 #[tokio::test]
 async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
-    let home = TempDir::new();
+    let home = TempDir::new("w");
     let path = home.path().join(berth_web::store::DB_FILE);
     {
         let mut conn = rusqlite::Connection::open(&path).unwrap();

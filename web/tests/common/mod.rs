@@ -19,27 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
-/// A directory removed when dropped. Short paths: Unix socket paths are limited.
-#[derive(Debug)]
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new() -> TempDir {
-        let id = uuid::Uuid::now_v7().simple().to_string();
-        let dir = std::env::temp_dir().join(format!("bw-{}", &id[id.len() - 10..]));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir.canonicalize().expect("canonical temp dir"))
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use berth_test_support::TempDir;
 
 /// Runs the agent's command with `sh -c` (the command's words joined), the prompt on
 /// stdin, in the placement's directory (scratch: `<scratch>/<session>`).
@@ -194,7 +174,7 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(max_parallel: usize) -> TestServer {
-        TestServer::start_in(TempDir::new(), max_parallel).await
+        TestServer::start_in(TempDir::new("w"), max_parallel).await
     }
 
     pub async fn start_in(home: TempDir, max_parallel: usize) -> TestServer {
@@ -206,7 +186,7 @@ impl TestServer {
     pub async fn with_daemons(
         config: berth_web::daemon::DaemonConfig,
     ) -> (TestServer, std::net::SocketAddr) {
-        let t = TestServer::open(TempDir::new(), 4, Some(config)).await;
+        let t = TestServer::open(TempDir::new("w"), 4, Some(config)).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let s = t.server.clone();
