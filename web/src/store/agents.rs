@@ -93,20 +93,6 @@ pub(crate) fn project_dirs(
     Ok(out)
 }
 
-/// What a run needs besides its task, read on `conn`.
-pub(crate) fn run_context(
-    conn: &Connection,
-    session_id: &str,
-) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
-    let session = super::sessions::get_session(conn, session_id)?;
-    let agent = get_agent(conn, &session.agent)?;
-    let dirs = match &session.project {
-        Some(p) => project_dirs(conn, p)?,
-        None => Vec::new(),
-    };
-    Ok((session, agent, dirs))
-}
-
 impl Store {
     /// Registers an agent; names are unique.
     pub async fn add_agent(&self, spec: AgentSpec) -> Result<AgentSpec, StoreError> {

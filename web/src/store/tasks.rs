@@ -1,9 +1,11 @@
 //! Messages and the tasks they become.
 
+use super::agents::{get_agent, project_dirs};
 use super::rows::TASK_COLUMNS;
 use super::sessions::{append_event, get_session, session_id};
-use super::{Outbox, Scoped, Store, StoreError, TaskRow, resolve_id};
+use super::{Outbox, ProjectDirRow, Scoped, SessionRow, Store, StoreError, TaskRow, resolve_id};
 use crate::clock;
+use crate::executor::AgentSpec;
 use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
@@ -342,7 +344,7 @@ impl Store {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
             };
-            let (session, agent, dirs) = super::agents::run_context(conn, &task.session_id)?;
+            let (session, agent, dirs) = run_context(conn, &task.session_id)?;
             Ok(Some(NextRun {
                 task,
                 prompt,
@@ -388,6 +390,20 @@ fn next_task(
         .prepare_cached("SELECT text, origin FROM messages WHERE id = ?1")?
         .query_row([&task.message_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(Some((task, text, super::parse_enum(&origin)?)))
+}
+
+/// What a run needs besides its task, read on `conn`.
+fn run_context(
+    conn: &Connection,
+    session_id: &str,
+) -> Result<(SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
+    let session = get_session(conn, session_id)?;
+    let agent = get_agent(conn, &session.agent)?;
+    let dirs = match &session.project {
+        Some(p) => project_dirs(conn, p)?,
+        None => Vec::new(),
+    };
+    Ok((session, agent, dirs))
 }
 
 impl Store {
