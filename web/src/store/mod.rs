@@ -3,7 +3,7 @@
 //!
 //! Both backends answer the same methods with the same rows; each public method runs
 //! PostgreSQL's version when the store is there ([`on_pg!`]) and SQLite's otherwise.
-//! The notes below are SQLite's; `postgres.rs` has its own.
+//! The notes below are SQLite's; [`postgres`] has its own.
 //!
 //! # Threads
 //! SQLite calls block. Every call goes through [`Store::read`], [`Store::read_small`]
