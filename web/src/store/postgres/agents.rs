@@ -1,12 +1,13 @@
 //! Agents, projects with their directories, and machines, on PostgreSQL.
 
+use super::Pg;
 use super::pool::Q;
-use super::{Pg, json_text};
 use crate::clock;
 use crate::executor::AgentSpec;
-use crate::store::agents::{agent_from_row, kind_str};
+use crate::store::agents::{agent_from_row, kind_str, project_dir_from};
 use crate::store::rows::Cols;
-use crate::store::{ProjectDirRow, ProjectRow, StoreError, parse_enum};
+use crate::store::rules::json_text;
+use crate::store::{ProjectDirRow, ProjectRow, StoreError};
 use berth_core::binding::MachineId;
 use tokio_postgres::GenericClient;
 
@@ -49,14 +50,7 @@ pub(super) async fn project_dirs<C: GenericClient + Sync>(
     )
     .await?
     .iter()
-    .map(|r| {
-        Ok(ProjectDirRow {
-            machine: MachineId::new(r.text(0)?),
-            dir: r.text(1)?,
-            display: r.text(2)?,
-            mode: parse_enum(&r.text(3)?)?,
-        })
-    })
+    .map(project_dir_from)
     .collect()
 }
 
@@ -87,17 +81,12 @@ impl Pg {
     }
 
     pub(crate) async fn list_agents(&self) -> Result<Vec<AgentSpec>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT name, kind, command, permissions FROM agents ORDER BY created_at, name",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(agent_from_row)
-            .collect()
+        self.all(
+            "SELECT name, kind, command, permissions FROM agents ORDER BY created_at, name",
+            &[],
+            agent_from_row,
+        )
+        .await
     }
 
     pub(crate) async fn add_project(&self, name: String) -> Result<ProjectRow, StoreError> {

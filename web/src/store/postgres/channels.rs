@@ -2,7 +2,7 @@
 
 use super::Pg;
 use crate::clock;
-use crate::store::rows::Cols;
+use crate::store::rows::{Cols, payload_from};
 use crate::store::{
     ChannelIntake, ChannelThread, NewChannelMessage, NewSessionRow, StoreError, TaskRow,
 };
@@ -39,14 +39,7 @@ impl Pg {
             Some(r) => (r.text(0)?, false),
             None => {
                 let session = w
-                    .insert_session(NewSessionRow {
-                        title: Some(m.title),
-                        agent: m.agent,
-                        origin: Origin::Channel,
-                        project: None,
-                        binding: None,
-                        owner: m.owner,
-                    })
+                    .insert_session(NewSessionRow::channel(m.title, m.agent, m.owner))
                     .await?;
                 w.q()
                     .exec(
@@ -73,41 +66,29 @@ impl Pg {
         &self,
         session_id: String,
     ) -> Result<Option<ChannelThread>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .opt(
-                "SELECT platform, thread_key FROM channel_threads WHERE session_id = $1",
-                &[&session_id],
-            )
-            .await?
-            .map(|r| {
+        self.first(
+            "SELECT platform, thread_key FROM channel_threads WHERE session_id = $1",
+            &[&session_id],
+            |r| {
                 Ok(ChannelThread {
                     platform: r.text(0)?,
                     thread_key: r.text(1)?,
                 })
-            })
-            .transpose()
+            },
+        )
+        .await
     }
 
     pub(crate) async fn task_agent_events(
         &self,
         task: TaskRow,
     ) -> Result<Vec<serde_json::Value>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT payload FROM events
-                 WHERE session_id = $1 AND task_id = $2 AND kind = 'agent' ORDER BY seq",
-                &[&task.session_id, &task.id],
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                serde_json::from_str(&r.text(0)?)
-                    .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))
-            })
-            .collect()
+        self.all(
+            "SELECT payload FROM events
+             WHERE session_id = $1 AND task_id = $2 AND kind = 'agent' ORDER BY seq",
+            &[&task.session_id, &task.id],
+            |r| payload_from(&r.text(0)?),
+        )
+        .await
     }
 }

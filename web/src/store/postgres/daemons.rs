@@ -6,6 +6,7 @@ use super::tasks::get_task;
 use crate::clock;
 use crate::store::daemons::{TOKEN_COLUMNS, token_from};
 use crate::store::rows::Cols;
+use crate::store::rules::online_change;
 use crate::store::{StoreError, TokenChange, TokenRow};
 use berth_core::binding::MachineId;
 use tokio_postgres::GenericClient;
@@ -23,15 +24,8 @@ async fn get_token<C: GenericClient + Sync>(
 
 impl Pg {
     pub(crate) async fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
-        let mut lease = self.lease().await?;
         let sql = format!("SELECT {TOKEN_COLUMNS} FROM daemon_tokens ORDER BY name");
-        lease
-            .read()?
-            .rows(&sql, &[])
-            .await?
-            .iter()
-            .map(token_from)
-            .collect()
+        self.all(&sql, &[], token_from).await
     }
 
     pub(crate) async fn create_token(
@@ -121,29 +115,20 @@ impl Pg {
     pub(crate) async fn machines(
         &self,
     ) -> Result<Vec<(MachineId, String, Option<String>)>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows("SELECT id, name, last_seen FROM machines", &[])
-            .await?
-            .iter()
-            .map(|r| Ok((MachineId::new(r.text(0)?), r.text(1)?, r.opt_text(2)?)))
-            .collect()
+        self.all("SELECT id, name, last_seen FROM machines", &[], |r| {
+            Ok((MachineId::new(r.text(0)?), r.text(1)?, r.opt_text(2)?))
+        })
+        .await
     }
 
     pub(crate) async fn waiting_sessions(&self) -> Result<Vec<String>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT session_id FROM tasks WHERE status = 'waiting_daemon'
-                   AND started_at IS NULL GROUP BY session_id ORDER BY MIN(created_at)",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| r.text(0))
-            .collect()
+        self.all(
+            "SELECT session_id FROM tasks WHERE status = 'waiting_daemon'
+               AND started_at IS NULL GROUP BY session_id ORDER BY MIN(created_at)",
+            &[],
+            |r| r.text(0),
+        )
+        .await
     }
 
     pub(crate) async fn requeue(&self, id: String, reason: String) -> Result<bool, StoreError> {
@@ -172,11 +157,7 @@ impl Pg {
         machine: MachineId,
         online: bool,
     ) -> Result<usize, StoreError> {
-        let (from, to) = if online {
-            ("machine_offline", "ok")
-        } else {
-            ("ok", "machine_offline")
-        };
+        let (from, to) = online_change(online);
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         let n = w

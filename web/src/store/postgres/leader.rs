@@ -13,13 +13,10 @@ const SERVING_LOCK: i64 = 0x62_65_72_74_68_53;
 impl Pg {
     /// The leader's address, as it advertised it.
     pub(crate) async fn leader_url(&self) -> Result<Option<String>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .opt("SELECT url FROM berth_leader WHERE id = 1", &[])
-            .await?
-            .map(|r| r.text(0))
-            .transpose()
+        self.first("SELECT url FROM berth_leader WHERE id = 1", &[], |r| {
+            r.text(0)
+        })
+        .await
     }
 
     /// Tries to become the database's leader: the one process whose scheduler runs

@@ -3,7 +3,7 @@
 use super::Pg;
 use super::pool::Q;
 use crate::clock;
-use crate::store::members::{FIRST_ADMIN, MEMBER_COLUMNS, member_from};
+use crate::store::members::{FIRST_ADMIN, MEMBER_COLUMNS, audit_from, member_from};
 use crate::store::rows::Cols;
 use crate::store::{AuditRow, MemberChange, MemberRow, StoreError};
 use tokio_postgres::GenericClient;
@@ -70,30 +70,17 @@ impl Pg {
     }
 
     pub(crate) async fn members(&self) -> Result<Vec<MemberRow>, StoreError> {
-        let mut lease = self.lease().await?;
         let sql = format!("SELECT {MEMBER_COLUMNS} FROM members ORDER BY name");
-        lease
-            .read()?
-            .rows(&sql, &[])
-            .await?
-            .iter()
-            .map(member_from)
-            .collect()
+        self.all(&sql, &[], member_from).await
     }
 
     pub(crate) async fn member_by_hash(
         &self,
         hash: String,
     ) -> Result<Option<MemberRow>, StoreError> {
-        let mut lease = self.lease().await?;
         let sql =
             format!("SELECT {MEMBER_COLUMNS} FROM members WHERE hash = $1 AND removed_at IS NULL");
-        lease
-            .read()?
-            .opt(&sql, &[&hash])
-            .await?
-            .map(|r| member_from(&r))
-            .transpose()
+        self.first(&sql, &[&hash], member_from).await
     }
 
     pub(crate) async fn member(&self, name: String) -> Result<Option<MemberRow>, StoreError> {
@@ -174,14 +161,11 @@ impl Pg {
         target: Option<String>,
         via: String,
     ) -> Result<(), StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .exec(
-                "INSERT INTO audit (at, member, action, target, via) VALUES ($1, $2, $3, $4, $5)",
-                &[&clock::now(), &member, &action, &target, &via],
-            )
-            .await?;
+        self.exec(
+            "INSERT INTO audit (at, member, action, target, via) VALUES ($1, $2, $3, $4, $5)",
+            &[&clock::now(), &member, &action, &target, &via],
+        )
+        .await?;
         Ok(())
     }
 
@@ -189,26 +173,12 @@ impl Pg {
         &self,
         member: Option<String>,
     ) -> Result<Vec<AuditRow>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT id, at, member, action, target, via FROM audit
-                 WHERE $1::text IS NULL OR member = $1 ORDER BY id",
-                &[&member],
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(AuditRow {
-                    id: r.int(0)?,
-                    at: r.text(1)?,
-                    member: r.text(2)?,
-                    action: r.text(3)?,
-                    target: r.opt_text(4)?,
-                    via: r.text(5)?,
-                })
-            })
-            .collect()
+        self.all(
+            "SELECT id, at, member, action, target, via FROM audit
+             WHERE $1::text IS NULL OR member = $1 ORDER BY id",
+            &[&member],
+            audit_from,
+        )
+        .await
     }
 }

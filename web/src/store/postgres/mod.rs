@@ -133,7 +133,3 @@ impl Pg {
         )
     }
 }
-
-fn json_text<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-}

@@ -119,14 +119,11 @@ impl Pg {
 
     /// Announces that `session` has work, to whichever process leads.
     pub(crate) async fn announce_work(&self, session: String) -> Result<(), StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .exec(
-                "SELECT pg_notify($1, $2)",
-                &[&WORK_CHANNEL, &format!("{} {session}", self.replica)],
-            )
-            .await?;
+        self.exec(
+            "SELECT pg_notify($1, $2)",
+            &[&WORK_CHANNEL, &format!("{} {session}", self.replica)],
+        )
+        .await?;
         Ok(())
     }
 

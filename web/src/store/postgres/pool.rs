@@ -130,7 +130,7 @@ fn mark(broken: &mut bool, e: tokio_postgres::Error) -> StoreError {
     e
 }
 
-type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+pub(super) type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl<C: GenericClient + Sync> Q<'_, C> {
     async fn prepared(&mut self, sql: &str) -> Result<Statement, StoreError> {
@@ -222,6 +222,40 @@ impl<'a> W<'a> {
 }
 
 impl Pg {
+    /// Every row `sql` answers, read outside a transaction, each made a `T` by `each`.
+    pub(super) async fn all<T>(
+        &self,
+        sql: &str,
+        p: Params<'_>,
+        each: impl FnMut(&Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease.read()?.rows(sql, p).await?.iter().map(each).collect()
+    }
+
+    /// The row `sql` answers, if any, read outside a transaction, made a `T` by `each`.
+    pub(super) async fn first<T>(
+        &self,
+        sql: &str,
+        p: Params<'_>,
+        each: impl FnOnce(&Row) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .opt(sql, p)
+            .await?
+            .as_ref()
+            .map(each)
+            .transpose()
+    }
+
+    /// Runs one statement outside a transaction; answers how many rows it changed.
+    pub(super) async fn exec(&self, sql: &str, p: Params<'_>) -> Result<u64, StoreError> {
+        let mut lease = self.lease().await?;
+        lease.read()?.exec(sql, p).await
+    }
+
     pub(super) async fn open(&self) -> Result<Conn, StoreError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
             StoreError::Unavailable(format!("cannot connect to {}: {e}", self.describe()))

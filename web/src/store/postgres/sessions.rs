@@ -4,24 +4,15 @@ use super::Pg;
 use super::agents::{agent_names, get_agent};
 use super::pool::{Q, W};
 use crate::clock;
-use crate::store::rows::{Cols, LIST_COLUMNS, SessionCols, identity_columns};
+use crate::store::rows::{
+    Cols, LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, SessionCols, event_from, identity_columns,
+};
+use crate::store::rules::{self, Scoped};
 use crate::store::{NewSessionRow, SessionRow, StoreError, StoredBinding};
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
 use std::collections::HashMap;
 use tokio_postgres::GenericClient;
-
-const SESSION_SELECT: &str = "SELECT s.id, s.title, s.agent, s.origin, s.project, \
-    s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
-    s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
-    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner \
-    FROM sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
-
-#[derive(Clone, Copy)]
-pub(super) enum Scoped {
-    Sessions,
-    Tasks,
-}
 
 /// PostgreSQL's [`crate::store::resolve_id`].
 pub(super) async fn resolve_id<C: GenericClient + Sync>(
@@ -30,19 +21,7 @@ pub(super) async fn resolve_id<C: GenericClient + Sync>(
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<String, StoreError> {
-    let unknown = || match what {
-        Scoped::Sessions => StoreError::UnknownSession {
-            prefix: prefix.to_owned(),
-        },
-        Scoped::Tasks => StoreError::UnknownTask {
-            prefix: prefix.to_owned(),
-        },
-    };
-    let wanted = prefix.trim().to_ascii_lowercase();
-    let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-    if !valid {
-        return Err(unknown());
-    }
+    let wanted = rules::id_prefix(what, prefix)?;
     let sql = match what {
         Scoped::Sessions => {
             "SELECT id FROM sessions WHERE id >= $1 AND id < $1 || '~'
@@ -60,26 +39,14 @@ pub(super) async fn resolve_id<C: GenericClient + Sync>(
         .iter()
         .map(|r| r.text(0))
         .collect::<Result<Vec<_>, _>>()?;
-    match ids.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => Err(unknown()),
-        _ if ids.contains(&wanted) => Ok(wanted),
-        _ => Err(StoreError::Ambiguous {
-            what: match what {
-                Scoped::Sessions => "sessions",
-                Scoped::Tasks => "tasks",
-            },
-            prefix: prefix.to_owned(),
-            candidates: ids,
-        }),
-    }
+    rules::one_id(what, prefix, wanted, ids)
 }
 
 pub(super) async fn get_session<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
     id: &str,
 ) -> Result<SessionRow, StoreError> {
-    let sql = format!("{SESSION_SELECT} WHERE s.id = $1");
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = $1");
     match q.opt(&sql, &[&id]).await? {
         Some(r) => SessionRow::from_row(&r),
         None => Err(StoreError::UnknownSession {
@@ -141,15 +108,7 @@ impl W<'_> {
     ) -> Result<SessionRow, StoreError> {
         let agent = match new.agent {
             Some(name) => get_agent(&mut self.q(), &name).await?.name,
-            None => match agent_names(&mut self.q()).await?.as_slice() {
-                [only] => only.clone(),
-                known => {
-                    return Err(StoreError::UnknownAgent {
-                        name: String::new(),
-                        known: known.to_vec(),
-                    });
-                }
-            },
+            None => rules::only_agent(agent_names(&mut self.q()).await?)?,
         };
         if let Some(project) = &new.project {
             let known = self
@@ -162,11 +121,8 @@ impl W<'_> {
                 });
             }
         }
-        let id = uuid::Uuid::new_v4().to_string();
-        let title = new
-            .title
-            .filter(|t| !t.trim().is_empty())
-            .unwrap_or_else(|| format!("session {}", &id[..8]));
+        let id = rules::new_session_id();
+        let title = rules::session_title(new.title, &id);
         let now = clock::now();
         let b = new.binding.as_ref();
         let (dev, ino) = identity_columns(b);
@@ -271,10 +227,7 @@ impl Pg {
             &id,
             None,
             EventKind::BindingChanged,
-            serde_json::json!({
-                "from": before.binding.as_ref().map(|b| b.display.as_str()),
-                "to": b.map(|b| b.display.as_str()),
-            }),
+            rules::binding_payload(before.binding.as_ref(), b),
         )
         .await?;
         let row = get_session(&mut w.q(), &id).await?;
@@ -288,28 +241,13 @@ impl Pg {
         after: i64,
         limit: i64,
     ) -> Result<Vec<TranscriptEvent>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT seq, task_id, kind, payload, at FROM events
-                 WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                &[&session_id, &after, &limit],
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(TranscriptEvent {
-                    session_id: session_id.clone(),
-                    seq: r.int(0)?,
-                    task_id: r.opt_text(1)?,
-                    kind: r.text(2)?,
-                    payload: serde_json::from_str(&r.text(3)?)
-                        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
-                    at: r.text(4)?,
-                })
-            })
-            .collect()
+        self.all(
+            "SELECT seq, task_id, kind, payload, at FROM events
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            &[&session_id, &after, &limit],
+            |r| event_from(&session_id, r),
+        )
+        .await
     }
 
     /// Every session (only `owner`'s), as [`Store::sessions_json`] writes them: the
@@ -348,16 +286,11 @@ impl Pg {
         let Some((n, heard)) = self.lists.expect() else {
             return Ok(false);
         };
-        {
-            let mut lease = self.lease().await?;
-            lease
-                .read()?
-                .exec(
-                    "SELECT pg_notify($1, $2)",
-                    &[&self.lists.channel(), &n.to_string()],
-                )
-                .await?;
-        }
+        self.exec(
+            "SELECT pg_notify($1, $2)",
+            &[&self.lists.channel(), &n.to_string()],
+        )
+        .await?;
         Ok(self.lists.arrived(n, heard).await)
     }
 

@@ -1,12 +1,13 @@
 //! Messages and the tasks they become, on PostgreSQL; and what a new leader takes
 //! over from the last one.
 
+use super::Pg;
 use super::agents::{get_agent, project_dirs};
 use super::pool::{Q, W};
-use super::sessions::{Scoped, get_session, resolve_id};
-use super::{Pg, json_text};
+use super::sessions::{get_session, resolve_id};
 use crate::clock;
 use crate::store::rows::{Cols, TASK_COLUMN_COUNT, TASK_COLUMNS, qualified_task_columns};
+use crate::store::rules::{self, Ended, Scoped, json_text};
 use crate::store::{Adopted, Finish, NextRun, Recovery, RunItem, StoreError, TaskRow, parse_enum};
 use crate::transcript::EventKind;
 use berth_core::api::TaskStatus;
@@ -33,11 +34,7 @@ impl W<'_> {
             &task.session_id,
             Some(&task.id),
             EventKind::Task,
-            serde_json::json!({
-                "task": task.to_api(),
-                "code": task.error_code,
-                "work_dir_display": task.work_dir_display,
-            }),
+            rules::task_payload(task),
         )
         .await?;
         Ok(())
@@ -48,11 +45,7 @@ impl W<'_> {
             &task.session_id,
             Some(&task.id),
             EventKind::Status,
-            serde_json::json!({
-                "task_id": task.id,
-                "status": task.status,
-                "wait_reason": task.wait_reason,
-            }),
+            rules::status_payload(task),
         )
         .await?;
         Ok(())
@@ -138,10 +131,7 @@ impl W<'_> {
                 &session,
                 Some(&task),
                 EventKind::Message,
-                serde_json::json!({
-                    "task_id": task, "message_id": message_id,
-                    "origin": origin, "text": text,
-                }),
+                rules::message_payload(&task, &message_id, origin, text),
             )
             .await?;
         self.q()
@@ -155,27 +145,17 @@ impl W<'_> {
     }
 }
 
-/// The code of a task that ended badly without a more precise one (as SQLite's).
-fn default_code(status: TaskStatus) -> Option<String> {
-    crate::store::tasks::default_code(status)
-}
-
 impl Pg {
     /// Sessions with a task queued and not started: the leader's periodic re-check,
     /// so that a missed notification only delays.
     pub(crate) async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .rows(
-                "SELECT DISTINCT session_id FROM tasks
-                 WHERE status = 'queued' AND started_at IS NULL",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| r.text(0))
-            .collect()
+        self.all(
+            "SELECT DISTINCT session_id FROM tasks
+             WHERE status = 'queued' AND started_at IS NULL",
+            &[],
+            |r| r.text(0),
+        )
+        .await
     }
 
     pub(crate) async fn recover(&self) -> Result<Recovery, StoreError> {
@@ -244,10 +224,9 @@ impl Pg {
             w.q()
                 .exec(
                     "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = $2,
-                       error = 'the server stopped while the task was running; it was not run again',
-                       error_code = 'interrupted'
+                       error = $3, error_code = 'interrupted'
                      WHERE id = $1",
-                    &[&t.id, &now],
+                    &[&t.id, &now, &rules::INTERRUPTED],
                 )
                 .await?;
             let task = get_task(&mut w.q(), &t.id).await?;
@@ -334,23 +313,18 @@ impl Pg {
         machine: MachineId,
         instance: String,
     ) -> Result<(), StoreError> {
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .exec(
-                "UPDATE tasks SET handed_at = $2, handed_to = $3, handed_instance = $4,
-                   daemon_events = 0, daemon_outcome = NULL
-                 WHERE id = $1",
-                &[&id, &clock::now(), &machine.as_str(), &instance],
-            )
-            .await?;
+        self.exec(
+            "UPDATE tasks SET handed_at = $2, handed_to = $3, handed_instance = $4,
+               daemon_events = 0, daemon_outcome = NULL
+             WHERE id = $1",
+            &[&id, &clock::now(), &machine.as_str(), &instance],
+        )
+        .await?;
         Ok(())
     }
 
     pub(crate) async fn claim(&self, id: String) -> Result<bool, StoreError> {
-        let mut lease = self.lease().await?;
-        let n = lease
-            .read()?
+        let n = self
             .exec(
                 "UPDATE tasks SET started_at = $2 WHERE id = $1
                    AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
@@ -429,25 +403,17 @@ impl Pg {
         outcome: crate::executor::TaskOutcome,
     ) -> Result<(), StoreError> {
         let text = json_text(&outcome)?;
-        let mut lease = self.lease().await?;
-        lease
-            .read()?
-            .exec(
-                "UPDATE tasks SET daemon_outcome = $2 WHERE id = $1 AND finished_at IS NULL",
-                &[&task_id, &text],
-            )
-            .await?;
+        self.exec(
+            "UPDATE tasks SET daemon_outcome = $2 WHERE id = $1 AND finished_at IS NULL",
+            &[&task_id, &text],
+        )
+        .await?;
         Ok(())
     }
 
     pub(crate) async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
         let now = clock::now();
-        let error_code = fin.error_code.clone().or_else(|| default_code(fin.status));
-        let denials = (!fin.denials.is_empty())
-            .then(|| json_text(&fin.denials))
-            .transpose()?;
-        let changes = fin.changes.as_ref().map(json_text).transpose()?;
-        let fence = fin.fence.as_ref().map(json_text).transpose()?;
+        let ended = Ended::of(&fin)?;
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         w.q()
@@ -462,13 +428,13 @@ impl Pg {
                     &fin.status.as_str(),
                     &fin.exit_code,
                     &fin.error,
-                    &error_code,
+                    &ended.error_code,
                     &fin.work_dir,
                     &now,
                     &fin.work_dir_display,
-                    &denials,
-                    &changes,
-                    &fence,
+                    &ended.denials,
+                    &ended.changes,
+                    &ended.fence,
                 ],
             )
             .await?;
@@ -491,12 +457,7 @@ impl Pg {
                 )
                 .await?;
         }
-        let state = match error_code.as_deref() {
-            Some("not_found") => Some("missing"),
-            Some("path_changed") => Some("changed"),
-            _ => None,
-        };
-        if let Some(state) = state {
+        if let Some(state) = ended.binding_state() {
             w.q()
                 .exec(
                     "UPDATE sessions SET binding_state = $2 WHERE id = $1 AND binding_dir IS NOT NULL",
