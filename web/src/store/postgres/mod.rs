@@ -28,14 +28,14 @@
 //! build is refused.
 //!
 //! # Parts
-//! - [`pool`]: connections, prepared statements, and a write's transaction.
-//! - [`schema`]: the migrations ([`MIGRATIONS`]) and applying them.
-//! - [`notify`]: what replicas tell each other (`LISTEN`/`NOTIFY`), and a write's
+//! - `pool`: connections, prepared statements, and a write's transaction.
+//! - `schema`: the migrations ([`MIGRATIONS`]) and applying them.
+//! - `notify`: what replicas tell each other (`LISTEN`/`NOTIFY`), and a write's
 //!   notices, delivered at its commit.
-//! - [`leader`]: which replica leads (an advisory lock) and where it is.
-//! - one module per domain, as SQLite's side has: [`agents`] (with projects and
-//!   machines), [`sessions`] (with the transcript and the session list), [`tasks`],
-//!   [`channels`], [`daemons`], [`members`] (with the audit trail).
+//! - `leader`: which replica leads (an advisory lock) and where it is.
+//! - one module per domain, as SQLite's side has: `agents` (with projects and
+//!   machines), `sessions` (with the transcript and the session list), `tasks`,
+//!   `channels`, `daemons`, `members` (with the audit trail).
 
 mod agents;
 mod channels;
@@ -68,7 +68,8 @@ pub struct Pg {
     idle: Mutex<Vec<Conn>>,
     slots: Semaphore,
     hub: Arc<Hub>,
-    /// The connection holding [`leader::SERVING_LOCK`] while this process leads.
+    /// The connection holding the leader's advisory lock (`leader::SERVING_LOCK`) while
+    /// this process leads.
     serving: Mutex<Option<Client>>,
     /// This process, in notification payloads (its own are not news to it).
     replica: String,
