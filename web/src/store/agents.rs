@@ -1,6 +1,7 @@
 //! Agents, projects with their directories, and machines.
 
 use super::rows::Cols;
+use super::rules::json_text;
 use super::{Store, StoreError, parse_enum};
 use crate::clock;
 use crate::executor::{AgentKind, AgentSpec};
@@ -51,6 +52,16 @@ pub(crate) fn agent_from_row(r: &impl Cols) -> Result<AgentSpec, StoreError> {
     })
 }
 
+/// A project's directory, from the columns `machine, dir, display, mode`.
+pub(crate) fn project_dir_from(r: &impl Cols) -> Result<ProjectDirRow, StoreError> {
+    Ok(ProjectDirRow {
+        machine: MachineId::new(r.text(0)?),
+        dir: r.text(1)?,
+        display: r.text(2)?,
+        mode: parse_enum(&r.text(3)?)?,
+    })
+}
+
 pub(crate) fn agent_names(conn: &Connection) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT name FROM agents ORDER BY created_at, name")?;
     let names = stmt
@@ -82,29 +93,9 @@ pub(crate) fn project_dirs(
     let mut rows = stmt.query([project])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
-        let mode: String = r.get(3)?;
-        out.push(ProjectDirRow {
-            machine: MachineId::new(r.get::<_, String>(0)?),
-            dir: r.get(1)?,
-            display: r.get(2)?,
-            mode: parse_enum(&mode)?,
-        });
+        out.push(project_dir_from(r)?);
     }
     Ok(out)
-}
-
-/// What a run needs besides its task, read on `conn`.
-pub(crate) fn run_context(
-    conn: &Connection,
-    session_id: &str,
-) -> Result<(super::SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
-    let session = super::sessions::get_session(conn, session_id)?;
-    let agent = get_agent(conn, &session.agent)?;
-    let dirs = match &session.project {
-        Some(p) => project_dirs(conn, p)?,
-        None => Vec::new(),
-    };
-    Ok((session, agent, dirs))
 }
 
 impl Store {
@@ -112,8 +103,7 @@ impl Store {
     pub async fn add_agent(&self, spec: AgentSpec) -> Result<AgentSpec, StoreError> {
         on_pg!(self, pg => pg.add_agent(spec));
         self.write(move |tx, _| {
-            let command = serde_json::to_string(&spec.command)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let command = json_text(&spec.command)?;
             let inserted = tx.execute(
                 "INSERT INTO agents (name, kind, command, created_at, permissions)
                  VALUES (?1, ?2, ?3, ?4, ?5)

@@ -1,6 +1,7 @@
 //! Chat channels' bookkeeping: which webhook deliveries were already taken in, and
 //! which conversation (a Slack thread, a Lark chat) belongs to which session.
 
+use super::rows::payload_from;
 use super::sessions::insert_session;
 use super::tasks::insert_message;
 use super::{NewSessionRow, Store, StoreError, TaskRow};
@@ -75,17 +76,8 @@ impl Store {
             let (session_id, new_session) = match known {
                 Some(id) => (id, false),
                 None => {
-                    let session = insert_session(
-                        tx,
-                        NewSessionRow {
-                            title: Some(m.title),
-                            agent: m.agent,
-                            origin: Origin::Channel,
-                            project: None,
-                            binding: None,
-                            owner: m.owner,
-                        },
-                    )?;
+                    let session =
+                        insert_session(tx, NewSessionRow::channel(m.title, m.agent, m.owner))?;
                     tx.prepare_cached(
                         "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
                          VALUES (?1, ?2, ?3, ?4)",
@@ -141,11 +133,7 @@ impl Store {
                 stmt.query_map(params![task.session_id, task.id], |r| r.get::<_, String>(0))?;
             let mut out = Vec::new();
             for payload in rows {
-                let payload = payload?;
-                out.push(
-                    serde_json::from_str(&payload)
-                        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
-                );
+                out.push(payload_from(&payload?)?);
             }
             Ok(out)
         })

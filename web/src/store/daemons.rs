@@ -2,6 +2,7 @@
 //! offline.
 
 use super::rows::Cols;
+use super::rules::online_change;
 use super::{Store, StoreError};
 use crate::clock;
 use berth_core::binding::MachineId;
@@ -203,11 +204,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         on_pg!(self, pg => pg.set_machine_online(machine, online));
         self.write(move |tx, _| {
-            let (from, to) = if online {
-                ("machine_offline", "ok")
-            } else {
-                ("ok", "machine_offline")
-            };
+            let (from, to) = online_change(online);
             let n = tx.execute(
                 "UPDATE sessions SET binding_state = ?3
                  WHERE binding_machine = ?1 AND binding_state = ?2",

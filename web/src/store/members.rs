@@ -63,6 +63,18 @@ pub(crate) fn member_from(r: &impl Cols) -> Result<MemberRow, StoreError> {
     })
 }
 
+/// An audit entry, from the columns `id, at, member, action, target, via`.
+pub(crate) fn audit_from(r: &impl Cols) -> Result<AuditRow, StoreError> {
+    Ok(AuditRow {
+        id: r.int(0)?,
+        at: r.text(1)?,
+        member: r.text(2)?,
+        action: r.text(3)?,
+        target: r.opt_text(4)?,
+        via: r.text(5)?,
+    })
+}
+
 fn member_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemberRow> {
     member_from(r).map_err(StoreError::into_sqlite)
 }
@@ -247,14 +259,7 @@ impl Store {
             )?;
             let rows = stmt
                 .query_map([&member], |r| {
-                    Ok(AuditRow {
-                        id: r.get(0)?,
-                        at: r.get(1)?,
-                        member: r.get(2)?,
-                        action: r.get(3)?,
-                        target: r.get(4)?,
-                        via: r.get(5)?,
-                    })
+                    audit_from(r).map_err(StoreError::into_sqlite)
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)

@@ -3,7 +3,7 @@
 //!
 //! Both backends answer the same methods with the same rows; each public method runs
 //! PostgreSQL's version when the store is there ([`on_pg!`]) and SQLite's otherwise.
-//! The notes below are SQLite's; `postgres.rs` has its own.
+//! The notes below are SQLite's; [`postgres`] has its own.
 //!
 //! # Threads
 //! SQLite calls block. Every call goes through [`Store::read`], [`Store::read_small`]
@@ -45,6 +45,7 @@ mod members;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod rows;
+mod rules;
 pub mod schema;
 mod sessions;
 mod tasks;
@@ -53,11 +54,14 @@ pub use agents::{ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
-pub use rows::{BindingCols, NewSessionRow, SessionCols, SessionRow, StoredBinding, TaskRow};
+pub use rows::{
+    BindingCols, Finish, NewSessionRow, RunRecord, SessionCols, SessionRow, StoredBinding, TaskRow,
+};
 pub use sessions::list_sessions;
-pub use tasks::{Adopted, Finish, NextRun, Recovery, RunItem, RunRecord};
+pub use tasks::{Adopted, NextRun, Recovery, RunItem};
 
 use crate::transcript::{Hub, TranscriptEvent};
+use rules::Scoped;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -492,13 +496,6 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, S
         .map_err(|_| StoreError::Corrupt(format!("unexpected value {s:?}")))
 }
 
-/// What [`resolve_id`] looks up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scoped {
-    Sessions,
-    Tasks,
-}
-
 /// The full id of the session (or task) `prefix` names uniquely among those `owner`
 /// owns (among all with `None`): another member's neither match nor make a prefix
 /// ambiguous. Ids are lowercase uuids.
@@ -508,19 +505,7 @@ pub(crate) fn resolve_id(
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<String, StoreError> {
-    let unknown = || match what {
-        Scoped::Sessions => StoreError::UnknownSession {
-            prefix: prefix.to_owned(),
-        },
-        Scoped::Tasks => StoreError::UnknownTask {
-            prefix: prefix.to_owned(),
-        },
-    };
-    let wanted = prefix.trim().to_ascii_lowercase();
-    let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-    if !valid {
-        return Err(unknown());
-    }
+    let wanted = rules::id_prefix(what, prefix)?;
     let sql = match what {
         Scoped::Sessions => {
             "SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || '~'
@@ -536,17 +521,5 @@ pub(crate) fn resolve_id(
     let ids = stmt
         .query_map(rusqlite::params![&wanted, owner], |r| r.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    match ids.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => Err(unknown()),
-        _ if ids.contains(&wanted) => Ok(wanted),
-        _ => Err(StoreError::Ambiguous {
-            what: match what {
-                Scoped::Sessions => "sessions",
-                Scoped::Tasks => "tasks",
-            },
-            prefix: prefix.to_owned(),
-            candidates: ids,
-        }),
-    }
+    rules::one_id(what, prefix, wanted, ids)
 }

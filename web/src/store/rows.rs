@@ -1,6 +1,7 @@
 //! Rows as the store reads them, and their contract documents.
 
 use super::{StoreError, parse_enum};
+use crate::transcript::TranscriptEvent;
 use berth_core::api::{Task, TaskStatus};
 use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
@@ -229,6 +230,48 @@ pub struct NewSessionRow {
     pub owner: Option<String>,
 }
 
+impl NewSessionRow {
+    /// A chat conversation's session: origin `channel`, in no project, unbound (a chat
+    /// message has no path and binds nothing).
+    pub(crate) fn channel(title: String, agent: Option<String>, owner: Option<String>) -> Self {
+        NewSessionRow {
+            title: Some(title),
+            agent,
+            origin: Origin::Channel,
+            project: None,
+            binding: None,
+            owner,
+        }
+    }
+}
+
+/// How a task ended, as the store records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    pub status: TaskStatus,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub error_code: Option<String>,
+    pub work_dir: Option<String>,
+    pub work_dir_display: Option<String>,
+    pub denials: Vec<berth_core::api::Denial>,
+    /// What the task changed in its directory.
+    pub changes: Option<berth_core::api::Changes>,
+    /// How its agent was fenced.
+    pub fence: Option<berth_core::api::FenceNote>,
+    /// Recorded on the session only while its binding revision is still this one.
+    pub record: Option<RunRecord>,
+}
+
+/// What a run leaves on its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub binding_rev: i64,
+    pub work_dir: Option<String>,
+    pub work_dir_display: Option<String>,
+    pub resume_id: Option<String>,
+}
+
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
@@ -431,4 +474,22 @@ impl TaskRow {
             fence: self.fence.clone(),
         }
     }
+}
+
+/// A transcript event of `session_id`, from the columns `seq, task_id, kind, payload,
+/// at`.
+pub(crate) fn event_from(session_id: &str, r: &impl Cols) -> Result<TranscriptEvent, StoreError> {
+    Ok(TranscriptEvent {
+        session_id: session_id.to_owned(),
+        seq: r.int(0)?,
+        task_id: r.opt_text(1)?,
+        kind: r.text(2)?,
+        payload: payload_from(&r.text(3)?)?,
+        at: r.text(4)?,
+    })
+}
+
+/// An event's payload, stored as JSON text.
+pub(crate) fn payload_from(text: &str) -> Result<serde_json::Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))
 }

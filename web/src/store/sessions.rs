@@ -2,10 +2,9 @@
 
 use super::agents::{agent_names, get_agent};
 use super::rows::SessionCols;
-use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, identity_columns};
-use super::{
-    NewSessionRow, Outbox, Scoped, SessionRow, Store, StoreError, StoredBinding, resolve_id,
-};
+use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, event_from, identity_columns};
+use super::rules::{self, Scoped};
+use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_id};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
@@ -70,25 +69,9 @@ pub(crate) fn events_after(
     let mut rows = stmt.query(params![session_id, after, limit])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
-        let payload: String = r.get(3)?;
-        out.push(TranscriptEvent {
-            session_id: session_id.to_owned(),
-            seq: r.get(0)?,
-            task_id: r.get(1)?,
-            kind: r.get(2)?,
-            payload: serde_json::from_str(&payload)
-                .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
-            at: r.get(4)?,
-        });
+        out.push(event_from(session_id, r)?);
     }
     Ok(out)
-}
-
-fn binding_payload(from: Option<&StoredBinding>, to: Option<&StoredBinding>) -> serde_json::Value {
-    serde_json::json!({
-        "from": from.map(|b| b.display.as_str()),
-        "to": to.map(|b| b.display.as_str()),
-    })
 }
 
 /// Inserts a session inside the caller's transaction. Without an agent name, the only
@@ -99,15 +82,7 @@ pub(crate) fn insert_session(
 ) -> Result<SessionRow, StoreError> {
     let agent = match new.agent {
         Some(name) => get_agent(tx, &name)?.name,
-        None => match agent_names(tx)?.as_slice() {
-            [only] => only.clone(),
-            known => {
-                return Err(StoreError::UnknownAgent {
-                    name: String::new(),
-                    known: known.to_vec(),
-                });
-            }
-        },
+        None => rules::only_agent(agent_names(tx)?)?,
     };
     if let Some(project) = &new.project {
         let known: Option<i64> = tx
@@ -121,13 +96,8 @@ pub(crate) fn insert_session(
             });
         }
     }
-    // Random (v4), not time-ordered (v7): users type ids by prefix, and v7 ids
-    // made in the same minute share their first eight characters.
-    let id = uuid::Uuid::new_v4().to_string();
-    let title = new
-        .title
-        .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| format!("session {}", &id[..8]));
+    let id = rules::new_session_id();
+    let title = rules::session_title(new.title, &id);
     let now = clock::now();
     let b = new.binding.as_ref();
     tx.prepare_cached(
@@ -223,7 +193,7 @@ impl Store {
                 &id,
                 None,
                 EventKind::BindingChanged,
-                binding_payload(before.binding.as_ref(), b),
+                rules::binding_payload(before.binding.as_ref(), b),
             )?;
             get_session(tx, &id)
         })

@@ -1,9 +1,12 @@
 //! Messages and the tasks they become.
 
-use super::rows::TASK_COLUMNS;
+use super::agents::{get_agent, project_dirs};
+use super::rows::{Finish, TASK_COLUMNS};
+use super::rules::{self, Ended, Scoped};
 use super::sessions::{append_event, get_session, session_id};
-use super::{Outbox, Scoped, Store, StoreError, TaskRow, resolve_id};
+use super::{Outbox, ProjectDirRow, SessionRow, Store, StoreError, TaskRow, resolve_id};
 use crate::clock;
+use crate::executor::AgentSpec;
 use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
@@ -55,33 +58,6 @@ pub enum RunItem {
     Agent(serde_json::Value),
 }
 
-/// How a task ended, as the store records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finish {
-    pub status: TaskStatus,
-    pub exit_code: Option<i32>,
-    pub error: Option<String>,
-    pub error_code: Option<String>,
-    pub work_dir: Option<String>,
-    pub work_dir_display: Option<String>,
-    pub denials: Vec<berth_core::api::Denial>,
-    /// What the task changed in its directory.
-    pub changes: Option<berth_core::api::Changes>,
-    /// How its agent was fenced.
-    pub fence: Option<berth_core::api::FenceNote>,
-    /// Recorded on the session only while its binding revision is still this one.
-    pub record: Option<RunRecord>,
-}
-
-/// What a run leaves on its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRecord {
-    pub binding_rev: i64,
-    pub work_dir: Option<String>,
-    pub work_dir_display: Option<String>,
-    pub resume_id: Option<String>,
-}
-
 pub(crate) fn get_task(conn: &Connection, id: &str) -> Result<TaskRow, StoreError> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -105,11 +81,7 @@ fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<
         &task.session_id,
         Some(&task.id),
         EventKind::Task,
-        serde_json::json!({
-            "task": task.to_api(),
-            "code": task.error_code,
-            "work_dir_display": task.work_dir_display,
-        }),
+        rules::task_payload(task),
     )?;
     Ok(())
 }
@@ -125,11 +97,7 @@ pub(crate) fn status_event(
         &task.session_id,
         Some(&task.id),
         EventKind::Status,
-        serde_json::json!({
-            "task_id": task.id,
-            "status": task.status,
-            "wait_reason": task.wait_reason,
-        }),
+        rules::status_payload(task),
     )?;
     Ok(())
 }
@@ -181,23 +149,6 @@ fn write_items(
     Ok(())
 }
 
-/// The code of a task that ended badly without a more precise one: every failed,
-/// refused or interrupted task carries a stable code (an executor that reported none
-/// failed in a way nobody named — a bug).
-pub(crate) fn default_code(status: TaskStatus) -> Option<String> {
-    let code = match status {
-        TaskStatus::Interrupted => berth_core::ErrorCode::Interrupted,
-        TaskStatus::Failed | TaskStatus::Refused => berth_core::ErrorCode::Internal,
-        TaskStatus::Queued
-        | TaskStatus::WaitingLock
-        | TaskStatus::WaitingDaemon
-        | TaskStatus::Running
-        | TaskStatus::Succeeded
-        | TaskStatus::Cancelled => return None,
-    };
-    Some(code.as_str().to_owned())
-}
-
 /// Startup recovery, in one transaction.
 pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery, StoreError> {
     let sql = format!(
@@ -220,11 +171,10 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     for t in stale {
         conn.prepare_cached(
             "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = ?2,
-               error = 'the server stopped while the task was running; it was not run again',
-               error_code = 'interrupted'
+               error = ?3, error_code = 'interrupted'
              WHERE id = ?1",
         )?
-        .execute(params![t.id, now])?;
+        .execute(params![t.id, now, rules::INTERRUPTED])?;
         task_event(conn, outbox, &get_task(conn, &t.id)?)?;
         interrupted.push(t.id);
     }
@@ -278,10 +228,7 @@ pub(crate) fn insert_message(
         &session,
         Some(&task),
         EventKind::Message,
-        serde_json::json!({
-            "task_id": task, "message_id": message_id,
-            "origin": origin, "text": text,
-        }),
+        rules::message_payload(&task, &message_id, origin, text),
     )?;
     tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
         .execute(params![session, now])?;
@@ -342,7 +289,7 @@ impl Store {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
             };
-            let (session, agent, dirs) = super::agents::run_context(conn, &task.session_id)?;
+            let (session, agent, dirs) = run_context(conn, &task.session_id)?;
             Ok(Some(NextRun {
                 task,
                 prompt,
@@ -388,6 +335,20 @@ fn next_task(
         .prepare_cached("SELECT text, origin FROM messages WHERE id = ?1")?
         .query_row([&task.message_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(Some((task, text, super::parse_enum(&origin)?)))
+}
+
+/// What a run needs besides its task, read on `conn`.
+fn run_context(
+    conn: &Connection,
+    session_id: &str,
+) -> Result<(SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
+    let session = get_session(conn, session_id)?;
+    let agent = get_agent(conn, &session.agent)?;
+    let dirs = match &session.project {
+        Some(p) => project_dirs(conn, p)?,
+        None => Vec::new(),
+    };
+    Ok((session, agent, dirs))
 }
 
 impl Store {
@@ -484,29 +445,13 @@ impl Store {
         on_pg!(self, pg => pg.finish(id, fin));
         self.write(move |tx, outbox| {
             let now = clock::now();
-            let error_code = fin.error_code.clone().or_else(|| default_code(fin.status));
-            let denials = (!fin.denials.is_empty())
-                .then(|| serde_json::to_string(&fin.denials))
-                .transpose()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let changes = fin
-                .changes
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let fence = fin
-                .fence
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let ended = Ended::of(&fin)?;
             tx.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
                    changes = ?10, fence = ?11
                  WHERE id = ?1")?.execute(
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, error_code, fin.work_dir, now, fin.work_dir_display, denials, changes, fence],
+                params![id, fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
@@ -516,12 +461,7 @@ impl Store {
                     params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
                 )?;
             }
-            let state = match error_code.as_deref() {
-                Some("not_found") => Some("missing"),
-                Some("path_changed") => Some("changed"),
-                _ => None,
-            };
-            if let Some(state) = state {
+            if let Some(state) = ended.binding_state() {
                 tx.prepare_cached(
                     "UPDATE sessions SET binding_state = ?2
                      WHERE id = ?1 AND binding_dir IS NOT NULL",

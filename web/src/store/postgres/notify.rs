@@ -1,0 +1,146 @@
+//! What the processes on one database tell each other: `LISTEN`/`NOTIFY` on a
+//! connection of its own, and the notices a write sends at its commit.
+
+use super::Pg;
+use super::pool::W;
+use crate::store::StoreError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+/// `NOTIFY` channels, payload `REPLICA SESSION`: a session's transcript grew; a
+/// session has work for the leader's scheduler.
+const EVENTS_CHANNEL: &str = "berth_events";
+const WORK_CHANNEL: &str = "berth_work";
+
+/// What another process on the database announced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A session has new work.
+    Work(String),
+    /// Notifications may have been missed (the listening connection was lost): look
+    /// at everything again.
+    Resync,
+}
+
+impl Pg {
+    /// Listens for other processes' notices, for as long as `pg` lives: transcript
+    /// growth reaches this process's live feed (its subscribers read the new events
+    /// from the store), work reaches [`Pg::work`]. A lost connection is replaced, with
+    /// backoff, and a [`Notice::Resync`] (plus a nudge to every live subscriber) covers
+    /// whatever was announced meanwhile.
+    pub(crate) fn listen(pg: &Arc<Pg>) {
+        let weak = Arc::downgrade(pg);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            let mut first = true;
+            loop {
+                let Some(pg) = weak.upgrade() else { return };
+                let config = pg.config.clone();
+                let catch_up = pg.lists.channel().to_owned();
+                drop(pg);
+                match config.connect(NoTls).await {
+                    Ok((client, mut connection)) => {
+                        let sql = format!(
+                            "LISTEN {EVENTS_CHANNEL}; LISTEN {WORK_CHANNEL}; LISTEN {}; LISTEN {}",
+                            crate::store::lists::CHANGED,
+                            catch_up,
+                        );
+                        let listening = async { client.batch_execute(&sql).await };
+                        let mut listening = std::pin::pin!(listening);
+                        let mut subscribed = false;
+                        loop {
+                            tokio::select! {
+                                r = &mut listening, if !subscribed => {
+                                    if r.is_err() { break; }
+                                    subscribed = true;
+                                    pause = Duration::from_millis(100);
+                                    let Some(pg) = weak.upgrade() else { return };
+                                    pg.lists.subscribed();
+                                    if !first {
+                                        pg.hub.nudge_all();
+                                        let _ = pg.work.send(Notice::Resync);
+                                    }
+                                    first = false;
+                                }
+                                msg = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                                    let Some(Ok(msg)) = msg else { break };
+                                    let Some(pg) = weak.upgrade() else { return };
+                                    if let tokio_postgres::AsyncMessage::Notification(n) = msg {
+                                        pg.noticed(n.channel(), n.payload());
+                                    }
+                                }
+                            }
+                        }
+                        if let Some(pg) = weak.upgrade() {
+                            pg.lists.lost();
+                        }
+                        tracing::warn!(
+                            "the database connection for notifications was lost; reconnecting"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for database notifications; retrying");
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    fn noticed(&self, channel: &str, payload: &str) {
+        match channel {
+            EVENTS_CHANNEL => {
+                if let Some((replica, session)) = payload.split_once(' ')
+                    && replica != self.replica
+                {
+                    self.hub.nudge(session);
+                }
+            }
+            WORK_CHANNEL => {
+                // This process's own work went to its scheduler directly.
+                if let Some((replica, session)) = payload.split_once(' ')
+                    && replica != self.replica
+                {
+                    let _ = self.work.send(Notice::Work(session.to_owned()));
+                }
+            }
+            crate::store::lists::CHANGED => self.lists.changed(),
+            other if other == self.lists.channel() => self.lists.caught_up(payload),
+            _ => {}
+        }
+    }
+
+    /// Work announced on the database (by this process too).
+    pub(crate) fn work(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.work.subscribe()
+    }
+
+    /// Announces that `session` has work, to whichever process leads.
+    pub(crate) async fn announce_work(&self, session: String) -> Result<(), StoreError> {
+        self.exec(
+            "SELECT pg_notify($1, $2)",
+            &[&WORK_CHANNEL, &format!("{} {session}", self.replica)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Commits a write. Other processes' live feeds hear of every session it appended
+    /// to, and the leader of every session given work: delivered at commit, not before.
+    pub(super) async fn publish(&self, mut w: W<'_>) -> Result<(), StoreError> {
+        let mut sessions: Vec<String> = w.outbox.0.iter().map(|e| e.session_id.clone()).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        for session in sessions {
+            let payload = format!("{} {session}", self.replica);
+            w.notify(EVENTS_CHANNEL, &payload).await?;
+        }
+        for session in std::mem::take(&mut w.work) {
+            let payload = format!("{} {session}", self.replica);
+            w.notify(WORK_CHANNEL, &payload).await?;
+        }
+        w.commit(&self.hub).await
+    }
+}

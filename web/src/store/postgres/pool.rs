@@ -1,0 +1,307 @@
+//! Connections: a pool of our own (see [`super`]), each connection with its
+//! prepared statements, and a write's transaction with what it publishes at commit.
+
+use super::Pg;
+use crate::store::{Outbox, StoreError};
+use crate::transcript::Hub;
+use std::collections::HashMap;
+use std::sync::PoisonError;
+use std::time::Duration;
+use tokio::sync::SemaphorePermit;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
+
+/// Connections per replica, at most.
+pub(super) const POOL: usize = 16;
+
+/// How long a request waits for a connection before it is answered 503.
+const CHECKOUT_WAIT: Duration = Duration::from_secs(5);
+
+impl From<tokio_postgres::Error> for StoreError {
+    /// A lost connection, or a server shutting down or starting, is
+    /// [`StoreError::Unavailable`]; anything else is the statement's own error.
+    fn from(e: tokio_postgres::Error) -> StoreError {
+        use tokio_postgres::error::SqlState;
+        let transient = e.is_closed()
+            || e.code().is_some_and(|c| {
+                [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                    SqlState::CONNECTION_FAILURE,
+                    SqlState::CONNECTION_EXCEPTION,
+                    SqlState::TOO_MANY_CONNECTIONS,
+                ]
+                .contains(c)
+            })
+            || (e.code().is_none()
+                && std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()));
+        if transient {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Postgres(e)
+        }
+    }
+}
+
+/// A pooled connection and its prepared statements.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    stmts: HashMap<String, Statement>,
+    /// A statement found the connection lost: it is not pooled again, even while the
+    /// client has not noticed yet (its `is_closed` lags the error).
+    broken: bool,
+}
+
+/// A connection taken from the pool; back in it when dropped, unless it broke.
+pub(super) struct Lease<'a> {
+    pg: &'a Pg,
+    conn: Option<Conn>,
+    _slot: SemaphorePermit<'a>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && !conn.broken
+            && !conn.client.is_closed()
+        {
+            self.pg
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conn);
+        }
+    }
+}
+
+impl Lease<'_> {
+    /// The connection: set at checkout, taken only by `drop`.
+    pub(super) fn conn(&mut self) -> Result<&mut Conn, StoreError> {
+        self.conn
+            .as_mut()
+            .ok_or_else(|| StoreError::Worker("a database lease without its connection".into()))
+    }
+
+    /// Reads outside a transaction.
+    pub(super) fn read(&mut self) -> Result<Q<'_, Client>, StoreError> {
+        let conn = self.conn()?;
+        Ok(Q {
+            c: &conn.client,
+            stmts: &mut conn.stmts,
+            broken: &mut conn.broken,
+        })
+    }
+
+    /// Begins a write.
+    pub(super) async fn begin(&mut self) -> Result<W<'_>, StoreError> {
+        let Conn {
+            client,
+            stmts,
+            broken,
+        } = self.conn()?;
+        let tx = match client.transaction().await {
+            Ok(tx) => tx,
+            Err(e) => return Err(mark(broken, e)),
+        };
+        Ok(W {
+            tx,
+            stmts,
+            broken,
+            outbox: Outbox::default(),
+            work: Vec::new(),
+        })
+    }
+}
+
+/// Statements on a connection or in a transaction, prepared once per connection.
+pub(super) struct Q<'a, C> {
+    c: &'a C,
+    stmts: &'a mut HashMap<String, Statement>,
+    broken: &'a mut bool,
+}
+
+/// The store's error for `e`; a lost connection marks it broken.
+fn mark(broken: &mut bool, e: tokio_postgres::Error) -> StoreError {
+    let e = StoreError::from(e);
+    if matches!(e, StoreError::Unavailable(_)) {
+        *broken = true;
+    }
+    e
+}
+
+pub(super) type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+impl<C: GenericClient + Sync> Q<'_, C> {
+    async fn prepared(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .c
+            .prepare(sql)
+            .await
+            .map_err(|e| mark(self.broken, e))?;
+        self.stmts.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    pub(super) async fn exec(&mut self, sql: &str, p: Params<'_>) -> Result<u64, StoreError> {
+        let st = self.prepared(sql).await?;
+        self.c
+            .execute(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
+    }
+
+    pub(super) async fn rows(&mut self, sql: &str, p: Params<'_>) -> Result<Vec<Row>, StoreError> {
+        let st = self.prepared(sql).await?;
+        self.c.query(&st, p).await.map_err(|e| mark(self.broken, e))
+    }
+
+    pub(super) async fn opt(
+        &mut self,
+        sql: &str,
+        p: Params<'_>,
+    ) -> Result<Option<Row>, StoreError> {
+        let st = self.prepared(sql).await?;
+        self.c
+            .query_opt(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
+    }
+
+    pub(super) async fn one(&mut self, sql: &str, p: Params<'_>) -> Result<Row, StoreError> {
+        let st = self.prepared(sql).await?;
+        self.c
+            .query_one(&st, p)
+            .await
+            .map_err(|e| mark(self.broken, e))
+    }
+}
+
+/// A write: one transaction and the transcript events it appends, published after
+/// the commit. Dropped without [`Pg::publish`], it rolls back.
+pub(super) struct W<'a> {
+    tx: Transaction<'a>,
+    stmts: &'a mut HashMap<String, Statement>,
+    broken: &'a mut bool,
+    pub(super) outbox: Outbox,
+    /// Sessions given new work, announced at commit.
+    pub(super) work: Vec<String>,
+}
+
+impl<'a> W<'a> {
+    pub(super) fn q(&mut self) -> Q<'_, Transaction<'a>> {
+        Q {
+            c: &self.tx,
+            stmts: self.stmts,
+            broken: self.broken,
+        }
+    }
+
+    /// Notifies `channel` with `payload`: delivered at the commit, not before.
+    pub(super) async fn notify(&mut self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        self.tx
+            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await
+            .map_err(|e| mark(self.broken, e))?;
+        Ok(())
+    }
+
+    /// Commits, then publishes the events appended to this process's live feed, in
+    /// order (see [`Pg::publish`]).
+    pub(super) async fn commit(self, hub: &Hub) -> Result<(), StoreError> {
+        let broken = self.broken;
+        self.tx.commit().await.map_err(|e| mark(broken, e))?;
+        for ev in self.outbox.0 {
+            hub.publish(ev);
+        }
+        Ok(())
+    }
+}
+
+impl Pg {
+    /// Every row `sql` answers, read outside a transaction, each made a `T` by `each`.
+    pub(super) async fn all<T>(
+        &self,
+        sql: &str,
+        p: Params<'_>,
+        each: impl FnMut(&Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease.read()?.rows(sql, p).await?.iter().map(each).collect()
+    }
+
+    /// The row `sql` answers, if any, read outside a transaction, made a `T` by `each`.
+    pub(super) async fn first<T>(
+        &self,
+        sql: &str,
+        p: Params<'_>,
+        each: impl FnOnce(&Row) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let mut lease = self.lease().await?;
+        lease
+            .read()?
+            .opt(sql, p)
+            .await?
+            .as_ref()
+            .map(each)
+            .transpose()
+    }
+
+    /// Runs one statement outside a transaction; answers how many rows it changed.
+    pub(super) async fn exec(&self, sql: &str, p: Params<'_>) -> Result<u64, StoreError> {
+        let mut lease = self.lease().await?;
+        lease.read()?.exec(sql, p).await
+    }
+
+    pub(super) async fn open(&self) -> Result<Conn, StoreError> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
+            StoreError::Unavailable(format!("cannot connect to {}: {e}", self.describe()))
+        })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "a database connection ended");
+            }
+        });
+        Ok(Conn {
+            client,
+            stmts: HashMap::new(),
+            broken: false,
+        })
+    }
+
+    /// A connection: an idle one that is still open, else a new one.
+    pub(super) async fn lease(&self) -> Result<Lease<'_>, StoreError> {
+        let slot = tokio::time::timeout(CHECKOUT_WAIT, self.slots.acquire())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "all {POOL} database connections stayed busy for {}s",
+                    CHECKOUT_WAIT.as_secs()
+                ))
+            })?
+            .map_err(|e| StoreError::Worker(e.to_string()))?;
+        let idle = loop {
+            let next = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            match next {
+                Some(c) if c.client.is_closed() => continue,
+                other => break other,
+            }
+        };
+        let conn = match idle {
+            Some(c) => c,
+            None => self.open().await?,
+        };
+        Ok(Lease {
+            pg: self,
+            conn: Some(conn),
+            _slot: slot,
+        })
+    }
+}

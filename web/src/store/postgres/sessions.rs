@@ -1,0 +1,344 @@
+//! Sessions, their bindings, the transcript, and the session list, on PostgreSQL.
+
+use super::Pg;
+use super::agents::{agent_names, get_agent};
+use super::pool::{Q, W};
+use crate::clock;
+use crate::store::rows::{
+    Cols, LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, SessionCols, event_from, identity_columns,
+};
+use crate::store::rules::{self, Scoped};
+use crate::store::{NewSessionRow, SessionRow, StoreError, StoredBinding};
+use crate::transcript::{EventKind, TranscriptEvent};
+use axum::body::Bytes;
+use std::collections::HashMap;
+use tokio_postgres::GenericClient;
+
+/// PostgreSQL's [`crate::store::resolve_id`].
+pub(super) async fn resolve_id<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    what: Scoped,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<String, StoreError> {
+    let wanted = rules::id_prefix(what, prefix)?;
+    let sql = match what {
+        Scoped::Sessions => {
+            "SELECT id FROM sessions WHERE id >= $1 AND id < $1 || '~'
+             AND ($2::text IS NULL OR owner = $2) ORDER BY id LIMIT 6"
+        }
+        Scoped::Tasks => {
+            "SELECT t.id FROM tasks t JOIN sessions s ON s.id = t.session_id
+             WHERE t.id >= $1 AND t.id < $1 || '~' AND ($2::text IS NULL OR s.owner = $2)
+             ORDER BY t.id LIMIT 6"
+        }
+    };
+    let ids = q
+        .rows(sql, &[&wanted, &owner])
+        .await?
+        .iter()
+        .map(|r| r.text(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules::one_id(what, prefix, wanted, ids)
+}
+
+pub(super) async fn get_session<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    id: &str,
+) -> Result<SessionRow, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = $1");
+    match q.opt(&sql, &[&id]).await? {
+        Some(r) => SessionRow::from_row(&r),
+        None => Err(StoreError::UnknownSession {
+            prefix: id.to_owned(),
+        }),
+    }
+}
+
+impl W<'_> {
+    /// Appends one event to a session's transcript: the session row numbers it (and
+    /// stays locked until commit).
+    pub(super) async fn append(
+        &mut self,
+        session_id: &str,
+        task_id: Option<&str>,
+        kind: EventKind,
+        payload: serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        let seq = self
+            .q()
+            .opt(
+                "UPDATE sessions SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
+                &[&session_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::UnknownSession {
+                prefix: session_id.to_owned(),
+            })?
+            .int(0)?;
+        let at = clock::now();
+        self.q()
+            .exec(
+                "INSERT INTO events (session_id, seq, task_id, kind, payload, at)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &session_id,
+                    &seq,
+                    &task_id,
+                    &kind.as_str(),
+                    &payload.to_string(),
+                    &at,
+                ],
+            )
+            .await?;
+        self.outbox.push(TranscriptEvent {
+            session_id: session_id.to_owned(),
+            seq,
+            task_id: task_id.map(str::to_owned),
+            kind: kind.as_str().to_owned(),
+            payload,
+            at,
+        });
+        Ok(seq)
+    }
+
+    pub(super) async fn insert_session(
+        &mut self,
+        new: NewSessionRow,
+    ) -> Result<SessionRow, StoreError> {
+        let agent = match new.agent {
+            Some(name) => get_agent(&mut self.q(), &name).await?.name,
+            None => rules::only_agent(agent_names(&mut self.q()).await?)?,
+        };
+        if let Some(project) = &new.project {
+            let known = self
+                .q()
+                .opt("SELECT 1 FROM projects WHERE name = $1", &[project])
+                .await?;
+            if known.is_none() {
+                return Err(StoreError::UnknownProject {
+                    name: project.clone(),
+                });
+            }
+        }
+        let id = rules::new_session_id();
+        let title = rules::session_title(new.title, &id);
+        let now = clock::now();
+        let b = new.binding.as_ref();
+        let (dev, ino) = identity_columns(b);
+        self.q()
+            .exec(
+                "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
+                   binding_dir, binding_display, binding_machine, binding_mode, binding_state,
+                   binding_dev, binding_ino, owner)
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                &[
+                    &id,
+                    &title,
+                    &agent,
+                    &new.origin.as_str(),
+                    &new.project,
+                    &now,
+                    &b.map(|b| b.dir.as_str()),
+                    &b.map(|b| b.display.as_str()),
+                    &b.map(|b| b.machine.as_str()),
+                    &b.map(|b| b.mode.as_str()),
+                    &b.map(|b| b.state.as_str()),
+                    &dev,
+                    &ino,
+                    &new.owner,
+                ],
+            )
+            .await?;
+        get_session(&mut self.q(), &id).await
+    }
+}
+
+/// The list's query: only what a listed session's documents need ([`LIST_COLUMNS`]),
+/// without the join (a probe of `machines` per row was most of the server's time), in
+/// no order ([`Pg::sessions_json`] sorts); the few machines' names are read once and
+/// filled in.
+fn session_list_sql(owner: bool) -> String {
+    let columns = LIST_COLUMNS;
+    if owner {
+        format!("SELECT {columns} FROM sessions s WHERE s.owner = $1")
+    } else {
+        format!("SELECT {columns} FROM sessions s")
+    }
+}
+
+impl Pg {
+    pub(crate) async fn create_session(
+        &self,
+        new: NewSessionRow,
+    ) -> Result<SessionRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let row = w.insert_session(new).await?;
+        self.publish(w).await?;
+        Ok(row)
+    }
+
+    pub(crate) async fn session_of(
+        &self,
+        prefix: &str,
+        owner: Option<String>,
+    ) -> Result<SessionRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let id = resolve_id(&mut q, Scoped::Sessions, prefix, owner.as_deref()).await?;
+        get_session(&mut q, &id).await
+    }
+
+    pub(crate) async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
+        self.session_of(prefix, None).await
+    }
+
+    pub(crate) async fn set_binding(
+        &self,
+        id: String,
+        binding: Option<StoredBinding>,
+    ) -> Result<SessionRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let before = get_session(&mut w.q(), &id).await?;
+        let b = binding.as_ref();
+        let (dev, ino) = identity_columns(b);
+        w.q()
+            .exec(
+                "UPDATE sessions SET binding_dir = $2, binding_display = $3, binding_machine = $4,
+                   binding_mode = $5, binding_state = $6, binding_rev = binding_rev + 1,
+                   resume_id = NULL, updated_at = $7, binding_dev = $8, binding_ino = $9
+                 WHERE id = $1",
+                &[
+                    &id,
+                    &b.map(|b| b.dir.as_str()),
+                    &b.map(|b| b.display.as_str()),
+                    &b.map(|b| b.machine.as_str()),
+                    &b.map(|b| b.mode.as_str()),
+                    &b.map(|b| b.state.as_str()),
+                    &clock::now(),
+                    &dev,
+                    &ino,
+                ],
+            )
+            .await?;
+        w.append(
+            &id,
+            None,
+            EventKind::BindingChanged,
+            rules::binding_payload(before.binding.as_ref(), b),
+        )
+        .await?;
+        let row = get_session(&mut w.q(), &id).await?;
+        self.publish(w).await?;
+        Ok(row)
+    }
+
+    pub(crate) async fn events_after(
+        &self,
+        session_id: String,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<TranscriptEvent>, StoreError> {
+        self.all(
+            "SELECT seq, task_id, kind, payload, at FROM events
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            &[&session_id, &after, &limit],
+            |r| event_from(&session_id, r),
+        )
+        .await
+    }
+
+    /// Every session (only `owner`'s), as [`Store::sessions_json`] writes them: the
+    /// body kept for `view` and `owner` when nothing it shows has changed since on any
+    /// replica (see [`crate::store::lists`]), else read and kept.
+    ///
+    /// [`Store::sessions_json`]: crate::store::Store::sessions_json
+    pub(crate) async fn sessions_json<F>(
+        &self,
+        owner: Option<String>,
+        view: &'static str,
+        doc: F,
+    ) -> Result<Bytes, StoreError>
+    where
+        F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
+    {
+        let key = (view, owner);
+        if let Some((generation, body)) = self.lists.kept(&key)
+            && self.caught_up().await?
+            && self.lists.generation() == Some(generation)
+        {
+            return Ok(body);
+        }
+        // Loaded before the read's snapshot: the read shows at least what it counts.
+        let generation = self.lists.generation();
+        let body = Bytes::from(self.read_sessions_json(key.1.as_deref(), doc).await?);
+        if let Some(generation) = generation {
+            self.lists.keep(key, generation, body.clone());
+        }
+        Ok(body)
+    }
+
+    /// Whether this replica has heard every change notification committed before now
+    /// (see [`crate::store::lists`]): it notifies itself and waits to hear that.
+    async fn caught_up(&self) -> Result<bool, StoreError> {
+        let Some((n, heard)) = self.lists.expect() else {
+            return Ok(false);
+        };
+        self.exec(
+            "SELECT pg_notify($1, $2)",
+            &[&self.lists.channel(), &n.to_string()],
+        )
+        .await?;
+        Ok(self.lists.arrived(n, heard).await)
+    }
+
+    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
+    /// the documents `doc` writes, read now. The rows are read whole, then turned into
+    /// documents on a blocking thread, where they are also sorted (see below).
+    async fn read_sessions_json<F>(
+        &self,
+        owner: Option<&str>,
+        doc: F,
+    ) -> Result<Vec<u8>, StoreError>
+    where
+        F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
+    {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let names: HashMap<String, String> = q
+            .rows("SELECT id, name FROM machines", &[])
+            .await?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .collect::<Result<_, StoreError>>()?;
+        let rows = match owner {
+            Some(o) => q.rows(&session_list_sql(true), &[&o]).await?,
+            None => q.rows(&session_list_sql(false), &[]).await?,
+        };
+        drop(lease);
+        tokio::task::spawn_blocking(move || {
+            // Ordered here rather than by the server: an index scan in that order
+            // visits the table's pages at random, which cost the server more than the
+            // whole sort costs this one (`COLLATE "C"` orders bytes, as `str` does).
+            let mut listed = rows
+                .iter()
+                .map(|r| SessionCols::from_row(r, &names))
+                .collect::<Result<Vec<_>, _>>()?;
+            listed.sort_unstable_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+            let mut out = Vec::with_capacity(64 * 1024);
+            out.push(b'[');
+            for (i, s) in listed.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                doc(&mut out, s)?;
+            }
+            out.push(b']');
+            Ok::<_, StoreError>(out)
+        })
+        .await
+        .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+}

@@ -1,0 +1,549 @@
+//! Messages and the tasks they become, on PostgreSQL; and what a new leader takes
+//! over from the last one.
+
+use super::Pg;
+use super::agents::{get_agent, project_dirs};
+use super::pool::{Q, W};
+use super::sessions::{get_session, resolve_id};
+use crate::clock;
+use crate::store::rows::{Cols, TASK_COLUMN_COUNT, TASK_COLUMNS, qualified_task_columns};
+use crate::store::rules::{self, Ended, Scoped, json_text};
+use crate::store::{Adopted, Finish, NextRun, Recovery, RunItem, StoreError, TaskRow, parse_enum};
+use crate::transcript::EventKind;
+use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
+use berth_core::resolve::Origin;
+use tokio_postgres::GenericClient;
+
+pub(super) async fn get_task<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    id: &str,
+) -> Result<TaskRow, StoreError> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1");
+    match q.opt(&sql, &[&id]).await? {
+        Some(r) => TaskRow::from_row(&r),
+        None => Err(StoreError::UnknownTask {
+            prefix: id.to_owned(),
+        }),
+    }
+}
+
+impl W<'_> {
+    async fn task_event(&mut self, task: &TaskRow) -> Result<(), StoreError> {
+        self.append(
+            &task.session_id,
+            Some(&task.id),
+            EventKind::Task,
+            rules::task_payload(task),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn status_event(&mut self, task: &TaskRow) -> Result<(), StoreError> {
+        self.append(
+            &task.session_id,
+            Some(&task.id),
+            EventKind::Status,
+            rules::status_payload(task),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// What a run reported, in order: status changes (each also a transcript event)
+    /// and agent events.
+    async fn run_items(
+        &mut self,
+        task_id: &str,
+        session_id: &str,
+        items: Vec<RunItem>,
+    ) -> Result<(), StoreError> {
+        for item in items {
+            match item {
+                RunItem::Status {
+                    status,
+                    wait_reason,
+                } => {
+                    self.record_status(task_id, status, wait_reason).await?;
+                }
+                RunItem::Agent(payload) => {
+                    self.append(session_id, Some(task_id), EventKind::Agent, payload)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn record_status(
+        &mut self,
+        id: &str,
+        status: TaskStatus,
+        wait_reason: Option<String>,
+    ) -> Result<TaskRow, StoreError> {
+        self.q()
+            .exec(
+                "UPDATE tasks SET status = $2, wait_reason = $3 WHERE id = $1",
+                &[&id, &status.as_str(), &wait_reason],
+            )
+            .await?;
+        let task = get_task(&mut self.q(), id).await?;
+        self.status_event(&task).await?;
+        Ok(task)
+    }
+
+    pub(super) async fn insert_message(
+        &mut self,
+        session_prefix: &str,
+        origin: Origin,
+        text: &str,
+    ) -> Result<(TaskRow, i64), StoreError> {
+        let session = resolve_id(&mut self.q(), Scoped::Sessions, session_prefix, None).await?;
+        // The session's writers queue here: the task's `seq` below is the next one.
+        self.q()
+            .exec(
+                "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&session],
+            )
+            .await?;
+        let message_id = uuid::Uuid::new_v4().to_string();
+        let task = uuid::Uuid::new_v4().to_string();
+        let now = clock::now();
+        self.q()
+            .exec(
+                "INSERT INTO messages (id, session_id, origin, text, created_at)
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[&message_id, &session, &origin.as_str(), &text, &now],
+            )
+            .await?;
+        self.q()
+            .exec(
+                "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
+                 VALUES ($1, $2,
+                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = $2),
+                   $3, 'queued', $4)",
+                &[&task, &session, &message_id, &now],
+            )
+            .await?;
+        let message_seq = self
+            .append(
+                &session,
+                Some(&task),
+                EventKind::Message,
+                rules::message_payload(&task, &message_id, origin, text),
+            )
+            .await?;
+        self.q()
+            .exec(
+                "UPDATE sessions SET updated_at = $2 WHERE id = $1",
+                &[&session, &now],
+            )
+            .await?;
+        self.work.push(session.clone());
+        Ok((get_task(&mut self.q(), &task).await?, message_seq))
+    }
+}
+
+impl Pg {
+    /// Sessions with a task queued and not started: the leader's periodic re-check,
+    /// so that a missed notification only delays.
+    pub(crate) async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
+        self.all(
+            "SELECT DISTINCT session_id FROM tasks
+             WHERE status = 'queued' AND started_at IS NULL",
+            &[],
+            |r| r.text(0),
+        )
+        .await
+    }
+
+    pub(crate) async fn recover(&self) -> Result<Recovery, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        // Claimed by the last leader but never handed to a machine: nothing ran, so
+        // back in line, in order.
+        w.q()
+            .exec(
+                "UPDATE tasks SET started_at = NULL
+                 WHERE status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL
+                   AND handed_at IS NULL",
+                &[],
+            )
+            .await?;
+        // Handed to a daemon's process: it may be running there still. The new leader
+        // carries on with it when that process comes back (see `Adopted`).
+        let adopt_sql = format!(
+            "SELECT {TASK_COLUMNS}, t.handed_to, t.handed_instance, t.daemon_events,
+                    COALESCE(m.name, t.handed_to), s.binding_rev, t.daemon_outcome
+             FROM tasks t JOIN sessions s ON s.id = t.session_id
+                  LEFT JOIN machines m ON m.id = t.handed_to
+             WHERE t.status IN ('queued', 'waiting_daemon', 'waiting_lock', 'running')
+               AND t.started_at IS NOT NULL AND t.handed_at IS NOT NULL
+               AND t.handed_to IS NOT NULL AND t.handed_instance IS NOT NULL
+             ORDER BY t.session_id, t.seq",
+            TASK_COLUMNS = qualified_task_columns("t")
+        );
+        let mut adopted = Vec::new();
+        for r in w.q().rows(&adopt_sql, &[]).await?.iter() {
+            let n = TASK_COLUMN_COUNT;
+            adopted.push(Adopted {
+                task: TaskRow::from_row(r)?,
+                machine: MachineId::new(r.text(n)?),
+                instance: r.text(n + 1)?,
+                received: u64::try_from(r.int(n + 2)?).unwrap_or(0),
+                machine_name: r.text(n + 3)?,
+                binding_rev: r.int(n + 4)?,
+                outcome: r
+                    .opt_text(n + 5)?
+                    .map(|text| {
+                        serde_json::from_str(&text)
+                            .map_err(|e| StoreError::Corrupt(format!("a daemon's outcome: {e}")))
+                    })
+                    .transpose()?,
+            });
+        }
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks
+             WHERE (status IN ('running', 'waiting_lock')
+                    OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL))
+               AND NOT (handed_at IS NOT NULL AND handed_to IS NOT NULL
+                        AND handed_instance IS NOT NULL)
+             ORDER BY session_id, seq"
+        );
+        let stale = w
+            .q()
+            .rows(&sql, &[])
+            .await?
+            .iter()
+            .map(TaskRow::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let now = clock::now();
+        let mut interrupted = Vec::new();
+        for t in stale {
+            w.q()
+                .exec(
+                    "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = $2,
+                       error = $3, error_code = 'interrupted'
+                     WHERE id = $1",
+                    &[&t.id, &now, &rules::INTERRUPTED],
+                )
+                .await?;
+            let task = get_task(&mut w.q(), &t.id).await?;
+            w.task_event(&task).await?;
+            interrupted.push(t.id);
+        }
+        w.q()
+            .exec(
+                "UPDATE tasks SET status = 'queued', wait_reason = NULL
+                 WHERE status = 'waiting_daemon' AND started_at IS NULL",
+                &[],
+            )
+            .await?;
+        let pending_sessions = w
+            .q()
+            .rows(
+                "SELECT DISTINCT session_id FROM tasks WHERE status = 'queued' ORDER BY session_id",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.publish(w).await?;
+        Ok(Recovery {
+            interrupted,
+            pending_sessions,
+            adopted,
+        })
+    }
+
+    pub(crate) async fn add_message(
+        &self,
+        session_prefix: String,
+        origin: Origin,
+        text: String,
+    ) -> Result<(TaskRow, i64), StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let out = w.insert_message(&session_prefix, origin, &text).await?;
+        self.publish(w).await?;
+        Ok(out)
+    }
+
+    pub(crate) async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1
+               AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
+             ORDER BY seq LIMIT 1"
+        );
+        let Some(row) = q.opt(&sql, &[&session]).await? else {
+            return Ok(None);
+        };
+        let task = TaskRow::from_row(&row)?;
+        let m = q
+            .one(
+                "SELECT text, origin FROM messages WHERE id = $1",
+                &[&task.message_id],
+            )
+            .await?;
+        let (prompt, origin) = (m.text(0)?, parse_enum(&m.text(1)?)?);
+        let session = get_session(&mut q, &task.session_id).await?;
+        let agent = get_agent(&mut q, &session.agent).await?;
+        let dirs = match &session.project {
+            Some(p) => project_dirs(&mut q, p).await?,
+            None => Vec::new(),
+        };
+        Ok(Some(NextRun {
+            task,
+            prompt,
+            origin,
+            session,
+            agent,
+            dirs,
+        }))
+    }
+
+    /// Records that a claimed task reached its machine (see migration V2 in [`super::schema`]).
+    pub(crate) async fn mark_handed(
+        &self,
+        id: String,
+        machine: MachineId,
+        instance: String,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE tasks SET handed_at = $2, handed_to = $3, handed_instance = $4,
+               daemon_events = 0, daemon_outcome = NULL
+             WHERE id = $1",
+            &[&id, &clock::now(), &machine.as_str(), &instance],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn claim(&self, id: String) -> Result<bool, StoreError> {
+        let n = self
+            .exec(
+                "UPDATE tasks SET started_at = $2 WHERE id = $1
+                   AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
+                &[&id, &clock::now()],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn set_status(
+        &self,
+        id: String,
+        status: TaskStatus,
+        wait_reason: Option<String>,
+    ) -> Result<TaskRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let task = w.record_status(&id, status, wait_reason).await?;
+        self.publish(w).await?;
+        Ok(task)
+    }
+
+    pub(crate) async fn run_events(
+        &self,
+        task: TaskRow,
+        items: Vec<RunItem>,
+    ) -> Result<(), StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        w.run_items(&task.id, &task.session_id, items).await?;
+        self.publish(w).await
+    }
+
+    pub(crate) async fn daemon_events(
+        &self,
+        task_id: String,
+        session_id: String,
+        items: Vec<RunItem>,
+        from: u64,
+        to: u64,
+    ) -> Result<u64, StoreError> {
+        let (from, to) = (
+            i64::try_from(from).unwrap_or(i64::MAX),
+            i64::try_from(to).unwrap_or(i64::MAX),
+        );
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        // First, and only from where the count stands: a batch whose commit was
+        // already made (its answer lost) is not stored twice.
+        let n = w
+            .q()
+            .exec(
+                "UPDATE tasks SET daemon_events = $3 WHERE id = $1 AND daemon_events = $2",
+                &[&task_id, &from, &to],
+            )
+            .await?;
+        if n == 0 {
+            let stood = w
+                .q()
+                .rows("SELECT daemon_events FROM tasks WHERE id = $1", &[&task_id])
+                .await?
+                .first()
+                .map(|r| r.int(0))
+                .transpose()?
+                .unwrap_or(0);
+            return Ok(u64::try_from(stood).unwrap_or(0));
+        }
+        w.run_items(&task_id, &session_id, items).await?;
+        self.publish(w).await?;
+        Ok(u64::try_from(to).unwrap_or(0))
+    }
+
+    pub(crate) async fn daemon_outcome(
+        &self,
+        task_id: String,
+        outcome: crate::executor::TaskOutcome,
+    ) -> Result<(), StoreError> {
+        let text = json_text(&outcome)?;
+        self.exec(
+            "UPDATE tasks SET daemon_outcome = $2 WHERE id = $1 AND finished_at IS NULL",
+            &[&task_id, &text],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
+        let now = clock::now();
+        let ended = Ended::of(&fin)?;
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        w.q()
+            .exec(
+                "UPDATE tasks SET status = $2, wait_reason = NULL, exit_code = $3, error = $4,
+                   error_code = $5, work_dir = $6, finished_at = $7,
+                   started_at = COALESCE(started_at, $7), work_dir_display = $8, denials = $9,
+                   changes = $10, fence = $11
+                 WHERE id = $1",
+                &[
+                    &id,
+                    &fin.status.as_str(),
+                    &fin.exit_code,
+                    &fin.error,
+                    &ended.error_code,
+                    &fin.work_dir,
+                    &now,
+                    &fin.work_dir_display,
+                    &ended.denials,
+                    &ended.changes,
+                    &ended.fence,
+                ],
+            )
+            .await?;
+        let task = get_task(&mut w.q(), &id).await?;
+        if let Some(rec) = fin.record {
+            w.q()
+                .exec(
+                    "UPDATE sessions SET work_dir = COALESCE($2, work_dir), resume_id = $3,
+                       updated_at = $4,
+                       work_dir_display = CASE WHEN $2::text IS NULL THEN work_dir_display ELSE $6 END
+                     WHERE id = $1 AND binding_rev = $5",
+                    &[
+                        &task.session_id,
+                        &rec.work_dir,
+                        &rec.resume_id,
+                        &now,
+                        &rec.binding_rev,
+                        &rec.work_dir_display,
+                    ],
+                )
+                .await?;
+        }
+        if let Some(state) = ended.binding_state() {
+            w.q()
+                .exec(
+                    "UPDATE sessions SET binding_state = $2 WHERE id = $1 AND binding_dir IS NOT NULL",
+                    &[&task.session_id, &state],
+                )
+                .await?;
+        }
+        w.task_event(&task).await?;
+        self.publish(w).await?;
+        Ok(task)
+    }
+
+    pub(crate) async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let n = w
+            .q()
+            .exec(
+                "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = $2
+                 WHERE id = $1 AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
+                &[&id, &clock::now()],
+            )
+            .await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let task = get_task(&mut w.q(), &id).await?;
+        w.task_event(&task).await?;
+        self.publish(w).await?;
+        Ok(Some(task))
+    }
+
+    pub(crate) async fn record_undo(
+        &self,
+        task_id: String,
+        payload: serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let task = get_task(&mut w.q(), &task_id).await?;
+        let seq = w
+            .append(&task.session_id, Some(&task.id), EventKind::Undo, payload)
+            .await?;
+        self.publish(w).await?;
+        Ok(seq)
+    }
+
+    pub(crate) async fn task_of(
+        &self,
+        prefix: &str,
+        owner: Option<String>,
+    ) -> Result<TaskRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let id = resolve_id(&mut q, Scoped::Tasks, prefix, owner.as_deref()).await?;
+        get_task(&mut q, &id).await
+    }
+
+    pub(crate) async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
+        self.task_of(prefix, None).await
+    }
+
+    pub(crate) async fn list_tasks(
+        &self,
+        session: Option<String>,
+        owner: Option<String>,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let rows = match session {
+            Some(prefix) => {
+                let id = resolve_id(&mut q, Scoped::Sessions, &prefix, owner.as_deref()).await?;
+                get_session(&mut q, &id).await?;
+                let sql =
+                    format!("SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1 ORDER BY seq");
+                q.rows(&sql, &[&id]).await?
+            }
+            None => {
+                let sql = format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE $1::text IS NULL
+                     OR session_id IN (SELECT id FROM sessions WHERE owner = $1)
+                     ORDER BY created_at, id"
+                );
+                q.rows(&sql, &[&owner]).await?
+            }
+        };
+        rows.iter().map(TaskRow::from_row).collect()
+    }
+}

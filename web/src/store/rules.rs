@@ -1,0 +1,206 @@
+//! What the store decides the same way on SQLite and on PostgreSQL: which id a prefix
+//! names, what a new session is called and which agent it gets, what the transcript's
+//! events say, and how a task's ending is stored. The backends differ in their SQL
+//! only; what does not depend on it lives here, once.
+
+use super::StoreError;
+use super::rows::{Finish, StoredBinding, TaskRow};
+use berth_core::api::TaskStatus;
+use berth_core::resolve::Origin;
+
+/// What [`resolve_id`](super::resolve_id) looks up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scoped {
+    Sessions,
+    Tasks,
+}
+
+impl Scoped {
+    /// The answer for a prefix that names none.
+    fn unknown(self, prefix: &str) -> StoreError {
+        match self {
+            Scoped::Sessions => StoreError::UnknownSession {
+                prefix: prefix.to_owned(),
+            },
+            Scoped::Tasks => StoreError::UnknownTask {
+                prefix: prefix.to_owned(),
+            },
+        }
+    }
+}
+
+/// `prefix` as ids are stored (trimmed, lowercase), or the answer that it names none
+/// when it cannot begin an id (ids are lowercase uuids: hex digits and dashes).
+pub(crate) fn id_prefix(what: Scoped, prefix: &str) -> Result<String, StoreError> {
+    let wanted = prefix.trim().to_ascii_lowercase();
+    let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if !valid {
+        return Err(what.unknown(prefix));
+    }
+    Ok(wanted)
+}
+
+/// The id `prefix` (as [`id_prefix`] gave it, `wanted`) names among `ids`, the first
+/// few that begin with it in order: the only one, or the one it spells out whole.
+pub(crate) fn one_id(
+    what: Scoped,
+    prefix: &str,
+    wanted: String,
+    ids: Vec<String>,
+) -> Result<String, StoreError> {
+    match ids.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(what.unknown(prefix)),
+        _ if ids.contains(&wanted) => Ok(wanted),
+        _ => Err(StoreError::Ambiguous {
+            what: match what {
+                Scoped::Sessions => "sessions",
+                Scoped::Tasks => "tasks",
+            },
+            prefix: prefix.to_owned(),
+            candidates: ids,
+        }),
+    }
+}
+
+/// A new session's id. Random (v4), not time-ordered (v7): users type ids by prefix,
+/// and v7 ids made in the same minute share their first eight characters.
+pub(crate) fn new_session_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A new session's title: the one asked for unless it is blank, else `session` and
+/// the first eight characters of its id.
+pub(crate) fn session_title(asked: Option<String>, id: &str) -> String {
+    asked
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| format!("session {}", &id[..8]))
+}
+
+/// The agent of a session created without naming one: the only registered agent
+/// (`known`, every agent's name); with none or several, no agent was named.
+pub(crate) fn only_agent(known: Vec<String>) -> Result<String, StoreError> {
+    match <[String; 1]>::try_from(known) {
+        Ok([only]) => Ok(only),
+        Err(known) => Err(StoreError::UnknownAgent {
+            name: String::new(),
+            known,
+        }),
+    }
+}
+
+/// A `binding_changed` event's payload: both display forms (never a real path).
+pub(crate) fn binding_payload(
+    from: Option<&StoredBinding>,
+    to: Option<&StoredBinding>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "from": from.map(|b| b.display.as_str()),
+        "to": to.map(|b| b.display.as_str()),
+    })
+}
+
+/// A user message's event payload.
+pub(crate) fn message_payload(
+    task_id: &str,
+    message_id: &str,
+    origin: Origin,
+    text: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "task_id": task_id, "message_id": message_id,
+        "origin": origin, "text": text,
+    })
+}
+
+/// A `task` event's payload: the task's document, its error code and where it worked
+/// (for display).
+pub(crate) fn task_payload(task: &TaskRow) -> serde_json::Value {
+    serde_json::json!({
+        "task": task.to_api(),
+        "code": task.error_code,
+        "work_dir_display": task.work_dir_display,
+    })
+}
+
+/// A `status` event's payload.
+pub(crate) fn status_payload(task: &TaskRow) -> serde_json::Value {
+    serde_json::json!({
+        "task_id": task.id,
+        "status": task.status,
+        "wait_reason": task.wait_reason,
+    })
+}
+
+/// The error of a task that was running when its server stopped (startup recovery
+/// ends it `interrupted`).
+pub(crate) const INTERRUPTED: &str =
+    "the server stopped while the task was running; it was not run again";
+
+/// The code of a task that ended badly without a more precise one: every failed,
+/// refused or interrupted task carries a stable code (an executor that reported none
+/// failed in a way nobody named — a bug).
+pub(crate) fn default_code(status: TaskStatus) -> Option<String> {
+    let code = match status {
+        TaskStatus::Interrupted => berth_core::ErrorCode::Interrupted,
+        TaskStatus::Failed | TaskStatus::Refused => berth_core::ErrorCode::Internal,
+        TaskStatus::Queued
+        | TaskStatus::WaitingLock
+        | TaskStatus::WaitingDaemon
+        | TaskStatus::Running
+        | TaskStatus::Succeeded
+        | TaskStatus::Cancelled => return None,
+    };
+    Some(code.as_str().to_owned())
+}
+
+/// How a task ended, as its row's text columns store it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// The reported code, else [`default_code`].
+    pub error_code: Option<String>,
+    /// A JSON array, `None` when the agent was denied nothing.
+    pub denials: Option<String>,
+    /// JSON documents.
+    pub changes: Option<String>,
+    pub fence: Option<String>,
+}
+
+impl Ended {
+    pub(crate) fn of(fin: &Finish) -> Result<Ended, StoreError> {
+        Ok(Ended {
+            error_code: fin.error_code.clone().or_else(|| default_code(fin.status)),
+            denials: (!fin.denials.is_empty())
+                .then(|| json_text(&fin.denials))
+                .transpose()?,
+            changes: fin.changes.as_ref().map(json_text).transpose()?,
+            fence: fin.fence.as_ref().map(json_text).transpose()?,
+        })
+    }
+
+    /// What the task's ending says of its session's binding: its directory is gone
+    /// (`missing`) or another stands in its place (`changed`); `None`: nothing.
+    pub(crate) fn binding_state(&self) -> Option<&'static str> {
+        match self.error_code.as_deref() {
+            Some("not_found") => Some("missing"),
+            Some("path_changed") => Some("changed"),
+            _ => None,
+        }
+    }
+}
+
+/// The binding states a machine going offline (`online` false) or coming back
+/// changes, `(from, to)`: `machine_offline` replaces `ok`, and back. Other states
+/// (`missing`, `changed`) stay as they are.
+pub(crate) fn online_change(online: bool) -> (&'static str, &'static str) {
+    if online {
+        ("machine_offline", "ok")
+    } else {
+        ("ok", "machine_offline")
+    }
+}
+
+/// A value stored as JSON text.
+pub(crate) fn json_text<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
