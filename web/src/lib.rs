@@ -14,6 +14,7 @@ pub mod net;
 pub mod peer;
 pub mod private;
 pub mod scheduler;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod transcript;

@@ -4,9 +4,8 @@ mod registry;
 mod routes;
 pub mod wire;
 
-pub use registry::{
-    AuthError, Caller, Daemons, Finished, Gone, TaskCallError, token_hash, waiting_for,
-};
+pub use crate::secret::token_hash;
+pub use registry::{AuthError, Caller, Daemons, Finished, Gone, TaskCallError, waiting_for};
 pub use routes::daemon_router;
 pub(crate) use routes::{create_token, list_tokens, revoke_token};
 

@@ -14,11 +14,11 @@ use super::wire::{
     ClaimedTask, EventBatch, EventsReply, FinishRequest, HeartbeatReply, Registered, TokenInfo,
 };
 use crate::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec};
+use crate::secret::{new_token, token_hash};
 use crate::store::{Adopted, Store, StoreError, TokenChange, TokenRow};
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -190,14 +190,6 @@ impl std::fmt::Debug for Daemons {
             .field("accept", &self.inner.accept)
             .finish_non_exhaustive()
     }
-}
-
-/// Hex SHA-256 of a token: what the store keeps.
-pub fn token_hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
@@ -822,7 +814,7 @@ impl Daemons {
         name: String,
         member: Option<String>,
     ) -> Result<TokenChange<(TokenRow, String)>, StoreError> {
-        let token = crate::server::new_token()
+        let token = new_token()
             .map(|t| format!("berthd_{t}"))
             .map_err(|e| StoreError::Worker(format!("cannot read /dev/urandom: {e}")))?;
         let hash = token_hash(&token);

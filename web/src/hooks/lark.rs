@@ -17,6 +17,7 @@ use super::config::LarkConfig;
 use super::crypto::{self, SignatureError};
 use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
 use crate::api::ApiError;
+use crate::secret::same;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -160,7 +161,7 @@ pub(super) fn read(
         None => false,
         Some(expected) => {
             let given = token.unwrap_or_default();
-            if !crypto::same(expected.expose().as_bytes(), given.as_bytes()) {
+            if !same(expected.expose().as_bytes(), given.as_bytes()) {
                 return Err(refused(SignatureError::TokenMismatch));
             }
             true
