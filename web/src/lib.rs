@@ -9,6 +9,7 @@ pub mod clock;
 pub mod daemon;
 pub mod executor;
 pub mod hooks;
+pub mod http;
 pub mod log;
 pub mod net;
 pub mod peer;

@@ -2,7 +2,7 @@
 //! check before everything on them that a request names one server only.
 
 use super::access::Caller;
-use super::error::ApiError;
+use crate::http::ApiError;
 use crate::secret::{same, token_hash};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};

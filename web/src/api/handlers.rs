@@ -3,11 +3,10 @@
 //! handlers answer the documents of [`super::views`].
 
 use super::access::{Caller, Named, Scope};
-use super::body::{JsonBody, QueryArgs};
-use super::error::ApiError;
 use super::views::{SessionDoc, session_doc, task_doc};
 use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
+use crate::http::{ApiError, JsonBody, QueryArgs};
 use crate::store::{NewSessionRow, ProjectRow};
 use axum::Json;
 use axum::extract::State;

@@ -4,9 +4,8 @@
 //! decided in [`super::access`]; these only do it.
 
 use super::access::{AuditTarget, Caller};
-use super::body::{JsonBody, QueryArgs};
-use super::error::ApiError;
 use super::{Ctx, handlers::valid_name};
+use crate::http::{ApiError, JsonBody, QueryArgs};
 use crate::secret::{new_token, token_hash};
 use crate::store::{AuditRow, MemberChange, MemberRow};
 use axum::extract::{Path, State};

@@ -22,8 +22,6 @@ mod access;
 mod auth;
 #[cfg(feature = "local-binding")]
 mod binding;
-mod body;
-mod error;
 mod forward;
 mod handlers;
 mod members;
@@ -31,12 +29,11 @@ mod redact;
 mod sse;
 mod views;
 
+pub use crate::http::{ApiError, BODY_LIMIT, JsonBody, refusal_status};
 pub use access::{AuditTarget, Caller, Scope};
 pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
-pub use body::{BODY_LIMIT, JsonBody};
-pub use error::{ApiError, refusal_status};
 pub(crate) use handlers::valid_name;
 pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
 pub use members::{Me, MemberToken, NewMember};

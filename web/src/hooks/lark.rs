@@ -16,7 +16,7 @@
 use super::config::LarkConfig;
 use super::crypto::{self, SignatureError};
 use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
-use crate::api::ApiError;
+use crate::http::ApiError;
 use crate::secret::same;
 use axum::Json;
 use axum::body::Body;

@@ -23,7 +23,7 @@ mod slack;
 pub use config::{ChannelConfig, LarkConfig, Secret, SlackConfig};
 pub use reply::{Replier, final_answer};
 
-use crate::api::{ApiError, BODY_LIMIT};
+use crate::http::{ApiError, BODY_LIMIT};
 use crate::scheduler::Scheduler;
 use crate::store::{ChannelIntake, NewChannelMessage, Store};
 use axum::Router;

@@ -10,7 +10,7 @@
 use super::config::SlackConfig;
 use super::crypto::{self, SignatureError};
 use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
-use crate::api::ApiError;
+use crate::http::ApiError;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
