@@ -3,8 +3,8 @@
 
 use super::Ctx;
 use super::access::Named;
+use super::daemons::Via;
 use super::views::{SessionDoc, session_doc};
-use crate::daemon::Via;
 use crate::executor::ValidatedDir;
 use crate::http::{ApiError, JsonBody, refusal_status};
 use crate::store::{ProjectDirRow, ProjectRow, StoredBinding};
