@@ -14,6 +14,7 @@ use super::wire::{
     ClaimedTask, EventBatch, EventsReply, FinishRequest, HeartbeatReply, Registered, TokenInfo,
 };
 use crate::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec};
+use crate::scheduler::{RemoteMachines, run_items, waiting_for};
 use crate::secret::{new_token, token_hash};
 use crate::store::{Adopted, Store, StoreError, TokenChange, TokenRow};
 use berth_core::ErrorCode;
@@ -206,12 +207,6 @@ fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
         changes: None,
         fence: None,
     }
-}
-
-/// Why a task waits for machine `name`: one wording wherever it is decided, so the
-/// transcript shows the wait once.
-pub fn waiting_for(name: &str) -> String {
-    format!("waiting for machine {name}, which is offline")
 }
 
 /// The outcome that puts a task back in line: not started, waiting for `machine`.
@@ -601,7 +596,7 @@ impl Daemons {
                 if !fresh.is_empty() {
                     let now = received + fresh.len() as u64;
                     let mut running = log.running.load(Ordering::SeqCst);
-                    let items = crate::scheduler::run_items(&task_id, fresh, &mut running);
+                    let items = run_items(&task_id, fresh, &mut running);
                     let stored = store
                         .daemon_events(task_id, session_id, items, received, now)
                         .await?;
@@ -919,6 +914,37 @@ impl Daemons {
                 }
             })
             .collect())
+    }
+}
+
+/// The registry as the scheduler sees it.
+impl RemoteMachines for Daemons {
+    fn accepts(&self) -> bool {
+        Daemons::accepts(self)
+    }
+
+    fn online(&self) -> Vec<MachineId> {
+        Daemons::online(self)
+    }
+
+    fn machine_member(&self, machine: &MachineId) -> Option<Option<String>> {
+        Daemons::machine_member(self, machine)
+    }
+
+    fn pick(&self, owner: &str) -> Option<MachineId> {
+        Daemons::pick(self, owner)
+    }
+
+    fn executor(&self, machine: &MachineId) -> Arc<dyn Executor> {
+        Daemons::executor(self, machine)
+    }
+
+    fn adopt(&self, a: &Adopted, cancel: watch::Receiver<bool>) -> oneshot::Receiver<TaskOutcome> {
+        Daemons::adopt(self, a, cancel)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        Daemons::subscribe(self)
     }
 }
 
