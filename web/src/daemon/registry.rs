@@ -193,20 +193,11 @@ impl std::fmt::Debug for Daemons {
     }
 }
 
+/// How a remote run ended without the daemon's own outcome, and why: `interrupted`
+/// carries its code.
 fn outcome(status: TaskStatus, error: String) -> TaskOutcome {
-    TaskOutcome {
-        status,
-        exit_code: None,
-        error: Some(error),
-        code: (status == TaskStatus::Interrupted).then_some(berth_core::ErrorCode::Interrupted),
-        work_dir: None,
-        work_dir_display: None,
-        resume_id: None,
-        branch: None,
-        denials: Vec::new(),
-        changes: None,
-        fence: None,
-    }
+    let code = (status == TaskStatus::Interrupted).then_some(ErrorCode::Interrupted);
+    TaskOutcome::ended(status, code, error)
 }
 
 /// The outcome that puts a task back in line: not started, waiting for `machine`.

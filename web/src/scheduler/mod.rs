@@ -398,10 +398,7 @@ struct Resumed {
 
 /// A run that ended without an outcome from its executor.
 fn interrupted_run(error: &str) -> TaskOutcome {
-    TaskOutcome {
-        status: TaskStatus::Interrupted,
-        ..TaskOutcome::failed(ErrorCode::Interrupted, error)
-    }
+    TaskOutcome::ended(TaskStatus::Interrupted, Some(ErrorCode::Interrupted), error)
 }
 
 /// Starts the session's worker, or tells the running one there is more work: right
