@@ -63,12 +63,7 @@ pub fn verify_slack(
     now: i64,
 ) -> Result<(), SignatureError> {
     check_window(timestamp, now)?;
-    let expected = slack_signature(secret, timestamp, body);
-    if same(expected.as_bytes(), signature.trim().as_bytes()) {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
-    }
+    check_signature(&slack_signature(secret, timestamp, body), signature.trim())
 }
 
 /// Lark's signature: hex(SHA-256(timestamp + nonce + encrypt_key + body)).
@@ -92,9 +87,13 @@ pub fn verify_lark(
     now: i64,
 ) -> Result<(), SignatureError> {
     check_window(timestamp, now)?;
-    let expected = lark_signature(timestamp, nonce, encrypt_key, body);
     let given = signature.trim().to_ascii_lowercase();
-    if same(expected.as_bytes(), given.as_bytes()) {
+    check_signature(&lark_signature(timestamp, nonce, encrypt_key, body), &given)
+}
+
+/// Whether the signature given is the one expected, constant-time.
+fn check_signature(expected: &str, given: &str) -> Result<(), SignatureError> {
+    if same(expected, given) {
         Ok(())
     } else {
         Err(SignatureError::Mismatch)
