@@ -267,62 +267,24 @@ pub async fn run(args: Args, default_home: Option<PathBuf>) -> Result<(), AdminE
         .map_err(|e| AdminError::new(e.to_string(), "check --ca-file (a PEM certificate)"))?;
     let enc = crate::net::encode;
     let api = format!("{url}/api/v1");
-    let out = match &args.command {
-        Command::Add { name, admin } => {
-            call(
-                &client,
-                Method::POST,
-                &format!("{api}/members"),
-                &token,
-                Some(json!({"name": name, "admin": admin})),
-            )
-            .await?
-        }
-        Command::List => {
-            call(
-                &client,
-                Method::GET,
-                &format!("{api}/members"),
-                &token,
-                None,
-            )
-            .await?
-        }
-        Command::Remove { name } => {
-            call(
-                &client,
-                Method::DELETE,
-                &format!("{api}/members/{}", enc(name)),
-                &token,
-                None,
-            )
-            .await?
-        }
-        Command::Rotate { name } => {
-            call(
-                &client,
-                Method::POST,
-                &format!("{api}/members/{}/token", enc(name)),
-                &token,
-                None,
-            )
-            .await?
-        }
+    let (method, path, body) = match &args.command {
+        Command::Add { name, admin } => (
+            Method::POST,
+            "/members".to_owned(),
+            Some(json!({"name": name, "admin": admin})),
+        ),
+        Command::List => (Method::GET, "/members".to_owned(), None),
+        Command::Remove { name } => (Method::DELETE, format!("/members/{}", enc(name)), None),
+        Command::Rotate { name } => (Method::POST, format!("/members/{}/token", enc(name)), None),
         Command::Audit { member } => {
             let q = member
                 .as_deref()
                 .map(|m| format!("?member={}", enc(m)))
                 .unwrap_or_default();
-            call(
-                &client,
-                Method::GET,
-                &format!("{api}/audit{q}"),
-                &token,
-                None,
-            )
-            .await?
+            (Method::GET, format!("/audit{q}"), None)
         }
     };
+    let out = call(&client, method, &format!("{api}{path}"), &token, body).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(());

@@ -132,13 +132,18 @@ pub struct TaskOutcome {
 }
 
 impl TaskOutcome {
-    /// A task refused before anything ran.
-    pub fn refused(r: &Refusal) -> TaskOutcome {
+    /// A task that ended with nothing of a run to report (no exit code, directory,
+    /// resume id, changes or fence): its status, its error and the error's code.
+    pub fn ended(
+        status: TaskStatus,
+        code: Option<ErrorCode>,
+        error: impl Into<String>,
+    ) -> TaskOutcome {
         TaskOutcome {
-            status: TaskStatus::Refused,
+            status,
             exit_code: None,
-            error: Some(r.message.clone()),
-            code: Some(r.code),
+            error: Some(error.into()),
+            code,
             work_dir: None,
             work_dir_display: None,
             resume_id: None,
@@ -149,21 +154,14 @@ impl TaskOutcome {
         }
     }
 
+    /// A task refused before anything ran.
+    pub fn refused(r: &Refusal) -> TaskOutcome {
+        TaskOutcome::ended(TaskStatus::Refused, Some(r.code), r.message.clone())
+    }
+
     /// A task that failed before or without the agent, with its stable code.
     pub fn failed(code: ErrorCode, error: impl Into<String>) -> TaskOutcome {
-        TaskOutcome {
-            status: TaskStatus::Failed,
-            exit_code: None,
-            error: Some(error.into()),
-            code: Some(code),
-            work_dir: None,
-            work_dir_display: None,
-            resume_id: None,
-            branch: None,
-            denials: Vec::new(),
-            changes: None,
-            fence: None,
-        }
+        TaskOutcome::ended(TaskStatus::Failed, Some(code), error)
     }
 }
 

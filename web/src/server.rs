@@ -20,6 +20,8 @@ use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 
+pub use crate::secret::new_token;
+
 /// The single-instance lock file inside Berth's home.
 pub const LOCK_FILE: &str = "serve.lock";
 /// The control socket's file name inside Berth's home.
@@ -180,13 +182,6 @@ pub fn native_context() -> Context {
         Some(h) => Context::new(platform).with_home(h),
         None => Context::new(platform),
     }
-}
-
-/// A fresh random token (256 bits, hex) for `serve.json`.
-pub fn new_token() -> io::Result<String> {
-    let mut bytes = [0u8; 32];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Server {

@@ -13,8 +13,8 @@
 //! changes for them. Its daemons' forwarded sockets are members, as on `berth-server`:
 //! their own sessions, no settings.
 
-use super::error::ApiError;
 use super::{Ctx, Surface};
+use crate::http::ApiError;
 use crate::store::StoreError;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::Method;

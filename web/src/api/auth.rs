@@ -2,7 +2,8 @@
 //! check before everything on them that a request names one server only.
 
 use super::access::Caller;
-use super::error::ApiError;
+use crate::http::ApiError;
+use crate::secret::{same, token_hash};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
@@ -51,15 +52,6 @@ pub fn loopback_hosts(addr: SocketAddr) -> Vec<String> {
         }
     }
     hosts
-}
-
-/// Compares without an early exit, so timing does not reveal a prefix of the token.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 fn bearer(req: &Request) -> Option<&str> {
@@ -153,7 +145,7 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
             }
         }
         Some(store) => {
-            let hash = crate::daemon::token_hash(&token);
+            let hash = token_hash(&token);
             // The first admin's token (serve.json's) is known without a lookup.
             let found = if same(&token, &g.token) {
                 Ok(Some(crate::store::MemberRow {

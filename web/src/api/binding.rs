@@ -3,11 +3,10 @@
 
 use super::Ctx;
 use super::access::Named;
-use super::body::JsonBody;
-use super::error::{ApiError, refusal_status};
+use super::daemons::Via;
 use super::views::{SessionDoc, session_doc};
-use crate::daemon::Via;
 use crate::executor::ValidatedDir;
+use crate::http::{ApiError, JsonBody, refusal_status};
 use crate::store::{ProjectDirRow, ProjectRow, StoredBinding};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

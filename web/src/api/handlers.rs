@@ -3,11 +3,11 @@
 //! handlers answer the documents of [`super::views`].
 
 use super::access::{Caller, Named, Scope};
-use super::body::{JsonBody, QueryArgs};
-use super::error::ApiError;
+use super::daemons::Via;
 use super::views::{SessionDoc, session_doc, task_doc};
 use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
+use crate::http::{ApiError, JsonBody, QueryArgs};
 use crate::store::{NewSessionRow, ProjectRow};
 use axum::Json;
 use axum::extract::State;
@@ -112,7 +112,7 @@ pub(crate) async fn health() -> Json<Health> {
 
 pub(crate) async fn capabilities(
     State(ctx): State<Ctx>,
-    via: Option<axum::Extension<crate::daemon::Via>>,
+    via: Option<axum::Extension<Via>>,
 ) -> Json<Capabilities> {
     if let Some(axum::Extension(via)) = via {
         // Through a daemon: that machine is the claimer; its home stays its own.
@@ -179,7 +179,7 @@ pub(crate) async fn get_session(
 
 pub(crate) async fn create_session(
     State(ctx): State<Ctx>,
-    via: Option<axum::Extension<crate::daemon::Via>>,
+    via: Option<axum::Extension<Via>>,
     caller: Option<axum::Extension<Caller>>,
     JsonBody(req): JsonBody<NewSession>,
 ) -> Result<Response, ApiError> {
@@ -356,7 +356,7 @@ pub(crate) async fn list_agents(State(ctx): State<Ctx>) -> Result<Json<Vec<Agent
 
 /// A name of something the API stores (agent, project, daemon token): 1 to 64 ASCII
 /// letters, digits, `-`, `_` or `.`.
-pub(crate) fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
+pub(super) fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&name.len())
         && name
             .chars()
@@ -403,7 +403,7 @@ pub(crate) async fn add_agent(
 /// included, show their display form alone).
 pub(crate) async fn list_projects(
     State(ctx): State<Ctx>,
-    via: Option<axum::Extension<crate::daemon::Via>>,
+    via: Option<axum::Extension<Via>>,
 ) -> Result<Json<Vec<ProjectRow>>, ApiError> {
     let mut projects = ctx.app.store.list_projects().await?;
     let shown = |machine: &berth_core::binding::MachineId| match (ctx.surface, &via) {

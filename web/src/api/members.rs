@@ -4,10 +4,9 @@
 //! decided in [`super::access`]; these only do it.
 
 use super::access::{AuditTarget, Caller};
-use super::body::{JsonBody, QueryArgs};
-use super::error::ApiError;
 use super::{Ctx, handlers::valid_name};
-use crate::daemon::token_hash;
+use crate::http::{ApiError, JsonBody, QueryArgs};
+use crate::secret::{new_token, token_hash};
 use crate::store::{AuditRow, MemberChange, MemberRow};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -48,7 +47,7 @@ pub struct AuditQuery {
 }
 
 fn new_member_token() -> Result<String, ApiError> {
-    crate::server::new_token()
+    new_token()
         .map(|t| format!("berthm_{t}"))
         .map_err(|e| ApiError::Internal(format!("cannot read /dev/urandom: {e}")))
 }

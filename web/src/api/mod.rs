@@ -22,22 +22,21 @@ mod access;
 mod auth;
 #[cfg(feature = "local-binding")]
 mod binding;
-mod body;
-mod error;
+mod daemons;
 mod forward;
 mod handlers;
 mod members;
 mod redact;
 mod sse;
+mod tokens;
 mod views;
 
+pub use crate::http::{ApiError, BODY_LIMIT, JsonBody, refusal_status};
 pub use access::{AuditTarget, Caller, Scope};
 pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
-pub use body::{BODY_LIMIT, JsonBody};
-pub use error::{ApiError, refusal_status};
-pub(crate) use handlers::valid_name;
+pub use daemons::Via;
 pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
 pub use members::{Me, MemberToken, NewMember};
 pub use views::{SessionDoc, WebSession, strip_path};
@@ -134,11 +133,11 @@ fn all_routes() -> Router<Ctx> {
         .route("/api/v1/projects", post(handlers::add_project))
         .route(
             crate::daemon::wire::TOKENS,
-            post(crate::daemon::create_token).get(crate::daemon::list_tokens),
+            post(tokens::create).get(tokens::list),
         )
         .route(
             &format!("{}/{{name}}", crate::daemon::wire::TOKENS),
-            axum::routing::delete(crate::daemon::revoke_token),
+            axum::routing::delete(tokens::revoke),
         );
     #[cfg(feature = "local-binding")]
     let r = r
@@ -188,7 +187,7 @@ pub fn control_router(app: AppState) -> Router {
 /// authenticated by daemon tokens, outside the listener's guard.
 fn daemon_routes(app: &AppState) -> Router {
     if app.daemons.accepts() {
-        crate::daemon::daemon_router(app.clone(), control_router(app.clone()))
+        daemons::router(app.clone(), control_router(app.clone()))
     } else {
         Router::new()
     }

@@ -8,9 +8,9 @@
 //! subscriber lagged) sends the stream back to the store to fill the gap.
 
 use super::access::Named;
-use super::body::QueryArgs;
 use super::views::web_task;
 use super::{ApiError, Ctx, Surface};
+use crate::http::QueryArgs;
 use crate::store::Store;
 use crate::transcript::TranscriptEvent;
 use axum::extract::State;

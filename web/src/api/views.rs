@@ -86,54 +86,39 @@ pub(crate) fn write_session_doc(
         Surface::Control => s.work_dir.map(std::borrow::Cow::Borrowed),
         Surface::Cloud | Surface::Web => shown_work_dir(ctx, s.work_dir_display, s.work_dir),
     };
-    match surface {
-        Surface::Control | Surface::Cloud => serde_json::to_writer(
-            out,
-            &SessionRef {
-                id: s.id,
-                title: s.title,
-                agent: s.agent,
-                origin: s.origin,
-                project: s.project,
-                work_dir: shown,
-                created_at: s.created_at,
-                updated_at: s.updated_at,
-                #[cfg(feature = "local-binding")]
-                binding: s.binding.map(|b| BindingRef {
-                    dir: b.dir,
-                    display: b.display,
-                    daemon: b.machine,
-                    daemon_name: b.machine_name,
-                    mode: b.mode,
-                    state: b.state,
-                }),
-            },
-        ),
-        Surface::Web => serde_json::to_writer(
-            out,
-            &WebSessionRef {
-                id: s.id,
-                title: s.title,
-                agent: s.agent,
-                origin: s.origin,
-                project: s.project,
-                work_dir: shown,
-                created_at: s.created_at,
-                updated_at: s.updated_at,
-                #[cfg(feature = "local-binding")]
-                binding: s.binding.map(|b| BindingViewRef {
-                    display: b.display,
-                    daemon: b.machine,
-                    daemon_name: b.machine_name,
-                    mode: b.mode,
-                    state: b.state,
-                }),
-            },
-        ),
-    }
+    let doc = SessionRef {
+        id: s.id,
+        title: s.title,
+        agent: s.agent,
+        origin: s.origin,
+        project: s.project,
+        work_dir: shown,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+        #[cfg(feature = "local-binding")]
+        binding: s.binding.map(|b| match surface {
+            Surface::Control | Surface::Cloud => BindingDoc::Full(BindingRef {
+                dir: b.dir,
+                display: b.display,
+                daemon: b.machine,
+                daemon_name: b.machine_name,
+                mode: b.mode,
+                state: b.state,
+            }),
+            Surface::Web => BindingDoc::View(BindingViewRef {
+                display: b.display,
+                daemon: b.machine,
+                daemon_name: b.machine_name,
+                mode: b.mode,
+                state: b.state,
+            }),
+        }),
+    };
+    serde_json::to_writer(out, &doc)
 }
 
-/// [`Session`], borrowed (its fields in its order).
+/// [`Session`] or [`WebSession`], borrowed (their fields in their order): they differ
+/// only in the binding's form.
 #[derive(Serialize)]
 struct SessionRef<'a> {
     id: &'a str,
@@ -145,7 +130,18 @@ struct SessionRef<'a> {
     created_at: &'a str,
     updated_at: &'a str,
     #[cfg(feature = "local-binding")]
-    binding: Option<BindingRef<'a>>,
+    binding: Option<BindingDoc<'a>>,
+}
+
+/// A binding, borrowed, in the form the surface shows.
+#[cfg(feature = "local-binding")]
+#[derive(Serialize)]
+#[serde(untagged)]
+enum BindingDoc<'a> {
+    /// The control socket's and `berth-server`'s.
+    Full(BindingRef<'a>),
+    /// The web listener's: no `dir`.
+    View(BindingViewRef<'a>),
 }
 
 /// `berth_core::api::SessionBinding`, borrowed.
@@ -158,21 +154,6 @@ struct BindingRef<'a> {
     daemon_name: &'a str,
     mode: berth_core::binding::BindMode,
     state: berth_core::binding::BindingState,
-}
-
-/// [`WebSession`], borrowed.
-#[derive(Serialize)]
-struct WebSessionRef<'a> {
-    id: &'a str,
-    title: &'a str,
-    agent: &'a str,
-    origin: Origin,
-    project: Option<&'a str>,
-    work_dir: Option<std::borrow::Cow<'a, str>>,
-    created_at: &'a str,
-    updated_at: &'a str,
-    #[cfg(feature = "local-binding")]
-    binding: Option<BindingViewRef<'a>>,
 }
 
 /// `berth_core::binding::BindingView`, borrowed.

@@ -1,27 +1,12 @@
 //! Remote daemons: machines that run tasks for this server (`berth daemon`).
 
 mod registry;
-mod routes;
 pub mod wire;
 
-pub use registry::{
-    AuthError, Caller, Daemons, Finished, Gone, TaskCallError, token_hash, waiting_for,
-};
-pub use routes::daemon_router;
-pub(crate) use routes::{create_token, list_tokens, revoke_token};
+pub use crate::secret::token_hash;
+pub use registry::{AuthError, Caller, Daemons, Finished, Gone, TaskCallError};
 
-use berth_core::binding::MachineId;
 use std::time::Duration;
-
-/// A control-API request forwarded by a daemon: the machine it came from, and the
-/// directory the daemon validated natively, if the request names one. Handlers that
-/// bind a directory bind it on that machine, with the daemon's validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Via {
-    pub machine: MachineId,
-    pub name: String,
-    pub validated: Option<wire::Validated>,
-}
 
 /// The default heartbeat window: a daemon silent this long is offline.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15);

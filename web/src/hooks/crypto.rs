@@ -1,14 +1,16 @@
 //! The webhooks' cryptography: Slack's v0 signature, Lark's signature and its
 //! AES-256-CBC payloads, and the strict base64 and hex they are carried in.
 //!
-//! Every comparison of a secret or a signature is constant-time (`subtle`).
+//! Every comparison of a secret or a signature is constant-time ([`crate::secret::same`]).
 
 use aes::Aes256;
 use cbc::cipher::block_padding::Pkcs7;
 use cbc::cipher::{BlockModeDecrypt, BlockModeEncrypt, KeyIvInit};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+
+pub use crate::secret::hex;
+use crate::secret::same;
 
 /// How far a signed request's timestamp may be from now, either way.
 pub const MAX_SKEW_SECS: i64 = 300;
@@ -61,12 +63,7 @@ pub fn verify_slack(
     now: i64,
 ) -> Result<(), SignatureError> {
     check_window(timestamp, now)?;
-    let expected = slack_signature(secret, timestamp, body);
-    if same(expected.as_bytes(), signature.trim().as_bytes()) {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
-    }
+    check_signature(&slack_signature(secret, timestamp, body), signature.trim())
 }
 
 /// Lark's signature: hex(SHA-256(timestamp + nonce + encrypt_key + body)).
@@ -90,18 +87,17 @@ pub fn verify_lark(
     now: i64,
 ) -> Result<(), SignatureError> {
     check_window(timestamp, now)?;
-    let expected = lark_signature(timestamp, nonce, encrypt_key, body);
     let given = signature.trim().to_ascii_lowercase();
-    if same(expected.as_bytes(), given.as_bytes()) {
+    check_signature(&lark_signature(timestamp, nonce, encrypt_key, body), &given)
+}
+
+/// Whether the signature given is the one expected, constant-time.
+fn check_signature(expected: &str, given: &str) -> Result<(), SignatureError> {
+    if same(expected, given) {
         Ok(())
     } else {
         Err(SignatureError::Mismatch)
     }
-}
-
-/// Constant-time equality (the length is not secret).
-pub fn same(a: &[u8], b: &[u8]) -> bool {
-    a.ct_eq(b).into()
 }
 
 /// Why an encrypted Lark payload could not be read.
@@ -153,17 +149,6 @@ pub fn lark_encrypt(encrypt_key: &str, iv: [u8; 16], plaintext: &[u8]) -> String
     let mut out = iv.to_vec();
     out.extend_from_slice(&ct);
     base64_encode(&out)
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
 }
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

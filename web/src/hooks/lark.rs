@@ -13,16 +13,13 @@
 //! `im.message.receive_v1` text messages become tasks of the chat's channel session;
 //! retries are dropped by `header.event_id` (schema 2.0) or `uuid` (1.0).
 
-use super::config::LarkConfig;
+use super::config::{ChannelConfig, LarkConfig};
 use super::crypto::{self, SignatureError};
-use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
-use crate::api::ApiError;
-use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
+use super::{ChannelMessage, Intake, Platform, Thread, Webhook, header};
+use crate::http::ApiError;
+use crate::secret::same;
 use axum::http::HeaderMap;
 use serde_json::Value;
-use std::sync::Arc;
 
 const TIMESTAMP: &str = "x-lark-request-timestamp";
 const NONCE: &str = "x-lark-request-nonce";
@@ -125,80 +122,67 @@ fn strip_mentions(text: &str) -> String {
         .to_owned()
 }
 
-pub(super) async fn receive(
-    State(ch): State<Arc<Channels>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let cfg = ch
-        .config()
-        .lark
-        .as_ref()
-        .ok_or(ApiError::ChannelNotConfigured { platform: "lark" })?;
-    let body = raw_body(body).await?;
-    let intake = read(cfg, &headers, &body, now_secs())?;
-    ch.answer(intake).await
-}
+/// `POST /hooks/lark`, authenticated by the encrypt key or the verification token.
+impl Webhook for LarkConfig {
+    const PLATFORM: Platform = Platform::Lark;
 
-/// Authenticates a request (at `now`, seconds since the epoch) and reads what it asks,
-/// acting on nothing.
-pub(super) fn read(
-    cfg: &LarkConfig,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: i64,
-) -> Result<Intake, ApiError> {
-    let signed = signed(cfg, headers, body, now)?;
-    let payload = plaintext(cfg, body)?;
-    let schema2 = payload.get("schema").and_then(Value::as_str) == Some("2.0");
-    let token = if schema2 {
-        text_of(&payload, &["header", "token"])
-    } else {
-        text_of(&payload, &["token"])
-    };
-    let token_ok = match &cfg.verification_token {
-        None => false,
-        Some(expected) => {
-            let given = token.unwrap_or_default();
-            if !crypto::same(expected.expose().as_bytes(), given.as_bytes()) {
-                return Err(refused(SignatureError::TokenMismatch));
+    fn of(config: &ChannelConfig) -> Option<&LarkConfig> {
+        config.lark.as_ref()
+    }
+
+    fn read(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<Intake, ApiError> {
+        let signed = signed(self, headers, body, now)?;
+        let payload = plaintext(self, body)?;
+        let schema2 = payload.get("schema").and_then(Value::as_str) == Some("2.0");
+        let token = if schema2 {
+            text_of(&payload, &["header", "token"])
+        } else {
+            text_of(&payload, &["token"])
+        };
+        let token_ok = match &self.verification_token {
+            None => false,
+            Some(expected) => {
+                let given = token.unwrap_or_default();
+                if !same(expected.expose().as_bytes(), given.as_bytes()) {
+                    return Err(refused(SignatureError::TokenMismatch));
+                }
+                true
             }
-            true
+        };
+        if text_of(&payload, &["type"]) == Some("url_verification") {
+            if !(signed || token_ok) {
+                return Err(refused(SignatureError::MissingHeader("X-Lark-Signature")));
+            }
+            let challenge = text_of(&payload, &["challenge"])
+                .ok_or_else(|| bad("the URL verification has no challenge"))?;
+            return Ok(Intake::Challenge(challenge.to_owned()));
         }
-    };
-    if text_of(&payload, &["type"]) == Some("url_verification") {
-        if !(signed || token_ok) {
+        // With an encrypt key, Lark signs every event: an unsigned one is not Lark's.
+        if self.encrypt_key.is_some() && !signed {
             return Err(refused(SignatureError::MissingHeader("X-Lark-Signature")));
         }
-        let challenge = text_of(&payload, &["challenge"])
-            .ok_or_else(|| bad("the URL verification has no challenge"))?;
-        return Ok(Intake::Challenge(challenge.to_owned()));
+        let (event_id, kind) = if schema2 {
+            (
+                text_of(&payload, &["header", "event_id"]),
+                text_of(&payload, &["header", "event_type"]),
+            )
+        } else {
+            (
+                text_of(&payload, &["uuid"]),
+                text_of(&payload, &["event", "type"]),
+            )
+        };
+        let event_id = event_id
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| bad("the event has no event id (header.event_id or uuid)"))?;
+        if !schema2 || kind != Some(MESSAGE_EVENT) {
+            return Ok(Intake::Ignored("not im.message.receive_v1"));
+        }
+        Ok(match message(event_id.to_owned(), &payload) {
+            Ok(m) => Intake::Message(m),
+            Err(why) => Intake::Ignored(why),
+        })
     }
-    // With an encrypt key, Lark signs every event: an unsigned one is not Lark's.
-    if cfg.encrypt_key.is_some() && !signed {
-        return Err(refused(SignatureError::MissingHeader("X-Lark-Signature")));
-    }
-    let (event_id, kind) = if schema2 {
-        (
-            text_of(&payload, &["header", "event_id"]),
-            text_of(&payload, &["header", "event_type"]),
-        )
-    } else {
-        (
-            text_of(&payload, &["uuid"]),
-            text_of(&payload, &["event", "type"]),
-        )
-    };
-    let event_id = event_id
-        .filter(|e| !e.is_empty())
-        .ok_or_else(|| bad("the event has no event id (header.event_id or uuid)"))?;
-    if !schema2 || kind != Some(MESSAGE_EVENT) {
-        return Ok(Intake::Ignored("not im.message.receive_v1"));
-    }
-    Ok(match message(event_id.to_owned(), &payload) {
-        Ok(m) => Intake::Message(m),
-        Err(why) => Intake::Ignored(why),
-    })
 }
 
 #[cfg(test)]

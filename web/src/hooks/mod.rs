@@ -23,15 +23,16 @@ mod slack;
 pub use config::{ChannelConfig, LarkConfig, Secret, SlackConfig};
 pub use reply::{Replier, final_answer};
 
-use crate::api::{ApiError, BODY_LIMIT};
+use crate::http::{ApiError, BODY_LIMIT};
 use crate::scheduler::Scheduler;
 use crate::store::{ChannelIntake, NewChannelMessage, Store};
-use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
+use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -127,23 +128,44 @@ pub fn read_request(
     body: &[u8],
     now: i64,
 ) -> Result<Intake, ApiError> {
-    let not_configured = ApiError::ChannelNotConfigured {
-        platform: platform.as_str(),
-    };
     match platform {
-        Platform::Slack => slack::read(
-            config.slack.as_ref().ok_or(not_configured)?,
-            headers,
-            body,
-            now,
-        ),
-        Platform::Lark => lark::read(
-            config.lark.as_ref().ok_or(not_configured)?,
-            headers,
-            body,
-            now,
-        ),
+        Platform::Slack => configured::<SlackConfig>(config)?.read(headers, body, now),
+        Platform::Lark => configured::<LarkConfig>(config)?.read(headers, body, now),
     }
+}
+
+/// What differs between the platforms' webhooks, implemented by each platform's
+/// secrets; [`receive`] is the rest.
+trait Webhook: Sized {
+    const PLATFORM: Platform;
+
+    /// The platform's secrets in `config`, if it has them.
+    fn of(config: &ChannelConfig) -> Option<&Self>;
+
+    /// Authenticates a request with these secrets (at `now`, seconds since the epoch)
+    /// and reads what it asks, acting on nothing.
+    fn read(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<Intake, ApiError>;
+}
+
+/// The platform's secrets, or `channel_not_configured`.
+fn configured<W: Webhook>(config: &ChannelConfig) -> Result<&W, ApiError> {
+    W::of(config).ok_or(ApiError::ChannelNotConfigured {
+        platform: W::PLATFORM.as_str(),
+    })
+}
+
+/// `POST /hooks/{platform}`: nothing is read from an unconfigured platform; a
+/// configured one's request is authenticated and read from its exact body bytes, then
+/// answered.
+async fn receive<W: Webhook>(
+    State(ch): State<Arc<Channels>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let secrets = configured::<W>(ch.config())?;
+    let body = raw_body(body).await?;
+    let intake = secrets.read(&headers, &body, now_secs())?;
+    ch.answer(intake).await
 }
 
 /// What the webhook handlers share.
@@ -240,11 +262,11 @@ pub fn hooks_router(channels: Arc<Channels>) -> Router {
     Router::new()
         .route(
             "/hooks/slack",
-            post(slack::receive).fallback(method_not_allowed),
+            post(receive::<SlackConfig>).fallback(method_not_allowed),
         )
         .route(
             "/hooks/lark",
-            post(lark::receive).fallback(method_not_allowed),
+            post(receive::<LarkConfig>).fallback(method_not_allowed),
         )
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(channels)

@@ -7,17 +7,12 @@
 //! message subtypes (edits, joins, the bot's own answers) are acknowledged and
 //! ignored. Retries are dropped by `event_id`.
 
-use super::config::SlackConfig;
+use super::config::{ChannelConfig, SlackConfig};
 use super::crypto::{self, SignatureError};
-use super::{ChannelMessage, Channels, Intake, Thread, header, now_secs, raw_body};
-use crate::api::ApiError;
-use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
+use super::{ChannelMessage, Intake, Platform, Thread, Webhook, header};
+use crate::http::ApiError;
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde_json::Value;
-use std::sync::Arc;
 
 const TIMESTAMP: &str = "x-slack-request-timestamp";
 const SIGNATURE: &str = "x-slack-signature";
@@ -89,58 +84,46 @@ fn message(event_id: String, e: Event) -> Result<ChannelMessage, &'static str> {
     })
 }
 
-pub(super) async fn receive(
-    State(ch): State<Arc<Channels>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let cfg = ch
-        .config()
-        .slack
-        .as_ref()
-        .ok_or(ApiError::ChannelNotConfigured { platform: "slack" })?;
-    let body = raw_body(body).await?;
-    let intake = read(cfg, &headers, &body, now_secs())?;
-    ch.answer(intake).await
-}
+/// `POST /hooks/slack`, authenticated by the signing secret.
+impl Webhook for SlackConfig {
+    const PLATFORM: Platform = Platform::Slack;
 
-/// Authenticates a request (at `now`, seconds since the epoch) and reads what it asks,
-/// acting on nothing.
-pub(super) fn read(
-    cfg: &SlackConfig,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: i64,
-) -> Result<Intake, ApiError> {
-    let unsigned = |e: SignatureError| {
-        tracing::warn!(reason = %e, "a Slack request was refused");
-        ApiError::BadSignature {
-            platform: "slack",
-            reason: e.to_string(),
-        }
-    };
-    let ts = header(headers, TIMESTAMP)
-        .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Request-Timestamp")))?;
-    let sig = header(headers, SIGNATURE)
-        .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Signature")))?;
-    crypto::verify_slack(cfg.signing_secret.expose().as_bytes(), ts, sig, body, now)
-        .map_err(unsigned)?;
-    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
-        message: format!("not a Slack Events API request: {e}"),
-    })?;
-    match envelope {
-        Envelope::UrlVerification { challenge } => Ok(Intake::Challenge(challenge)),
-        Envelope::Other => Ok(Intake::Ignored("not an event callback")),
-        Envelope::EventCallback { event_id, event } => {
-            if event_id.is_empty() {
-                return Err(ApiError::BadRequest {
-                    message: "the event callback has an empty event_id".into(),
-                });
+    fn of(config: &ChannelConfig) -> Option<&SlackConfig> {
+        config.slack.as_ref()
+    }
+
+    fn read(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<Intake, ApiError> {
+        let unsigned = |e: SignatureError| {
+            tracing::warn!(reason = %e, "a Slack request was refused");
+            ApiError::BadSignature {
+                platform: "slack",
+                reason: e.to_string(),
             }
-            Ok(match message(event_id, event) {
-                Ok(m) => Intake::Message(m),
-                Err(why) => Intake::Ignored(why),
-            })
+        };
+        let ts = header(headers, TIMESTAMP)
+            .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Request-Timestamp")))?;
+        let sig = header(headers, SIGNATURE)
+            .ok_or_else(|| unsigned(SignatureError::MissingHeader("X-Slack-Signature")))?;
+        crypto::verify_slack(self.signing_secret.expose().as_bytes(), ts, sig, body, now)
+            .map_err(unsigned)?;
+        let envelope: Envelope =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
+                message: format!("not a Slack Events API request: {e}"),
+            })?;
+        match envelope {
+            Envelope::UrlVerification { challenge } => Ok(Intake::Challenge(challenge)),
+            Envelope::Other => Ok(Intake::Ignored("not an event callback")),
+            Envelope::EventCallback { event_id, event } => {
+                if event_id.is_empty() {
+                    return Err(ApiError::BadRequest {
+                        message: "the event callback has an empty event_id".into(),
+                    });
+                }
+                Ok(match message(event_id, event) {
+                    Ok(m) => Intake::Message(m),
+                    Err(why) => Intake::Ignored(why),
+                })
+            }
         }
     }
 }
@@ -148,7 +131,7 @@ pub(super) fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn event(v: Value) -> Event {
         serde_json::from_value(v).expect("event")

@@ -15,6 +15,9 @@
 //! on the embedded executor, or, on a server without one, on the least busy daemon.
 
 pub mod placement;
+mod remote;
+
+pub use remote::{RemoteMachines, waiting_for};
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
 use crate::store::{Adopted, Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
@@ -78,7 +81,7 @@ struct Inner {
     stopping: AtomicBool,
     workers: watch::Sender<usize>,
     observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
-    daemons: OnceLock<crate::daemon::Daemons>,
+    daemons: OnceLock<Arc<dyn RemoteMachines>>,
     /// `false` while another process on the database leads: work is announced to it
     /// instead of run here ([`Scheduler::follow`], [`Scheduler::lead`]).
     leading: AtomicBool,
@@ -305,9 +308,9 @@ impl Scheduler {
     /// Attaches the registry of remote daemons (once): their machines become
     /// claimers, and whenever one comes online every session waiting for a machine is
     /// scheduled again.
-    pub fn attach_daemons(&self, daemons: crate::daemon::Daemons) {
+    pub fn attach_daemons(&self, daemons: impl RemoteMachines) {
         let mut online = daemons.subscribe();
-        if self.inner.daemons.set(daemons).is_err() {
+        if self.inner.daemons.set(Arc::new(daemons)).is_err() {
             return;
         }
         let weak = Arc::downgrade(&self.inner);
@@ -395,10 +398,7 @@ struct Resumed {
 
 /// A run that ended without an outcome from its executor.
 fn interrupted_run(error: &str) -> TaskOutcome {
-    TaskOutcome {
-        status: TaskStatus::Interrupted,
-        ..TaskOutcome::failed(ErrorCode::Interrupted, error)
-    }
+    TaskOutcome::ended(TaskStatus::Interrupted, Some(ErrorCode::Interrupted), error)
 }
 
 /// Starts the session's worker, or tells the running one there is more work: right
@@ -578,7 +578,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         Decision::Run(p) => p,
         Decision::Wait(reason) => {
             let reason = match &session.binding {
-                Some(b) => crate::daemon::waiting_for(&b.machine_name),
+                Some(b) => waiting_for(&b.machine_name),
                 None => reason,
             };
             wait(store, &task, reason).await?;

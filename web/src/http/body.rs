@@ -1,6 +1,6 @@
 //! Request bodies and query strings: parsed strictly, errors in the contract's shape.
 
-use super::error::ApiError;
+use super::ApiError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;

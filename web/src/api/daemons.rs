@@ -1,13 +1,13 @@
-//! The daemon routes on the server's listener (see [`super::wire`] for the protocol),
-//! and the token routes of the control API.
+//! The daemon routes on the server's listener (see [`crate::daemon::wire`] for the
+//! protocol): what a daemon calls with its token, and its control socket forwarded
+//! into the control API.
 
-use super::Via;
-use super::registry::{AuthError, Caller, Finished, TaskCallError};
-use super::wire::{
-    self, ClaimRequest, CreatedToken, EventBatch, FinishReply, FinishRequest, Heartbeat, NewToken,
-    Register, TokenInfo, Validated,
+use super::AppState;
+use crate::daemon::wire::{
+    self, ClaimRequest, EventBatch, FinishReply, FinishRequest, Heartbeat, Register, Validated,
 };
-use crate::api::{ApiError, AppState, JsonBody};
+use crate::daemon::{AuthError, Caller, Finished, TaskCallError};
+use crate::http::{ApiError, BODY_LIMIT, JsonBody};
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
@@ -16,9 +16,20 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use berth_core::api::TaskStatus;
+use berth_core::binding::MachineId;
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::ServiceExt;
+
+/// A control-API request forwarded by a daemon: the machine it came from, and the
+/// directory the daemon validated natively, if the request names one. Handlers that
+/// bind a directory bind it on that machine, with the daemon's validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    pub machine: MachineId,
+    pub name: String,
+    pub validated: Option<Validated>,
+}
 
 /// What the daemon routes share.
 #[derive(Clone)]
@@ -45,7 +56,7 @@ fn caller(ctx: &DaemonCtx, headers: &HeaderMap) -> Result<Caller, ApiError> {
 /// The routes a daemon calls, authenticated by its token (not by the listener's
 /// guard). `control` is the control API the daemon's own socket forwards to; through
 /// it a daemon acts for its token's member, never as the server's own user.
-pub fn daemon_router(app: AppState, control: Router) -> Router {
+pub(super) fn router(app: AppState, control: Router) -> Router {
     let p = wire::PREFIX;
     Router::new()
         .route(&format!("{p}/register"), post(register))
@@ -55,7 +66,7 @@ pub fn daemon_router(app: AppState, control: Router) -> Router {
         .route(&format!("{p}/tasks/{{id}}/events"), post(events))
         .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
         .route(&format!("{p}/api/{{*rest}}"), any(forward))
-        .layer(axum::extract::DefaultBodyLimit::max(crate::api::BODY_LIMIT))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(DaemonCtx { app, control })
 }
 
@@ -204,7 +215,7 @@ async fn finish(
 
 /// The daemon's control socket, forwarded: the request goes through the whole
 /// control API, marked with the machine it came from (and the directory the daemon
-/// validated, if any), and made by its token's member ([`crate::api::Caller::daemon`]),
+/// validated, if any), and made by its token's member ([`super::Caller::daemon`]),
 /// on `berth serve` as on `berth-server`: the token crosses the network, so it is
 /// never the server user's own socket. It reaches the sessions its member owns (a
 /// token without one, as every token of `berth serve`, is the first admin's), never
@@ -246,7 +257,7 @@ async fn forward(
     let member = crate::store::owner_name(caller.member.as_deref()).to_owned();
     parts
         .extensions
-        .insert(crate::api::Caller::daemon(member, &caller.name));
+        .insert(super::Caller::daemon(member, &caller.name));
     parts.extensions.insert(Via {
         machine: caller.machine,
         name: caller.name,
@@ -259,141 +270,5 @@ async fn forward(
     match resp {
         Ok(r) => Ok(r),
         Err(never) => match never {},
-    }
-}
-
-// ---- the token routes (control API) ----
-
-fn not_through_daemon(via: Option<&axum::Extension<Via>>) -> Result<(), ApiError> {
-    match via {
-        Some(_) => Err(ApiError::NoRoute {
-            path: wire::TOKENS.to_owned(),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// The member a token change is for, and whether the caller may make it: a member
-/// for themselves, an admin for anyone (who must exist), the local user as asked.
-async fn token_member(
-    ctx: &crate::api::Ctx,
-    caller: Option<&axum::Extension<crate::api::Caller>>,
-    asked: Option<String>,
-) -> Result<Option<String>, ApiError> {
-    use crate::api::Caller;
-    let member = match (caller.map(|axum::Extension(c)| c), asked) {
-        (Some(Caller::Member { name, .. }), None) => return Ok(Some(name.clone())),
-        (Some(Caller::Member { name, admin, .. }), Some(m)) => {
-            if m != *name && !*admin {
-                return Err(ApiError::AdminOnly {
-                    what: "make a daemon token for another member",
-                });
-            }
-            m
-        }
-        (Some(Caller::Local) | None, asked) => match asked {
-            None => return Ok(None),
-            Some(m) => m,
-        },
-    };
-    match ctx.app.store.member(member.clone()).await? {
-        Some(_) => Ok(Some(member)),
-        None => Err(ApiError::UnknownMember { name: member }),
-    }
-}
-
-/// Whether a token is one the caller may see and revoke: their own, or any for an
-/// admin or the local user.
-fn token_visible(
-    caller: Option<&axum::Extension<crate::api::Caller>>,
-    member: Option<&str>,
-) -> bool {
-    match caller.map(|axum::Extension(c)| c) {
-        Some(crate::api::Caller::Member {
-            name, admin: false, ..
-        }) => member == Some(name.as_str()),
-        Some(crate::api::Caller::Member { admin: true, .. } | crate::api::Caller::Local) | None => {
-            true
-        }
-    }
-}
-
-pub(crate) async fn create_token(
-    State(ctx): State<crate::api::Ctx>,
-    via: Option<axum::Extension<Via>>,
-    caller: Option<axum::Extension<crate::api::Caller>>,
-    JsonBody(req): JsonBody<NewToken>,
-) -> Result<Response, ApiError> {
-    not_through_daemon(via.as_ref())?;
-    crate::api::valid_name("the token", &req.name)?;
-    let member = token_member(&ctx, caller.as_ref(), req.member.clone()).await?;
-    use crate::store::TokenChange;
-    match ctx
-        .app
-        .daemons
-        .create_token(req.name.clone(), member)
-        .await?
-    {
-        TokenChange::Done((row, token)) => {
-            let mut resp = (
-                StatusCode::CREATED,
-                Json(CreatedToken {
-                    name: row.name.clone(),
-                    token,
-                    created_at: row.created_at,
-                }),
-            )
-                .into_response();
-            resp.extensions_mut()
-                .insert(crate::api::AuditTarget(row.name));
-            Ok(resp)
-        }
-        TokenChange::Exists | TokenChange::OtherMachine(_) => {
-            Err(ApiError::TokenExists { name: req.name })
-        }
-        TokenChange::Unknown => Err(ApiError::Internal("the new token was not stored".into())),
-    }
-}
-
-pub(crate) async fn list_tokens(
-    State(ctx): State<crate::api::Ctx>,
-    via: Option<axum::Extension<Via>>,
-    caller: Option<axum::Extension<crate::api::Caller>>,
-) -> Result<Json<Vec<TokenInfo>>, ApiError> {
-    not_through_daemon(via.as_ref())?;
-    let mut tokens = ctx.app.daemons.token_infos().await?;
-    tokens.retain(|t| token_visible(caller.as_ref(), t.member.as_deref()));
-    Ok(Json(tokens))
-}
-
-pub(crate) async fn revoke_token(
-    State(ctx): State<crate::api::Ctx>,
-    via: Option<axum::Extension<Via>>,
-    caller: Option<axum::Extension<crate::api::Caller>>,
-    Path(name): Path<String>,
-) -> Result<Json<TokenInfo>, ApiError> {
-    not_through_daemon(via.as_ref())?;
-    let infos = ctx.app.daemons.token_infos().await?;
-    let mine = infos
-        .iter()
-        .find(|t| t.name == name)
-        .is_some_and(|t| token_visible(caller.as_ref(), t.member.as_deref()));
-    if !mine {
-        return Err(ApiError::UnknownToken { name });
-    }
-    use crate::store::TokenChange;
-    match ctx.app.daemons.revoke_token(name.clone()).await? {
-        TokenChange::Done(_) => ctx
-            .app
-            .daemons
-            .token_infos()
-            .await?
-            .into_iter()
-            .find(|t| t.name == name)
-            .map(Json)
-            .ok_or(ApiError::UnknownToken { name }),
-        TokenChange::Unknown | TokenChange::Exists | TokenChange::OtherMachine(_) => {
-            Err(ApiError::UnknownToken { name })
-        }
     }
 }

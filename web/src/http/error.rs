@@ -1,5 +1,6 @@
-//! One error type for the whole API: it knows its HTTP status and renders the
-//! contract's shape, `{"error": {"code", "message", "hint"}}`.
+//! One error type for every HTTP surface (the API, the daemon routes, the webhooks):
+//! it knows its HTTP status and renders the contract's shape,
+//! `{"error": {"code", "message", "hint"}}`.
 
 use crate::store::StoreError;
 use axum::Json;
