@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod backoff;
 pub mod clock;
 pub mod daemon;
 pub mod executor;

@@ -4,34 +4,28 @@
 //! same way.
 
 use sha2::{Digest, Sha256};
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use subtle::ConstantTimeEq;
 
-/// A fresh random token (256 bits, hex) for `serve.json`.
+/// A fresh random token (256 bits from the OS, hex) for `serve.json`, a member or a
+/// daemon.
 pub fn new_token() -> io::Result<String> {
     let mut bytes = [0u8; 32];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(hex(&bytes))
+    random(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}
+
+/// `buf` filled from the operating system's random source.
+pub fn random(buf: &mut [u8]) -> io::Result<()> {
+    getrandom::fill(buf).map_err(|e| io::Error::other(format!("no randomness from the OS: {e}")))
 }
 
 /// Hex SHA-256 of a token: what the store keeps.
 pub fn token_hash(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
+    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 /// Whether two secrets are equal, in constant time (the length is not secret).
 pub fn same(a: impl AsRef<[u8]>, b: impl AsRef<[u8]>) -> bool {
     a.as_ref().ct_eq(b.as_ref()).into()
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
 }

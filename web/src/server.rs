@@ -338,7 +338,10 @@ impl Server {
         let (tx, ready) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let store = &state.store;
-            let mut pause = std::time::Duration::from_millis(200);
+            let mut wait = crate::backoff::Backoff::new(
+                std::time::Duration::from_millis(200),
+                std::time::Duration::from_secs(5),
+            );
             let mut attempt = Some(first);
             // A leader that lost its connection (the database restarted) takes the lock
             // back within a fraction of a second: only a lock seen free twice, a
@@ -356,14 +359,17 @@ impl Server {
                         Err(e) => Err(e),
                     },
                 };
-                match result {
+                let pause = match result {
                     Ok(true) => break,
-                    Ok(false) => pause = LEAD_RETRY,
+                    Ok(false) => {
+                        wait.reset();
+                        LEAD_RETRY
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot take part in the leader election; retrying");
-                        pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                        wait.next_delay()
                     }
-                }
+                };
                 tokio::time::sleep(pause).await;
             }
             tracing::info!(url = %url, "this berth-server leads: it runs the tasks");

@@ -168,8 +168,12 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
             "warning: the web listener is on {addr}, not loopback: anyone who can reach it and holds the token can read your sessions"
         );
     }
-    let token = new_token()
-        .map_err(|e| CliError::new(format!("cannot make a token: {e}"), "check /dev/urandom"))?;
+    let token = new_token().map_err(|e| {
+        CliError::new(
+            format!("cannot make a token: {e}"),
+            "the operating system gave no randomness; check /dev/urandom",
+        )
+    })?;
     let url = format!("{}://{addr}", listener.scheme());
     let info = ServeInfo {
         url: Some(url.clone()),

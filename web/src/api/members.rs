@@ -49,7 +49,7 @@ pub struct AuditQuery {
 fn new_member_token() -> Result<String, ApiError> {
     new_token()
         .map(|t| format!("berthm_{t}"))
-        .map_err(|e| ApiError::Internal(format!("cannot read /dev/urandom: {e}")))
+        .map_err(|e| ApiError::Internal(format!("cannot make a token: {e}")))
 }
 
 pub(crate) async fn me(caller: Option<Extension<Caller>>, State(ctx): State<Ctx>) -> Json<Me> {

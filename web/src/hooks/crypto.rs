@@ -9,7 +9,6 @@ use cbc::cipher::{BlockModeDecrypt, BlockModeEncrypt, KeyIvInit};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
-pub use crate::secret::hex;
 use crate::secret::same;
 
 /// How far a signed request's timestamp may be from now, either way.
@@ -51,7 +50,7 @@ pub fn slack_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
     mac.update(timestamp.as_bytes());
     mac.update(b":");
     mac.update(body);
-    format!("v0={}", hex(&mac.finalize().into_bytes()))
+    format!("v0={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// Verifies a Slack request: the window first, then the signature, constant-time.
@@ -74,7 +73,7 @@ pub fn lark_signature(timestamp: &str, nonce: &str, encrypt_key: &str, body: &[u
         .chain_update(encrypt_key.as_bytes())
         .chain_update(body)
         .finalize();
-    hex(&digest)
+    hex::encode(digest)
 }
 
 /// Verifies a Lark request's signature (the window first), constant-time.
@@ -151,72 +150,18 @@ pub fn lark_encrypt(encrypt_key: &str, iv: [u8; 16], plaintext: &[u8]) -> String
     base64_encode(&out)
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-fn sextet(c: u8) -> Option<u32> {
-    let v = match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => return None,
-    };
-    Some(u32::from(v))
-}
-
 /// Strict standard base64 (RFC 4648 §4) with padding: whole quads only, `=` only at
 /// the end, no whitespace, and the unused bits of the last quad zero. `None` for
 /// anything else.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    if !bytes.len().is_multiple_of(4) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    let quads = bytes.chunks_exact(4);
-    let last = quads.len().checked_sub(1);
-    for (i, quad) in quads.enumerate() {
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && Some(i) != last) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &c in &quad[..4 - pad] {
-            n = (n << 6) | sextet(c)?;
-        }
-        n <<= 6 * pad;
-        let [_, b0, b1, b2] = n.to_be_bytes();
-        match pad {
-            0 => out.extend_from_slice(&[b0, b1, b2]),
-            1 if b2 == 0 => out.extend_from_slice(&[b0, b1]),
-            2 if b1 == 0 && b2 == 0 => out.push(b0),
-            _ => return None,
-        }
-    }
-    Some(out)
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 /// Standard base64 with padding.
 pub fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let idx = usize::try_from((n >> (18 - 6 * i)) & 63).unwrap_or(0);
-                out.push(char::from(ALPHABET[idx]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 #[cfg(test)]
@@ -300,7 +245,7 @@ mod tests {
     #[test]
     fn lark_signature_is_sha256_hex_of_the_concatenation() {
         let sig = lark_signature("1", "n", "k", b"{}");
-        assert_eq!(sig, hex(&Sha256::digest(b"1nk{}")));
+        assert_eq!(sig, hex::encode(Sha256::digest(b"1nk{}")));
         assert_eq!(verify_lark("1", "n", &sig, "k", b"{}", 1), Ok(()));
         assert_eq!(
             verify_lark("1", "n", &sig, "k", b"{ }", 1),

@@ -163,14 +163,12 @@ impl HttpClient {
         make: impl Fn() -> Result<Request<Body>, SendError>,
         attempts: u32,
     ) -> Result<Response<Incoming>, SendError> {
-        let mut delay = Duration::from_millis(100);
-        let mut tries = 0;
+        let mut wait =
+            crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
-            tries += 1;
             match self.send(make()?).await {
-                Err(e) if e.never_sent() && tries < attempts.max(1) => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                Err(e) if e.never_sent() && wait.attempts() + 1 < attempts.max(1) => {
+                    tokio::time::sleep(wait.next_delay()).await;
                 }
                 other => return other,
             }

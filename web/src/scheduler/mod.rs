@@ -449,17 +449,17 @@ fn start_worker(inner: &Arc<Inner>, session: String, first: Option<Resumed>) {
                 tracing::error!(task = %r.task.id, error = %e, "could not record a carried-over task");
             }
         }
-        let mut pause = RETRY_FIRST;
+        let mut wait = crate::backoff::Backoff::new(RETRY_FIRST, RETRY_MAX);
         loop {
             match drain(&guard).await {
                 Ok(()) => break,
                 // The database is away (PostgreSQL restarting): the session's work is
                 // still stored; look again after a pause.
                 Err(StoreError::Unavailable(e)) if !guard.inner.stopping.load(Ordering::SeqCst) => {
+                    let pause = wait.next_delay();
                     tracing::warn!(session = %session, error = %e, pause_ms = pause.as_millis() as u64,
                         "the database is unavailable; scheduling the session again after a pause");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
                 }
                 Err(e) => {
                     tracing::error!(session = %session, error = %e, "scheduling stopped for the session");
@@ -472,7 +472,7 @@ fn start_worker(inner: &Arc<Inner>, session: String, first: Option<Resumed>) {
 }
 
 /// The first pause before a store call is tried again while the database is
-/// unavailable; it doubles up to [`RETRY_MAX`].
+/// unavailable; it doubles up to [`RETRY_MAX`], with jitter (`crate::backoff`).
 const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a run's record (its events, its outcome) is retried before it is given up.
@@ -486,14 +486,14 @@ where
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
     let start = std::time::Instant::now();
-    let mut pause = RETRY_FIRST;
+    let mut wait = crate::backoff::Backoff::new(RETRY_FIRST, RETRY_MAX);
     loop {
         match call().await {
             Err(StoreError::Unavailable(e)) if start.elapsed() < RETRY_FOR => {
+                let pause = wait.next_delay();
                 tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64,
                     "the database is unavailable; {what} is tried again after a pause");
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
             }
             other => return other,
         }

@@ -153,27 +153,6 @@ fn perm(st: &rustix::fs::Stat) -> u32 {
     st.st_mode as u32 & 0o7777
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    text.as_bytes()
-        .chunks(2)
-        .map(|pair| match pair {
-            [a, b] => Some(digit(*a)? << 4 | digit(*b)?),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Opens the directory `rel` (components under `dir`), never through a symlink.
 fn open_dir(dir: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, Errno> {
     if rel.is_empty() {
@@ -226,7 +205,7 @@ fn node_at(
             budget.more(rel, (bytes.len() as u64).saturating_sub(st.st_size as u64))?;
             Ok(Node::File {
                 mode,
-                hex: hex(&bytes),
+                hex: hex::encode(bytes),
             })
         }
         FileType::Symlink => {
@@ -477,7 +456,7 @@ fn restore_root(
                 }
             }
             Node::File { mode, hex } => {
-                let bytes = unhex(hex).ok_or(Errno::INVAL)?;
+                let bytes = hex::decode(hex).map_err(|_| Errno::INVAL)?;
                 let same = match open_nofollow(&parent, name, OFlags::RDONLY) {
                     Ok(fd) => {
                         let st = rustix::fs::fstat(&fd)?;

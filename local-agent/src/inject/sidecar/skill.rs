@@ -96,7 +96,7 @@ pub(super) fn read_skill(source: &Path) -> Result<Vec<(Copied, Vec<u8>)>, Sideca
 }
 
 fn sha256(bytes: &[u8]) -> String {
-    berth_web::hooks::crypto::hex(&Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Removes what Berth copied into the skill folder `path`: each file it created while

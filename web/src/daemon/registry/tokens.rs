@@ -105,7 +105,7 @@ impl Daemons {
     ) -> Result<TokenChange<(TokenRow, String)>, StoreError> {
         let token = new_token()
             .map(|t| format!("berthd_{t}"))
-            .map_err(|e| StoreError::Worker(format!("cannot read /dev/urandom: {e}")))?;
+            .map_err(|e| StoreError::Worker(format!("cannot make a token: {e}")))?;
         let hash = token_hash(&token);
         Ok(
             match self.inner.store.create_token(name, hash, member).await? {

@@ -32,7 +32,8 @@ impl Pg {
     pub(crate) fn listen(pg: &Arc<Pg>) {
         let weak = Arc::downgrade(pg);
         tokio::spawn(async move {
-            let mut pause = Duration::from_millis(100);
+            let mut wait =
+                crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
             let mut first = true;
             loop {
                 let Some(pg) = weak.upgrade() else { return };
@@ -54,7 +55,7 @@ impl Pg {
                                 r = &mut listening, if !subscribed => {
                                     if r.is_err() { break; }
                                     subscribed = true;
-                                    pause = Duration::from_millis(100);
+                                    wait.reset();
                                     let Some(pg) = weak.upgrade() else { return };
                                     pg.lists.subscribed();
                                     if !first {
@@ -83,8 +84,7 @@ impl Pg {
                         tracing::warn!(error = %e, "cannot listen for database notifications; retrying");
                     }
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(wait.next_delay()).await;
             }
         });
     }
