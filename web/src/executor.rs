@@ -132,6 +132,24 @@ pub struct TaskOutcome {
 }
 
 impl TaskOutcome {
+    /// An outcome of `status` and nothing else: the one place every field is named.
+    /// Others start from it (`TaskOutcome { exit_code, ..TaskOutcome::new(status) }`).
+    pub fn new(status: TaskStatus) -> TaskOutcome {
+        TaskOutcome {
+            status,
+            exit_code: None,
+            error: None,
+            code: None,
+            work_dir: None,
+            work_dir_display: None,
+            resume_id: None,
+            branch: None,
+            denials: Vec::new(),
+            changes: None,
+            fence: None,
+        }
+    }
+
     /// A task that ended with nothing of a run to report (no exit code, directory,
     /// resume id, changes or fence): its status, its error and the error's code.
     pub fn ended(
@@ -140,17 +158,9 @@ impl TaskOutcome {
         error: impl Into<String>,
     ) -> TaskOutcome {
         TaskOutcome {
-            status,
-            exit_code: None,
             error: Some(error.into()),
             code,
-            work_dir: None,
-            work_dir_display: None,
-            resume_id: None,
-            branch: None,
-            denials: Vec::new(),
-            changes: None,
-            fence: None,
+            ..TaskOutcome::new(status)
         }
     }
 

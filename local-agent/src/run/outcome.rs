@@ -10,17 +10,8 @@ use berth_web::executor::TaskOutcome;
 
 pub(super) fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
     TaskOutcome {
-        status,
-        exit_code: None,
         error,
-        code: None,
-        work_dir: None,
-        work_dir_display: None,
-        resume_id: None,
-        branch: None,
-        denials: Vec::new(),
-        changes: None,
-        fence: None,
+        ..TaskOutcome::new(status)
     }
 }
 
@@ -88,17 +79,12 @@ pub(super) fn ran_outcome(
         (TaskStatus::Failed, Some(code), Some(error))
     };
     TaskOutcome {
-        status,
         exit_code: ran.exit_code,
         error,
         code,
-        work_dir: None,
-        work_dir_display: None,
         resume_id: ran.state.resume_id.or(resume),
-        branch: None,
         denials: ran.state.denials,
-        changes: None,
-        fence: None,
+        ..TaskOutcome::new(status)
     }
 }
 

@@ -50,17 +50,11 @@ impl Executor for ShExecutor {
             };
             let _ = std::fs::create_dir_all(&dir);
             let outcome = |status, exit_code, error: Option<String>| TaskOutcome {
-                status,
                 exit_code,
                 error,
-                code: None,
                 work_dir: Some(dir.display().to_string()),
-                work_dir_display: None,
                 resume_id: Some(format!("resume-{}", task.task_id)),
-                branch: None,
-                denials: Vec::new(),
-                changes: None,
-                fence: None,
+                ..TaskOutcome::new(status)
             };
             let _ = events.send(ExecEvent::Status {
                 status: TaskStatus::Running,
