@@ -180,21 +180,9 @@ pub fn agent_env(
 
 /// Starts `inv` in the directory `dir` with exactly `env`, its process group recorded
 /// under `records` (with `shown`, the directory as the user knows it) and registered
-/// with `watcher`. Unfenced: [`spawn_fenced`] with no fence.
-pub async fn spawn(
-    inv: &Invocation,
-    dir: BorrowedFd<'_>,
-    env: Vec<(OsString, OsString)>,
-    records: &Path,
-    shown: &str,
-    watcher: &Watcher,
-) -> Result<AgentProcess, SpawnError> {
-    spawn_fenced(inv, dir, env, records, shown, watcher, None).await
-}
-
-/// [`spawn`], with the agent and everything it starts confined in `fence` (applied in
-/// the child just before the exec, on both the clone and the fork path; Berth itself
-/// stays unconfined).
+/// with `watcher`; with a `fence`, the agent and everything it starts are confined in
+/// it (applied in the child just before the exec, on both the clone and the fork path;
+/// Berth itself stays unconfined).
 pub async fn spawn_fenced(
     inv: &Invocation,
     dir: BorrowedFd<'_>,

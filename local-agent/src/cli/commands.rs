@@ -205,17 +205,8 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
         } => {
             let (mut s, agent_from) =
                 create_session(c, agent, title, dir.as_deref(), mode, project).await?;
-            let trusted = if trust {
-                Some(trust_bound(c, &s)?)
-            } else {
-                None
-            };
-            add_project_layer(c, &mut s);
+            let trusted = settle_binding(c, &mut s, trust, json)?;
             if json {
-                if let Some(t) = &trusted {
-                    s["trusted"] = json!(t);
-                }
-                print_json(&s);
                 return Ok(0);
             }
             println!(
@@ -233,13 +224,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                 let suggestion = last_used_dir(c, &s).await;
                 render::unbound_notice(&s, suggestion.as_deref());
             } else {
-                if let Some(t) = &trusted {
-                    super::trust::print_trusted(t);
-                }
-                render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
-                if trusted.is_none() {
-                    project_layer_lines(&s);
-                }
+                bound_header(c, &s, trusted.as_ref()).await;
             }
             Ok(0)
         }
@@ -305,29 +290,13 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
                     Some(&body),
                 )
                 .await?;
-            let trusted = if trust {
-                Some(trust_bound(c, &s)?)
-            } else {
-                None
-            };
-            add_project_layer(c, &mut s);
-            if json {
-                if let Some(t) = &trusted {
-                    s["trusted"] = json!(t);
-                }
-                print_json(&s);
-            } else {
+            let trusted = settle_binding(c, &mut s, trust, json)?;
+            if !json {
                 println!(
                     "session {} is bound; it applies at the next message",
                     short(&s["id"])
                 );
-                if let Some(t) = &trusted {
-                    super::trust::print_trusted(t);
-                }
-                render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
-                if trusted.is_none() {
-                    project_layer_lines(&s);
-                }
+                bound_header(c, &s, trusted.as_ref()).await;
             }
             Ok(0)
         }
@@ -415,6 +384,42 @@ fn local_binding_dir(c: &Client, session: &Value) -> Option<String> {
     (b["daemon"].as_str() == Some(c.machine().as_str()))
         .then(|| b["dir"].as_str().map(str::to_owned))
         .flatten()
+}
+
+/// What follows a binding, at creation or later: the directory trusted if asked, the
+/// project layer's report added to the session, and with `--json` the session printed.
+/// Returns what was trusted.
+fn settle_binding(
+    c: &Client,
+    s: &mut Value,
+    trust: bool,
+    json: bool,
+) -> Result<Option<super::trust::Trusted>, CliError> {
+    let trusted = if trust {
+        Some(trust_bound(c, s)?)
+    } else {
+        None
+    };
+    add_project_layer(c, s);
+    if json {
+        if let Some(t) = &trusted {
+            s["trusted"] = json!(t);
+        }
+        print_json(s);
+    }
+    Ok(trusted)
+}
+
+/// A bound session's header: what was trusted, then the header, then the project
+/// layer's lines when nothing was trusted (a trust prints its own).
+async fn bound_header(c: &Client, s: &Value, trusted: Option<&super::trust::Trusted>) {
+    if let Some(t) = trusted {
+        super::trust::print_trusted(t);
+    }
+    render::header(s, &c.machine(), agent_policy(c, s).await.as_deref());
+    if trusted.is_none() {
+        project_layer_lines(s);
+    }
 }
 
 /// `--trust`: trusts, from this shell, the project layer the new binding reads.

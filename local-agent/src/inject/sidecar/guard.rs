@@ -147,6 +147,16 @@ impl Budget {
     }
 }
 
+/// Sets the permission bits of `name` in `parent` (the umask does not apply).
+fn set_mode(parent: &OwnedFd, name: &str, mode: u32) -> Result<(), Errno> {
+    rustix::fs::chmodat(
+        parent,
+        name,
+        Mode::from_raw_mode(mode as _),
+        AtFlags::empty(),
+    )
+}
+
 /// The permission bits of `st` (`st_mode` is a `u16` on macOS).
 #[allow(clippy::unnecessary_cast)]
 fn perm(st: &rustix::fs::Stat) -> u32 {
@@ -433,23 +443,13 @@ fn restore_root(
                 match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) => {
                         if perm(&st) != *mode {
-                            rustix::fs::chmodat(
-                                &parent,
-                                name,
-                                Mode::from_raw_mode(*mode as _),
-                                AtFlags::empty(),
-                            )?;
+                            set_mode(&parent, name, *mode)?;
                             noted("changed", done);
                         }
                     }
                     Err(Errno::NOENT) => {
                         rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(*mode as _))?;
-                        rustix::fs::chmodat(
-                            &parent,
-                            name,
-                            Mode::from_raw_mode(*mode as _),
-                            AtFlags::empty(),
-                        )?;
+                        set_mode(&parent, name, *mode)?;
                         noted("removed", done);
                     }
                     Err(e) => return Err(e),
