@@ -21,6 +21,8 @@ rustup component list --installed | grep -q '^clippy' || rustup component add cl
 
 say "formatting"
 cargo fmt --all -- --check
+say "no import circles between modules (issue 35)"
+python3 scripts/module-cycles.py
 
 # The browser bundle is checked in (web/ui/pkg) and embedded by berth-web as it is:
 # rebuild it from core/ and wasm/ into a temporary directory and fail unless it matches
