@@ -127,7 +127,8 @@ pub fn decide(session: &SessionRow, _dirs: &[ProjectDirRow], claim: Claim<'_>) -
     })
 }
 
-#[cfg(all(test, feature = "local-binding"))]
+#[cfg(test)]
+#[cfg(feature = "local-binding")]
 mod tests {
     use super::*;
     use crate::store::StoredBinding;
