@@ -29,8 +29,8 @@ fn lexical(c: &mut Criterion) {
 }
 
 fn resolution(c: &mut Criterion) {
-    let a = MachineId::new("laptop-0198c2");
-    let b = MachineId::new("desktop-0198c3");
+    let a = MachineId::parse("laptop-0198c2").unwrap();
+    let b = MachineId::parse("desktop-0198c3").unwrap();
     let view = BindingView {
         display: "~/code/app".into(),
         daemon: a.clone(),
@@ -51,7 +51,7 @@ fn resolution(c: &mut Criterion) {
                 runtime: Runtime::Local,
                 binding: Some(&view),
                 project_dirs: &dirs,
-                claimer: &a,
+                claimer: Some(&a),
                 online: &online,
             }))
         })
@@ -63,7 +63,7 @@ fn resolution(c: &mut Criterion) {
                 runtime: Runtime::Local,
                 binding: None,
                 project_dirs: &dirs,
-                claimer: &b,
+                claimer: Some(&b),
                 online: &online,
             }))
         })

@@ -8,6 +8,7 @@
 #[cfg(feature = "local-binding")]
 use crate::binding::{BindMode, BindingState, MachineId};
 use crate::code::{ErrorCode, Refusal};
+use crate::ids::{SessionId, TaskId};
 use crate::resolve::Origin;
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
     pub title: String,
     pub agent: String,
     pub origin: Origin,
@@ -126,8 +127,8 @@ impl TaskStatus {
 /// A task as the API returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
-    pub id: String,
-    pub session_id: String,
+    pub id: TaskId,
+    pub session_id: SessionId,
     pub status: TaskStatus,
     pub wait_reason: Option<String>,
     pub work_dir: Option<String>,
@@ -344,7 +345,7 @@ mod tests {
             SessionBinding {
                 dir: "/home/u/app".into(),
                 display: "~/app".into(),
-                daemon: MachineId::new("m1"),
+                daemon: MachineId::parse("m1").unwrap(),
                 daemon_name: "laptop".into(),
                 mode: BindMode::InPlace,
                 state: BindingState::Ok,

@@ -8,25 +8,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A machine that runs tasks: the local executor of `berth serve` or a remote daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct MachineId(pub String);
-
-impl MachineId {
-    pub fn new(id: impl Into<String>) -> MachineId {
-        MachineId(id.into())
-    }
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for MachineId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+/// A machine's id, defined with the other ids in [`crate::ids`] and named here too,
+/// where bindings have always reached it.
+pub use crate::ids::MachineId;
 
 /// How a bound directory is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

@@ -17,6 +17,7 @@ pub mod context;
 pub mod display;
 pub mod event;
 pub mod fence;
+pub mod ids;
 pub mod path;
 pub mod platform;
 pub mod policy;
@@ -27,6 +28,7 @@ pub mod settings;
 
 pub use code::{ErrorCode, Refusal};
 pub use context::Context;
+pub use ids::{IdError, MachineId, SessionId, TaskId};
 pub use path::LocalPath;
 pub use platform::Platform;
 pub use policy::Permissions;

@@ -93,8 +93,9 @@ pub struct Request<'a, B: BindingFacts> {
     pub binding: Option<&'a B>,
     /// The directory resources of the session's project, if any.
     pub project_dirs: &'a [ProjectDir<B::Dir>],
-    /// The machine asking to run the task.
-    pub claimer: &'a MachineId,
+    /// The machine asking to run the task; `None` when none asks (a server with no
+    /// executor for the session): then no binding or project directory is its.
+    pub claimer: Option<&'a MachineId>,
     /// Machines currently online (the claimer counts as online whether listed or not).
     pub online: &'a [MachineId],
 }
@@ -266,7 +267,7 @@ pub fn resolve<B: BindingFacts>(req: &Request<'_, B>) -> Resolution<B::Dir> {
     }
     if let Some(binding) = req.binding {
         let machine = binding.machine();
-        if machine == req.claimer {
+        if Some(machine) == req.claimer {
             return placed(
                 binding.dir(),
                 machine.clone(),
@@ -294,7 +295,7 @@ pub fn resolve<B: BindingFacts>(req: &Request<'_, B>) -> Resolution<B::Dir> {
     if let Some(pd) = req
         .project_dirs
         .iter()
-        .find(|pd| &pd.machine == req.claimer)
+        .find(|pd| Some(&pd.machine) == req.claimer)
     {
         return placed(
             pd.dir.clone(),

@@ -127,7 +127,8 @@ fn native(c: &mut Criterion) {
                 let lock = rt
                     .block_on(locks.acquire(&key, "bench-task", |_| {}, &mut cancel))
                     .unwrap();
-                let mut sidecars = Sidecars::new(&journal, "bench-task");
+                let mut sidecars =
+                    Sidecars::new(&journal, &berth_core::TaskId::parse("bench-task").unwrap());
                 sidecars.append_block(&pinned, "CLAUDE.md", &brief).unwrap();
                 pinned.recheck().unwrap();
                 sidecars.cleanup(&pinned).1.unwrap();
@@ -166,7 +167,12 @@ fn native(c: &mut Criterion) {
                 let before = shadow.snapshot_before(&limits).unwrap();
                 let after = shadow.snapshot(&limits).unwrap();
                 let changes = shadow
-                    .record(&format!("bench-{n}"), &before, &after, &limits)
+                    .record(
+                        &format!("bench-{n}").parse().unwrap(),
+                        &before,
+                        &after,
+                        &limits,
+                    )
                     .unwrap();
                 assert!(changes.files.is_empty());
             })
@@ -186,7 +192,12 @@ fn native(c: &mut Criterion) {
                 }
                 let after = shadow.snapshot(&limits).unwrap();
                 let changes = shadow
-                    .record(&format!("bench-edit-{n}"), &before, &after, &limits)
+                    .record(
+                        &format!("bench-edit-{n}").parse().unwrap(),
+                        &before,
+                        &after,
+                        &limits,
+                    )
                     .unwrap();
                 assert_eq!(changes.files.len(), 10);
             })

@@ -73,7 +73,7 @@ impl ExecutorConfig {
             user_name,
             grace: DEFAULT_GRACE,
             brief_arg_limit: DEFAULT_BRIEF_ARG_LIMIT,
-            machine_id: MachineId::new("local"),
+            machine_id: MachineId::local(),
             machine_name: hostname().unwrap_or_else(|| "this machine".to_owned()),
         })
     }
@@ -89,7 +89,7 @@ impl ExecutorConfig {
             user_name: None,
             grace: DEFAULT_GRACE,
             brief_arg_limit: DEFAULT_BRIEF_ARG_LIMIT,
-            machine_id: MachineId::new("local"),
+            machine_id: MachineId::local(),
             machine_name: "test machine".to_owned(),
         }
     }

@@ -354,8 +354,8 @@ fn texts(events: &[WireEvent]) -> Vec<String> {
 /// A task of a `command` agent running `script` in a scratch directory.
 fn scratch_task(n: &str, script: &str) -> ClaimedTask {
     ClaimedTask {
-        task_id: format!("task-{n}"),
-        session_id: format!("session-{n}"),
+        task_id: format!("task-{n}").parse().unwrap(),
+        session_id: format!("session-{n}").parse().unwrap(),
         title: "count".into(),
         display: None,
         agent: AgentSpec {

@@ -8,6 +8,10 @@ use berth_local_agent::inject::journal::Journal;
 use berth_local_agent::inject::sidecar::Sidecars;
 use common::{Sandbox, tree};
 
+fn tid(id: &str) -> berth_core::TaskId {
+    berth_core::TaskId::parse(id).unwrap()
+}
+
 #[test]
 fn leftovers_are_replayed_unless_their_process_is_alive() {
     let sb = Sandbox::new();
@@ -21,7 +25,7 @@ fn leftovers_are_replayed_unless_their_process_is_alive() {
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     // Another "process" (its own journal) writes sidecars and never cleans up.
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t/../1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t-1"));
     sidecars
         .append_block(&pinned, "AGENTS.md", "brief")
         .unwrap();
@@ -56,7 +60,7 @@ fn finished_runs_are_not_replayed_and_the_file_is_emptied() {
     let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     sidecars
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
@@ -80,7 +84,7 @@ fn recover_reports_what_replay_did() {
     let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     sidecars
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
@@ -109,7 +113,7 @@ fn a_hard_linked_target_is_never_written() {
     let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     let checked = sidecars.check_block(&pinned, "CLAUDE.md").unwrap_err();
     let err = sidecars
         .append_block(&pinned, "CLAUDE.md", "brief")
@@ -154,7 +158,7 @@ fn undo_removes_only_what_berth_wrote_in_a_skill_folder() {
         let dir = sb.dir(if crash { "work/crash" } else { "work/clean" });
         let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
         let journal = Journal::new(cfg.journal_dir());
-        let mut sidecars = Sidecars::new(&journal, "t1");
+        let mut sidecars = Sidecars::new(&journal, &tid("t1"));
         let rel = sidecars
             .install_skill(&pinned, ".claude/skills", "s", &skill)
             .unwrap();
@@ -230,7 +234,7 @@ fn a_block_is_cut_out_even_after_the_file_was_hard_linked_during_the_run() {
     let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     sidecars
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
@@ -256,7 +260,7 @@ fn guarded_paths_are_put_back_at_the_next_start_after_a_crash() {
     let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
     let pinned = exec.validate_dir(dir.to_str().unwrap()).unwrap();
     let journal = Journal::new(cfg.journal_dir());
-    let mut sidecars = Sidecars::new(&journal, "t1");
+    let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     let guard_dir = cfg.berth_home.join("guard");
     sidecars.guard(&pinned, &guard_dir).unwrap();
     // The agent, then the crash.

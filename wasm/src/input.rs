@@ -57,6 +57,11 @@ fn named<T>(
     parse(&text).ok_or_else(|| format!("`{key}` in {what} cannot be \"{text}\""))
 }
 
+/// A machine id, checked as every surface checks one.
+fn machine_id(text: String) -> Result<MachineId, String> {
+    MachineId::try_from(text).map_err(|e| e.to_string())
+}
+
 fn machines(o: &mut Fields<'_>, key: &str) -> Result<Vec<MachineId>, String> {
     let Some(list) = o.take_array(key) else {
         return Ok(Vec::new());
@@ -64,7 +69,7 @@ fn machines(o: &mut Fields<'_>, key: &str) -> Result<Vec<MachineId>, String> {
     list.elements
         .into_iter()
         .map(|v| match v {
-            Value::StringLit(s) => Ok(MachineId::new(s.value.into_owned())),
+            Value::StringLit(s) => machine_id(s.value.into_owned()),
             Value::NumberLit(_)
             | Value::BooleanLit(_)
             | Value::Object(_)
@@ -90,7 +95,7 @@ fn binding(v: Value<'_>) -> Result<Option<BindingView>, String> {
     let _ = o.take("dir");
     Ok(Some(BindingView {
         display: string(&mut o, "display", what)?,
-        daemon: MachineId::new(string(&mut o, "daemon", what)?),
+        daemon: machine_id(string(&mut o, "daemon", what)?)?,
         daemon_name: string(&mut o, "daemon_name", what)?,
         mode: named(&mut o, "mode", what, BindMode::from_name)?,
         state: match o.take_string("state") {
@@ -106,7 +111,7 @@ fn project_dir(v: Value<'_>) -> Result<ProjectDir<String>, String> {
     let mut o = object(v, what)?;
     deny_unknown(&o, &["machine", "dir", "mode"], what)?;
     Ok(ProjectDir {
-        machine: MachineId::new(string(&mut o, "machine", what)?),
+        machine: machine_id(string(&mut o, "machine", what)?)?,
         dir: string(&mut o, "dir", what)?,
         mode: match o.take_string("mode") {
             Some(m) => BindMode::from_name(&m.value)
@@ -153,7 +158,7 @@ pub fn preview_input(v: Value<'_>) -> Result<PreviewInput, String> {
             None => None,
         },
         project_dirs,
-        claimer: MachineId::new(string(&mut o, "claimer", what)?),
+        claimer: machine_id(string(&mut o, "claimer", what)?)?,
         online: machines(&mut o, "online")?,
     })
 }

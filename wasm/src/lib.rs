@@ -131,7 +131,7 @@ pub fn preview(input: &str) -> String {
         runtime: input.runtime,
         binding: input.binding.as_ref(),
         project_dirs: &input.project_dirs,
-        claimer: &input.claimer,
+        claimer: Some(&input.claimer),
         online: &input.online,
     });
     Obj::new()

@@ -8,7 +8,7 @@
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
-use berth_core::{ErrorCode, Refusal};
+use berth_core::{ErrorCode, Refusal, SessionId, TaskId};
 use std::future::Future;
 use std::pin::Pin;
 use tokio::sync::{mpsc, watch};
@@ -69,7 +69,7 @@ pub enum Placement {
 /// Facts about the session, for the agent's brief.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionFacts {
-    pub id: String,
+    pub id: SessionId,
     pub title: String,
     /// The privacy-stripped bound directory, if any.
     pub display: Option<String>,
@@ -78,7 +78,7 @@ pub struct SessionFacts {
 /// One task handed to an executor.
 #[derive(Debug, Clone)]
 pub struct TaskSpec {
-    pub task_id: String,
+    pub task_id: TaskId,
     pub session: SessionFacts,
     pub agent: AgentSpec,
     pub prompt: String,

@@ -6,6 +6,7 @@
 //! events in sequence order. A subscriber that falls behind re-reads the store;
 //! the sequence number is the SSE `id`, which makes replay exact.
 
+use berth_core::{SessionId, TaskId};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,10 +46,10 @@ impl EventKind {
 /// One stored transcript event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TranscriptEvent {
-    pub session_id: String,
+    pub session_id: SessionId,
     /// 1, 2, 3… within the session, never reused.
     pub seq: i64,
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     /// An [`EventKind`] spelling.
     pub kind: String,
     pub payload: serde_json::Value,
@@ -65,24 +66,24 @@ const CHANNEL_CAPACITY: usize = 1024;
 /// One broadcast channel per session with live subscribers.
 #[derive(Debug, Default)]
 pub struct Hub {
-    channels: Mutex<HashMap<String, broadcast::Sender<Arc<TranscriptEvent>>>>,
+    channels: Mutex<HashMap<SessionId, broadcast::Sender<Arc<TranscriptEvent>>>>,
 }
 
 impl Hub {
     /// Subscribes to a session's future events. Subscribe *before* reading the
     /// backlog; de-duplicate by `seq`.
-    pub fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<TranscriptEvent>> {
+    pub fn subscribe(&self, session_id: &SessionId) -> broadcast::Receiver<Arc<TranscriptEvent>> {
         let mut map = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        map.entry(session_id.to_owned())
+        map.entry(session_id.clone())
             .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
             .subscribe()
     }
 
     /// Tells a session's subscribers that the store holds events they have not been
     /// given (another process on the database wrote them): they read the store.
-    pub fn nudge(&self, session_id: &str) {
+    pub fn nudge(&self, session_id: &SessionId) {
         self.publish(TranscriptEvent {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             seq: NUDGE_SEQ,
             task_id: None,
             kind: String::new(),
@@ -93,7 +94,7 @@ impl Hub {
 
     /// [`Hub::nudge`] for every session with subscribers.
     pub fn nudge_all(&self) {
-        let sessions: Vec<String> = self
+        let sessions: Vec<SessionId> = self
             .channels
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -339,7 +339,7 @@ async fn daemons_on_the_cloud_server_never_run_in_place() {
     let events = server
         .state()
         .store
-        .events_after(id.clone(), 0, 100)
+        .events_after(id.parse().unwrap(), 0, 100)
         .await
         .unwrap();
     let texts = events

@@ -37,7 +37,10 @@ fn a_restart_interrupts_the_running_task_and_runs_the_queued_one() {
         // Wait until the agent's first line is in the transcript: it really runs.
         let store = t.server.state().store;
         for _ in 0..3000 {
-            let events = store.events_after(s.clone(), 0, 100).await.unwrap();
+            let events = store
+                .events_after(s.parse().unwrap(), 0, 100)
+                .await
+                .unwrap();
             if events.iter().any(|e| e.kind == "agent") {
                 break;
             }
@@ -72,7 +75,7 @@ fn a_restart_interrupts_the_running_task_and_runs_the_queued_one() {
             .server
             .state()
             .store
-            .events_after(session.clone(), 0, 1000)
+            .events_after(session.parse().unwrap(), 0, 1000)
             .await
             .unwrap();
         let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();

@@ -52,7 +52,7 @@ async fn tasks_of_one_session_run_one_at_a_time_in_order() {
         .server
         .state()
         .store
-        .events_after(s.clone(), 0, 1000)
+        .events_after(s.parse().unwrap(), 0, 1000)
         .await
         .unwrap();
     let texts: Vec<&str> = events
@@ -191,7 +191,10 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
     let second = send(&t, &s, "y").await;
     let task = t.wait_task(&second).await;
     assert_eq!(task["work_dir"], dir);
-    let events = store.events_after(s.clone(), 0, 1000).await.unwrap();
+    let events = store
+        .events_after(s.parse().unwrap(), 0, 1000)
+        .await
+        .unwrap();
     let changed: Vec<&serde_json::Value> = events
         .iter()
         .filter(|e| e.kind == "binding_changed")
@@ -218,7 +221,7 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
         (200, &serde_json::Value::Null)
     );
     let last = store
-        .events_after(s.clone(), 0, 1000)
+        .events_after(s.parse().unwrap(), 0, 1000)
         .await
         .unwrap()
         .pop()
@@ -240,7 +243,7 @@ struct Instant;
 impl berth_web::executor::Executor for Instant {
     fn machine(&self) -> (berth_core::binding::MachineId, String) {
         (
-            berth_core::binding::MachineId::new("m-instant"),
+            berth_core::binding::MachineId::parse("m-instant").unwrap(),
             "instant".into(),
         )
     }
@@ -320,14 +323,14 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
     let mut events = store.hub().subscribe(&session);
     for i in 0..1500 {
         let (task, _) = store
-            .add_message(session.clone(), Origin::Desktop, format!("m{i}"))
+            .add_message(session.to_string(), Origin::Desktop, format!("m{i}"))
             .await
             .unwrap();
         scheduler.notify(&session);
         let ended = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 match events.recv().await {
-                    Ok(ev) if ev.kind == "task" && ev.task_id.as_deref() == Some(&task.id) => break,
+                    Ok(ev) if ev.kind == "task" && ev.task_id.as_ref() == Some(&task.id) => break,
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(e) => panic!("the transcript closed: {e}"),
                 }
@@ -337,7 +340,7 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
         assert!(
             ended.is_ok(),
             "message {i} was left {:?}",
-            store.task(&task.id).await.unwrap().status
+            store.task(task.id.as_str()).await.unwrap().status
         );
     }
 }

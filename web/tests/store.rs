@@ -10,6 +10,7 @@ use berth_core::api::Denial;
 use berth_core::api::TaskStatus;
 use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
+use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
 use berth_web::store::{
@@ -91,11 +92,15 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
         assert_eq!(store.add_agent(agent()).await.unwrap(), agent());
         let s = store.create_session(unbound("demo")).await.unwrap();
         let (t1, seq1) = store
-            .add_message(s.id.clone(), Origin::Desktop, "one".into())
+            .add_message(s.id.to_string(), Origin::Desktop, "one".into())
             .await
             .unwrap();
         let (t2, seq2) = store
-            .add_message(s.id[..12].to_owned(), Origin::Desktop, "two".into())
+            .add_message(
+                s.id.as_str()[..12].to_owned(),
+                Origin::Desktop,
+                "two".into(),
+            )
             .await
             .unwrap();
         assert_eq!((seq1, seq2, t1.seq, t2.seq), (1, 2, 1, 2));
@@ -112,7 +117,7 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
     assert_eq!(rec.interrupted, vec![running.id.clone()]);
     assert_eq!(rec.pending_sessions, vec![session.id.clone()]);
 
-    let again = store.session(&session.id).await.unwrap();
+    let again = store.session(session.id.as_str()).await.unwrap();
     assert_eq!(
         (
             again.id,
@@ -131,10 +136,10 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
     );
     assert_eq!(store.list_agents().await.unwrap(), vec![agent()]);
     let tasks = store
-        .list_tasks(Some(session.id.clone()), None)
+        .list_tasks(Some(session.id.to_string()), None)
         .await
         .unwrap();
-    let statuses: Vec<(String, TaskStatus)> =
+    let statuses: Vec<(TaskId, TaskStatus)> =
         tasks.iter().map(|t| (t.id.clone(), t.status)).collect();
     assert_eq!(
         statuses,
@@ -175,8 +180,9 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
         let next = store.create_session(unbound("s")).await.unwrap();
         let pair = made.iter().find_map(|m: &berth_web::store::SessionRow| {
             let common =
-                m.id.chars()
-                    .zip(next.id.chars())
+                m.id.as_str()
+                    .chars()
+                    .zip(next.id.as_str().chars())
                     .take_while(|(x, y)| x == y)
                     .count();
             (common >= 1).then(|| (m.clone(), next.clone(), common))
@@ -188,19 +194,26 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
     };
     made.push(b.clone());
     let (a, b) = if a.id < b.id { (a, b) } else { (b, a) };
-    let shared = &a.id[..common];
+    let shared = &a.id.as_str()[..common];
     let mut expected: Vec<String> = made
         .iter()
-        .map(|m| m.id.clone())
+        .map(|m| m.id.to_string())
         .filter(|id| id.starts_with(shared))
         .collect();
     expected.sort();
 
-    assert_eq!(store.session(&a.id).await.unwrap().id, a.id);
-    assert_eq!(store.session(&a.id[..common + 1]).await.unwrap().id, a.id);
+    assert_eq!(store.session(a.id.as_str()).await.unwrap().id, a.id);
     assert_eq!(
         store
-            .session(&b.id.to_uppercase()[..common + 1])
+            .session(&a.id.as_str()[..common + 1])
+            .await
+            .unwrap()
+            .id,
+        a.id
+    );
+    assert_eq!(
+        store
+            .session(&b.id.as_str().to_uppercase()[..common + 1])
             .await
             .unwrap()
             .id,
@@ -227,10 +240,17 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
         );
     }
     let (t, _) = store
-        .add_message(a.id.clone(), Origin::Api, "x".into())
+        .add_message(a.id.to_string(), Origin::Api, "x".into())
         .await
         .unwrap();
-    assert_eq!(store.task(&t.id[..t.id.len() - 2]).await.unwrap().id, t.id);
+    assert_eq!(
+        store
+            .task(&t.id.as_str()[..t.id.as_str().len() - 2])
+            .await
+            .unwrap()
+            .id,
+        t.id
+    );
     assert!(matches!(
         store.task("ffff").await,
         Err(StoreError::UnknownTask { .. })
@@ -270,9 +290,9 @@ fn finish(status: TaskStatus) -> Finish {
 }
 
 /// Every event of a session, in order.
-async fn transcript(store: &Store, session: &str) -> Vec<(i64, String)> {
+async fn transcript(store: &Store, session: &SessionId) -> Vec<(i64, String)> {
     store
-        .events_after(session.to_owned(), 0, 1000)
+        .events_after(session.clone(), 0, 1000)
         .await
         .unwrap()
         .into_iter()
@@ -285,15 +305,15 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
     store.add_agent(agent()).await.unwrap();
     let s = store.create_session(unbound("life")).await.unwrap();
     let (t1, _) = store
-        .add_message(s.id.clone(), Origin::Api, "first".into())
+        .add_message(s.id.to_string(), Origin::Api, "first".into())
         .await
         .unwrap();
     let (t2, _) = store
-        .add_message(s.id.clone(), Origin::Web, "second".into())
+        .add_message(s.id.to_string(), Origin::Web, "second".into())
         .await
         .unwrap();
     let (t3, _) = store
-        .add_message(s.id.clone(), Origin::Api, "third".into())
+        .add_message(s.id.to_string(), Origin::Api, "third".into())
         .await
         .unwrap();
     assert_eq!((t1.seq, t2.seq, t3.seq), (1, 2, 3));
@@ -353,7 +373,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         (TaskStatus::Succeeded, Some(0), 1)
     );
     assert!(done.started_at.is_some() && done.finished_at.is_some());
-    let session = store.session(&s.id).await.unwrap();
+    let session = store.session(s.id.as_str()).await.unwrap();
     assert_eq!(
         (
             session.work_dir.as_deref(),
@@ -382,7 +402,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
 
     // Back in line: a claimed task its machine never started.
     let (t4, _) = store
-        .add_message(s.id.clone(), Origin::Api, "fourth".into())
+        .add_message(s.id.to_string(), Origin::Api, "fourth".into())
         .await
         .unwrap();
     assert!(store.claim(t4.id.clone()).await.unwrap());
@@ -392,7 +412,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
             .await
             .unwrap()
     );
-    let back = store.task(&t4.id).await.unwrap();
+    let back = store.task(t4.id.as_str()).await.unwrap();
     assert_eq!(
         (back.status, back.wait_reason.as_deref(), back.started_at),
         (TaskStatus::WaitingDaemon, Some("machine away"), None)
@@ -422,8 +442,8 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
     let tail = store.events_after(s.id.clone(), 10, 1).await.unwrap();
     assert_eq!((tail.len(), tail[0].seq), (1, 11));
 
-    let listed: Vec<String> = store
-        .list_tasks(Some(s.id[..8].to_owned()), None)
+    let listed: Vec<TaskId> = store
+        .list_tasks(Some(s.id.as_str()[..8].to_owned()), None)
         .await
         .unwrap()
         .into_iter()
@@ -442,7 +462,12 @@ async fn members_tokens_and_the_audit_trail(place: Place) {
     assert_eq!(before.owner, None);
     store.ensure_first_admin("hash-admin".into()).await.unwrap();
     assert_eq!(
-        store.session(&before.id).await.unwrap().owner.as_deref(),
+        store
+            .session(before.id.as_str())
+            .await
+            .unwrap()
+            .owner
+            .as_deref(),
         Some(FIRST_ADMIN)
     );
     // A new token at every start replaces the first admin's hash.
@@ -525,14 +550,14 @@ async fn members_tokens_and_the_audit_trail(place: Place) {
             .unwrap(),
         TokenChange::Exists
     );
-    let m1 = MachineId::new("m-1");
+    let m1 = MachineId::parse("m-1").unwrap();
     assert!(matches!(
         store.bind_token("laptop".into(), m1.clone()).await.unwrap(),
         TokenChange::Done(TokenRow { machine: Some(ref m), .. }) if *m == m1
     ));
     assert_eq!(
         store
-            .bind_token("laptop".into(), MachineId::new("m-2"))
+            .bind_token("laptop".into(), MachineId::parse("m-2").unwrap())
             .await
             .unwrap(),
         TokenChange::OtherMachine(m1.clone())
@@ -667,7 +692,7 @@ async fn channel_messages_are_taken_in_once(place: Place) {
         panic!("not queued in the same session")
     };
     assert_eq!(same, session_id);
-    let session = store.session(&session_id).await.unwrap();
+    let session = store.session(session_id.as_str()).await.unwrap();
     assert_eq!(
         (session.origin, session.owner.as_deref(), session.binding),
         (Origin::Channel, Some("admin"), None)
@@ -680,7 +705,10 @@ async fn channel_messages_are_taken_in_once(place: Place) {
             thread_key: "C1:1".into()
         })
     );
-    let tasks = store.list_tasks(Some(session_id), None).await.unwrap();
+    let tasks = store
+        .list_tasks(Some(session_id.to_string()), None)
+        .await
+        .unwrap();
     assert_eq!(tasks.len(), 2);
 }
 
@@ -692,7 +720,7 @@ async fn projects_bindings_and_listing(place: Place) {
         store.add_project("app".into()).await,
         Err(StoreError::ProjectExists { .. })
     ));
-    let m1 = MachineId::new("m-1");
+    let m1 = MachineId::parse("m-1").unwrap();
     store
         .touch_machine(m1.clone(), "laptop".into())
         .await
@@ -753,7 +781,13 @@ async fn projects_bindings_and_listing(place: Place) {
         1
     );
     assert_eq!(
-        store.session(&s.id).await.unwrap().binding.unwrap().state,
+        store
+            .session(s.id.as_str())
+            .await
+            .unwrap()
+            .binding
+            .unwrap()
+            .state,
         BindingState::MachineOffline
     );
     assert_eq!(store.set_machine_online(m1.clone(), true).await.unwrap(), 1);
@@ -788,14 +822,14 @@ async fn projects_bindings_and_listing(place: Place) {
         .touch_machine(m1.clone(), "laptop-2".into())
         .await
         .unwrap();
-    let ids = |json: axum::body::Bytes| -> Vec<String> {
+    let ids = |json: axum::body::Bytes| -> Vec<SessionId> {
         let v: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
         v.into_iter()
-            .map(|d| d["id"].as_str().unwrap().to_owned())
+            .map(|d| d["id"].as_str().unwrap().parse().unwrap())
             .collect()
     };
     let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
-        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     let all: Vec<serde_json::Value> =
         serde_json::from_slice(&store.sessions_json(None, "test", doc).await.unwrap()).unwrap();
@@ -829,12 +863,12 @@ async fn projects_bindings_and_listing(place: Place) {
     );
     // Another member's sessions do not match a prefix.
     assert!(matches!(
-        store.session_of(&s.id, Some("bob".into())).await,
+        store.session_of(s.id.as_str(), Some("bob".into())).await,
         Err(StoreError::UnknownSession { .. })
     ));
     assert_eq!(
         store
-            .session_of(&s.id, Some("ann".into()))
+            .session_of(s.id.as_str(), Some("ann".into()))
             .await
             .unwrap()
             .id,
@@ -874,7 +908,7 @@ fn bench_list_10000_sessions() {
     let (mut query, mut total) = (Vec::new(), Vec::new());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
-        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     for _ in 0..50 {
         let start = std::time::Instant::now();
@@ -929,7 +963,7 @@ mod postgres_only {
             let id = s.id.clone();
             sends.push(tokio::spawn(async move {
                 store
-                    .add_message(id, Origin::Api, format!("m{i}"))
+                    .add_message(id.to_string(), Origin::Api, format!("m{i}"))
                     .await
                     .unwrap()
             }));
@@ -964,7 +998,7 @@ mod postgres_only {
         let url = pg::fresh_database().await;
         let old = Store::connect(&url).await.unwrap();
         old.add_agent(agent()).await.unwrap();
-        let machine = MachineId::new("m-1");
+        let machine = MachineId::parse("m-1").unwrap();
         old.touch_machine(machine.clone(), "laptop".into())
             .await
             .unwrap();
@@ -972,7 +1006,7 @@ mod postgres_only {
         for title in ["streaming", "reported", "claimed only"] {
             let s = old.create_session(unbound(title)).await.unwrap();
             let (t, _) = old
-                .add_message(s.id.clone(), Origin::Api, title.into())
+                .add_message(s.id.to_string(), Origin::Api, title.into())
                 .await
                 .unwrap();
             assert!(old.claim(t.id.clone()).await.unwrap());
@@ -1069,7 +1103,7 @@ mod postgres_only {
             .unwrap();
         assert_eq!(reported_row.outcome.as_ref(), Some(&outcome));
         // Claimed and never handed over: back in line, to run.
-        let back = new.task(&claimed.id).await.unwrap();
+        let back = new.task(claimed.id.as_str()).await.unwrap();
         assert_eq!((back.status, back.started_at), (TaskStatus::Queued, None));
         assert!(rec.pending_sessions.contains(&claimed.session_id));
     }
@@ -1151,7 +1185,7 @@ mod postgres_only {
         // at once, at worst after one call answered "unavailable" (503).
         let mut unavailable = 0;
         let again = loop {
-            match store.session(&s.id).await {
+            match store.session(s.id.as_str()).await {
                 Ok(row) => break row,
                 Err(StoreError::Unavailable(_)) if unavailable == 0 => unavailable += 1,
                 Err(e) => panic!("a lost connection must read as unavailable: {e:?}"),
@@ -1159,7 +1193,7 @@ mod postgres_only {
         };
         assert_eq!(again.id, s.id);
         store
-            .add_message(s.id.clone(), Origin::Api, "after".into())
+            .add_message(s.id.to_string(), Origin::Api, "after".into())
             .await
             .unwrap();
         // Nothing listens on this port: unavailable, with the address named.
@@ -1213,7 +1247,10 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
     assert_eq!(version, 10);
     let s = store.session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
-    let tasks = store.list_tasks(Some(s.id.clone()), None).await.unwrap();
+    let tasks = store
+        .list_tasks(Some(s.id.to_string()), None)
+        .await
+        .unwrap();
     assert_eq!(
         tasks
             .iter()
@@ -1228,14 +1265,14 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
     let next = store.next_run(s.id.clone()).await.unwrap().unwrap();
     assert_eq!(next.prompt, "still queued");
     let (t3, seq) = store
-        .add_message(s.id.clone(), Origin::Desktop, "new".into())
+        .add_message(s.id.to_string(), Origin::Desktop, "new".into())
         .await
         .unwrap();
     assert_eq!((t3.seq, seq), (3, 2));
     // Members came with version 7: the first admin takes the old session.
     store.ensure_first_admin("h".into()).await.unwrap();
     assert_eq!(
-        store.session(&s.id).await.unwrap().owner.as_deref(),
+        store.session(s.id.as_str()).await.unwrap().owner.as_deref(),
         Some(FIRST_ADMIN)
     );
 }
@@ -1277,7 +1314,7 @@ async fn an_old_postgres_schema_is_upgraded_in_place_with_its_data() {
     assert_eq!(next.prompt, "queued then");
     // Numbering goes on after the stored events.
     let (_, seq) = store
-        .add_message(s.id.clone(), Origin::Api, "after".into())
+        .add_message(s.id.to_string(), Origin::Api, "after".into())
         .await
         .unwrap();
     assert_eq!(seq, 2);
@@ -1312,7 +1349,7 @@ fn counted_doc(
     let written = written.clone();
     move |out, row| {
         written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     }
 }
 
@@ -1390,11 +1427,11 @@ async fn a_kept_session_list_shows_every_change_made_anywhere_at_once() {
             .unwrap();
         let (_, seen) = titles(&one).await;
         assert_eq!(
-            seen.get(&s.id).map(String::as_str),
+            seen.get(s.id.as_str()).map(String::as_str),
             Some(format!("round {round}").as_str()),
             "round {round}: a session created through another replica is missing"
         );
-        until_kept(&one, |t| assert!(t.contains_key(&s.id))).await;
+        until_kept(&one, |t| assert!(t.contains_key(s.id.as_str()))).await;
         // Renamed by SQL from outside Berth: no Berth code announced it.
         common::pg::admin(
             Some(&db),
@@ -1405,9 +1442,13 @@ async fn a_kept_session_list_shows_every_change_made_anywhere_at_once() {
         )
         .await;
         let (_, seen) = titles(&one).await;
-        assert_eq!(seen[&first.id], format!("renamed {round}"), "round {round}");
+        assert_eq!(
+            seen[first.id.as_str()],
+            format!("renamed {round}"),
+            "round {round}"
+        );
         until_kept(&one, |t| {
-            assert_eq!(t[&first.id], format!("renamed {round}"))
+            assert_eq!(t[first.id.as_str()], format!("renamed {round}"))
         })
         .await;
     }
@@ -1432,7 +1473,7 @@ async fn a_kept_session_list_shows_every_change_made_anywhere_at_once() {
     )
     .await;
     let (_, seen) = titles(&one).await;
-    assert!(!seen.contains_key(&first.id));
+    assert!(!seen.contains_key(first.id.as_str()));
     assert_eq!(seen.len(), 10);
 }
 
@@ -1487,8 +1528,11 @@ async fn a_session_list_kept_across_a_lost_listener_is_read_again() {
         .await;
         // Every list shows it: read while the listener is away, and once it is back.
         let expected = format!("while away {round}");
-        let seen = until_kept(&store, |t| assert_eq!(t[&s.id], expected, "round {round}")).await;
-        assert_eq!(seen[&s.id], expected);
+        let seen = until_kept(&store, |t| {
+            assert_eq!(t[s.id.as_str()], expected, "round {round}")
+        })
+        .await;
+        assert_eq!(seen[s.id.as_str()], expected);
     }
 }
 
@@ -1512,7 +1556,7 @@ async fn bench_postgres_list_10000_sessions() {
     )
     .await;
     let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
-        serde_json::to_writer(out, &row.to_api()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await

@@ -84,7 +84,7 @@ const TABLE: &[Row] = &[
 fn view(machine: &str, mode: BindMode) -> BindingView {
     BindingView {
         display: format!("~/code/{machine}"),
-        daemon: MachineId::new(machine),
+        daemon: MachineId::parse(machine).unwrap(),
         daemon_name: machine.to_uppercase(),
         mode,
         state: BindingState::Ok,
@@ -106,8 +106,8 @@ fn reason_code(r: &Reason) -> String {
 
 #[test]
 fn every_combination_follows_the_table() {
-    let a = MachineId::new("a");
-    let b = MachineId::new("b");
+    let a = MachineId::parse("a").unwrap();
+    let b = MachineId::parse("b").unwrap();
     let origins = [Origin::Desktop, Origin::Api, Origin::Web, Origin::Channel];
     let onlines: [Vec<MachineId>; 4] = [
         vec![],
@@ -166,7 +166,7 @@ fn every_combination_follows_the_table() {
                                 runtime,
                                 binding: binding.as_ref(),
                                 project_dirs,
-                                claimer,
+                                claimer: Some(claimer),
                                 online,
                             };
                             let got = resolve(&req);
@@ -264,7 +264,7 @@ fn every_combination_follows_the_table() {
 
 #[test]
 fn never_a_local_path_from_web_channel_or_cloud() {
-    let a = MachineId::new("a");
+    let a = MachineId::parse("a").unwrap();
     let bv = view("a", IP);
     for (origin, runtime) in [
         (Origin::Web, Local),
@@ -276,7 +276,7 @@ fn never_a_local_path_from_web_channel_or_cloud() {
             runtime,
             binding: Some(&bv),
             project_dirs: &[],
-            claimer: &a,
+            claimer: Some(&a),
             online: &[],
         });
         assert_eq!(
@@ -298,14 +298,14 @@ fn never_a_local_path_from_web_channel_or_cloud() {
 
 #[test]
 fn serialized_form_is_tagged() {
-    let a = MachineId::new("a");
+    let a = MachineId::parse("a").unwrap();
     let bv = view("a", WT);
     let got = resolve(&Request {
         origin: Origin::Desktop,
         runtime: Local,
         binding: Some(&bv),
         project_dirs: &[],
-        claimer: &a,
+        claimer: Some(&a),
         online: &[],
     });
     assert_eq!(

@@ -5,6 +5,7 @@ use super::error::ChangesError;
 use super::limits::Limits;
 use super::shadow::{Shadow, now_secs};
 use super::tree::Snapshot;
+use berth_core::TaskId;
 use berth_core::api::{Changes, FileChange, Skipped};
 use berth_web::private;
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,7 @@ pub(super) const PRUNE_BATCH: usize = 50;
 /// One record in the shadow repository's log: a task and when it ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Entry {
-    pub(super) task: String,
+    pub(super) task: TaskId,
     pub(super) at: u64,
 }
 
@@ -32,14 +33,14 @@ impl Shadow {
     /// Keeps a task's two trees and returns what changed between them.
     pub fn record(
         &self,
-        task_id: &str,
+        task_id: &TaskId,
         before: &Snapshot,
         after: &Snapshot,
         limits: &Limits,
     ) -> Result<Changes, ChangesError> {
         let mut log = self.log();
         log.push(Entry {
-            task: task_id.to_owned(),
+            task: task_id.clone(),
             at: now_secs(),
         });
         let cut = now_secs().saturating_sub(limits.max_age.as_secs());
@@ -158,7 +159,7 @@ impl Shadow {
     }
 
     /// The trees a task's record holds: (before, after).
-    pub fn task_trees(&self, task_id: &str) -> Option<(String, String)> {
+    pub fn task_trees(&self, task_id: &TaskId) -> Option<(String, String)> {
         let get = |w: &str| {
             self.git([
                 "rev-parse",
@@ -173,11 +174,11 @@ impl Shadow {
     }
 
     /// `git diff` of a task, unified or `--stat`.
-    pub fn task_diff(&self, task_id: &str, stat: bool) -> Result<String, ChangesError> {
+    pub fn task_diff(&self, task_id: &TaskId, stat: bool) -> Result<String, ChangesError> {
         let (before, after) = self
             .task_trees(task_id)
             .ok_or_else(|| ChangesError::RecordGone {
-                task: task_id.to_owned(),
+                task: task_id.to_string(),
                 why: "pruned, or it never ran here",
             })?;
         let mut args = vec!["diff", "--no-color", "-M", "--no-ext-diff"];

@@ -2,6 +2,10 @@ use super::tree::{escape_glob, unescape_glob};
 use super::*;
 use std::time::Duration;
 
+fn tid(id: &str) -> berth_core::TaskId {
+    berth_core::TaskId::parse(id).unwrap()
+}
+
 #[test]
 fn diff_output_parses_with_renames_and_binaries() {
     let status = b"M\x00src/a.rs\x00A\x00new.txt\x00D\x00old.txt\x00R100\x00b.txt\x00c.txt\x00M\x00img.png\x00";
@@ -52,7 +56,7 @@ fn a_file_that_grows_past_the_cap_is_left_out_and_said_so() {
     let mut large: Vec<&str> = after.large.iter().map(|(p, _, _)| p.as_str()).collect();
     large.sort();
     assert_eq!(large, ["grows.txt", "new-big.txt"]);
-    let changes = shadow.record("t1", &before, &after, &limits).unwrap();
+    let changes = shadow.record(&tid("t1"), &before, &after, &limits).unwrap();
     let files: Vec<(&str, &str)> = changes
         .files
         .iter()
@@ -120,19 +124,22 @@ fn records_are_pruned_by_count_and_age() {
     let shadow = Shadow::open(&root.join("home"), &dir, (1, 2)).unwrap();
     let snap = shadow.snapshot(&limits).unwrap();
     for task in ["t1", "t2", "t3"] {
-        shadow.record(task, &snap, &snap, &limits).unwrap();
+        shadow.record(&tid(task), &snap, &snap, &limits).unwrap();
     }
-    assert!(shadow.task_trees("t1").is_none(), "kept past the count");
-    assert!(shadow.task_trees("t2").is_some() && shadow.task_trees("t3").is_some());
+    assert!(
+        shadow.task_trees(&tid("t1")).is_none(),
+        "kept past the count"
+    );
+    assert!(shadow.task_trees(&tid("t2")).is_some() && shadow.task_trees(&tid("t3")).is_some());
     // A record older than the age limit goes at the next record.
     let log = shadow.git_dir.join("berth-log.json");
     let mut entries = shadow.log();
     assert_eq!(entries[0].task, "t2");
     entries[0].at = 1;
     std::fs::write(&log, serde_json::to_string(&entries).unwrap()).unwrap();
-    shadow.record("t4", &snap, &snap, &limits).unwrap();
-    assert!(shadow.task_trees("t2").is_none(), "kept past the age");
-    assert!(shadow.task_trees("t4").is_some());
+    shadow.record(&tid("t4"), &snap, &snap, &limits).unwrap();
+    assert!(shadow.task_trees(&tid("t2")).is_none(), "kept past the age");
+    assert!(shadow.task_trees(&tid("t4")).is_some());
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -6,6 +6,7 @@ use super::error::{ChangesError, UndoError};
 use super::shadow::Shadow;
 use crate::dir::pin::PinnedDir;
 use crate::inject::journal::abandoned;
+use berth_core::TaskId;
 use berth_core::api::Changes;
 use berth_web::private;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
@@ -29,7 +30,7 @@ pub struct Restore {
 /// The undo plan, as journaled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UndoPlan {
-    pub task_id: String,
+    pub task_id: TaskId,
     pub dir: String,
     pub dev: u64,
     pub ino: u64,
@@ -51,13 +52,13 @@ pub struct Plan {
 pub fn plan_undo(
     shadow: &Shadow,
     dir: &PinnedDir,
-    task_id: &str,
+    task_id: &TaskId,
     changes: &Changes,
 ) -> Result<Plan, ChangesError> {
     let (before, after) = shadow
         .task_trees(task_id)
         .ok_or_else(|| ChangesError::RecordGone {
-            task: task_id.to_owned(),
+            task: task_id.to_string(),
             why: "pruned, or made on another machine",
         })?;
     let mut paths: Vec<String> = Vec::new();

@@ -7,6 +7,7 @@ use super::client::{Client, encode};
 use super::error::CliError;
 use super::render::inert;
 use super::render::{print_json, short};
+use berth_core::TaskId;
 use berth_core::api::Changes;
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::changes::{self, Shadow, UndoPlan};
@@ -43,6 +44,17 @@ async fn task_changes(c: &Client, id: &str) -> Result<(Value, Changes, String), 
         ));
     };
     Ok((task, changes, work_dir))
+}
+
+/// The id of the task the server answered with (`id`, as typed, if it named none),
+/// parsed where it comes in.
+fn task_id(task: &Value, id: &str) -> Result<TaskId, CliError> {
+    TaskId::parse(task["id"].as_str().unwrap_or(id)).map_err(|e| {
+        CliError::new(
+            format!("the server answered with a task that has no valid id: {e}"),
+            "check that the berth serving this socket is the same version as this CLI",
+        )
+    })
 }
 
 fn git_in(dir: &str, args: &[&str]) -> Result<String, CliError> {
@@ -88,14 +100,12 @@ pub async fn diff(c: &Client, id: &str, stat: bool, json: bool) -> Result<u8, Cl
         None => {
             let cfg = config(c)?;
             let (shadow, _) = shadow_for(&cfg, &tid, &work_dir)?;
-            shadow
-                .task_diff(task["id"].as_str().unwrap_or(id), stat)
-                .map_err(|e| {
-                    CliError::new(
-                        e.to_string(),
-                        "the record may have been pruned (settings: snapshots)",
-                    )
-                })?
+            shadow.task_diff(&task_id(&task, id)?, stat).map_err(|e| {
+                CliError::new(
+                    e.to_string(),
+                    "the record may have been pruned (settings: snapshots)",
+                )
+            })?
         }
     };
     if json {
@@ -114,7 +124,7 @@ pub async fn diff(c: &Client, id: &str, stat: bool, json: bool) -> Result<u8, Cl
 
 pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, CliError> {
     let (task, changes, work_dir) = task_changes(c, id).await?;
-    let task_id = task["id"].as_str().unwrap_or(id).to_owned();
+    let task_id = task_id(&task, id)?;
     let tid = short(&task["id"]);
     if changes.files.is_empty() {
         return Err(CliError::new(
@@ -174,7 +184,7 @@ pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, C
     };
     let recorded = c
         .post(
-            &format!("/api/v1/tasks/{}/undone", encode(&task_id)),
+            &format!("/api/v1/tasks/{}/undone", encode(task_id.as_str())),
             &json!({"files": files, "forced": force, "commit": revert}),
         )
         .await;
@@ -220,7 +230,7 @@ async fn lock_dir(
 
 async fn undo_in_place(
     cfg: &ExecutorConfig,
-    task_id: &str,
+    task_id: &TaskId,
     tid: &str,
     work_dir: &str,
     changes: &Changes,
@@ -273,7 +283,7 @@ async fn undo_in_place(
     }
     let files: Vec<String> = plan.restores.iter().map(|r| r.path.clone()).collect();
     let undo_plan = UndoPlan {
-        task_id: task_id.to_owned(),
+        task_id: task_id.clone(),
         dir: pinned.canonical().as_str().to_owned(),
         dev: identity.0,
         ino: identity.1,

@@ -5,6 +5,7 @@
 //! must survive restarts: it is written whole or not at all (temporary file, fsync,
 //! rename) and never rewritten once it exists.
 
+use berth_core::MachineId;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +58,7 @@ pub fn ensure_home(home: &Path) -> Result<(), MachineIdError> {
 }
 
 /// The machine id kept in `home`, created (uuid v4, file mode 0600) on first use.
-pub fn load_or_create(home: &Path) -> Result<String, MachineIdError> {
+pub fn load_or_create(home: &Path) -> Result<MachineId, MachineIdError> {
     ensure_home(home)?;
     let path = home.join(MACHINE_ID_FILE);
     match std::fs::read_to_string(&path) {
@@ -68,18 +69,18 @@ pub fn load_or_create(home: &Path) -> Result<String, MachineIdError> {
     let id = uuid::Uuid::new_v4().to_string();
     berth_web::private::write_atomic(&path, format!("{id}\n").as_bytes())
         .map_err(io_err("write", &path))?;
-    Ok(id)
+    parse(&path, &id)
 }
 
-fn parse(path: &Path, text: &str) -> Result<String, MachineIdError> {
+/// The id in the file: a uuid, in its hyphenated form (which is always a machine id).
+fn parse(path: &Path, text: &str) -> Result<MachineId, MachineIdError> {
     let id = text.trim();
-    match uuid::Uuid::parse_str(id) {
-        Ok(u) => Ok(u.hyphenated().to_string()),
-        Err(_) => Err(MachineIdError::Corrupt {
-            path: path.to_owned(),
-            found: id.chars().take(64).collect(),
-        }),
-    }
+    let corrupt = || MachineIdError::Corrupt {
+        path: path.to_owned(),
+        found: id.chars().take(64).collect(),
+    };
+    let uuid = uuid::Uuid::parse_str(id).map_err(|_| corrupt())?;
+    MachineId::parse(&uuid.hyphenated().to_string()).map_err(|_| corrupt())
 }
 
 #[cfg(test)]
@@ -107,7 +108,7 @@ mod tests {
     fn created_once_private_and_reused() {
         let home = temp("once").join("nested-home");
         let first = load_or_create(&home).expect("create");
-        assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
+        assert!(uuid::Uuid::parse_str(first.as_str()).is_ok(), "{first}");
         assert_eq!(mode(&home), 0o700);
         assert_eq!(mode(&home.join(MACHINE_ID_FILE)), 0o600);
         let second = load_or_create(&home).expect("reuse");

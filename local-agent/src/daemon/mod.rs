@@ -23,7 +23,6 @@ pub mod url;
 
 use crate::config::ExecutorConfig;
 use crate::run::{ExecutorError, NativeExecutor};
-use berth_core::binding::MachineId;
 use berth_web::executor::Executor;
 use berth_web::server::{InstanceLock, SOCKET_FILE, ServerError};
 use state::Daemon;
@@ -127,7 +126,7 @@ pub async fn run(
     machine::ensure_home(&home)?;
     let _lock = InstanceLock::acquire(&home)?;
     let machine_id = machine::load_or_create(&home)?;
-    config.machine_id = MachineId::new(machine_id.clone());
+    config.machine_id = machine_id.clone();
     if let Some(name) = opts.name.clone() {
         config.machine_name = name;
     }

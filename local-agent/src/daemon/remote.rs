@@ -8,6 +8,7 @@
 //! contract's `{error: {code, message, hint}}`).
 
 use super::url::ServerUrl;
+use berth_core::{MachineId, TaskId};
 use berth_web::daemon::wire::{
     self, ClaimRequest, ClaimedTask, EventBatch, EventsReply, FinishReply, FinishRequest,
     Heartbeat, HeartbeatReply, Register, Registered,
@@ -104,7 +105,7 @@ impl CallError {
 pub struct Remote {
     url: ServerUrl,
     token: String,
-    machine_id: String,
+    machine_id: MachineId,
     http: HttpClient,
 }
 
@@ -116,7 +117,7 @@ pub fn json_body<T: Serialize>(value: &T) -> Body {
 pub use berth_web::net::encode;
 
 impl Remote {
-    pub fn new(url: ServerUrl, token: String, machine_id: String, http: HttpClient) -> Remote {
+    pub fn new(url: ServerUrl, token: String, machine_id: MachineId, http: HttpClient) -> Remote {
         Remote {
             url,
             token,
@@ -129,7 +130,7 @@ impl Remote {
         &self.url
     }
 
-    pub fn machine_id(&self) -> &str {
+    pub fn machine_id(&self) -> &MachineId {
         &self.machine_id
     }
 
@@ -148,7 +149,7 @@ impl Remote {
         let bearer = header::HeaderValue::from_str(&format!("Bearer {}", self.token))
             .map_err(|e| CallError::Protocol(format!("bad token: {e}")))?;
         headers.insert(header::AUTHORIZATION, bearer);
-        let machine = header::HeaderValue::from_str(&self.machine_id)
+        let machine = header::HeaderValue::from_str(self.machine_id.as_str())
             .map_err(|e| CallError::Protocol(format!("bad machine id: {e}")))?;
         headers.insert(wire::MACHINE_HEADER, machine);
         Ok(req)
@@ -251,13 +252,21 @@ impl Remote {
         self.post("/claim", &body, wait + CLAIM_SLACK).await
     }
 
-    pub async fn events(&self, task: &str, batch: &EventBatch) -> Result<EventsReply, CallError> {
-        self.post_doc(&format!("/tasks/{}/events", encode(task)), batch)
+    pub async fn events(
+        &self,
+        task: &TaskId,
+        batch: &EventBatch,
+    ) -> Result<EventsReply, CallError> {
+        self.post_doc(&format!("/tasks/{}/events", encode(task.as_str())), batch)
             .await
     }
 
-    pub async fn finish(&self, task: &str, body: &FinishRequest) -> Result<FinishReply, CallError> {
-        self.post_doc(&format!("/tasks/{}/finish", encode(task)), body)
+    pub async fn finish(
+        &self,
+        task: &TaskId,
+        body: &FinishRequest,
+    ) -> Result<FinishReply, CallError> {
+        self.post_doc(&format!("/tasks/{}/finish", encode(task.as_str())), body)
             .await
     }
 }

@@ -11,6 +11,7 @@ use super::backoff::{self, Backoff, LINK_BASE, LINK_CAP};
 use super::remote::{CallError, Remote};
 use super::{RESTORE_WAIT, SEND_WAIT};
 use crate::run::NativeExecutor;
+use berth_core::TaskId;
 use berth_web::daemon::wire::{Register, Registered};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,7 +46,7 @@ pub(super) struct Daemon {
     /// Counts successful registrations, so one 401 seen by several loops registers once.
     generation: AtomicU64,
     registering: tokio::sync::Mutex<()>,
-    running: Mutex<HashMap<String, Running>>,
+    running: Mutex<HashMap<TaskId, Running>>,
     stopping: watch::Sender<bool>,
     fatal: Mutex<Option<DaemonError>>,
     /// Whether the last call failed to reach the server (printed once per outage).
@@ -158,7 +159,7 @@ impl Daemon {
 
     fn register_body(&self) -> Register {
         Register {
-            machine_id: self.remote.machine_id().to_owned(),
+            machine_id: self.remote.machine_id().clone(),
             name: self.name.clone(),
             instance: self.instance.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -285,11 +286,11 @@ impl Daemon {
 
     /// Records a claimed task; returns its cancel switch (already on when stopping)
     /// and the sender that says the executor returned.
-    pub(super) fn track(&self, id: &str) -> (watch::Sender<bool>, watch::Sender<bool>) {
+    pub(super) fn track(&self, id: &TaskId) -> (watch::Sender<bool>, watch::Sender<bool>) {
         let cancel = watch::Sender::new(self.is_stopping());
         let (ran_tx, ran) = watch::channel(false);
         lock(&self.running).insert(
-            id.to_owned(),
+            id.clone(),
             Running {
                 cancel: cancel.clone(),
                 ran,
@@ -299,18 +300,18 @@ impl Daemon {
     }
 
     /// Forgets a task: its finish was acknowledged, or the server no longer wants it.
-    pub(super) fn untrack(&self, id: &str) {
+    pub(super) fn untrack(&self, id: &TaskId) {
         lock(&self.running).remove(id);
     }
 
-    pub(super) fn running_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = lock(&self.running).keys().cloned().collect();
+    pub(super) fn running_ids(&self) -> Vec<TaskId> {
+        let mut ids: Vec<TaskId> = lock(&self.running).keys().cloned().collect();
         ids.sort();
         ids
     }
 
     /// Stops a running task's agent (the server cancelled it).
-    pub(super) fn cancel(&self, id: &str) {
+    pub(super) fn cancel(&self, id: &TaskId) {
         if let Some(r) = lock(&self.running).get(id) {
             r.cancel.send_replace(true);
         }

@@ -10,6 +10,7 @@ use super::backoff::{Backoff, TASK_BASE, TASK_CAP};
 use super::outbox::{BATCH_BYTES, Outbox};
 use super::remote::{CallError, Remote};
 use super::state::Daemon;
+use berth_core::TaskId;
 use berth_core::api::TaskStatus;
 use berth_web::daemon::wire::{
     ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE,
@@ -30,7 +31,8 @@ enum Ended {
     Gone,
 }
 
-fn short(id: &str) -> &str {
+fn short(id: &impl AsRef<str>) -> &str {
+    let id = id.as_ref();
     id.get(..8).unwrap_or(id)
 }
 
@@ -84,11 +86,11 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
 
 fn send_batch(
     remote: &Remote,
-    id: &str,
+    id: &TaskId,
     batch: EventBatch,
 ) -> Pending<Result<EventsReply, CallError>> {
     let remote = remote.clone();
-    let id = id.to_owned();
+    let id = id.clone();
     Box::pin(async move { remote.events(&id, &batch).await })
 }
 
@@ -103,7 +105,7 @@ async fn maybe<T>(f: &mut Option<Pending<T>>) -> T {
 /// its event channel closed (events may remain to send), or the task is gone.
 async fn stream(
     d: &Arc<Daemon>,
-    id: &str,
+    id: &TaskId,
     spec: TaskSpec,
     cancel: &watch::Sender<bool>,
     outbox: &mut Outbox,
@@ -214,7 +216,7 @@ async fn stream(
 
 /// Sends what is left of the events, then the outcome, retrying until the server
 /// records it. Returns whether it did (false: the task is gone).
-async fn deliver(d: &Arc<Daemon>, id: &str, outbox: &mut Outbox, outcome: TaskOutcome) -> bool {
+async fn deliver(d: &Arc<Daemon>, id: &TaskId, outbox: &mut Outbox, outcome: TaskOutcome) -> bool {
     let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
     loop {
         let seen = d.generation();

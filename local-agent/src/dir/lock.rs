@@ -84,13 +84,14 @@ impl DirLocks {
         &self.dir
     }
 
-    /// Takes the lock of `key` for `task_id`. While waiting, `on_wait` is called with a
-    /// reason naming the holder (each time the holder changes). Returns `Cancelled`
-    /// as soon as `cancel` turns true.
+    /// Takes the lock of `key` for `holder`: a task's id, or what else holds the
+    /// directory (the CLI's undo: `undo-` and the task's short id), as waiters are told.
+    /// While waiting, `on_wait` is called with a reason naming the holder (each time
+    /// the holder changes). Returns `Cancelled` as soon as `cancel` turns true.
     pub async fn acquire(
         &self,
         key: &LocalPath,
-        task_id: &str,
+        holder: &str,
         mut on_wait: impl FnMut(String),
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<DirLock, LockError> {
@@ -139,17 +140,13 @@ impl DirLocks {
                 }
             }
         }
-        hold(slot, guard, file, path, task_id)
+        hold(slot, guard, file, path, holder)
     }
 
-    /// Takes the lock of `key` for `task_id` only if it is free at once, without
+    /// Takes the lock of `key` for `holder` only if it is free at once, without
     /// waiting (callable from a blocking thread): `None` when a task of this process
     /// holds or waits for it, or another process holds it. [`DirLocks::acquire`] waits.
-    pub fn try_acquire(
-        &self,
-        key: &LocalPath,
-        task_id: &str,
-    ) -> Result<Option<DirLock>, LockError> {
+    pub fn try_acquire(&self, key: &LocalPath, holder: &str) -> Result<Option<DirLock>, LockError> {
         let slot = self.slot(key);
         let Ok(guard) = slot.queue.clone().try_lock_owned() else {
             return Ok(None);
@@ -157,7 +154,7 @@ impl DirLocks {
         let path = self.dir.join(lock_file_name(key));
         let file = open_lock_file(&path)?;
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => hold(slot, guard, file, path, task_id).map(Some),
+            Ok(()) => hold(slot, guard, file, path, holder).map(Some),
             Err(Errno::WOULDBLOCK | Errno::INTR) => Ok(None),
             Err(e) => Err(LockError::LockFile {
                 file: path,
@@ -179,9 +176,9 @@ fn hold(
     guard: OwnedMutexGuard<()>,
     mut file: File,
     path: PathBuf,
-    task_id: &str,
+    holder: &str,
 ) -> Result<DirLock, LockError> {
-    let record = format!("{} {task_id}\n", std::process::id());
+    let record = format!("{} {holder}\n", std::process::id());
     let written = file
         .set_len(0)
         .and_then(|()| file.seek(SeekFrom::Start(0)))
@@ -190,7 +187,7 @@ fn hold(
         return Err(LockError::LockFile { file: path, source });
     }
     if let Ok(mut h) = slot.holder.lock() {
-        *h = Some(task_id.to_owned());
+        *h = Some(holder.to_owned());
     }
     Ok(DirLock {
         slot,

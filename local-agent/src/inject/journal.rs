@@ -8,6 +8,7 @@
 //! finished run appends an end mark; the file is emptied whenever no run is in flight.
 
 use crate::dir::pin::PinnedDir;
+use berth_core::TaskId;
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -119,7 +120,7 @@ impl Journal {
     }
 
     /// The journal of one run of `task_id`.
-    pub fn run(self: &Arc<Self>, task_id: &str) -> RunJournal {
+    pub fn run(self: &Arc<Self>, task_id: &TaskId) -> RunJournal {
         RunJournal {
             journal: self.clone(),
             run: format!("{task_id}/{}", uuid::Uuid::now_v7().simple()),

@@ -43,7 +43,7 @@ pub(super) async fn run(
             let place = place(&inner, &task)?;
             match inner
                 .locks
-                .try_acquire(place.pinned.canonical(), &task.task_id)
+                .try_acquire(place.pinned.canonical(), task.task_id.as_str())
             {
                 Ok(Some(lock)) => Ok(Staged::Locked(under_lock(
                     &inner, &task, place, lock, &events,
@@ -62,7 +62,7 @@ pub(super) async fn run(
                 .locks
                 .acquire(
                     place.pinned.canonical(),
-                    &task.task_id,
+                    task.task_id.as_str(),
                     |reason| {
                         let _ = events.send(ExecEvent::Status {
                             status: TaskStatus::WaitingLock,
@@ -153,8 +153,8 @@ pub(super) async fn run(
             }
         };
         let berth_env = [
-            ("BERTH_SESSION_ID", task.session.id.clone()),
-            ("BERTH_TASK_ID", task.task_id.clone()),
+            ("BERTH_SESSION_ID", task.session.id.to_string()),
+            ("BERTH_TASK_ID", task.task_id.to_string()),
             ("BERTH_WORK_DIR", work_dir.clone()),
             (
                 "BERTH_BRIEF",

@@ -20,7 +20,7 @@ use crate::agent::adapter::Adapter;
 use crate::agent::fence::{self, FenceError};
 use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, WriteKind};
 use berth_core::settings::FenceSettings;
-use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal};
+use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal, TaskId};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -88,7 +88,7 @@ pub(crate) fn for_run(
     settings: &FenceSettings,
     places: Places<'_>,
     run: RunPlace<'_>,
-    task_id: &str,
+    task_id: &TaskId,
     adapter: Adapter,
     permissions: Permissions,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
@@ -389,11 +389,9 @@ pub(crate) fn sweep_tmp(berth_home: &Path) -> Vec<String> {
 
 /// A short, unique name for the task's temporary directory: sockets the agent binds
 /// there must fit `sun_path` (108 bytes).
-fn task_tmp(berth_home: &Path, task_id: &str) -> std::io::Result<PathBuf> {
-    let clean: String = task_id
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-        .collect();
+fn task_tmp(berth_home: &Path, task_id: &TaskId) -> std::io::Result<PathBuf> {
+    // A task id is letters, digits, '-' and '_' only: one plain name as it is.
+    let clean = task_id.to_string();
     let short: String = clean
         .chars()
         .rev()
@@ -408,7 +406,7 @@ fn task_tmp(berth_home: &Path, task_id: &str) -> std::io::Result<PathBuf> {
     for name in [
         short,
         clean,
-        format!("{}-{}", std::process::id(), task_id.len()),
+        format!("{}-{}", std::process::id(), task_id.as_str().len()),
     ] {
         if name.is_empty() {
             continue;
@@ -488,8 +486,16 @@ mod tests {
     #[test]
     fn the_tmp_name_is_short_and_unique() {
         let home = std::env::temp_dir().join(format!("berth-run-fence-{}", std::process::id()));
-        let a = task_tmp(&home, "t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
-        let b = task_tmp(&home, "t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
+        let a = task_tmp(
+            &home,
+            &TaskId::parse("t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap(),
+        )
+        .unwrap();
+        let b = task_tmp(
+            &home,
+            &TaskId::parse("t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap(),
+        )
+        .unwrap();
         assert_ne!(a, b);
         assert_eq!(a.file_name().unwrap().len(), 12);
         let _ = std::fs::remove_dir_all(&home);

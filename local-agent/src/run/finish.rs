@@ -5,6 +5,7 @@
 use super::state::{Place, Stop, blocking};
 use crate::inject::sidecar::Sidecars;
 use crate::run::worktree;
+use berth_core::TaskId;
 
 /// The line that tells what cleanup left in a folder Berth installed because the
 /// agent wrote it (the change summary lists those files too, unless ignored).
@@ -39,7 +40,7 @@ pub(super) type Finished = (
 pub(super) async fn finish(
     place: Place,
     sidecars: Sidecars,
-    task_id: &str,
+    task_id: &TaskId,
 ) -> Result<Finished, Stop> {
     // Nothing written to undo and no turn to commit: one `stat` (the recheck, which the
     // run also does on this thread before it starts), not worth a hand-off to a
@@ -47,13 +48,13 @@ pub(super) async fn finish(
     if sidecars.is_empty() && place.worktree.is_none() {
         return Ok(wrap_up(place, sidecars, task_id));
     }
-    let task_id = task_id.to_owned();
+    let task_id = task_id.clone();
     blocking(move || wrap_up(place, sidecars, &task_id)).await
 }
 
 /// What [`finish`] does: checks the directory is still the one pinned, undoes the
 /// sidecars, commits a worktree's turn.
-fn wrap_up(place: Place, sidecars: Sidecars, task_id: &str) -> Finished {
+fn wrap_up(place: Place, sidecars: Sidecars, task_id: &TaskId) -> Finished {
     let mut problems = Vec::new();
     if let Err(r) = place.pinned.recheck() {
         problems.push(r.message);

@@ -6,26 +6,8 @@ use crate::dir::pin::{PinnedDir, pin_owned};
 use crate::dir::validate;
 use crate::inject::brief::WorkMode;
 use crate::run::{scratch, worktree};
-use berth_core::{Context, ErrorCode, LocalPath, Refusal};
+use berth_core::{Context, ErrorCode, LocalPath};
 use berth_web::executor::{DirIdentity, Placement, TaskSpec};
-
-/// A session id used as a directory name must be one plain component.
-fn session_component(id: &str) -> Result<&str, Refusal> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
-    if ok {
-        Ok(id)
-    } else {
-        Err(Refusal::new(
-            ErrorCode::PathInvalid,
-            format!("the session id {id:?} cannot name a directory"),
-            "session ids are letters, digits, '-' and '_'",
-        ))
-    }
-}
 
 /// A binding stores the canonical path it was validated as, and the directory's
 /// (device, inode). If that path now resolves elsewhere (replaced by a symlink, or a
@@ -76,7 +58,9 @@ pub(super) fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
             })
         }
         Placement::Worktree { dir, identity } => {
-            let session = session_component(&task.session.id)?;
+            // A session id is one plain component (its type's rule): it names the
+            // session's worktree and scratch directories as it is.
+            let session = &task.session.id;
             let bound = validate_linked(ctx, dir, *identity)?;
             same_as_linked(ctx, &bound, dir, *identity)?;
             let wt = worktree::ensure(bound.path(), &inner.cfg.berth_home, session).map_err(
@@ -93,7 +77,7 @@ pub(super) fn place(inner: &Inner, task: &TaskSpec) -> Result<Place, Stop> {
             })
         }
         Placement::Scratch => {
-            let session = session_component(&task.session.id)?;
+            let session = &task.session.id;
             let dir = scratch::ensure(&inner.cfg.berth_home, session).map_err(|e| {
                 Stop::Failed(
                     ErrorCode::PrepareFailed,

@@ -5,7 +5,7 @@
 //! so the user's checkout is never touched and the work is one `git merge` away.
 
 use crate::git::{self, GitError};
-use berth_core::{ErrorCode, Refusal};
+use berth_core::{ErrorCode, Refusal, SessionId, TaskId};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -53,13 +53,17 @@ where
 }
 
 /// The branch of `session`: `berth/` and the session id's first 8 characters.
-pub fn branch_name(session: &str) -> String {
-    let short: String = session.chars().take(8).collect();
+pub fn branch_name(session: &SessionId) -> String {
+    let short: String = session.as_str().chars().take(8).collect();
     format!("berth/{short}")
 }
 
 /// Creates or reuses the worktree of `session` for the repository holding `bound`.
-pub fn ensure(bound: &Path, berth_home: &Path, session: &str) -> Result<Worktree, WorktreeError> {
+pub fn ensure(
+    bound: &Path,
+    berth_home: &Path,
+    session: &SessionId,
+) -> Result<Worktree, WorktreeError> {
     let not_repo = || WorktreeError::NotARepo {
         dir: bound.display().to_string(),
     };
@@ -124,7 +128,7 @@ pub fn ensure(bound: &Path, berth_home: &Path, session: &str) -> Result<Worktree
 
 /// Commits everything changed in the worktree on its branch; `false` when there was
 /// nothing to commit.
-pub fn commit_turn(wt: &Worktree, task_id: &str) -> Result<Option<String>, WorktreeError> {
+pub fn commit_turn(wt: &Worktree, task_id: &TaskId) -> Result<Option<String>, WorktreeError> {
     git(&wt.root, ["add", "-A"])?;
     if git(&wt.root, ["status", "--porcelain"])?.is_empty() {
         return Ok(None);

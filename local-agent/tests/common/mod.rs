@@ -113,9 +113,9 @@ pub fn task(
     placement: Placement,
 ) -> TaskSpec {
     TaskSpec {
-        task_id: id.into(),
+        task_id: berth_core::TaskId::parse(id).unwrap(),
         session: SessionFacts {
-            id: session.into(),
+            id: berth_core::SessionId::parse(session).unwrap(),
             title: "a test".into(),
             display: None,
         },

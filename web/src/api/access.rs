@@ -6,7 +6,7 @@
 //! every surface, resolves the session (or task) id *among the caller's own* first,
 //! so another member's ids neither match nor make a prefix ambiguous, answers 404 for
 //! what the caller may not see (ids do not leak), hands the handlers the full id it
-//! resolved ([`Named`]; they never resolve the typed one again) and the caller's
+//! resolved ([`NamedSession`], [`NamedTask`]; they never resolve the typed one again) and the caller's
 //! [`Scope`] for lists, and records every change a member makes in the audit trail.
 //!
 //! On `berth serve` the user's own callers are [`Caller::Local`] (one user): nothing
@@ -21,6 +21,7 @@ use axum::http::Method;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use berth_core::{SessionId, TaskId};
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,25 +218,58 @@ fn with_segment(path: &str, index: usize, value: &str) -> String {
         .join("/")
 }
 
-/// The full id of the session or task a route names, as [`enforce`] resolved it among
-/// the caller's own (among all for the local user and, for reading, an admin).
+/// The full id of the session a route names, as [`enforce`] resolved it among the
+/// caller's own (among all for the local user and, for reading, an admin).
 ///
 /// Handlers take the id from here, never from the route's `Path`: that holds what the
 /// caller typed, and resolving it again across every member's ids would let another
 /// member's make it ambiguous, and name them in the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Named(pub String);
+pub(crate) struct NamedSession(pub SessionId);
 
-impl<S: Send + Sync> FromRequestParts<S> for Named {
+/// The full id of the task a route names, as [`NamedSession`] is a session's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamedTask(pub TaskId);
+
+/// What [`enforce`] resolved a route's id to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Resolved {
+    Session(SessionId),
+    Task(TaskId),
+}
+
+impl Resolved {
+    fn as_str(&self) -> &str {
+        match self {
+            Resolved::Session(id) => id.as_str(),
+            Resolved::Task(id) => id.as_str(),
+        }
+    }
+}
+
+/// The resolved id a handler takes, from the request's extensions.
+fn named<T: Clone + Send + Sync + 'static>(parts: &Parts) -> Result<T, ApiError> {
+    parts.extensions.get::<T>().cloned().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "the id in {} was not resolved before its handler ran",
+            parts.uri.path()
+        ))
+    })
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NamedSession {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        parts.extensions.get::<Named>().cloned().ok_or_else(|| {
-            ApiError::Internal(format!(
-                "the id in {} was not resolved before its handler ran",
-                parts.uri.path()
-            ))
-        })
+        named(parts)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NamedTask {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        named(parts)
     }
 }
 
@@ -246,10 +280,20 @@ async fn resolve_owned(
     target: Target,
     named: &str,
     owner: Option<String>,
-) -> Result<String, StoreError> {
+) -> Result<Resolved, StoreError> {
     match target {
-        Target::Session => ctx.app.store.session_of(named, owner).await.map(|s| s.id),
-        Target::Task | Target::None => ctx.app.store.task_of(named, owner).await.map(|t| t.id),
+        Target::Session => ctx
+            .app
+            .store
+            .session_of(named, owner)
+            .await
+            .map(|s| Resolved::Session(s.id)),
+        Target::Task | Target::None => ctx
+            .app
+            .store
+            .task_of(named, owner)
+            .await
+            .map(|t| Resolved::Task(t.id)),
     }
 }
 
@@ -259,18 +303,18 @@ async fn resolve_any(
     ctx: &Ctx,
     target: Target,
     named: &str,
-) -> Result<(String, Option<String>), StoreError> {
+) -> Result<(Resolved, Option<String>), StoreError> {
     match target {
         Target::Session => ctx
             .app
             .store
             .session_of(named, None)
             .await
-            .map(|s| (s.id, s.owner)),
+            .map(|s| (Resolved::Session(s.id), s.owner)),
         Target::Task | Target::None => {
             let t = ctx.app.store.task_of(named, None).await?;
-            let s = ctx.app.store.session(&t.session_id).await?;
-            Ok((t.id, s.owner))
+            let s = ctx.app.store.session(t.session_id.as_str()).await?;
+            Ok((Resolved::Task(t.id), s.owner))
         }
     }
 }
@@ -376,8 +420,15 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
         }
     }
     if let Some(id) = &resolved {
-        req.extensions_mut().insert(Named(id.clone()));
-        let rewritten = with_segment(&path, ID, id);
+        match id {
+            Resolved::Session(s) => {
+                req.extensions_mut().insert(NamedSession(s.clone()));
+            }
+            Resolved::Task(t) => {
+                req.extensions_mut().insert(NamedTask(t.clone()));
+            }
+        }
+        let rewritten = with_segment(&path, ID, id.as_str());
         let uri = match req.uri().query() {
             Some(q) => format!("{rewritten}?{q}"),
             None => rewritten,
@@ -399,7 +450,7 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
             .extensions()
             .get::<AuditTarget>()
             .map(|t| t.0.clone())
-            .or(resolved)
+            .or_else(|| resolved.map(|r| r.as_str().to_owned()))
             .or_else(|| {
                 // `/api/v1/{daemon/tokens|members|projects}/{name}`.
                 route

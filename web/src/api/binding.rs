@@ -2,7 +2,7 @@
 //! by the executor before anything is stored, and its refusal code surfaces unchanged.
 
 use super::Ctx;
-use super::access::Named;
+use super::access::NamedSession;
 use super::daemons::Via;
 use super::views::{SessionDoc, session_doc};
 use crate::executor::ValidatedDir;
@@ -140,10 +140,10 @@ pub(crate) async fn check(
 pub(crate) async fn link(
     State(ctx): State<Ctx>,
     via: Option<Extension<Via>>,
-    Named(id): Named,
+    NamedSession(id): NamedSession,
     JsonBody(req): JsonBody<LinkRequest>,
 ) -> Result<Json<SessionDoc>, ApiError> {
-    let session = ctx.app.store.session(&id).await?;
+    let session = ctx.app.store.session(id.as_str()).await?;
     if !session.origin.may_reach_local_paths() {
         return Err(Refusal::new(
             ErrorCode::OriginCannotBind,
@@ -181,9 +181,9 @@ pub(crate) async fn link(
 
 pub(crate) async fn unlink(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedSession(id): NamedSession,
 ) -> Result<Json<SessionDoc>, ApiError> {
-    let session = ctx.app.store.session(&id).await?;
+    let session = ctx.app.store.session(id.as_str()).await?;
     let row = if session.binding.is_none() {
         session
     } else {

@@ -6,7 +6,7 @@ use super::AppState;
 use crate::daemon::wire::{
     self, ClaimRequest, EventBatch, FinishReply, FinishRequest, Heartbeat, Register, Validated,
 };
-use crate::daemon::{AuthError, Caller, Finished, TaskCallError};
+use crate::daemon::{AuthError, Caller, Finished, Gone, TaskCallError};
 use crate::http::{ApiError, BODY_LIMIT, JsonBody};
 use axum::Json;
 use axum::Router;
@@ -15,6 +15,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
+use berth_core::TaskId;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use std::time::Duration;
@@ -183,6 +184,8 @@ async fn events(
     JsonBody(batch): JsonBody<EventBatch>,
 ) -> Result<Json<wire::EventsReply>, ApiError> {
     let caller = caller(&ctx, &headers)?;
+    // A daemon names only tasks it was handed: anything else is not running there.
+    let id = TaskId::parse(&id).map_err(|_| Gone::of(&caller, &id))?;
     match ctx.app.daemons.events(&caller, &id, batch).await {
         Ok(reply) => Ok(Json(reply)),
         Err(TaskCallError::Gone(g)) => Err(g.into()),
@@ -205,6 +208,7 @@ async fn finish(
             ),
         });
     }
+    let id = TaskId::parse(&id).map_err(|_| Gone::of(&caller, &id))?;
     match ctx.app.daemons.finish(&caller, &id, req).await {
         Ok(Finished::Done(status)) => Ok(Json(FinishReply { status })),
         Ok(Finished::Missing { received }) => Err(ApiError::EventsMissing { received }),

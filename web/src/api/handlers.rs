@@ -1,8 +1,8 @@
 //! The route handlers. A route that names a session or task gets its full id as
-//! [`Named`], resolved by [`super::access::enforce`] among the caller's own; the
+//! [`NamedSession`] or [`NamedTask`], resolved by [`super::access::enforce`] among the caller's own; the
 //! handlers answer the documents of [`super::views`].
 
-use super::access::{Caller, Named, Scope};
+use super::access::{Caller, NamedSession, NamedTask, Scope};
 use super::daemons::Via;
 use super::views::{SessionDoc, session_doc, task_doc};
 use super::{Ctx, Surface};
@@ -171,9 +171,9 @@ pub(crate) async fn list_sessions(
 
 pub(crate) async fn get_session(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedSession(id): NamedSession,
 ) -> Result<Json<SessionDoc>, ApiError> {
-    let row = ctx.app.store.session(&id).await?;
+    let row = ctx.app.store.session(id.as_str()).await?;
     Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
 }
 
@@ -224,7 +224,7 @@ pub(crate) async fn create_session(
     )
         .into_response();
     resp.extensions_mut()
-        .insert(super::access::AuditTarget(row.id.clone()));
+        .insert(super::access::AuditTarget(row.id.to_string()));
     Ok(resp)
 }
 
@@ -242,7 +242,7 @@ pub(crate) struct SendQuery {
 /// `message_seq - 1`), for `berth send`.
 pub(crate) async fn post_message(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedSession(id): NamedSession,
     QueryArgs(q): QueryArgs<SendQuery>,
     JsonBody(req): JsonBody<NewMessage>,
 ) -> Result<Response, ApiError> {
@@ -254,9 +254,13 @@ pub(crate) async fn post_message(
     let store = &ctx.app.store;
     let origin = ctx.surface.origin();
     let (task, seq, message) = if q.stream {
-        store.add_message_with_event(id, origin, req.text).await?
+        store
+            .add_message_with_event(id.into_string(), origin, req.text)
+            .await?
     } else {
-        let (task, seq) = store.add_message(id, origin, req.text).await?;
+        let (task, seq) = store
+            .add_message(id.into_string(), origin, req.text)
+            .await?;
         (task, seq, None)
     };
     // A stream subscribes before the task can run, so each of its events is delivered
@@ -300,17 +304,17 @@ pub(crate) async fn list_tasks(
 
 pub(crate) async fn get_task(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedTask(id): NamedTask,
 ) -> Result<Json<Task>, ApiError> {
-    let row = ctx.app.store.task(&id).await?;
+    let row = ctx.app.store.task(id.as_str()).await?;
     Ok(Json(task_doc(ctx.surface, &ctx.app.display, &row)))
 }
 
 pub(crate) async fn cancel_task(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedTask(id): NamedTask,
 ) -> Result<Json<TaskReply>, ApiError> {
-    let row = ctx.app.scheduler.cancel(&id).await?;
+    let row = ctx.app.scheduler.cancel(id.as_str()).await?;
     Ok(Json(TaskReply {
         task: task_doc(ctx.surface, &ctx.app.display, &row),
         message_seq: None,
@@ -332,10 +336,10 @@ pub struct Undone {
 
 pub(crate) async fn task_undone(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedTask(id): NamedTask,
     JsonBody(req): JsonBody<Undone>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let task = ctx.app.store.task(&id).await?;
+    let task = ctx.app.store.task(id.as_str()).await?;
     let seq = ctx
         .app
         .store

@@ -7,7 +7,7 @@
 //! at or below the last `seq` it sent. A live event that is not the next `seq` (the
 //! subscriber lagged) sends the stream back to the store to fill the gap.
 
-use super::access::Named;
+use super::access::NamedSession;
 use super::views::web_task;
 use super::{ApiError, Ctx, Surface};
 use crate::http::QueryArgs;
@@ -16,7 +16,7 @@ use crate::transcript::TranscriptEvent;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use berth_core::Context;
+use berth_core::{Context, SessionId};
 use futures_util::Stream;
 use serde::Deserialize;
 use std::collections::VecDeque;
@@ -38,7 +38,7 @@ pub(crate) struct EventsQuery {
 
 struct Feed {
     store: Store,
-    session: String,
+    session: SessionId,
     last: i64,
     backlog: VecDeque<TranscriptEvent>,
     /// The store may hold events after `last` that are not in `backlog`.
@@ -140,11 +140,11 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
 
 pub(crate) async fn events(
     State(ctx): State<Ctx>,
-    Named(id): Named,
+    NamedSession(id): NamedSession,
     QueryArgs(q): QueryArgs<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let session = ctx.app.store.session(&id).await?;
+    let session = ctx.app.store.session(id.as_str()).await?;
     let header = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -156,7 +156,7 @@ pub(crate) async fn events(
 /// The session's events after `after`, then live.
 pub(crate) fn feed(
     ctx: &Ctx,
-    session: String,
+    session: SessionId,
     after: i64,
 ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
     feed_from(ctx, session, after, None)
@@ -169,7 +169,7 @@ pub(crate) fn feed(
 /// that is not the next one, it reads the backlog as [`feed`] does.
 pub(crate) fn feed_from(
     ctx: &Ctx,
-    session: String,
+    session: SessionId,
     after: i64,
     first: Option<TranscriptEvent>,
 ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {

@@ -4,14 +4,14 @@ use super::Surface;
 use crate::store::{SessionCols, SessionRow, TaskRow};
 use berth_core::api::{Session, Task};
 use berth_core::resolve::Origin;
-use berth_core::{Context, LocalPath};
+use berth_core::{Context, LocalPath, SessionId};
 use serde::Serialize;
 
 /// A session as the web listener shows it: the contract's session document without
 /// any real path (see the module docs of [`crate::api`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WebSession {
-    pub id: String,
+    pub id: SessionId,
     pub title: String,
     pub agent: String,
     pub origin: Origin,
@@ -219,7 +219,7 @@ mod tests {
 
     fn rows() -> Vec<SessionRow> {
         let plain = SessionRow {
-            id: "0192f3a1-7c2e-7d10-9a4b-5c6d7e8f9a0b".into(),
+            id: SessionId::parse("0192f3a1-7c2e-7d10-9a4b-5c6d7e8f9a0b").unwrap(),
             title: "fix \"the\" build\n\tnow ✓".into(),
             agent: "claude".into(),
             origin: Origin::Desktop,
@@ -246,7 +246,7 @@ mod tests {
             dir: "/home/ann/code/app".into(),
             display: "~/code/app".into(),
             identity: None,
-            machine: berth_core::binding::MachineId::new("m-1"),
+            machine: berth_core::binding::MachineId::parse("m-1").unwrap(),
             machine_name: "ann's laptop".into(),
             mode: berth_core::binding::BindMode::Worktree,
             state: berth_core::binding::BindingState::MachineOffline,

@@ -42,6 +42,7 @@
 use crate::executor::{AgentSpec, ExecEvent, Placement, SessionFacts, TaskOutcome, TaskSpec};
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;
+use berth_core::{MachineId, SessionId, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// Where the daemon routes live.
@@ -60,7 +61,7 @@ pub const EVENTS_MISSING: &str = "events_missing";
 #[serde(deny_unknown_fields)]
 pub struct Register {
     /// The machine id, created once and kept in the daemon's `BERTH_HOME`.
-    pub machine_id: String,
+    pub machine_id: MachineId,
     /// Its human name (`--name`, default the host name).
     pub name: String,
     /// A fresh id per daemon process: tasks claimed by an earlier process of the same
@@ -78,7 +79,7 @@ pub struct Register {
 /// The answer to `register`: the timings the daemon keeps to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registered {
-    pub machine_id: String,
+    pub machine_id: MachineId,
     pub name: String,
     /// How often to send a heartbeat.
     pub heartbeat_ms: u64,
@@ -98,7 +99,7 @@ pub struct Heartbeat {
     pub instance: String,
     /// Tasks claimed by this process and not yet acknowledged finished.
     #[serde(default)]
-    pub running: Vec<String>,
+    pub running: Vec<TaskId>,
 }
 
 /// The answer to `heartbeat`.
@@ -106,7 +107,7 @@ pub struct Heartbeat {
 pub struct HeartbeatReply {
     /// Running tasks the daemon must stop (cancelled by a user).
     #[serde(default)]
-    pub cancel: Vec<String>,
+    pub cancel: Vec<TaskId>,
 }
 
 /// `POST leave`: this process stops; its machine is offline from now.
@@ -151,8 +152,8 @@ pub enum WirePlacement {
 /// A claimed task, as the daemon's executor needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimedTask {
-    pub task_id: String,
-    pub session_id: String,
+    pub task_id: TaskId,
+    pub session_id: SessionId,
     pub title: String,
     /// The privacy-stripped bound directory, for the brief.
     pub display: Option<String>,
@@ -348,7 +349,7 @@ pub struct NewToken {
 pub struct TokenInfo {
     pub name: String,
     /// The machine that registered with it, once one has.
-    pub machine_id: Option<String>,
+    pub machine_id: Option<MachineId>,
     pub machine_name: Option<String>,
     pub created_at: String,
     pub revoked_at: Option<String>,

@@ -21,9 +21,9 @@ pub use remote::{RemoteMachines, waiting_for};
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
 use crate::store::{Adopted, Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
-use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
+use berth_core::{ErrorCode, SessionId, TaskId};
 use placement::{Claim, Decision};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,10 +74,10 @@ struct Inner {
     machine: Option<MachineId>,
     permits: Arc<Semaphore>,
     /// Sessions with a live worker; `true` when more work arrived while it ran.
-    sessions: Mutex<HashMap<String, bool>>,
+    sessions: Mutex<HashMap<SessionId, bool>>,
     /// Runs in progress. Claiming a task and cancelling one both hold this lock, so a
     /// cancel never misses a run that is starting.
-    running: tokio::sync::Mutex<HashMap<String, Run>>,
+    running: tokio::sync::Mutex<HashMap<TaskId, Run>>,
     stopping: AtomicBool,
     workers: watch::Sender<usize>,
     observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
@@ -116,7 +116,7 @@ enum Next {
 /// Counts a live worker; the count drops even if the worker fails.
 struct WorkerGuard {
     inner: Arc<Inner>,
-    session: String,
+    session: SessionId,
     /// The worker left the session's entry itself, under the lock where it saw no
     /// more work; otherwise (an error, a panic, shutdown) the guard removes it.
     left: AtomicBool,
@@ -188,9 +188,9 @@ impl Scheduler {
     /// Tells the scheduler a session has new work. While another process leads, the
     /// session is announced to it instead (the stored message already was, at its
     /// commit; this covers work that did not come with a message).
-    pub fn notify(&self, session_id: &str) {
+    pub fn notify(&self, session_id: &SessionId) {
         if !self.inner.leading.load(Ordering::SeqCst) {
-            let (store, session) = (self.inner.store.clone(), session_id.to_owned());
+            let (store, session) = (self.inner.store.clone(), session_id.clone());
             tokio::spawn(async move {
                 if let Err(e) = store.announce_work(session).await {
                     tracing::warn!(error = %e, "could not announce work to the leader");
@@ -198,7 +198,7 @@ impl Scheduler {
             });
             return;
         }
-        dispatch(&self.inner, session_id.to_owned());
+        dispatch(&self.inner, session_id.clone());
     }
 
     /// Whether this process runs the tasks: on a shared database, once it leads and
@@ -349,7 +349,7 @@ impl Scheduler {
                 self.inner.finished(&cancelled);
                 Ok(cancelled)
             }
-            None => self.inner.store.task(&task.id).await,
+            None => self.inner.store.task(task.id.as_str()).await,
         }
     }
 
@@ -404,13 +404,13 @@ fn interrupted_run(error: &str) -> TaskOutcome {
 /// Starts the session's worker, or tells the running one there is more work: right
 /// where the work was found (a request's handler, a notification), with no hop through
 /// another task. Nothing starts once the scheduler is stopping.
-fn dispatch(inner: &Arc<Inner>, session: String) {
+fn dispatch(inner: &Arc<Inner>, session: SessionId) {
     if !inner.stopping.load(Ordering::SeqCst) {
         start_worker(inner, session, None);
     }
 }
 
-fn start_worker(inner: &Arc<Inner>, session: String, first: Option<Resumed>) {
+fn start_worker(inner: &Arc<Inner>, session: SessionId, first: Option<Resumed>) {
     {
         let mut sessions = inner
             .sessions
@@ -502,7 +502,7 @@ where
 
 /// Runs a session's waiting tasks in order until none is left.
 async fn drain(guard: &WorkerGuard) -> Result<(), StoreError> {
-    let (inner, session) = (&guard.inner, guard.session.as_str());
+    let (inner, session) = (&guard.inner, &guard.session);
     loop {
         if inner.stopping.load(Ordering::SeqCst) {
             return Ok(());
@@ -513,7 +513,7 @@ async fn drain(guard: &WorkerGuard) -> Result<(), StoreError> {
         if inner.stopping.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let Some(next) = inner.store.next_run(session.to_owned()).await? else {
+        let Some(next) = inner.store.next_run(session.clone()).await? else {
             if guard.more_or_leave() {
                 continue;
             }
@@ -721,7 +721,7 @@ async fn wait(store: &Store, task: &TaskRow, reason: String) -> Result<(), Store
 /// What a run reported, as the store records it: an agent event with no `running`
 /// status before it brings one (`running` says whether the transcript already has it).
 pub(crate) fn run_items(
-    task: &str,
+    task: &TaskId,
     events: impl IntoIterator<Item = ExecEvent>,
     running: &mut bool,
 ) -> Vec<RunItem> {

@@ -48,8 +48,6 @@ fn finish<D>(res: Resolution<D>, place: impl FnOnce(D, bool, bool) -> Decision) 
     }
 }
 
-const NOBODY: &str = "";
-
 /// Decides where a task runs, with core's precedence. Runtime is `Local` when an
 /// executor is attached, `Cloud` otherwise.
 #[cfg(feature = "local-binding")]
@@ -86,7 +84,6 @@ pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) ->
             })
         })
         .collect();
-    let nobody = MachineId::new(NOBODY);
     let req = Request {
         origin: claim.origin,
         runtime: if claim.claimer.is_some() || claim.local {
@@ -96,7 +93,7 @@ pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) ->
         },
         binding: binding.as_ref(),
         project_dirs: &project_dirs,
-        claimer: claim.claimer.unwrap_or(&nobody),
+        claimer: claim.claimer,
         online: claim.online,
     };
     // The session's own binding carries the directory's identity from link time.
@@ -116,13 +113,12 @@ pub fn decide(session: &SessionRow, dirs: &[ProjectDirRow], claim: Claim<'_>) ->
 pub fn decide(session: &SessionRow, _dirs: &[ProjectDirRow], claim: Claim<'_>) -> Decision {
     use berth_core::binding::BindingView;
     let _ = session;
-    let nobody = MachineId::new(NOBODY);
     let req = Request::<BindingView> {
         origin: claim.origin,
         runtime: Runtime::Cloud,
         binding: None,
         project_dirs: &[],
-        claimer: claim.claimer.unwrap_or(&nobody),
+        claimer: claim.claimer,
         online: claim.online,
     };
     finish(resolve(&req), |dir, _, _| Decision::Refuse {
@@ -131,7 +127,8 @@ pub fn decide(session: &SessionRow, _dirs: &[ProjectDirRow], claim: Claim<'_>) -
     })
 }
 
-#[cfg(all(test, feature = "local-binding"))]
+#[cfg(test)]
+#[cfg(feature = "local-binding")]
 mod tests {
     use super::*;
     use crate::store::StoredBinding;
@@ -140,7 +137,7 @@ mod tests {
 
     fn session(bound_on: Option<&str>) -> SessionRow {
         SessionRow {
-            id: "s".into(),
+            id: berth_core::SessionId::parse("s").unwrap(),
             title: "t".into(),
             agent: "a".into(),
             origin: Origin::Desktop,
@@ -151,7 +148,7 @@ mod tests {
                 dir: "/srv/app".into(),
                 display: "/srv/app".into(),
                 identity: Some(crate::executor::DirIdentity { dev: 1, ino: 2 }),
-                machine: MachineId::new(m),
+                machine: MachineId::parse(m).unwrap(),
                 machine_name: m.into(),
                 mode: BindMode::Worktree,
                 state: BindingState::Ok,
@@ -166,7 +163,7 @@ mod tests {
 
     #[test]
     fn decisions_follow_core_precedence() {
-        let here = MachineId::new("here");
+        let here = MachineId::parse("here").unwrap();
         let online = [here.clone()];
         let dir = LocalPath::parse(Platform::native(), "/srv/app").unwrap();
         let project = [ProjectDirRow {

@@ -55,7 +55,7 @@ pub(crate) fn agent_from_row(r: &impl Cols) -> Result<AgentSpec, StoreError> {
 /// A project's directory, from the columns `machine, dir, display, mode`.
 pub(crate) fn project_dir_from(r: &impl Cols) -> Result<ProjectDirRow, StoreError> {
     Ok(ProjectDirRow {
-        machine: MachineId::new(r.text(0)?),
+        machine: r.id(0)?,
         dir: r.text(1)?,
         display: r.text(2)?,
         mode: parse_enum(&r.text(3)?)?,

@@ -6,6 +6,7 @@ use super::sessions::insert_session;
 use super::tasks::insert_message;
 use super::{NewSessionRow, Store, StoreError, TaskRow};
 use crate::clock;
+use berth_core::SessionId;
 use berth_core::resolve::Origin;
 use rusqlite::{OptionalExtension, params};
 
@@ -35,7 +36,7 @@ pub enum ChannelIntake {
     Duplicate,
     /// Stored as a queued task of the conversation's session.
     Queued {
-        session_id: String,
+        session_id: SessionId,
         task: Box<TaskRow>,
         new_session: bool,
     },
@@ -74,7 +75,7 @@ impl Store {
                 )
                 .optional()?;
             let (session_id, new_session) = match known {
-                Some(id) => (id, false),
+                Some(id) => (SessionId::try_from(id)?, false),
                 None => {
                     let session =
                         insert_session(tx, NewSessionRow::channel(m.title, m.agent, m.owner))?;
@@ -82,11 +83,16 @@ impl Store {
                         "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
                          VALUES (?1, ?2, ?3, ?4)",
                     )?
-                    .execute(params![m.platform, m.thread_key, session.id, clock::now()])?;
+                    .execute(params![
+                        m.platform,
+                        m.thread_key,
+                        session.id.as_str(),
+                        clock::now()
+                    ])?;
                     (session.id, true)
                 }
             };
-            let (task, _) = insert_message(tx, outbox, &session_id, Origin::Channel, &m.text)?;
+            let (task, _) = insert_message(tx, outbox, session_id.as_str(), Origin::Channel, &m.text)?;
             Ok(ChannelIntake::Queued {
                 session_id,
                 task: Box::new(task),
@@ -99,14 +105,14 @@ impl Store {
     /// The conversation a session answers to, if it is a channel session.
     pub async fn channel_thread(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<ChannelThread>, StoreError> {
         on_pg!(self, pg => pg.channel_thread(session_id));
         self.read_small(move |conn| {
             conn.prepare_cached(
                 "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
             )?
-            .query_row([&session_id], |r| {
+            .query_row([session_id.as_str()], |r| {
                 Ok(ChannelThread {
                     platform: r.get(0)?,
                     thread_key: r.get(1)?,
@@ -129,8 +135,10 @@ impl Store {
                 "SELECT payload FROM events
                  WHERE session_id = ?1 AND task_id = ?2 AND kind = 'agent' ORDER BY seq",
             )?;
-            let rows =
-                stmt.query_map(params![task.session_id, task.id], |r| r.get::<_, String>(0))?;
+            let rows = stmt
+                .query_map(params![task.session_id.as_str(), task.id.as_str()], |r| {
+                    r.get::<_, String>(0)
+                })?;
             let mut out = Vec::new();
             for payload in rows {
                 out.push(payload_from(&payload?)?);

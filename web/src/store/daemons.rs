@@ -6,6 +6,7 @@ use super::rules::online_change;
 use super::{Store, StoreError};
 use crate::clock;
 use berth_core::binding::MachineId;
+use berth_core::{SessionId, TaskId};
 use rusqlite::{OptionalExtension, params};
 
 /// A daemon token as stored: its hash, never the token.
@@ -38,7 +39,7 @@ pub(crate) fn token_from(r: &impl Cols) -> Result<TokenRow, StoreError> {
     Ok(TokenRow {
         name: r.text(0)?,
         hash: r.text(1)?,
-        machine: r.opt_text(2)?.map(MachineId::new),
+        machine: r.opt_id(2)?,
         created_at: r.text(3)?,
         revoked_at: r.opt_text(4)?,
         member: r.opt_text(5)?,
@@ -150,7 +151,11 @@ impl Store {
             let mut stmt = conn.prepare_cached("SELECT id, name, last_seen FROM machines")?;
             let rows = stmt
                 .query_map([], |r| {
-                    Ok((MachineId::new(r.get::<_, String>(0)?), r.get(1)?, r.get(2)?))
+                    Ok((
+                        r.id(0).map_err(StoreError::into_sqlite)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                    ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
@@ -160,7 +165,7 @@ impl Store {
 
     /// Sessions whose next task waits for a machine, oldest first: scheduled again
     /// when a machine comes online.
-    pub async fn waiting_sessions(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn waiting_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
         on_pg!(self, pg => pg.waiting_sessions());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
@@ -168,8 +173,8 @@ impl Store {
                    AND started_at IS NULL GROUP BY session_id ORDER BY MIN(created_at)",
             )?;
             let rows = stmt
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<Vec<String>, _>>()?;
+                .query_map([], |r| r.id(0).map_err(StoreError::into_sqlite))?
+                .collect::<Result<Vec<SessionId>, _>>()?;
             Ok(rows)
         })
         .await
@@ -177,13 +182,13 @@ impl Store {
 
     /// Puts a task claimed for a machine that never started it back in line:
     /// `waiting_daemon` with `reason`, not started. `false` if it has moved on.
-    pub async fn requeue(&self, id: String, reason: String) -> Result<bool, StoreError> {
+    pub async fn requeue(&self, id: TaskId, reason: String) -> Result<bool, StoreError> {
         on_pg!(self, pg => pg.requeue(id, reason));
         self.write(move |tx, outbox| {
             let n = tx.execute(
                 "UPDATE tasks SET started_at = NULL, status = 'waiting_daemon', wait_reason = ?2
                  WHERE id = ?1 AND status IN ('queued', 'waiting_daemon') AND finished_at IS NULL",
-                params![id, reason],
+                params![id.as_str(), reason],
             )?;
             if n == 1 {
                 let task = super::tasks::get_task(tx, &id)?;

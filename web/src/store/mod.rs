@@ -129,6 +129,14 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// An id read back from the database that breaks the rule: corrupt data (ids come in
+/// parsed, so only a changed database holds one).
+impl From<berth_core::IdError> for StoreError {
+    fn from(e: berth_core::IdError) -> StoreError {
+        StoreError::Corrupt(format!("a stored id: {e}"))
+    }
+}
+
 impl StoreError {
     /// Back into a rusqlite error, inside a rusqlite row callback.
     pub(crate) fn into_sqlite(self) -> rusqlite::Error {
@@ -301,22 +309,24 @@ impl Store {
     }
 
     /// Tells the leader `session` has work (PostgreSQL; nothing to tell on SQLite).
-    pub async fn announce_work(&self, session: String) -> Result<(), StoreError> {
+    pub async fn announce_work(&self, session: berth_core::SessionId) -> Result<(), StoreError> {
         on_pg!(self, pg => pg.announce_work(session));
         let _ = session;
         Ok(())
     }
 
     /// Sessions with a task queued and not started.
-    pub async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn queued_sessions(&self) -> Result<Vec<berth_core::SessionId>, StoreError> {
         on_pg!(self, pg => pg.queued_sessions());
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT DISTINCT session_id FROM tasks WHERE status = 'queued' AND started_at IS NULL",
             )?;
             let rows = stmt
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<Vec<String>, _>>()?;
+                .query_map([], |r| {
+                    rows::Cols::id(r, 0).map_err(StoreError::into_sqlite)
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
         .await
@@ -496,10 +506,30 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, S
         .map_err(|_| StoreError::Corrupt(format!("unexpected value {s:?}")))
 }
 
+/// The full id of the session `prefix` names uniquely among those `owner` owns (among
+/// all with `None`), see [`resolve_id`].
+pub(crate) fn resolve_session(
+    conn: &Connection,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<berth_core::SessionId, StoreError> {
+    Ok(resolve_id(conn, Scoped::Sessions, prefix, owner)?.try_into()?)
+}
+
+/// The full id of the task `prefix` names uniquely among those of `owner`'s sessions
+/// (among all with `None`), see [`resolve_id`].
+pub(crate) fn resolve_task(
+    conn: &Connection,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<berth_core::TaskId, StoreError> {
+    Ok(resolve_id(conn, Scoped::Tasks, prefix, owner)?.try_into()?)
+}
+
 /// The full id of the session (or task) `prefix` names uniquely among those `owner`
 /// owns (among all with `None`): another member's neither match nor make a prefix
 /// ambiguous. Ids are lowercase uuids.
-pub(crate) fn resolve_id(
+fn resolve_id(
     conn: &Connection,
     what: Scoped,
     prefix: &str,

@@ -5,6 +5,7 @@ use crate::transcript::TranscriptEvent;
 use berth_core::api::{Task, TaskStatus};
 use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
+use berth_core::{IdError, SessionId, TaskId};
 
 /// A result row of either backend, read by column index. Both backends return the same
 /// columns in the same order for the same query; the row types share one parser.
@@ -16,6 +17,19 @@ pub(crate) trait Cols {
     fn opt_i32(&self, i: usize) -> Result<Option<i32>, StoreError>;
     /// A text column borrowed from the row, without a copy.
     fn str_at(&self, i: usize) -> Result<Option<&str>, StoreError>;
+
+    /// An id column, parsed: a stored id that breaks the rule is corrupt data.
+    fn id<T: TryFrom<String, Error = IdError>>(&self, i: usize) -> Result<T, StoreError> {
+        Ok(T::try_from(self.text(i)?)?)
+    }
+
+    /// A nullable id column, parsed.
+    fn opt_id<T: TryFrom<String, Error = IdError>>(
+        &self,
+        i: usize,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.opt_text(i)?.map(T::try_from).transpose()?)
+    }
 }
 
 impl Cols for rusqlite::Row<'_> {
@@ -83,7 +97,7 @@ pub struct StoredBinding {
 /// A session row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRow {
-    pub id: String,
+    pub id: SessionId,
     pub title: String,
     pub agent: String,
     pub origin: Origin,
@@ -172,7 +186,7 @@ impl<'a> SessionCols<'a> {
     /// The same columns, borrowed from a session read whole.
     pub fn of(row: &'a SessionRow) -> SessionCols<'a> {
         SessionCols {
-            id: &row.id,
+            id: row.id.as_str(),
             title: &row.title,
             agent: &row.agent,
             origin: row.origin,
@@ -193,10 +207,11 @@ impl<'a> SessionCols<'a> {
     }
 
     /// The contract's session document (a copy of every text: for tests and single
-    /// reads; a list writes `api::views::write_session_doc` instead).
-    pub fn to_api(&self) -> berth_core::api::Session {
-        berth_core::api::Session {
-            id: self.id.to_owned(),
+    /// reads; a list writes `api::views::write_session_doc` instead). The columns are
+    /// read as they are stored; here the ids are parsed.
+    pub fn to_api(&self) -> Result<berth_core::api::Session, StoreError> {
+        Ok(berth_core::api::Session {
+            id: SessionId::parse(self.id)?,
             title: self.title.to_owned(),
             agent: self.agent.to_owned(),
             origin: self.origin,
@@ -205,15 +220,18 @@ impl<'a> SessionCols<'a> {
             created_at: self.created_at.to_owned(),
             updated_at: self.updated_at.to_owned(),
             #[cfg(feature = "local-binding")]
-            binding: self.binding.map(|b| berth_core::api::SessionBinding {
-                dir: b.dir.to_owned(),
-                display: b.display.to_owned(),
-                daemon: MachineId::new(b.machine),
-                daemon_name: b.machine_name.to_owned(),
-                mode: b.mode,
-                state: b.state,
-            }),
-        }
+            binding: match self.binding {
+                None => None,
+                Some(b) => Some(berth_core::api::SessionBinding {
+                    dir: b.dir.to_owned(),
+                    display: b.display.to_owned(),
+                    daemon: MachineId::parse(b.machine)?,
+                    daemon_name: b.machine_name.to_owned(),
+                    mode: b.mode,
+                    state: b.state,
+                }),
+            },
+        })
     }
 }
 
@@ -319,7 +337,7 @@ impl SessionRow {
         let binding = match r.opt_text(7)? {
             None => None,
             Some(dir) => {
-                let machine = r.text(9)?;
+                let machine: MachineId = r.id(9)?;
                 let mode = r.opt_text(10)?;
                 let state = r.opt_text(11)?;
                 let name = r.opt_text(15)?;
@@ -328,15 +346,15 @@ impl SessionRow {
                     dir,
                     display: r.opt_text(8)?.unwrap_or_default(),
                     identity: identity_from(dev, ino),
-                    machine_name: name.unwrap_or_else(|| machine.clone()),
-                    machine: MachineId::new(machine),
+                    machine_name: name.unwrap_or_else(|| machine.to_string()),
+                    machine,
                     mode: parse_enum(mode.as_deref().unwrap_or("in-place"))?,
                     state: parse_enum(state.as_deref().unwrap_or("ok"))?,
                 })
             }
         };
         Ok(SessionRow {
-            id: r.text(0)?,
+            id: r.id(0)?,
             title: r.text(1)?,
             agent: r.text(2)?,
             origin,
@@ -355,7 +373,28 @@ impl SessionRow {
     /// The contract's session document, with the real path (control socket, and the
     /// cloud build, where no session has a binding).
     pub fn to_api(&self) -> berth_core::api::Session {
-        SessionCols::of(self).to_api()
+        berth_core::api::Session {
+            id: self.id.clone(),
+            title: self.title.clone(),
+            agent: self.agent.clone(),
+            origin: self.origin,
+            project: self.project.clone(),
+            work_dir: self.work_dir.clone(),
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+            #[cfg(feature = "local-binding")]
+            binding: self
+                .binding
+                .as_ref()
+                .map(|b| berth_core::api::SessionBinding {
+                    dir: b.dir.clone(),
+                    display: b.display.clone(),
+                    daemon: b.machine.clone(),
+                    daemon_name: b.machine_name.clone(),
+                    mode: b.mode,
+                    state: b.state,
+                }),
+        }
     }
 
     /// The binding's read view: everything but the real path.
@@ -375,8 +414,8 @@ impl SessionRow {
 /// A task row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRow {
-    pub id: String,
-    pub session_id: String,
+    pub id: TaskId,
+    pub session_id: SessionId,
     pub seq: i64,
     pub message_id: String,
     pub status: TaskStatus,
@@ -419,8 +458,8 @@ pub(crate) fn qualified_task_columns(alias: &str) -> String {
 impl TaskRow {
     pub(crate) fn from_row(r: &impl Cols) -> Result<TaskRow, StoreError> {
         Ok(TaskRow {
-            id: r.text(0)?,
-            session_id: r.text(1)?,
+            id: r.id(0)?,
+            session_id: r.id(1)?,
             seq: r.int(2)?,
             message_id: r.text(3)?,
             status: parse_enum(&r.text(4)?)?,
@@ -478,11 +517,14 @@ impl TaskRow {
 
 /// A transcript event of `session_id`, from the columns `seq, task_id, kind, payload,
 /// at`.
-pub(crate) fn event_from(session_id: &str, r: &impl Cols) -> Result<TranscriptEvent, StoreError> {
+pub(crate) fn event_from(
+    session_id: &SessionId,
+    r: &impl Cols,
+) -> Result<TranscriptEvent, StoreError> {
     Ok(TranscriptEvent {
-        session_id: session_id.to_owned(),
+        session_id: session_id.clone(),
         seq: r.int(0)?,
-        task_id: r.opt_text(1)?,
+        task_id: r.opt_id(1)?,
         kind: r.text(2)?,
         payload: payload_from(&r.text(3)?)?,
         at: r.text(4)?,

@@ -7,6 +7,7 @@ use super::StoreError;
 use super::rows::{Finish, StoredBinding, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::resolve::Origin;
+use berth_core::{SessionId, TaskId};
 
 /// What [`resolve_id`](super::resolve_id) looks up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,16 +66,22 @@ pub(crate) fn one_id(
 
 /// A new session's id. Random (v4), not time-ordered (v7): users type ids by prefix,
 /// and v7 ids made in the same minute share their first eight characters.
-pub(crate) fn new_session_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+pub(crate) fn new_session_id() -> Result<SessionId, StoreError> {
+    // A uuid's text is hex digits and dashes: it always parses.
+    Ok(SessionId::parse(&uuid::Uuid::new_v4().to_string())?)
+}
+
+/// A new task's id, random (v4) as a session's.
+pub(crate) fn new_task_id() -> Result<TaskId, StoreError> {
+    Ok(TaskId::parse(&uuid::Uuid::new_v4().to_string())?)
 }
 
 /// A new session's title: the one asked for unless it is blank, else `session` and
 /// the first eight characters of its id.
-pub(crate) fn session_title(asked: Option<String>, id: &str) -> String {
+pub(crate) fn session_title(asked: Option<String>, id: &SessionId) -> String {
     asked
         .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| format!("session {}", &id[..8]))
+        .unwrap_or_else(|| format!("session {}", &id.as_str()[..8]))
 }
 
 /// The agent of a session created without naming one: the only registered agent
@@ -102,7 +109,7 @@ pub(crate) fn binding_payload(
 
 /// A user message's event payload.
 pub(crate) fn message_payload(
-    task_id: &str,
+    task_id: &TaskId,
     message_id: &str,
     origin: Origin,
     text: &str,

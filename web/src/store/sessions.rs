@@ -3,52 +3,60 @@
 use super::agents::{agent_names, get_agent};
 use super::rows::SessionCols;
 use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, event_from, identity_columns};
-use super::rules::{self, Scoped};
-use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_id};
+use super::rules;
+use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_session};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
+use berth_core::{SessionId, TaskId};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 
-pub(crate) fn get_session(conn: &Connection, id: &str) -> Result<SessionRow, StoreError> {
+pub(crate) fn get_session(conn: &Connection, id: &SessionId) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([id])?;
+    let mut rows = stmt.query([id.as_str()])?;
     match rows.next()? {
         Some(r) => SessionRow::from_row(r),
         None => Err(StoreError::UnknownSession {
-            prefix: id.to_owned(),
+            prefix: id.to_string(),
         }),
     }
 }
 
 /// The full id of the session `prefix` names uniquely.
-pub(crate) fn session_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
-    resolve_id(conn, Scoped::Sessions, prefix, None)
+pub(crate) fn session_id(conn: &Connection, prefix: &str) -> Result<SessionId, StoreError> {
+    resolve_session(conn, prefix, None)
 }
 
 /// Appends one event to a session's transcript, numbering it after the last one.
 pub(crate) fn append_event(
     conn: &Connection,
     outbox: &mut Outbox,
-    session_id: &str,
-    task_id: Option<&str>,
+    session_id: &SessionId,
+    task_id: Option<&TaskId>,
     kind: EventKind,
     payload: serde_json::Value,
 ) -> Result<i64, StoreError> {
     let seq: i64 = conn
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1")?
-        .query_row([session_id], |r| r.get(0))?;
+        .query_row([session_id.as_str()], |r| r.get(0))?;
     let at = clock::now();
     conn.prepare_cached(
         "INSERT INTO events (session_id, seq, task_id, kind, payload, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
-    .execute(params![session_id, seq, task_id, kind.as_str(), payload.to_string(), at])?;
-    outbox.push(TranscriptEvent {
-        session_id: session_id.to_owned(),
+    .execute(params![
+        session_id.as_str(),
         seq,
-        task_id: task_id.map(str::to_owned),
+        task_id.map(TaskId::as_str),
+        kind.as_str(),
+        payload.to_string(),
+        at
+    ])?;
+    outbox.push(TranscriptEvent {
+        session_id: session_id.clone(),
+        seq,
+        task_id: task_id.cloned(),
         kind: kind.as_str().to_owned(),
         payload,
         at,
@@ -58,7 +66,7 @@ pub(crate) fn append_event(
 
 pub(crate) fn events_after(
     conn: &Connection,
-    session_id: &str,
+    session_id: &SessionId,
     after: i64,
     limit: i64,
 ) -> Result<Vec<TranscriptEvent>, StoreError> {
@@ -66,7 +74,7 @@ pub(crate) fn events_after(
         "SELECT seq, task_id, kind, payload, at FROM events
          WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
-    let mut rows = stmt.query(params![session_id, after, limit])?;
+    let mut rows = stmt.query(params![session_id.as_str(), after, limit])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
         out.push(event_from(session_id, r)?);
@@ -96,7 +104,7 @@ pub(crate) fn insert_session(
             });
         }
     }
-    let id = rules::new_session_id();
+    let id = rules::new_session_id()?;
     let title = rules::session_title(new.title, &id);
     let now = clock::now();
     let b = new.binding.as_ref();
@@ -107,7 +115,7 @@ pub(crate) fn insert_session(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
-        id,
+        id.as_str(),
         title,
         agent,
         new.origin.as_str(),
@@ -142,10 +150,7 @@ impl Store {
         on_pg!(self, pg => pg.session_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
-            get_session(
-                conn,
-                &resolve_id(conn, Scoped::Sessions, &prefix, owner.as_deref())?,
-            )
+            get_session(conn, &resolve_session(conn, &prefix, owner.as_deref())?)
         })
         .await
     }
@@ -163,7 +168,7 @@ impl Store {
     /// `binding_changed` event with both display forms.
     pub async fn set_binding(
         &self,
-        id: String,
+        id: SessionId,
         binding: Option<StoredBinding>,
     ) -> Result<SessionRow, StoreError> {
         on_pg!(self, pg => pg.set_binding(id, binding));
@@ -177,7 +182,7 @@ impl Store {
                  WHERE id = ?1",
             )?
             .execute(params![
-                id,
+                id.as_str(),
                 b.map(|b| &b.dir),
                 b.map(|b| &b.display),
                 b.map(|b| b.machine.as_str()),
@@ -203,7 +208,7 @@ impl Store {
     /// Up to `limit` transcript events after `after`, in order.
     pub async fn events_after(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after: i64,
         limit: i64,
     ) -> Result<Vec<TranscriptEvent>, StoreError> {

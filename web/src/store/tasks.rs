@@ -2,15 +2,18 @@
 
 use super::agents::{get_agent, project_dirs};
 use super::rows::{Finish, TASK_COLUMNS};
-use super::rules::{self, Ended, Scoped};
+use super::rules::{self, Ended};
 use super::sessions::{append_event, get_session, session_id};
-use super::{Outbox, ProjectDirRow, SessionRow, Store, StoreError, TaskRow, resolve_id};
+use super::{
+    Outbox, ProjectDirRow, SessionRow, Store, StoreError, TaskRow, resolve_session, resolve_task,
+};
 use crate::clock;
 use crate::executor::AgentSpec;
 use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
+use berth_core::{SessionId, TaskId};
 use rusqlite::{Connection, params};
 
 /// What startup recovery found.
@@ -18,9 +21,9 @@ use rusqlite::{Connection, params};
 pub struct Recovery {
     /// Tasks that were running (or had been claimed) when the server stopped; now
     /// `interrupted`, never re-run in place.
-    pub interrupted: Vec<String>,
+    pub interrupted: Vec<TaskId>,
     /// Sessions with tasks still waiting to run, to schedule again.
-    pub pending_sessions: Vec<String>,
+    pub pending_sessions: Vec<SessionId>,
     /// On PostgreSQL, tasks the last leader had handed to a daemon: they may still be
     /// running there, and the new leader carries on with them (never on SQLite, whose
     /// one server ends them `interrupted`).
@@ -58,20 +61,20 @@ pub enum RunItem {
     Agent(serde_json::Value),
 }
 
-pub(crate) fn get_task(conn: &Connection, id: &str) -> Result<TaskRow, StoreError> {
+pub(crate) fn get_task(conn: &Connection, id: &TaskId) -> Result<TaskRow, StoreError> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([id])?;
+    let mut rows = stmt.query([id.as_str()])?;
     match rows.next()? {
         Some(r) => TaskRow::from_row(r),
         None => Err(StoreError::UnknownTask {
-            prefix: id.to_owned(),
+            prefix: id.to_string(),
         }),
     }
 }
 
-fn task_id(conn: &Connection, prefix: &str) -> Result<String, StoreError> {
-    resolve_id(conn, Scoped::Tasks, prefix, None)
+fn task_id(conn: &Connection, prefix: &str) -> Result<TaskId, StoreError> {
+    resolve_task(conn, prefix, None)
 }
 
 fn task_event(conn: &Connection, outbox: &mut Outbox, task: &TaskRow) -> Result<(), StoreError> {
@@ -106,12 +109,12 @@ pub(crate) fn status_event(
 fn record_status(
     conn: &Connection,
     outbox: &mut Outbox,
-    id: &str,
+    id: &TaskId,
     status: TaskStatus,
     wait_reason: Option<String>,
 ) -> Result<TaskRow, StoreError> {
     conn.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1")?
-        .execute(params![id, status.as_str(), wait_reason])?;
+        .execute(params![id.as_str(), status.as_str(), wait_reason])?;
     let task = get_task(conn, id)?;
     status_event(conn, outbox, &task)?;
     Ok(task)
@@ -122,8 +125,8 @@ fn record_status(
 fn write_items(
     conn: &Connection,
     outbox: &mut Outbox,
-    task_id: &str,
-    session_id: &str,
+    task_id: &TaskId,
+    session_id: &SessionId,
     items: Vec<RunItem>,
 ) -> Result<(), StoreError> {
     for item in items {
@@ -174,7 +177,7 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
                error = ?3, error_code = 'interrupted'
              WHERE id = ?1",
         )?
-        .execute(params![t.id, now, rules::INTERRUPTED])?;
+        .execute(params![t.id.as_str(), now, rules::INTERRUPTED])?;
         task_event(conn, outbox, &get_task(conn, &t.id)?)?;
         interrupted.push(t.id);
     }
@@ -188,7 +191,10 @@ pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery
     )?;
     let pending_sessions = stmt
         .query_map([], |r| r.get(0))?
-        .collect::<Result<Vec<String>, _>>()?;
+        .collect::<Result<Vec<String>, _>>()?
+        .into_iter()
+        .map(SessionId::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Recovery {
         interrupted,
         pending_sessions,
@@ -207,21 +213,33 @@ pub(crate) fn insert_message(
 ) -> Result<(TaskRow, i64), StoreError> {
     let session = session_id(tx, session_prefix)?;
     let message_id = uuid::Uuid::new_v4().to_string();
-    let task = uuid::Uuid::new_v4().to_string();
+    let task = rules::new_task_id()?;
     let now = clock::now();
     tx.prepare_cached(
         "INSERT INTO messages (id, session_id, origin, text, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![message_id, session, origin.as_str(), text, now])?;
+    .execute(params![
+        message_id,
+        session.as_str(),
+        origin.as_str(),
+        text,
+        now
+    ])?;
     let seq: i64 = tx
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = ?1")?
-        .query_row([&session], |r| r.get(0))?;
+        .query_row([session.as_str()], |r| r.get(0))?;
     tx.prepare_cached(
         "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
          VALUES (?1, ?2, ?3, ?4, 'queued', ?5)",
     )?
-    .execute(params![task, session, seq, message_id, now])?;
+    .execute(params![
+        task.as_str(),
+        session.as_str(),
+        seq,
+        message_id,
+        now
+    ])?;
     let message_seq = append_event(
         tx,
         outbox,
@@ -231,7 +249,7 @@ pub(crate) fn insert_message(
         rules::message_payload(&task, &message_id, origin, text),
     )?;
     tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-        .execute(params![session, now])?;
+        .execute(params![session.as_str(), now])?;
     Ok((get_task(tx, &task)?, message_seq))
 }
 
@@ -283,7 +301,7 @@ impl Store {
 
     /// The session's next task with everything its run needs, in one read: the
     /// scheduler's hot path.
-    pub async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
+    pub async fn next_run(&self, session: SessionId) -> Result<Option<NextRun>, StoreError> {
         on_pg!(self, pg => pg.next_run(session));
         self.read_small(move |conn| {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
@@ -318,7 +336,7 @@ pub struct NextRun {
 /// still waiting. A task that was claimed is never returned again.
 fn next_task(
     conn: &Connection,
-    session: &str,
+    session: &SessionId,
 ) -> Result<Option<(TaskRow, String, Origin)>, StoreError> {
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1
@@ -326,7 +344,7 @@ fn next_task(
          ORDER BY seq LIMIT 1"
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([session])?;
+    let mut rows = stmt.query([session.as_str()])?;
     let Some(r) = rows.next()? else {
         return Ok(None);
     };
@@ -340,7 +358,7 @@ fn next_task(
 /// What a run needs besides its task, read on `conn`.
 fn run_context(
     conn: &Connection,
-    session_id: &str,
+    session_id: &SessionId,
 ) -> Result<(SessionRow, AgentSpec, Vec<ProjectDirRow>), StoreError> {
     let session = get_session(conn, session_id)?;
     let agent = get_agent(conn, &session.agent)?;
@@ -359,7 +377,7 @@ impl Store {
     /// record.
     pub async fn mark_handed(
         &self,
-        id: String,
+        id: TaskId,
         machine: MachineId,
         instance: String,
     ) -> Result<(), StoreError> {
@@ -369,7 +387,7 @@ impl Store {
     }
 
     /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
-    pub async fn claim(&self, id: String) -> Result<bool, StoreError> {
+    pub async fn claim(&self, id: TaskId) -> Result<bool, StoreError> {
         on_pg!(self, pg => pg.claim(id));
         self.write(move |tx, _| {
             let n = tx
@@ -377,7 +395,7 @@ impl Store {
                     "UPDATE tasks SET started_at = ?2 WHERE id = ?1
                    AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
                 )?
-                .execute(params![id, clock::now()])?;
+                .execute(params![id.as_str(), clock::now()])?;
             Ok(n == 1)
         })
         .await
@@ -386,7 +404,7 @@ impl Store {
     /// Records a non-final status change and appends it to the transcript.
     pub async fn set_status(
         &self,
-        id: String,
+        id: TaskId,
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
@@ -411,8 +429,8 @@ impl Store {
     /// stored again. Answers how many of the daemon's events are stored now.
     pub async fn daemon_events(
         &self,
-        task_id: String,
-        session_id: String,
+        task_id: TaskId,
+        session_id: SessionId,
         items: Vec<RunItem>,
         from: u64,
         to: u64,
@@ -431,7 +449,7 @@ impl Store {
     /// it. SQLite's one server has nothing to hand it to.
     pub async fn daemon_outcome(
         &self,
-        task_id: String,
+        task_id: TaskId,
         outcome: crate::executor::TaskOutcome,
     ) -> Result<(), StoreError> {
         on_pg!(self, pg => pg.daemon_outcome(task_id, outcome));
@@ -441,7 +459,7 @@ impl Store {
 
     /// Records how a task ended, updates its session, and appends the final task
     /// document to the transcript.
-    pub async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
+    pub async fn finish(&self, id: TaskId, fin: Finish) -> Result<TaskRow, StoreError> {
         on_pg!(self, pg => pg.finish(id, fin));
         self.write(move |tx, outbox| {
             let now = clock::now();
@@ -451,14 +469,14 @@ impl Store {
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
                    changes = ?10, fence = ?11
                  WHERE id = ?1")?.execute(
-                params![id, fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence],
+                params![id.as_str(), fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {
                 tx.prepare_cached("UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
                        work_dir_display = CASE WHEN ?2 IS NULL THEN work_dir_display ELSE ?6 END
                      WHERE id = ?1 AND binding_rev = ?5")?.execute(
-                    params![task.session_id, rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
+                    params![task.session_id.as_str(), rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
                 )?;
             }
             if let Some(state) = ended.binding_state() {
@@ -467,7 +485,7 @@ impl Store {
                      WHERE id = ?1 AND binding_dir IS NOT NULL",
                 )?
                 .execute(
-                    params![task.session_id, state],
+                    params![task.session_id.as_str(), state],
                 )?;
             }
             task_event(tx, outbox, &task)?;
@@ -477,7 +495,7 @@ impl Store {
     }
 
     /// Cancels a task that has not started; `None` if it already has (or ended).
-    pub async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
+    pub async fn cancel_waiting(&self, id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         on_pg!(self, pg => pg.cancel_waiting(id));
         self.write(move |tx, outbox| {
             let n = tx
@@ -485,7 +503,7 @@ impl Store {
                     "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = ?2
                  WHERE id = ?1 AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
                 )?
-                .execute(params![id, clock::now()])?;
+                .execute(params![id.as_str(), clock::now()])?;
             if n == 0 {
                 return Ok(None);
             }
@@ -499,7 +517,7 @@ impl Store {
     /// Records in the session's transcript that a task's changes were undone.
     pub async fn record_undo(
         &self,
-        task_id: String,
+        task_id: TaskId,
         payload: serde_json::Value,
     ) -> Result<i64, StoreError> {
         on_pg!(self, pg => pg.record_undo(task_id, payload));
@@ -527,7 +545,7 @@ impl Store {
         on_pg!(self, pg => pg.task_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
-            let id = resolve_id(conn, Scoped::Tasks, &prefix, owner.as_deref())?;
+            let id = resolve_task(conn, &prefix, owner.as_deref())?;
             get_task(conn, &id)
         })
         .await
@@ -552,13 +570,13 @@ impl Store {
         self.read(move |conn| {
             let (sql, arg) = match session {
                 Some(prefix) => {
-                    let id = resolve_id(conn, Scoped::Sessions, &prefix, owner.as_deref())?;
+                    let id = resolve_session(conn, &prefix, owner.as_deref())?;
                     get_session(conn, &id)?;
                     (
                         format!(
                             "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ?1 ORDER BY seq"
                         ),
-                        Some(id),
+                        Some(id.into_string()),
                     )
                 }
                 None => (

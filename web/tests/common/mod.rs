@@ -30,7 +30,7 @@ pub struct ShExecutor {
 
 impl Executor for ShExecutor {
     fn machine(&self) -> (MachineId, String) {
-        (MachineId::new("m-test"), "testbox".into())
+        (MachineId::parse("m-test").unwrap(), "testbox".into())
     }
 
     fn run(

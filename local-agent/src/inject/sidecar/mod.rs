@@ -26,7 +26,7 @@ pub use target::Obstacle;
 use crate::dir::fd::{at_parent, open_nofollow, write_all};
 use crate::dir::pin::PinnedDir;
 use crate::inject::journal::{Copied, Journal, JournalError, Record, RunJournal};
-use berth_core::{ErrorCode, Refusal};
+use berth_core::{ErrorCode, Refusal, TaskId};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use skill::{DirError, open_dir, read_skill, remove_copied};
@@ -113,15 +113,15 @@ impl SidecarError {
 /// run that writes nothing (the usual case) leaves no trace at all.
 #[derive(Debug)]
 pub struct Sidecars {
-    task_id: String,
+    task_id: TaskId,
     journal: RunJournal,
     records: Vec<Record>,
 }
 
 impl Sidecars {
-    pub fn new(journal: &Arc<Journal>, task_id: &str) -> Sidecars {
+    pub fn new(journal: &Arc<Journal>, task_id: &TaskId) -> Sidecars {
         Sidecars {
-            task_id: task_id.to_owned(),
+            task_id: task_id.clone(),
             journal: journal.run(task_id),
             records: Vec::new(),
         }
@@ -402,6 +402,7 @@ impl Sidecars {
         let file = guard_dir.join(format!(
             "{}-{}.json",
             self.task_id
+                .as_str()
                 .chars()
                 .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
                 .collect::<String>(),

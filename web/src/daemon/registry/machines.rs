@@ -8,6 +8,7 @@ use super::{Daemons, Machine, State, lock};
 use crate::daemon::DAEMON_RETRY_CAP;
 use crate::daemon::wire::{HeartbeatReply, Registered};
 use crate::store::{StoreError, TokenChange};
+use berth_core::TaskId;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use std::time::{Duration, Instant};
@@ -115,7 +116,7 @@ impl Daemons {
             m.last_seen = now;
             if m.instance != instance {
                 m.instance.clone_from(&instance);
-                let stale: Vec<String> = m
+                let stale: Vec<TaskId> = m
                     .runs
                     .iter()
                     .filter(|(_, r)| r.instance != instance)
@@ -140,7 +141,7 @@ impl Daemons {
         }
         let c = self.inner.config;
         Ok(Ok(Registered {
-            machine_id: machine.to_string(),
+            machine_id: machine.clone(),
             name,
             heartbeat_ms: millis(c.window / 3),
             window_ms: millis(c.window),
@@ -157,12 +158,12 @@ impl Daemons {
         &self,
         caller: &Caller,
         instance: &str,
-        running: &[String],
+        running: &[TaskId],
     ) -> Result<HeartbeatReply, AuthError> {
         let window = self.inner.config.window;
         let mut state = lock(&self.inner.state);
         let m = current(&mut state, caller, instance)?;
-        let lost: Vec<String> = m
+        let lost: Vec<TaskId> = m
             .runs
             .iter()
             .filter(|(id, r)| r.claimed_at.elapsed() > window && !running.contains(id))
@@ -183,7 +184,7 @@ impl Daemons {
         }
         // Stop what was cancelled, and what the server no longer expects (it ended
         // while the daemon was out of reach, or the server restarted).
-        let mut cancel: Vec<String> = m
+        let mut cancel: Vec<TaskId> = m
             .runs
             .iter()
             .filter(|(_, r)| *r.link.cancel.borrow())

@@ -31,6 +31,7 @@ use super::DaemonConfig;
 use crate::executor::{Executor, TaskOutcome};
 use crate::scheduler::RemoteMachines;
 use crate::store::{Adopted, Store, StoreError, TokenRow};
+use berth_core::TaskId;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use queue::Pending;
@@ -51,8 +52,8 @@ struct Machine {
     last_seen: Instant,
     online: bool,
     queue: VecDeque<Pending>,
-    runs: HashMap<String, RemoteRun>,
-    finished: VecDeque<(String, TaskStatus)>,
+    runs: HashMap<TaskId, RemoteRun>,
+    finished: VecDeque<(TaskId, TaskStatus)>,
     wake: Arc<Notify>,
 }
 

@@ -6,6 +6,7 @@ use super::runs::{Link, RemoteRun};
 use super::tokens::{AuthError, Caller};
 use super::{Daemons, lock};
 use crate::daemon::wire::ClaimedTask;
+use berth_core::TaskId;
 use berth_core::binding::MachineId;
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,13 +38,13 @@ impl Daemons {
     }
 
     /// Removes a task not claimed yet; `false` if its daemon has it.
-    pub(super) fn withdraw(&self, machine: &MachineId, task: &str) -> bool {
+    pub(super) fn withdraw(&self, machine: &MachineId, task: &TaskId) -> bool {
         let mut state = lock(&self.inner.state);
         let Some(m) = state.machines.get_mut(machine) else {
             return false;
         };
         let before = m.queue.len();
-        m.queue.retain(|p| p.task.task_id != task);
+        m.queue.retain(|p| p.task.task_id != *task);
         m.queue.len() != before
     }
 

@@ -7,8 +7,8 @@ use crate::daemon::wire::{EventBatch, EventsReply, FinishRequest};
 use crate::executor::{ExecEvent, TaskOutcome};
 use crate::scheduler::{run_items, waiting_for};
 use crate::store::{Adopted, StoreError};
-use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
+use berth_core::{ErrorCode, SessionId, TaskId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -22,8 +22,20 @@ const FINISHED_MEMORY: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("task {task} is not running on machine {machine} (it ended, or was never claimed by it)")]
 pub struct Gone {
+    /// The task as the daemon named it.
     pub task: String,
     pub machine: String,
+}
+
+impl Gone {
+    /// The answer to `caller`'s call about `task` (as the daemon named it: an id it
+    /// holds, or text that is no task id at all).
+    pub fn of(caller: &Caller, task: &str) -> Gone {
+        Gone {
+            task: task.to_owned(),
+            machine: caller.name.clone(),
+        }
+    }
 }
 
 /// Why a daemon's events or outcome were not taken.
@@ -66,7 +78,7 @@ pub(super) struct RunLog {
 /// A task a daemon claimed (or the last leader handed it), until it finishes.
 pub(super) struct RemoteRun {
     pub(super) link: Link,
-    pub(super) session_id: String,
+    pub(super) session_id: SessionId,
     pub(super) log: Arc<RunLog>,
     pub(super) claimed_at: Instant,
     /// The daemon process that holds it.
@@ -101,7 +113,7 @@ impl Daemons {
     pub async fn events(
         &self,
         caller: &Caller,
-        task: &str,
+        task: &TaskId,
         batch: EventBatch,
     ) -> Result<EventsReply, TaskCallError> {
         let (log, session_id, cancel) = {
@@ -118,7 +130,7 @@ impl Daemons {
         // connection) drops this handler, and a write that committed must still be
         // counted, or the events would be stored again when they come again.
         let store = self.inner.store.clone();
-        let task_id = task.to_owned();
+        let task_id = task.clone();
         let write = tokio::spawn(async move {
             let _one = log.write.lock().await;
             let received = log.received.load(Ordering::SeqCst);
@@ -193,7 +205,7 @@ impl Daemons {
     pub async fn finish(
         &self,
         caller: &Caller,
-        task: &str,
+        task: &TaskId,
         req: FinishRequest,
     ) -> Result<Finished, TaskCallError> {
         let remembered = |m: &Machine| {
@@ -218,7 +230,7 @@ impl Daemons {
         // On a task of its own, as for events: a dropped request must not leave it
         // half done.
         let store = self.inner.store.clone();
-        let (id, outcome) = (task.to_owned(), req.outcome.clone());
+        let (id, outcome) = (task.clone(), req.outcome.clone());
         tokio::spawn(async move { store.daemon_outcome(id, outcome).await })
             .await
             .map_err(|e| StoreError::Worker(format!("storing a daemon's outcome failed: {e}")))??;
@@ -229,7 +241,7 @@ impl Daemons {
         };
         let status = req.outcome.status;
         let _ = run.link.done.send(req.outcome);
-        m.finished.push_back((task.to_owned(), status));
+        m.finished.push_back((task.clone(), status));
         if m.finished.len() > FINISHED_MEMORY {
             m.finished.pop_front();
         }
@@ -238,7 +250,11 @@ impl Daemons {
 }
 
 /// The caller's machine, marked seen, for a call about one of its tasks.
-fn holding<'a>(state: &'a mut State, caller: &Caller, task: &str) -> Result<&'a mut Machine, Gone> {
+fn holding<'a>(
+    state: &'a mut State,
+    caller: &Caller,
+    task: &TaskId,
+) -> Result<&'a mut Machine, Gone> {
     let m = state
         .machines
         .get_mut(&caller.machine)
@@ -247,9 +263,6 @@ fn holding<'a>(state: &'a mut State, caller: &Caller, task: &str) -> Result<&'a 
     Ok(m)
 }
 
-fn gone(caller: &Caller, task: &str) -> Gone {
-    Gone {
-        task: task.to_owned(),
-        machine: caller.name.clone(),
-    }
+fn gone(caller: &Caller, task: &TaskId) -> Gone {
+    Gone::of(caller, task.as_str())
 }

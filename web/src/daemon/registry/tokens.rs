@@ -59,10 +59,9 @@ impl Daemons {
         let (Some(token), Some(machine)) = (token, machine) else {
             return Err(AuthError::Missing);
         };
-        if machine.is_empty() || machine.len() > 128 {
-            return Err(AuthError::Missing);
-        }
-        let machine = MachineId::new(machine);
+        // Parsed here, where a daemon's call comes in: one that names no valid machine
+        // id names none at all.
+        let machine = MachineId::parse(machine).map_err(|_| AuthError::Missing)?;
         let state = lock(&self.inner.state);
         let row = state
             .tokens
@@ -183,7 +182,7 @@ impl Daemons {
                 let online = live.is_some_and(|m| m.online) && r.revoked_at.is_none();
                 TokenInfo {
                     name: r.name,
-                    machine_id: r.machine.as_ref().map(ToString::to_string),
+                    machine_id: r.machine.clone(),
                     machine_name: live
                         .map(|m| m.name.clone())
                         .or_else(|| stored.map(|s| s.0.clone())),

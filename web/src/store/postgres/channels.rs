@@ -6,6 +6,7 @@ use crate::store::rows::{Cols, payload_from};
 use crate::store::{
     ChannelIntake, ChannelThread, NewChannelMessage, NewSessionRow, StoreError, TaskRow,
 };
+use berth_core::SessionId;
 use berth_core::resolve::Origin;
 
 impl Pg {
@@ -36,7 +37,7 @@ impl Pg {
             )
             .await?;
         let (session_id, new_session) = match known {
-            Some(r) => (r.text(0)?, false),
+            Some(r) => (r.id(0)?, false),
             None => {
                 let session = w
                     .insert_session(NewSessionRow::channel(m.title, m.agent, m.owner))
@@ -45,14 +46,19 @@ impl Pg {
                     .exec(
                         "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
                          VALUES ($1, $2, $3, $4)",
-                        &[&m.platform, &m.thread_key, &session.id, &clock::now()],
+                        &[
+                            &m.platform,
+                            &m.thread_key,
+                            &session.id.as_str(),
+                            &clock::now(),
+                        ],
                     )
                     .await?;
                 (session.id, true)
             }
         };
         let (task, _) = w
-            .insert_message(&session_id, Origin::Channel, &m.text)
+            .insert_message(session_id.as_str(), Origin::Channel, &m.text)
             .await?;
         self.publish(w).await?;
         Ok(ChannelIntake::Queued {
@@ -64,11 +70,11 @@ impl Pg {
 
     pub(crate) async fn channel_thread(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<ChannelThread>, StoreError> {
         self.first(
             "SELECT platform, thread_key FROM channel_threads WHERE session_id = $1",
-            &[&session_id],
+            &[&session_id.as_str()],
             |r| {
                 Ok(ChannelThread {
                     platform: r.text(0)?,
@@ -86,7 +92,7 @@ impl Pg {
         self.all(
             "SELECT payload FROM events
              WHERE session_id = $1 AND task_id = $2 AND kind = 'agent' ORDER BY seq",
-            &[&task.session_id, &task.id],
+            &[&task.session_id.as_str(), &task.id.as_str()],
             |r| payload_from(&r.text(0)?),
         )
         .await

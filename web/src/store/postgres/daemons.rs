@@ -9,6 +9,7 @@ use crate::store::rows::Cols;
 use crate::store::rules::online_change;
 use crate::store::{StoreError, TokenChange, TokenRow};
 use berth_core::binding::MachineId;
+use berth_core::{SessionId, TaskId};
 use tokio_postgres::GenericClient;
 
 async fn get_token<C: GenericClient + Sync>(
@@ -116,22 +117,22 @@ impl Pg {
         &self,
     ) -> Result<Vec<(MachineId, String, Option<String>)>, StoreError> {
         self.all("SELECT id, name, last_seen FROM machines", &[], |r| {
-            Ok((MachineId::new(r.text(0)?), r.text(1)?, r.opt_text(2)?))
+            Ok((r.id(0)?, r.text(1)?, r.opt_text(2)?))
         })
         .await
     }
 
-    pub(crate) async fn waiting_sessions(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn waiting_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
         self.all(
             "SELECT session_id FROM tasks WHERE status = 'waiting_daemon'
                AND started_at IS NULL GROUP BY session_id ORDER BY MIN(created_at)",
             &[],
-            |r| r.text(0),
+            |r| r.id(0),
         )
         .await
     }
 
-    pub(crate) async fn requeue(&self, id: String, reason: String) -> Result<bool, StoreError> {
+    pub(crate) async fn requeue(&self, id: TaskId, reason: String) -> Result<bool, StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         let n = w
@@ -141,7 +142,7 @@ impl Pg {
                    handed_at = NULL, handed_to = NULL, handed_instance = NULL, daemon_events = 0,
                    daemon_outcome = NULL
                  WHERE id = $1 AND status IN ('queued', 'waiting_daemon') AND finished_at IS NULL",
-                &[&id, &reason],
+                &[&id.as_str(), &reason],
             )
             .await?;
         if n == 1 {

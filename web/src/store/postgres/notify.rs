@@ -4,6 +4,7 @@
 use super::Pg;
 use super::pool::W;
 use crate::store::StoreError;
+use berth_core::SessionId;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::NoTls;
@@ -17,7 +18,7 @@ const WORK_CHANNEL: &str = "berth_work";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// A session has new work.
-    Work(String),
+    Work(SessionId),
     /// Notifications may have been missed (the listening connection was lost): look
     /// at everything again.
     Resync,
@@ -95,7 +96,10 @@ impl Pg {
                 if let Some((replica, session)) = payload.split_once(' ')
                     && replica != self.replica
                 {
-                    self.hub.nudge(session);
+                    match SessionId::parse(session) {
+                        Ok(session) => self.hub.nudge(&session),
+                        Err(e) => tracing::warn!(error = %e, "a notification names no session"),
+                    }
                 }
             }
             WORK_CHANNEL => {
@@ -103,7 +107,12 @@ impl Pg {
                 if let Some((replica, session)) = payload.split_once(' ')
                     && replica != self.replica
                 {
-                    let _ = self.work.send(Notice::Work(session.to_owned()));
+                    match SessionId::parse(session) {
+                        Ok(session) => {
+                            let _ = self.work.send(Notice::Work(session));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "a notification names no session"),
+                    }
                 }
             }
             crate::store::lists::CHANGED => self.lists.changed(),
@@ -118,7 +127,7 @@ impl Pg {
     }
 
     /// Announces that `session` has work, to whichever process leads.
-    pub(crate) async fn announce_work(&self, session: String) -> Result<(), StoreError> {
+    pub(crate) async fn announce_work(&self, session: SessionId) -> Result<(), StoreError> {
         self.exec(
             "SELECT pg_notify($1, $2)",
             &[&WORK_CHANNEL, &format!("{} {session}", self.replica)],
@@ -130,7 +139,8 @@ impl Pg {
     /// Commits a write. Other processes' live feeds hear of every session it appended
     /// to, and the leader of every session given work: delivered at commit, not before.
     pub(super) async fn publish(&self, mut w: W<'_>) -> Result<(), StoreError> {
-        let mut sessions: Vec<String> = w.outbox.0.iter().map(|e| e.session_id.clone()).collect();
+        let mut sessions: Vec<SessionId> =
+            w.outbox.0.iter().map(|e| e.session_id.clone()).collect();
         sessions.sort_unstable();
         sessions.dedup();
         for session in sessions {

@@ -188,7 +188,7 @@ pub(super) struct W<'a> {
     broken: &'a mut bool,
     pub(super) outbox: Outbox,
     /// Sessions given new work, announced at commit.
-    pub(super) work: Vec<String>,
+    pub(super) work: Vec<berth_core::SessionId>,
 }
 
 impl<'a> W<'a> {

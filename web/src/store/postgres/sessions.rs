@@ -11,11 +11,34 @@ use crate::store::rules::{self, Scoped};
 use crate::store::{NewSessionRow, SessionRow, StoreError, StoredBinding};
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
+use berth_core::{SessionId, TaskId};
 use std::collections::HashMap;
 use tokio_postgres::GenericClient;
 
-/// PostgreSQL's [`crate::store::resolve_id`].
-pub(super) async fn resolve_id<C: GenericClient + Sync>(
+/// PostgreSQL's [`crate::store::resolve_session`].
+pub(super) async fn resolve_session<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<SessionId, StoreError> {
+    Ok(resolve_id(q, Scoped::Sessions, prefix, owner)
+        .await?
+        .try_into()?)
+}
+
+/// PostgreSQL's [`crate::store::resolve_task`].
+pub(super) async fn resolve_task<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    prefix: &str,
+    owner: Option<&str>,
+) -> Result<TaskId, StoreError> {
+    Ok(resolve_id(q, Scoped::Tasks, prefix, owner)
+        .await?
+        .try_into()?)
+}
+
+/// The full id `prefix` names (see `crate::store::resolve_id`).
+async fn resolve_id<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
     what: Scoped,
     prefix: &str,
@@ -44,13 +67,13 @@ pub(super) async fn resolve_id<C: GenericClient + Sync>(
 
 pub(super) async fn get_session<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
-    id: &str,
+    id: &SessionId,
 ) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM {SESSION_FROM} WHERE s.id = $1");
-    match q.opt(&sql, &[&id]).await? {
+    match q.opt(&sql, &[&id.as_str()]).await? {
         Some(r) => SessionRow::from_row(&r),
         None => Err(StoreError::UnknownSession {
-            prefix: id.to_owned(),
+            prefix: id.to_string(),
         }),
     }
 }
@@ -60,8 +83,8 @@ impl W<'_> {
     /// stays locked until commit).
     pub(super) async fn append(
         &mut self,
-        session_id: &str,
-        task_id: Option<&str>,
+        session_id: &SessionId,
+        task_id: Option<&TaskId>,
         kind: EventKind,
         payload: serde_json::Value,
     ) -> Result<i64, StoreError> {
@@ -69,11 +92,11 @@ impl W<'_> {
             .q()
             .opt(
                 "UPDATE sessions SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
-                &[&session_id],
+                &[&session_id.as_str()],
             )
             .await?
             .ok_or_else(|| StoreError::UnknownSession {
-                prefix: session_id.to_owned(),
+                prefix: session_id.to_string(),
             })?
             .int(0)?;
         let at = clock::now();
@@ -82,9 +105,9 @@ impl W<'_> {
                 "INSERT INTO events (session_id, seq, task_id, kind, payload, at)
                  VALUES ($1, $2, $3, $4, $5, $6)",
                 &[
-                    &session_id,
+                    &session_id.as_str(),
                     &seq,
-                    &task_id,
+                    &task_id.map(TaskId::as_str),
                     &kind.as_str(),
                     &payload.to_string(),
                     &at,
@@ -92,9 +115,9 @@ impl W<'_> {
             )
             .await?;
         self.outbox.push(TranscriptEvent {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             seq,
-            task_id: task_id.map(str::to_owned),
+            task_id: task_id.cloned(),
             kind: kind.as_str().to_owned(),
             payload,
             at,
@@ -121,7 +144,7 @@ impl W<'_> {
                 });
             }
         }
-        let id = rules::new_session_id();
+        let id = rules::new_session_id()?;
         let title = rules::session_title(new.title, &id);
         let now = clock::now();
         let b = new.binding.as_ref();
@@ -133,7 +156,7 @@ impl W<'_> {
                    binding_dev, binding_ino, owner)
                  VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                 &[
-                    &id,
+                    &id.as_str(),
                     &title,
                     &agent,
                     &new.origin.as_str(),
@@ -186,7 +209,7 @@ impl Pg {
     ) -> Result<SessionRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
-        let id = resolve_id(&mut q, Scoped::Sessions, prefix, owner.as_deref()).await?;
+        let id = resolve_session(&mut q, prefix, owner.as_deref()).await?;
         get_session(&mut q, &id).await
     }
 
@@ -196,7 +219,7 @@ impl Pg {
 
     pub(crate) async fn set_binding(
         &self,
-        id: String,
+        id: SessionId,
         binding: Option<StoredBinding>,
     ) -> Result<SessionRow, StoreError> {
         let mut lease = self.lease().await?;
@@ -211,7 +234,7 @@ impl Pg {
                    resume_id = NULL, updated_at = $7, binding_dev = $8, binding_ino = $9
                  WHERE id = $1",
                 &[
-                    &id,
+                    &id.as_str(),
                     &b.map(|b| b.dir.as_str()),
                     &b.map(|b| b.display.as_str()),
                     &b.map(|b| b.machine.as_str()),
@@ -237,14 +260,14 @@ impl Pg {
 
     pub(crate) async fn events_after(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after: i64,
         limit: i64,
     ) -> Result<Vec<TranscriptEvent>, StoreError> {
         self.all(
             "SELECT seq, task_id, kind, payload, at FROM events
              WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            &[&session_id, &after, &limit],
+            &[&session_id.as_str(), &after, &limit],
             |r| event_from(&session_id, r),
         )
         .await

@@ -4,26 +4,27 @@
 use super::Pg;
 use super::agents::{get_agent, project_dirs};
 use super::pool::{Q, W};
-use super::sessions::{get_session, resolve_id};
+use super::sessions::{get_session, resolve_session, resolve_task};
 use crate::clock;
 use crate::store::rows::{Cols, TASK_COLUMN_COUNT, TASK_COLUMNS, qualified_task_columns};
-use crate::store::rules::{self, Ended, Scoped, json_text};
+use crate::store::rules::{self, Ended, json_text};
 use crate::store::{Adopted, Finish, NextRun, Recovery, RunItem, StoreError, TaskRow, parse_enum};
 use crate::transcript::EventKind;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
+use berth_core::{SessionId, TaskId};
 use tokio_postgres::GenericClient;
 
 pub(super) async fn get_task<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
-    id: &str,
+    id: &TaskId,
 ) -> Result<TaskRow, StoreError> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1");
-    match q.opt(&sql, &[&id]).await? {
+    match q.opt(&sql, &[&id.as_str()]).await? {
         Some(r) => TaskRow::from_row(&r),
         None => Err(StoreError::UnknownTask {
-            prefix: id.to_owned(),
+            prefix: id.to_string(),
         }),
     }
 }
@@ -55,8 +56,8 @@ impl W<'_> {
     /// and agent events.
     async fn run_items(
         &mut self,
-        task_id: &str,
-        session_id: &str,
+        task_id: &TaskId,
+        session_id: &SessionId,
         items: Vec<RunItem>,
     ) -> Result<(), StoreError> {
         for item in items {
@@ -78,14 +79,14 @@ impl W<'_> {
 
     async fn record_status(
         &mut self,
-        id: &str,
+        id: &TaskId,
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
         self.q()
             .exec(
                 "UPDATE tasks SET status = $2, wait_reason = $3 WHERE id = $1",
-                &[&id, &status.as_str(), &wait_reason],
+                &[&id.as_str(), &status.as_str(), &wait_reason],
             )
             .await?;
         let task = get_task(&mut self.q(), id).await?;
@@ -99,22 +100,28 @@ impl W<'_> {
         origin: Origin,
         text: &str,
     ) -> Result<(TaskRow, i64), StoreError> {
-        let session = resolve_id(&mut self.q(), Scoped::Sessions, session_prefix, None).await?;
+        let session = resolve_session(&mut self.q(), session_prefix, None).await?;
         // The session's writers queue here: the task's `seq` below is the next one.
         self.q()
             .exec(
                 "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&session],
+                &[&session.as_str()],
             )
             .await?;
         let message_id = uuid::Uuid::new_v4().to_string();
-        let task = uuid::Uuid::new_v4().to_string();
+        let task = rules::new_task_id()?;
         let now = clock::now();
         self.q()
             .exec(
                 "INSERT INTO messages (id, session_id, origin, text, created_at)
                  VALUES ($1, $2, $3, $4, $5)",
-                &[&message_id, &session, &origin.as_str(), &text, &now],
+                &[
+                    &message_id,
+                    &session.as_str(),
+                    &origin.as_str(),
+                    &text,
+                    &now,
+                ],
             )
             .await?;
         self.q()
@@ -123,7 +130,7 @@ impl W<'_> {
                  VALUES ($1, $2,
                    (SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = $2),
                    $3, 'queued', $4)",
-                &[&task, &session, &message_id, &now],
+                &[&task.as_str(), &session.as_str(), &message_id, &now],
             )
             .await?;
         let message_seq = self
@@ -137,7 +144,7 @@ impl W<'_> {
         self.q()
             .exec(
                 "UPDATE sessions SET updated_at = $2 WHERE id = $1",
-                &[&session, &now],
+                &[&session.as_str(), &now],
             )
             .await?;
         self.work.push(session.clone());
@@ -148,12 +155,12 @@ impl W<'_> {
 impl Pg {
     /// Sessions with a task queued and not started: the leader's periodic re-check,
     /// so that a missed notification only delays.
-    pub(crate) async fn queued_sessions(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn queued_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
         self.all(
             "SELECT DISTINCT session_id FROM tasks
              WHERE status = 'queued' AND started_at IS NULL",
             &[],
-            |r| r.text(0),
+            |r| r.id(0),
         )
         .await
     }
@@ -189,7 +196,7 @@ impl Pg {
             let n = TASK_COLUMN_COUNT;
             adopted.push(Adopted {
                 task: TaskRow::from_row(r)?,
-                machine: MachineId::new(r.text(n)?),
+                machine: r.id(n)?,
                 instance: r.text(n + 1)?,
                 received: u64::try_from(r.int(n + 2)?).unwrap_or(0),
                 machine_name: r.text(n + 3)?,
@@ -226,7 +233,7 @@ impl Pg {
                     "UPDATE tasks SET status = 'interrupted', wait_reason = NULL, finished_at = $2,
                        error = $3, error_code = 'interrupted'
                      WHERE id = $1",
-                    &[&t.id, &now, &rules::INTERRUPTED],
+                    &[&t.id.as_str(), &now, &rules::INTERRUPTED],
                 )
                 .await?;
             let task = get_task(&mut w.q(), &t.id).await?;
@@ -248,7 +255,7 @@ impl Pg {
             )
             .await?
             .iter()
-            .map(|r| r.text(0))
+            .map(|r| r.id(0))
             .collect::<Result<Vec<_>, _>>()?;
         self.publish(w).await?;
         Ok(Recovery {
@@ -271,7 +278,7 @@ impl Pg {
         Ok(out)
     }
 
-    pub(crate) async fn next_run(&self, session: String) -> Result<Option<NextRun>, StoreError> {
+    pub(crate) async fn next_run(&self, session: SessionId) -> Result<Option<NextRun>, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
         let sql = format!(
@@ -279,7 +286,7 @@ impl Pg {
                AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
              ORDER BY seq LIMIT 1"
         );
-        let Some(row) = q.opt(&sql, &[&session]).await? else {
+        let Some(row) = q.opt(&sql, &[&session.as_str()]).await? else {
             return Ok(None);
         };
         let task = TaskRow::from_row(&row)?;
@@ -309,7 +316,7 @@ impl Pg {
     /// Records that a claimed task reached its machine (see migration V2 in [`super::schema`]).
     pub(crate) async fn mark_handed(
         &self,
-        id: String,
+        id: TaskId,
         machine: MachineId,
         instance: String,
     ) -> Result<(), StoreError> {
@@ -317,18 +324,18 @@ impl Pg {
             "UPDATE tasks SET handed_at = $2, handed_to = $3, handed_instance = $4,
                daemon_events = 0, daemon_outcome = NULL
              WHERE id = $1",
-            &[&id, &clock::now(), &machine.as_str(), &instance],
+            &[&id.as_str(), &clock::now(), &machine.as_str(), &instance],
         )
         .await?;
         Ok(())
     }
 
-    pub(crate) async fn claim(&self, id: String) -> Result<bool, StoreError> {
+    pub(crate) async fn claim(&self, id: TaskId) -> Result<bool, StoreError> {
         let n = self
             .exec(
                 "UPDATE tasks SET started_at = $2 WHERE id = $1
                    AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
-                &[&id, &clock::now()],
+                &[&id.as_str(), &clock::now()],
             )
             .await?;
         Ok(n == 1)
@@ -336,7 +343,7 @@ impl Pg {
 
     pub(crate) async fn set_status(
         &self,
-        id: String,
+        id: TaskId,
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
@@ -360,8 +367,8 @@ impl Pg {
 
     pub(crate) async fn daemon_events(
         &self,
-        task_id: String,
-        session_id: String,
+        task_id: TaskId,
+        session_id: SessionId,
         items: Vec<RunItem>,
         from: u64,
         to: u64,
@@ -378,13 +385,16 @@ impl Pg {
             .q()
             .exec(
                 "UPDATE tasks SET daemon_events = $3 WHERE id = $1 AND daemon_events = $2",
-                &[&task_id, &from, &to],
+                &[&task_id.as_str(), &from, &to],
             )
             .await?;
         if n == 0 {
             let stood = w
                 .q()
-                .rows("SELECT daemon_events FROM tasks WHERE id = $1", &[&task_id])
+                .rows(
+                    "SELECT daemon_events FROM tasks WHERE id = $1",
+                    &[&task_id.as_str()],
+                )
                 .await?
                 .first()
                 .map(|r| r.int(0))
@@ -399,19 +409,19 @@ impl Pg {
 
     pub(crate) async fn daemon_outcome(
         &self,
-        task_id: String,
+        task_id: TaskId,
         outcome: crate::executor::TaskOutcome,
     ) -> Result<(), StoreError> {
         let text = json_text(&outcome)?;
         self.exec(
             "UPDATE tasks SET daemon_outcome = $2 WHERE id = $1 AND finished_at IS NULL",
-            &[&task_id, &text],
+            &[&task_id.as_str(), &text],
         )
         .await?;
         Ok(())
     }
 
-    pub(crate) async fn finish(&self, id: String, fin: Finish) -> Result<TaskRow, StoreError> {
+    pub(crate) async fn finish(&self, id: TaskId, fin: Finish) -> Result<TaskRow, StoreError> {
         let now = clock::now();
         let ended = Ended::of(&fin)?;
         let mut lease = self.lease().await?;
@@ -424,7 +434,7 @@ impl Pg {
                    changes = $10, fence = $11
                  WHERE id = $1",
                 &[
-                    &id,
+                    &id.as_str(),
                     &fin.status.as_str(),
                     &fin.exit_code,
                     &fin.error,
@@ -447,7 +457,7 @@ impl Pg {
                        work_dir_display = CASE WHEN $2::text IS NULL THEN work_dir_display ELSE $6 END
                      WHERE id = $1 AND binding_rev = $5",
                     &[
-                        &task.session_id,
+                        &task.session_id.as_str(),
                         &rec.work_dir,
                         &rec.resume_id,
                         &now,
@@ -461,7 +471,7 @@ impl Pg {
             w.q()
                 .exec(
                     "UPDATE sessions SET binding_state = $2 WHERE id = $1 AND binding_dir IS NOT NULL",
-                    &[&task.session_id, &state],
+                    &[&task.session_id.as_str(), &state],
                 )
                 .await?;
         }
@@ -470,7 +480,7 @@ impl Pg {
         Ok(task)
     }
 
-    pub(crate) async fn cancel_waiting(&self, id: String) -> Result<Option<TaskRow>, StoreError> {
+    pub(crate) async fn cancel_waiting(&self, id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         let n = w
@@ -478,7 +488,7 @@ impl Pg {
             .exec(
                 "UPDATE tasks SET status = 'cancelled', wait_reason = NULL, finished_at = $2
                  WHERE id = $1 AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL",
-                &[&id, &clock::now()],
+                &[&id.as_str(), &clock::now()],
             )
             .await?;
         if n == 0 {
@@ -492,7 +502,7 @@ impl Pg {
 
     pub(crate) async fn record_undo(
         &self,
-        task_id: String,
+        task_id: TaskId,
         payload: serde_json::Value,
     ) -> Result<i64, StoreError> {
         let mut lease = self.lease().await?;
@@ -512,7 +522,7 @@ impl Pg {
     ) -> Result<TaskRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
-        let id = resolve_id(&mut q, Scoped::Tasks, prefix, owner.as_deref()).await?;
+        let id = resolve_task(&mut q, prefix, owner.as_deref()).await?;
         get_task(&mut q, &id).await
     }
 
@@ -529,11 +539,11 @@ impl Pg {
         let mut q = lease.read()?;
         let rows = match session {
             Some(prefix) => {
-                let id = resolve_id(&mut q, Scoped::Sessions, &prefix, owner.as_deref()).await?;
+                let id = resolve_session(&mut q, &prefix, owner.as_deref()).await?;
                 get_session(&mut q, &id).await?;
                 let sql =
                     format!("SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1 ORDER BY seq");
-                q.rows(&sql, &[&id]).await?
+                q.rows(&sql, &[&id.as_str()]).await?
             }
             None => {
                 let sql = format!(
