@@ -122,6 +122,15 @@ macro_rules! id_type {
                 &self.0
             }
 
+            /// An id the browser bundle was given, taken as it is: there it is a label
+            /// in a preview (the bundle names no file and runs nothing), and checking it
+            /// would cost the bundle's size budget, as the fence's values would
+            /// (`settings::parse` skips those there too). Only in the wasm build.
+            #[cfg(target_arch = "wasm32")]
+            pub fn label(id: String) -> $name {
+                $name(id)
+            }
+
             /// The id's text, given up.
             pub fn into_string(self) -> String {
                 self.0

@@ -4,9 +4,8 @@
 use super::http::{Conn, Sse};
 use super::{
     CAT_AGENT, Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress,
-    quantile, served, socket, succeeded,
+    quantile, served, served_with, socket, succeeded,
 };
-use crate::Berth;
 use anyhow::{Context as _, Result, bail, ensure};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -124,20 +123,12 @@ fn startup(n: usize) -> Result<Vec<Row>> {
 fn binds(n: usize) -> Result<Vec<Row>> {
     let mut loops = Vec::new();
     for (tag, layer) in [("bench-binds", true), ("bench-no-binds", false)] {
-        let mut b = Berth::new(tag);
-        if !layer {
-            b.env("BERTH_FENCE_PROBE", "no-binds");
-        }
-        b.serve();
-        b.ok(&[
-            "agent",
-            "add",
-            CAT_AGENT,
-            "--kind",
-            "command",
-            "--command",
-            "cat",
-        ]);
+        let env: &[(&str, &str)] = if layer {
+            &[]
+        } else {
+            &[("BERTH_FENCE_PROBE", "no-binds")]
+        };
+        let b = served_with(tag, env);
         let repo = b.user_home.join("code/repo");
         std::fs::create_dir_all(&repo)?;
         let git = Command::new("git")

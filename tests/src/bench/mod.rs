@@ -154,7 +154,15 @@ pub const CAT_AGENT: &str = "cat";
 
 /// A served installation with the `cat` agent added.
 pub fn served(tag: &str) -> Berth {
+    served_with(tag, &[])
+}
+
+/// [`served`], its server and commands given `env` as well.
+pub fn served_with(tag: &str, env: &[(&str, &str)]) -> Berth {
     let mut b = Berth::new(tag);
+    for (k, v) in env {
+        b.env(k, v);
+    }
     b.serve();
     b.ok(&[
         "agent",
