@@ -31,11 +31,23 @@ fn run_without(b: &Berth, program: &Path, args: &[&str], unset: &[&str]) -> Outp
     for k in unset {
         c.env_remove(k);
     }
-    c.args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
+    c.args(args).stdin(Stdio::null());
+    // A binary this test just copied may still be open for writing in a child another
+    // test thread forked meanwhile (the descriptor closes only at that child's exec):
+    // the kernel answers ETXTBSY until it has. Try again, briefly.
+    for _ in 0..100 {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.expect("run berth"),
+        }
+    }
+    c.output().expect("run berth")
 }
+
+/// `ETXTBSY` ("Text file busy"), on Linux and macOS alike.
+const ETXTBSY: i32 = 26;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
