@@ -58,6 +58,18 @@ pub(crate) struct RunPlace<'a> {
     pub worktree_root: Option<&'a Path>,
 }
 
+/// What the fence of one run is made from: the settings' `fence`, Berth's places,
+/// where the run happens, the agent's kind and its permissions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FenceRun<'a> {
+    pub ctx: &'a Context,
+    pub settings: &'a FenceSettings,
+    pub places: Places<'a>,
+    pub run: RunPlace<'a>,
+    pub adapter: Adapter,
+    pub permissions: Permissions,
+}
+
 /// Berth's own places, for the fence.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Places<'a> {
@@ -82,17 +94,12 @@ fn resolve(raw: &str, home: Option<&Path>) -> Option<PathBuf> {
 
 /// The fence of a run (see the module's documentation). `var` looks a variable up in
 /// the agent's environment (the settings' `env`, then Berth's own).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn for_run(
-    ctx: &Context,
-    settings: &FenceSettings,
-    places: Places<'_>,
-    run: RunPlace<'_>,
+    req: &FenceRun<'_>,
     task_id: &TaskId,
-    adapter: Adapter,
-    permissions: Permissions,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Result<RunFence, FenceStop> {
+    let (settings, places) = (req.settings, req.places);
     if settings.mode == FenceMode::Off {
         return Ok(RunFence {
             text: "your settings turn the fence off (\"fence\": \"off\"); the agent can read and write whatever you can".to_owned(),
@@ -109,7 +116,7 @@ pub(crate) fn for_run(
             places.berth_home.join("tmp").display()
         ))
     })?;
-    let built = build(ctx, settings, places, run, &tmp, adapter, permissions, var);
+    let built = build(req, &tmp, var);
     match built {
         Ok((prepared, text, warnings)) => Ok(RunFence {
             prepared: Some(prepared),
@@ -190,17 +197,19 @@ enum Built {
 /// The fence, its description and the warnings of building it.
 type BuiltFence = (fence::Prepared, String, Vec<String>);
 
-#[allow(clippy::too_many_arguments)]
 fn build(
-    ctx: &Context,
-    settings: &FenceSettings,
-    places: Places<'_>,
-    run: RunPlace<'_>,
+    req: &FenceRun<'_>,
     tmp: &Path,
-    adapter: Adapter,
-    permissions: Permissions,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Result<BuiltFence, Built> {
+    let FenceRun {
+        ctx,
+        settings,
+        places,
+        run,
+        adapter,
+        permissions,
+    } = *req;
     let failed = |m: String| Built::Stop(FenceStop::Failed(m));
     let mut lines = Vec::new();
     let home = places.user_home;

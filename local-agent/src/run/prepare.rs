@@ -58,21 +58,23 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
     // The fence, before anything is written into the directory: a run that must be
     // fenced and cannot be is refused with the directory untouched.
     let fence = crate::run::fence::for_run(
-        &inner.ctx,
-        &settings.fence,
-        crate::run::fence::Places {
-            berth_home: &inner.cfg.berth_home,
-            lock_dir: &inner.cfg.lock_dir,
-            config_dir: &inner.cfg.config_dir,
-            user_home: inner.cfg.user_home.as_deref(),
-        },
-        crate::run::fence::RunPlace {
-            dir: place.pinned.canonical(),
-            worktree_root: place.worktree.as_ref().map(|w| w.root.as_path()),
+        &crate::run::fence::FenceRun {
+            ctx: &inner.ctx,
+            settings: &settings.fence,
+            places: crate::run::fence::Places {
+                berth_home: &inner.cfg.berth_home,
+                lock_dir: &inner.cfg.lock_dir,
+                config_dir: &inner.cfg.config_dir,
+                user_home: inner.cfg.user_home.as_deref(),
+            },
+            run: crate::run::fence::RunPlace {
+                dir: place.pinned.canonical(),
+                worktree_root: place.worktree.as_ref().map(|w| w.root.as_path()),
+            },
+            adapter,
+            permissions: policy.effective,
         },
         &task.task_id,
-        adapter,
-        policy.effective,
         |name| {
             settings
                 .env
