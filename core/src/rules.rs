@@ -209,31 +209,8 @@ fn hint_for(code: ErrorCode) -> &'static str {
         ErrorCode::BerthState => {
             "Berth's own state is not a project; bind a directory outside Berth's home and config"
         }
-        ErrorCode::PathEmpty
-        | ErrorCode::PathNotAbsolute
-        | ErrorCode::PathInvalid
-        | ErrorCode::NotFound
-        | ErrorCode::NotADirectory
-        | ErrorCode::NotOwner
-        | ErrorCode::NotWritable
-        | ErrorCode::PathChanged
-        | ErrorCode::NotAGitRepo
-        | ErrorCode::OriginCannotBind
-        | ErrorCode::DaemonOffline
-        | ErrorCode::DaemonMismatch
-        | ErrorCode::UnknownSession
-        | ErrorCode::UnknownAgent
-        | ErrorCode::SidecarBlocked
-        | ErrorCode::AgentNotFound
-        | ErrorCode::AgentStartFailed
-        | ErrorCode::AgentExited
-        | ErrorCode::AgentError
-        | ErrorCode::PermissionDenied
-        | ErrorCode::PrepareFailed
-        | ErrorCode::LockFailed
-        | ErrorCode::FenceUnavailable
-        | ErrorCode::Interrupted
-        | ErrorCode::Internal => "choose another directory",
+        // The other codes are not the rules' own: a refusal the rules never make.
+        _ => "choose another directory",
     }
 }
 

@@ -3,15 +3,35 @@
 //! Written by hand (days-from-civil) so the server needs no date crate; the fixed
 //! width makes the text sort in time order, which the store relies on.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn now() -> String {
+    format_millis(now_millis())
+}
+
+fn now_millis() -> i64 {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    format_millis(i64::try_from(ms).unwrap_or(i64::MAX))
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// Now, or a millisecond after the last time this gave out if that is not earlier:
+/// strictly increasing within the process. For what is listed in the order it was
+/// made (sessions): two made in the same millisecond keep their order, where the
+/// text of [`now`] would tie. Made rarely, it runs ahead of the clock by little.
+pub fn now_ordered() -> String {
+    static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
+    let now = now_millis();
+    let prev = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last.saturating_add(1)))
+        })
+        .unwrap_or(now);
+    format_millis(now.max(prev.saturating_add(1)))
 }
 
 /// Formats milliseconds since the Unix epoch.
@@ -46,6 +66,12 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordered_times_never_tie_even_within_a_millisecond() {
+        let times: Vec<String> = (0..2000).map(|_| now_ordered()).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
 
     #[test]
     fn formats_known_instants() {

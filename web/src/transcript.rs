@@ -56,6 +56,27 @@ pub struct TranscriptEvent {
     pub at: String,
 }
 
+impl TranscriptEvent {
+    /// The event a store just wrote: number `seq` of the session's transcript.
+    pub(crate) fn stored(
+        session_id: &SessionId,
+        seq: i64,
+        task_id: Option<&TaskId>,
+        kind: EventKind,
+        payload: serde_json::Value,
+        at: String,
+    ) -> TranscriptEvent {
+        TranscriptEvent {
+            session_id: session_id.clone(),
+            seq,
+            task_id: task_id.cloned(),
+            kind: kind.as_str().to_owned(),
+            payload,
+            at,
+        }
+    }
+}
+
 /// The `seq` of a [`Hub::nudge`]: no event, only "read the store".
 pub const NUDGE_SEQ: i64 = i64::MAX;
 

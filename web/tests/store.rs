@@ -14,9 +14,9 @@ use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
 use berth_web::store::{
-    ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, MemberChange, MemberRow, NewChannelMessage,
-    NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store, StoreError, StoredBinding,
-    TokenChange, TokenRow,
+    AuditEntry, ChannelIntake, ChannelThread, DaemonEvents, FIRST_ADMIN, Finish, MemberChange,
+    MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store,
+    StoreError, StoredBinding, TokenChange, TokenRow,
 };
 use common::TempDir;
 
@@ -342,10 +342,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         .run_events(
             t1.clone(),
             vec![
-                RunItem::Status {
-                    status: TaskStatus::Running,
-                    wait_reason: None,
-                },
+                RunItem::Status(TaskStatus::Running, None),
                 RunItem::Agent(serde_json::json!({"type": "text", "text": "hello"})),
                 RunItem::Agent(serde_json::json!({"type": "text", "text": "world"})),
             ],
@@ -624,7 +621,12 @@ async fn members_tokens_and_the_audit_trail(place: Place) {
         ("admin", "member.remove"),
     ] {
         store
-            .audit(who.into(), what.into(), Some("ann".into()), "api".into())
+            .audit(AuditEntry {
+                member: who.into(),
+                action: what.into(),
+                target: Some("ann".into()),
+                via: "api".into(),
+            })
             .await
             .unwrap();
     }
@@ -1020,33 +1022,27 @@ mod postgres_only {
         }
         // The daemon's first two events, stored and counted in one step.
         let text = |t: &str| RunItem::Agent(serde_json::json!({"type": "text", "text": t}));
-        let items = vec![
-            RunItem::Status {
-                status: TaskStatus::Running,
-                wait_reason: None,
-            },
-            text("one"),
-        ];
+        let items = vec![RunItem::Status(TaskStatus::Running, None), text("one")];
         let stored = old
-            .daemon_events(
-                streaming.id.clone(),
-                streaming.session_id.clone(),
-                items.clone(),
-                0,
-                2,
-            )
+            .daemon_events(DaemonEvents {
+                task_id: streaming.id.clone(),
+                session_id: streaming.session_id.clone(),
+                items: items.clone(),
+                from: 0,
+                to: 2,
+            })
             .await
             .unwrap();
         assert_eq!(stored, 2);
         // The same batch again (its answer was lost): not stored twice.
         let again = old
-            .daemon_events(
-                streaming.id.clone(),
-                streaming.session_id.clone(),
+            .daemon_events(DaemonEvents {
+                task_id: streaming.id.clone(),
+                session_id: streaming.session_id.clone(),
                 items,
-                0,
-                2,
-            )
+                from: 0,
+                to: 2,
+            })
             .await
             .unwrap();
         assert_eq!(again, 2);

@@ -15,7 +15,7 @@
 
 use super::{Ctx, Surface};
 use crate::http::ApiError;
-use crate::store::StoreError;
+use crate::store::{AuditEntry, StoreError};
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::Method;
 use axum::http::request::Parts;
@@ -461,12 +461,12 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
         if let Err(e) = ctx
             .app
             .store
-            .audit(
-                caller.who().to_owned(),
-                what.to_owned(),
+            .audit(AuditEntry {
+                member: caller.who().to_owned(),
+                action: what.to_owned(),
                 target,
-                caller.via(ctx.surface),
-            )
+                via: caller.via(ctx.surface),
+            })
             .await
         {
             tracing::error!(error = %e, "the audit trail could not be written");

@@ -530,14 +530,8 @@ async fn drain(guard: &WorkerGuard) -> Result<(), StoreError> {
 
 async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> {
     let store = &inner.store;
-    let NextRun {
-        task,
-        prompt,
-        origin,
-        session,
-        agent,
-        dirs,
-    } = next;
+    #[rustfmt::skip]
+    let NextRun { task, prompt, origin, session, agent, dirs } = next;
     let daemons = inner.daemons.get();
     let mut online: Vec<MachineId> = inner.machine.iter().cloned().collect();
     online.extend(daemons.map(|d| d.online()).unwrap_or_default());
@@ -733,18 +727,12 @@ pub(crate) fn run_items(
                 wait_reason,
             } => {
                 *running = status == TaskStatus::Running;
-                items.push(RunItem::Status {
-                    status,
-                    wait_reason,
-                });
+                items.push(RunItem::Status(status, wait_reason));
             }
             ExecEvent::Agent(ev) => {
                 if !*running {
                     *running = true;
-                    items.push(RunItem::Status {
-                        status: TaskStatus::Running,
-                        wait_reason: None,
-                    });
+                    items.push(RunItem::Status(TaskStatus::Running, None));
                 }
                 match serde_json::to_value(&ev) {
                     Ok(payload) => items.push(RunItem::Agent(payload)),

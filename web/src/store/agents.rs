@@ -1,12 +1,12 @@
 //! Agents, projects with their directories, and machines.
 
 use super::rows::Cols;
-use super::rules::json_text;
+use super::rules::{self, json_text};
 use super::{Store, StoreError, parse_enum};
 use crate::clock;
 use crate::executor::{AgentKind, AgentSpec};
 use berth_core::binding::{BindMode, MachineId};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 /// A project's directory on one machine, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -68,6 +68,12 @@ pub(crate) fn agent_names(conn: &Connection) -> Result<Vec<String>, StoreError> 
         .query_map([], |r| r.get(0))?
         .collect::<Result<Vec<String>, _>>()?;
     Ok(names)
+}
+
+/// Refuses a project name no project has ([`StoreError::UnknownProject`]).
+pub(crate) fn require_project(conn: &Connection, name: &str) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM projects WHERE name = ?1")?;
+    rules::project_known(name, stmt.exists([name])?)
 }
 
 pub(crate) fn get_agent(conn: &Connection, name: &str) -> Result<AgentSpec, StoreError> {
@@ -187,16 +193,7 @@ impl Store {
     ) -> Result<ProjectRow, StoreError> {
         on_pg!(self, pg => pg.set_project_dir(project, dir));
         self.write(move |tx, _| {
-            let known: Option<String> = tx
-                .query_row(
-                    "SELECT name FROM projects WHERE name = ?1",
-                    [&project],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if known.is_none() {
-                return Err(StoreError::UnknownProject { name: project });
-            }
+            require_project(tx, &project)?;
             tx.execute(
                 "INSERT INTO project_dirs (project, machine, dir, display, mode)
                  VALUES (?1, ?2, ?3, ?4, ?5)

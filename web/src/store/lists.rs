@@ -43,7 +43,8 @@ const CATCH_UP: Duration = Duration::from_secs(1);
 const KEPT: usize = 16;
 
 /// Which list a body is: the view that wrote its documents, and whose sessions.
-type Key = (&'static str, Option<String>);
+/// A kept list: its view's name and its owner (everyone's with `None`).
+pub(crate) type Key = (&'static str, Option<String>);
 
 /// A replica's lists and what it knows of changes.
 #[derive(Debug)]

@@ -51,6 +51,16 @@ pub struct AuditRow {
     pub via: String,
 }
 
+/// A new entry for the audit trail: who did what (and to whom) through which surface;
+/// the store stamps the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub member: String,
+    pub action: String,
+    pub target: Option<String>,
+    pub via: String,
+}
+
 pub(crate) const MEMBER_COLUMNS: &str = "name, admin, created_at, removed_at";
 
 /// A member row; `admin` is stored as an integer on both backends.
@@ -231,18 +241,12 @@ impl Store {
     }
 
     /// Appends to the audit trail.
-    pub async fn audit(
-        &self,
-        member: String,
-        action: String,
-        target: Option<String>,
-        via: String,
-    ) -> Result<(), StoreError> {
-        on_pg!(self, pg => pg.audit(member, action, target, via));
+    pub async fn audit(&self, e: AuditEntry) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.audit(e));
         self.write(move |tx, _| {
             tx.execute(
                 "INSERT INTO audit (at, member, action, target, via) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![clock::now(), member, action, target, via],
+                params![clock::now(), e.member, e.action, e.target, e.via],
             )?;
             Ok(())
         })

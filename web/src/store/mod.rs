@@ -53,12 +53,12 @@ mod tasks;
 pub use agents::{ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
-pub use members::{AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
+pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
 pub use rows::{
     BindingCols, Finish, NewSessionRow, RunRecord, SessionCols, SessionRow, StoredBinding, TaskRow,
 };
 pub use sessions::list_sessions;
-pub use tasks::{Adopted, NextRun, Recovery, RunItem};
+pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
 
 use crate::transcript::{Hub, TranscriptEvent};
 use rules::Scoped;
@@ -507,49 +507,31 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, S
 }
 
 /// The full id of the session `prefix` names uniquely among those `owner` owns (among
-/// all with `None`), see [`resolve_id`].
+/// all with `None`), see [`rules::IdPrefix`].
 pub(crate) fn resolve_session(
     conn: &Connection,
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<berth_core::SessionId, StoreError> {
-    Ok(resolve_id(conn, Scoped::Sessions, prefix, owner)?.try_into()?)
+    let p = rules::IdPrefix::new(Scoped::Sessions, prefix, owner)?;
+    Ok(resolve_id(conn, p)?.try_into()?)
 }
 
 /// The full id of the task `prefix` names uniquely among those of `owner`'s sessions
-/// (among all with `None`), see [`resolve_id`].
+/// (among all with `None`), see [`rules::IdPrefix`].
 pub(crate) fn resolve_task(
     conn: &Connection,
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<berth_core::TaskId, StoreError> {
-    Ok(resolve_id(conn, Scoped::Tasks, prefix, owner)?.try_into()?)
+    let p = rules::IdPrefix::new(Scoped::Tasks, prefix, owner)?;
+    Ok(resolve_id(conn, p)?.try_into()?)
 }
 
-/// The full id of the session (or task) `prefix` names uniquely among those `owner`
-/// owns (among all with `None`): another member's neither match nor make a prefix
-/// ambiguous. Ids are lowercase uuids.
-fn resolve_id(
-    conn: &Connection,
-    what: Scoped,
-    prefix: &str,
-    owner: Option<&str>,
-) -> Result<String, StoreError> {
-    let wanted = rules::id_prefix(what, prefix)?;
-    let sql = match what {
-        Scoped::Sessions => {
-            "SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || '~'
-             AND (?2 IS NULL OR owner = ?2) ORDER BY id LIMIT 6"
-        }
-        Scoped::Tasks => {
-            "SELECT t.id FROM tasks t JOIN sessions s ON s.id = t.session_id
-             WHERE t.id >= ?1 AND t.id < ?1 || '~' AND (?2 IS NULL OR s.owner = ?2)
-             ORDER BY t.id LIMIT 6"
-        }
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let ids = stmt
-        .query_map(rusqlite::params![&wanted, owner], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    rules::one_id(what, prefix, wanted, ids)
+fn resolve_id(conn: &Connection, p: rules::IdPrefix<'_>) -> Result<String, StoreError> {
+    let ids = conn
+        .prepare_cached(p.sql())?
+        .query_map(rusqlite::params![&p.wanted, p.owner], |r| r.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    p.pick(ids)
 }

@@ -9,7 +9,7 @@ use berth_core::api::TaskStatus;
 use berth_core::resolve::Origin;
 use berth_core::{SessionId, TaskId};
 
-/// What [`resolve_id`](super::resolve_id) looks up.
+/// What an [`IdPrefix`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scoped {
     Sessions,
@@ -30,37 +30,72 @@ impl Scoped {
     }
 }
 
-/// `prefix` as ids are stored (trimmed, lowercase), or the answer that it names none
-/// when it cannot begin an id (ids are lowercase uuids: hex digits and dashes).
-pub(crate) fn id_prefix(what: Scoped, prefix: &str) -> Result<String, StoreError> {
-    let wanted = prefix.trim().to_ascii_lowercase();
-    let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-    if !valid {
-        return Err(what.unknown(prefix));
-    }
-    Ok(wanted)
+/// A prefix that may name a session (or a task) among an owner's, and how it is
+/// looked up: both backends run [`IdPrefix::SQL`] (the same text: `$N` parameters and
+/// a standard `CAST` read the same on SQLite and PostgreSQL) and hand the ids it finds
+/// to [`IdPrefix::pick`]. Another member's ids neither match nor make a prefix
+/// ambiguous. Ids are lowercase uuids.
+pub(crate) struct IdPrefix<'a> {
+    what: Scoped,
+    asked: &'a str,
+    /// `asked` as ids are stored (trimmed, lowercase).
+    pub wanted: String,
+    pub owner: Option<&'a str>,
 }
 
-/// The id `prefix` (as [`id_prefix`] gave it, `wanted`) names among `ids`, the first
-/// few that begin with it in order: the only one, or the one it spells out whole.
-pub(crate) fn one_id(
-    what: Scoped,
-    prefix: &str,
-    wanted: String,
-    ids: Vec<String>,
-) -> Result<String, StoreError> {
-    match ids.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => Err(what.unknown(prefix)),
-        _ if ids.contains(&wanted) => Ok(wanted),
-        _ => Err(StoreError::Ambiguous {
-            what: match what {
-                Scoped::Sessions => "sessions",
-                Scoped::Tasks => "tasks",
-            },
-            prefix: prefix.to_owned(),
-            candidates: ids,
-        }),
+impl<'a> IdPrefix<'a> {
+    /// `prefix`, or the answer that it names none when it cannot begin an id (hex
+    /// digits and dashes).
+    pub(crate) fn new(
+        what: Scoped,
+        prefix: &'a str,
+        owner: Option<&'a str>,
+    ) -> Result<IdPrefix<'a>, StoreError> {
+        let wanted = prefix.trim().to_ascii_lowercase();
+        let valid = !wanted.is_empty() && wanted.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+        if !valid {
+            return Err(what.unknown(prefix));
+        }
+        Ok(IdPrefix {
+            what,
+            asked: prefix,
+            wanted,
+            owner,
+        })
+    }
+
+    /// The first few ids (in order) that begin with `$1` among owner `$2`'s (all
+    /// with `NULL`).
+    pub(crate) fn sql(&self) -> &'static str {
+        match self.what {
+            Scoped::Sessions => {
+                "SELECT id FROM sessions WHERE id >= $1 AND id < $1 || '~'
+                 AND (CAST($2 AS TEXT) IS NULL OR owner = $2) ORDER BY id LIMIT 6"
+            }
+            Scoped::Tasks => {
+                "SELECT t.id FROM tasks t JOIN sessions s ON s.id = t.session_id
+                 WHERE t.id >= $1 AND t.id < $1 || '~'
+                 AND (CAST($2 AS TEXT) IS NULL OR s.owner = $2) ORDER BY t.id LIMIT 6"
+            }
+        }
+    }
+
+    /// The id the prefix names among `ids` (what [`IdPrefix::sql`] found): the only
+    /// one, or the one it spells out whole.
+    pub(crate) fn pick(self, ids: Vec<String>) -> Result<String, StoreError> {
+        match ids.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(self.what.unknown(self.asked)),
+            _ if ids.contains(&self.wanted) => Ok(self.wanted),
+            _ => Err(StoreError::Ambiguous {
+                what: match self.what {
+                    Scoped::Sessions => "sessions",
+                    Scoped::Tasks => "tasks",
+                },
+                prefix: self.asked.to_owned(),
+                candidates: ids,
+            }),
+        }
     }
 }
 
@@ -69,6 +104,37 @@ pub(crate) fn one_id(
 pub(crate) fn new_session_id() -> Result<SessionId, StoreError> {
     // A uuid's text is hex digits and dashes: it always parses.
     Ok(SessionId::parse(&uuid::Uuid::new_v4().to_string())?)
+}
+
+/// What a new session's row gets besides what was asked for: its id, its title (the
+/// one asked for unless blank, see [`session_title`]) and its creation time.
+pub(crate) struct Minted {
+    pub id: SessionId,
+    pub title: String,
+    pub now: String,
+}
+
+pub(crate) fn mint_session(title: Option<String>) -> Result<Minted, StoreError> {
+    let id = new_session_id()?;
+    let title = session_title(title, &id);
+    Ok(Minted {
+        id,
+        title,
+        // Sessions list oldest first: one made in the same millisecond as the one
+        // before still comes after it.
+        now: crate::clock::now_ordered(),
+    })
+}
+
+/// A session's or a project directory's project must exist (`found`).
+pub(crate) fn project_known(name: &str, found: bool) -> Result<(), StoreError> {
+    if found {
+        Ok(())
+    } else {
+        Err(StoreError::UnknownProject {
+            name: name.to_owned(),
+        })
+    }
 }
 
 /// A new task's id, random (v4) as a session's.

@@ -1,15 +1,15 @@
 //! Sessions, their bindings, and the transcript's storage.
 
-use super::agents::{agent_names, get_agent};
+use super::agents::{agent_names, get_agent, require_project};
 use super::rows::SessionCols;
 use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, event_from, identity_columns};
-use super::rules;
+use super::rules::{self, Minted};
 use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_session};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
 use berth_core::{SessionId, TaskId};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use std::collections::HashMap;
 
 pub(crate) fn get_session(conn: &Connection, id: &SessionId) -> Result<SessionRow, StoreError> {
@@ -53,14 +53,9 @@ pub(crate) fn append_event(
         payload.to_string(),
         at
     ])?;
-    outbox.push(TranscriptEvent {
-        session_id: session_id.clone(),
-        seq,
-        task_id: task_id.cloned(),
-        kind: kind.as_str().to_owned(),
-        payload,
-        at,
-    });
+    outbox.push(TranscriptEvent::stored(
+        session_id, seq, task_id, kind, payload, at,
+    ));
     Ok(seq)
 }
 
@@ -93,20 +88,9 @@ pub(crate) fn insert_session(
         None => rules::only_agent(agent_names(tx)?)?,
     };
     if let Some(project) = &new.project {
-        let known: Option<i64> = tx
-            .query_row("SELECT 1 FROM projects WHERE name = ?1", [project], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if known.is_none() {
-            return Err(StoreError::UnknownProject {
-                name: project.clone(),
-            });
-        }
+        require_project(tx, project)?;
     }
-    let id = rules::new_session_id()?;
-    let title = rules::session_title(new.title, &id);
-    let now = clock::now();
+    let Minted { id, title, now } = rules::mint_session(new.title)?;
     let b = new.binding.as_ref();
     tx.prepare_cached(
         "INSERT INTO sessions (id, title, agent, origin, project, created_at, updated_at,
@@ -235,7 +219,7 @@ impl Store {
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        on_pg!(self, pg => pg.sessions_json(owner, view, doc));
+        on_pg!(self, pg => pg.sessions_json((view, owner), doc));
         // SQLite keeps no list (one process reads it; see `super::lists`).
         let _ = view;
         self.read(move |conn| {

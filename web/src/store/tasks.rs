@@ -50,13 +50,22 @@ pub struct Adopted {
     pub outcome: Option<crate::executor::TaskOutcome>,
 }
 
+/// A batch of events a daemon sent for a task it runs ([`Store::daemon_events`]): the
+/// daemon's events numbered `from` up to `to`, as the items to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonEvents {
+    pub task_id: TaskId,
+    pub session_id: SessionId,
+    pub items: Vec<RunItem>,
+    pub from: u64,
+    pub to: u64,
+}
+
 /// One thing a run reported, for [`Store::run_events`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunItem {
-    Status {
-        status: TaskStatus,
-        wait_reason: Option<String>,
-    },
+    /// A status change, with why the task waits (for a wait).
+    Status(TaskStatus, Option<String>),
     /// An agent event's JSON.
     Agent(serde_json::Value),
 }
@@ -120,32 +129,24 @@ fn record_status(
     Ok(task)
 }
 
-/// What a run reported, in order: status changes (each also a transcript event) and
-/// agent events.
-fn write_items(
-    conn: &Connection,
-    outbox: &mut Outbox,
-    task_id: &TaskId,
-    session_id: &SessionId,
-    items: Vec<RunItem>,
-) -> Result<(), StoreError> {
-    for item in items {
+/// What a run reported for one task, in order: status changes (each also a transcript
+/// event) and agent events.
+pub(crate) struct TaskItems<'a> {
+    pub task_id: &'a TaskId,
+    pub session_id: &'a SessionId,
+    pub items: Vec<RunItem>,
+}
+
+fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Result<(), StoreError> {
+    for item in t.items {
         match item {
-            RunItem::Status {
-                status,
-                wait_reason,
-            } => {
-                record_status(conn, outbox, task_id, status, wait_reason)?;
-            }
+            // Most of a run's items: its output.
             RunItem::Agent(payload) => {
-                append_event(
-                    conn,
-                    outbox,
-                    session_id,
-                    Some(task_id),
-                    EventKind::Agent,
-                    payload,
-                )?;
+                let (session, task) = (t.session_id, Some(t.task_id));
+                append_event(conn, outbox, session, task, EventKind::Agent, payload)?;
+            }
+            RunItem::Status(status, why) => {
+                record_status(conn, outbox, t.task_id, status, why)?;
             }
         }
     }
@@ -307,15 +308,8 @@ impl Store {
             let Some((task, prompt, origin)) = next_task(conn, &session)? else {
                 return Ok(None);
             };
-            let (session, agent, dirs) = run_context(conn, &task.session_id)?;
-            Ok(Some(NextRun {
-                task,
-                prompt,
-                origin,
-                session,
-                agent,
-                dirs,
-            }))
+            let context = run_context(conn, &task.session_id)?;
+            Ok(Some(NextRun::new((task, prompt, origin), context)))
         })
         .await
     }
@@ -330,6 +324,23 @@ pub struct NextRun {
     pub session: super::SessionRow,
     pub agent: crate::executor::AgentSpec,
     pub dirs: Vec<super::ProjectDirRow>,
+}
+
+impl NextRun {
+    /// The claimed task (with its message's text and origin) and what its run needs.
+    pub(crate) fn new(
+        (task, prompt, origin): (TaskRow, String, Origin),
+        (session, agent, dirs): (SessionRow, AgentSpec, Vec<ProjectDirRow>),
+    ) -> NextRun {
+        NextRun {
+            task,
+            prompt,
+            origin,
+            session,
+            agent,
+            dirs,
+        }
+    }
 }
 
 /// The session's next task to run, with its prompt and origin: the lowest `seq`
@@ -418,28 +429,32 @@ impl Store {
     /// it: an agent's first output usually arrives with its `running` status.
     pub async fn run_events(&self, task: TaskRow, items: Vec<RunItem>) -> Result<(), StoreError> {
         on_pg!(self, pg => pg.run_events(task, items));
-        self.write(move |tx, outbox| write_items(tx, outbox, &task.id, &task.session_id, items))
-            .await
+        self.write(move |tx, outbox| {
+            let t = TaskItems {
+                task_id: &task.id,
+                session_id: &task.session_id,
+                items,
+            };
+            write_items(tx, outbox, t)
+        })
+        .await
     }
 
-    /// Records events a daemon sent for a task it runs, like [`Store::run_events`]: its
-    /// events numbered `from` up to `to`. On PostgreSQL the task's row counts them in
-    /// the same transaction, and only from `from`: a new leader knows where the
-    /// daemon's stream resumes, and a batch committed once (its answer lost) is not
-    /// stored again. Answers how many of the daemon's events are stored now.
-    pub async fn daemon_events(
-        &self,
-        task_id: TaskId,
-        session_id: SessionId,
-        items: Vec<RunItem>,
-        from: u64,
-        to: u64,
-    ) -> Result<u64, StoreError> {
-        on_pg!(self, pg => pg.daemon_events(task_id, session_id, items, from, to));
-        let _ = from;
+    /// Records events a daemon sent for a task it runs, like [`Store::run_events`]. On
+    /// PostgreSQL the task's row counts them in the same transaction, and only from
+    /// `sent.from`: a new leader knows where the daemon's stream resumes, and a batch
+    /// committed once (its answer lost) is not stored again. Answers how many of the
+    /// daemon's events are stored now.
+    pub async fn daemon_events(&self, sent: DaemonEvents) -> Result<u64, StoreError> {
+        on_pg!(self, pg => pg.daemon_events(sent));
         self.write(move |tx, outbox| {
-            write_items(tx, outbox, &task_id, &session_id, items)?;
-            Ok(to)
+            let t = TaskItems {
+                task_id: &sent.task_id,
+                session_id: &sent.session_id,
+                items: sent.items,
+            };
+            write_items(tx, outbox, t)?;
+            Ok(sent.to)
         })
         .await
     }

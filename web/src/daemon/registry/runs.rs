@@ -6,7 +6,7 @@ use super::{Daemons, Machine, State, lock};
 use crate::daemon::wire::{EventBatch, EventsReply, FinishRequest};
 use crate::executor::{ExecEvent, TaskOutcome};
 use crate::scheduler::{run_items, waiting_for};
-use crate::store::{Adopted, StoreError};
+use crate::store::{Adopted, DaemonEvents, StoreError};
 use berth_core::api::TaskStatus;
 use berth_core::{ErrorCode, SessionId, TaskId};
 use std::sync::Arc;
@@ -146,9 +146,14 @@ impl Daemons {
                     let now = received + fresh.len() as u64;
                     let mut running = log.running.load(Ordering::SeqCst);
                     let items = run_items(&task_id, fresh, &mut running);
-                    let stored = store
-                        .daemon_events(task_id, session_id, items, received, now)
-                        .await?;
+                    let sent = DaemonEvents {
+                        task_id,
+                        session_id,
+                        items,
+                        from: received,
+                        to: now,
+                    };
+                    let stored = store.daemon_events(sent).await?;
                     if stored == now {
                         log.running.store(running, Ordering::SeqCst);
                     }

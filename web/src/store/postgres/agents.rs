@@ -6,7 +6,7 @@ use crate::clock;
 use crate::executor::AgentSpec;
 use crate::store::agents::{agent_from_row, kind_str, project_dir_from};
 use crate::store::rows::Cols;
-use crate::store::rules::json_text;
+use crate::store::rules::{self, json_text};
 use crate::store::{ProjectDirRow, ProjectRow, StoreError};
 use berth_core::binding::MachineId;
 use tokio_postgres::GenericClient;
@@ -19,6 +19,17 @@ pub(super) async fn agent_names<C: GenericClient + Sync>(
         .iter()
         .map(|r| r.text(0))
         .collect()
+}
+
+/// Refuses a project name no project has ([`StoreError::UnknownProject`]).
+pub(super) async fn require_project<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    name: &str,
+) -> Result<(), StoreError> {
+    let found = q
+        .opt("SELECT 1 FROM projects WHERE name = $1", &[&name])
+        .await?;
+    rules::project_known(name, found.is_some())
 }
 
 pub(super) async fn get_agent<C: GenericClient + Sync>(
@@ -133,13 +144,7 @@ impl Pg {
     ) -> Result<ProjectRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
-        let known = w
-            .q()
-            .opt("SELECT name FROM projects WHERE name = $1", &[&project])
-            .await?;
-        if known.is_none() {
-            return Err(StoreError::UnknownProject { name: project });
-        }
+        require_project(&mut w.q(), &project).await?;
         w.q()
             .exec(
                 "INSERT INTO project_dirs (project, machine, dir, display, mode)

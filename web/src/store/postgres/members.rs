@@ -5,7 +5,7 @@ use super::pool::Q;
 use crate::clock;
 use crate::store::members::{FIRST_ADMIN, MEMBER_COLUMNS, audit_from, member_from};
 use crate::store::rows::Cols;
-use crate::store::{AuditRow, MemberChange, MemberRow, StoreError};
+use crate::store::{AuditEntry, AuditRow, MemberChange, MemberRow, StoreError};
 use tokio_postgres::GenericClient;
 
 async fn get_member<C: GenericClient + Sync>(
@@ -154,16 +154,10 @@ impl Pg {
         Ok(row.map_or(MemberChange::Unknown, MemberChange::Done))
     }
 
-    pub(crate) async fn audit(
-        &self,
-        member: String,
-        action: String,
-        target: Option<String>,
-        via: String,
-    ) -> Result<(), StoreError> {
+    pub(crate) async fn audit(&self, e: AuditEntry) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO audit (at, member, action, target, via) VALUES ($1, $2, $3, $4, $5)",
-            &[&clock::now(), &member, &action, &target, &via],
+            &[&clock::now(), &e.member, &e.action, &e.target, &e.via],
         )
         .await?;
         Ok(())

@@ -1,13 +1,14 @@
 //! Sessions, their bindings, the transcript, and the session list, on PostgreSQL.
 
 use super::Pg;
-use super::agents::{agent_names, get_agent};
+use super::agents::{agent_names, get_agent, require_project};
 use super::pool::{Q, W};
 use crate::clock;
+use crate::store::lists::Key;
 use crate::store::rows::{
     Cols, LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, SessionCols, event_from, identity_columns,
 };
-use crate::store::rules::{self, Scoped};
+use crate::store::rules::{self, IdPrefix, Minted, Scoped};
 use crate::store::{NewSessionRow, SessionRow, StoreError, StoredBinding};
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
@@ -21,9 +22,11 @@ pub(super) async fn resolve_session<C: GenericClient + Sync>(
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<SessionId, StoreError> {
-    Ok(resolve_id(q, Scoped::Sessions, prefix, owner)
-        .await?
-        .try_into()?)
+    Ok(
+        resolve_id(q, IdPrefix::new(Scoped::Sessions, prefix, owner)?)
+            .await?
+            .try_into()?,
+    )
 }
 
 /// PostgreSQL's [`crate::store::resolve_task`].
@@ -32,37 +35,19 @@ pub(super) async fn resolve_task<C: GenericClient + Sync>(
     prefix: &str,
     owner: Option<&str>,
 ) -> Result<TaskId, StoreError> {
-    Ok(resolve_id(q, Scoped::Tasks, prefix, owner)
+    Ok(resolve_id(q, IdPrefix::new(Scoped::Tasks, prefix, owner)?)
         .await?
         .try_into()?)
 }
 
-/// The full id `prefix` names (see `crate::store::resolve_id`).
+/// The full id `p` names, see [`rules::IdPrefix`].
 async fn resolve_id<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
-    what: Scoped,
-    prefix: &str,
-    owner: Option<&str>,
+    p: IdPrefix<'_>,
 ) -> Result<String, StoreError> {
-    let wanted = rules::id_prefix(what, prefix)?;
-    let sql = match what {
-        Scoped::Sessions => {
-            "SELECT id FROM sessions WHERE id >= $1 AND id < $1 || '~'
-             AND ($2::text IS NULL OR owner = $2) ORDER BY id LIMIT 6"
-        }
-        Scoped::Tasks => {
-            "SELECT t.id FROM tasks t JOIN sessions s ON s.id = t.session_id
-             WHERE t.id >= $1 AND t.id < $1 || '~' AND ($2::text IS NULL OR s.owner = $2)
-             ORDER BY t.id LIMIT 6"
-        }
-    };
-    let ids = q
-        .rows(sql, &[&wanted, &owner])
-        .await?
-        .iter()
-        .map(|r| r.text(0))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules::one_id(what, prefix, wanted, ids)
+    let rows = q.rows(p.sql(), &[&p.wanted, &p.owner]).await?;
+    let ids = rows.iter().map(|r| r.text(0)).collect::<Result<_, _>>()?;
+    p.pick(ids)
 }
 
 pub(super) async fn get_session<C: GenericClient + Sync>(
@@ -114,14 +99,8 @@ impl W<'_> {
                 ],
             )
             .await?;
-        self.outbox.push(TranscriptEvent {
-            session_id: session_id.clone(),
-            seq,
-            task_id: task_id.cloned(),
-            kind: kind.as_str().to_owned(),
-            payload,
-            at,
-        });
+        let event = TranscriptEvent::stored(session_id, seq, task_id, kind, payload, at);
+        self.outbox.push(event);
         Ok(seq)
     }
 
@@ -134,19 +113,9 @@ impl W<'_> {
             None => rules::only_agent(agent_names(&mut self.q()).await?)?,
         };
         if let Some(project) = &new.project {
-            let known = self
-                .q()
-                .opt("SELECT 1 FROM projects WHERE name = $1", &[project])
-                .await?;
-            if known.is_none() {
-                return Err(StoreError::UnknownProject {
-                    name: project.clone(),
-                });
-            }
+            require_project(&mut self.q(), project).await?;
         }
-        let id = rules::new_session_id()?;
-        let title = rules::session_title(new.title, &id);
-        let now = clock::now();
+        let Minted { id, title, now } = rules::mint_session(new.title)?;
         let b = new.binding.as_ref();
         let (dev, ino) = identity_columns(b);
         self.q()
@@ -278,16 +247,10 @@ impl Pg {
     /// replica (see [`crate::store::lists`]), else read and kept.
     ///
     /// [`Store::sessions_json`]: crate::store::Store::sessions_json
-    pub(crate) async fn sessions_json<F>(
-        &self,
-        owner: Option<String>,
-        view: &'static str,
-        doc: F,
-    ) -> Result<Bytes, StoreError>
+    pub(crate) async fn sessions_json<F>(&self, key: Key, doc: F) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        let key = (view, owner);
         if let Some((generation, body)) = self.lists.kept(&key)
             && self.caught_up().await?
             && self.lists.generation() == Some(generation)

@@ -8,7 +8,10 @@ use super::sessions::{get_session, resolve_session, resolve_task};
 use crate::clock;
 use crate::store::rows::{Cols, TASK_COLUMN_COUNT, TASK_COLUMNS, qualified_task_columns};
 use crate::store::rules::{self, Ended, json_text};
-use crate::store::{Adopted, Finish, NextRun, Recovery, RunItem, StoreError, TaskRow, parse_enum};
+use crate::store::tasks::TaskItems;
+use crate::store::{
+    Adopted, DaemonEvents, Finish, NextRun, Recovery, RunItem, StoreError, TaskRow, parse_enum,
+};
 use crate::transcript::EventKind;
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
@@ -52,24 +55,15 @@ impl W<'_> {
         Ok(())
     }
 
-    /// What a run reported, in order: status changes (each also a transcript event)
-    /// and agent events.
-    async fn run_items(
-        &mut self,
-        task_id: &TaskId,
-        session_id: &SessionId,
-        items: Vec<RunItem>,
-    ) -> Result<(), StoreError> {
-        for item in items {
+    /// See [`TaskItems`].
+    async fn run_items(&mut self, t: TaskItems<'_>) -> Result<(), StoreError> {
+        for item in t.items {
             match item {
-                RunItem::Status {
-                    status,
-                    wait_reason,
-                } => {
-                    self.record_status(task_id, status, wait_reason).await?;
+                RunItem::Status(status, why) => {
+                    self.record_status(t.task_id, status, why).await?;
                 }
                 RunItem::Agent(payload) => {
-                    self.append(session_id, Some(task_id), EventKind::Agent, payload)
+                    self.append(t.session_id, Some(t.task_id), EventKind::Agent, payload)
                         .await?;
                 }
             }
@@ -303,14 +297,10 @@ impl Pg {
             Some(p) => project_dirs(&mut q, p).await?,
             None => Vec::new(),
         };
-        Ok(Some(NextRun {
-            task,
-            prompt,
-            origin,
-            session,
-            agent,
-            dirs,
-        }))
+        Ok(Some(NextRun::new(
+            (task, prompt, origin),
+            (session, agent, dirs),
+        )))
     }
 
     /// Records that a claimed task reached its machine (see migration V2 in [`super::schema`]).
@@ -361,18 +351,23 @@ impl Pg {
     ) -> Result<(), StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
-        w.run_items(&task.id, &task.session_id, items).await?;
+        let t = TaskItems {
+            task_id: &task.id,
+            session_id: &task.session_id,
+            items,
+        };
+        w.run_items(t).await?;
         self.publish(w).await
     }
 
-    pub(crate) async fn daemon_events(
-        &self,
-        task_id: TaskId,
-        session_id: SessionId,
-        items: Vec<RunItem>,
-        from: u64,
-        to: u64,
-    ) -> Result<u64, StoreError> {
+    pub(crate) async fn daemon_events(&self, sent: DaemonEvents) -> Result<u64, StoreError> {
+        let DaemonEvents {
+            task_id,
+            session_id,
+            items,
+            from,
+            to,
+        } = sent;
         let (from, to) = (
             i64::try_from(from).unwrap_or(i64::MAX),
             i64::try_from(to).unwrap_or(i64::MAX),
@@ -402,7 +397,12 @@ impl Pg {
                 .unwrap_or(0);
             return Ok(u64::try_from(stood).unwrap_or(0));
         }
-        w.run_items(&task_id, &session_id, items).await?;
+        let t = TaskItems {
+            task_id: &task_id,
+            session_id: &session_id,
+            items,
+        };
+        w.run_items(t).await?;
         self.publish(w).await?;
         Ok(u64::try_from(to).unwrap_or(0))
     }
