@@ -197,21 +197,31 @@ fn prefix_of(path: &LocalPath, depth: usize) -> LocalPath {
     p
 }
 
+/// The hints of the rules' own refusals; any other code gets the general one.
+const HINTS: [(ErrorCode, &str); 4] = [
+    (
+        ErrorCode::SystemRoot,
+        "bind a project directory of your own, e.g. ~/code/app",
+    ),
+    (
+        ErrorCode::HomeDirectory,
+        "bind one project directory, e.g. ~/code/app, not a directory that holds homes or your whole home",
+    ),
+    (
+        ErrorCode::CredentialDirectory,
+        "agents are kept away from credentials and settings; bind the project directory itself",
+    ),
+    (
+        ErrorCode::BerthState,
+        "Berth's own state is not a project; bind a directory outside Berth's home and config",
+    ),
+];
+
 fn hint_for(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::SystemRoot => "bind a project directory of your own, e.g. ~/code/app",
-        ErrorCode::HomeDirectory => {
-            "bind one project directory, e.g. ~/code/app, not a directory that holds homes or your whole home"
-        }
-        ErrorCode::CredentialDirectory => {
-            "agents are kept away from credentials and settings; bind the project directory itself"
-        }
-        ErrorCode::BerthState => {
-            "Berth's own state is not a project; bind a directory outside Berth's home and config"
-        }
-        // The other codes are not the rules' own: a refusal the rules never make.
-        _ => "choose another directory",
-    }
+    HINTS
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or("choose another directory", |(_, hint)| hint)
 }
 
 fn refuse(
