@@ -8,6 +8,7 @@ use berth_core::event::AgentEvent;
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::daemon::url::ServerUrl;
 use berth_local_agent::daemon::{self, DaemonError, DaemonOptions};
+use berth_test_support::TempDir;
 use berth_web::daemon::wire::{
     self, ClaimedTask, EventBatch, EventsReply, FinishReply, FinishRequest, Registered, Validated,
     WireEvent, WirePlacement,
@@ -33,15 +34,16 @@ const TOKEN: &str = "berthd_test";
 /// project in it.
 struct Sandbox {
     root: PathBuf,
+    _dir: TempDir,
 }
 
 impl Sandbox {
     fn new() -> Sandbox {
-        let root =
-            std::env::temp_dir().join(format!("berth-daemon-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(root.join("u9x/proj")).expect("sandbox");
+        let dir = TempDir::new("daemon");
+        std::fs::create_dir_all(dir.path().join("u9x/proj")).expect("sandbox");
         Sandbox {
-            root: std::fs::canonicalize(root).expect("canonical sandbox"),
+            root: dir.path().to_owned(),
+            _dir: dir,
         }
     }
 
@@ -57,12 +59,6 @@ impl Sandbox {
 
     fn home(&self) -> PathBuf {
         self.config().berth_home
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

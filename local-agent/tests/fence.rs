@@ -31,13 +31,13 @@ use berth_local_agent::agent::adapter::Invocation;
 use berth_local_agent::agent::fence::{self, Prepared};
 use berth_local_agent::agent::groups::Watcher;
 use berth_local_agent::agent::process;
+use berth_test_support::TempDir;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::AsyncReadExt;
 
 const NOBODY: u32 = 65534;
@@ -69,6 +69,8 @@ fn is_root() -> bool {
 /// The fake world of one test.
 struct World {
     root: PathBuf,
+    /// Removed at drop.
+    _dir: TempDir,
     home: PathBuf,
     app: PathBuf,
     berth: PathBuf,
@@ -107,15 +109,8 @@ fn chown_tree(p: &Path, uid: u32) {
 
 impl World {
     fn new(tag: &str, owner: Option<u32>) -> World {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let base = std::fs::canonicalize(std::env::temp_dir()).unwrap();
-        let root = base.join(format!(
-            "berth-fence-{}-{}-{tag}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
+        let dir = TempDir::new(&format!("fence-{tag}-"));
+        let root = dir.path().to_owned();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         let home = root.join("home");
         let app = home.join("code/app");
@@ -125,6 +120,7 @@ impl World {
             tmp: berth.join("tmp/t1"),
             records: root.join("records"),
             root: root.clone(),
+            _dir: dir,
             home: home.clone(),
             app: app.clone(),
             berth: berth.clone(),
@@ -212,12 +208,6 @@ impl World {
         walk(self, &self.home, &mut out);
         walk(self, &self.root, &mut out);
         out
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

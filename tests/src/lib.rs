@@ -335,7 +335,7 @@ impl Berth {
     /// status code and the body as the browser would receive it. An event stream is read
     /// until it goes quiet for a second (its stored backlog arrives at once).
     pub fn web_get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
+        use berth_test_support::http::{self, Request};
         let (url, token) = self.serve_info();
         let addr = url
             .trim_start_matches("http://")
@@ -345,34 +345,15 @@ impl Berth {
         s.set_read_timeout(Some(Duration::from_secs(1)))
             .expect("read timeout");
         let sep = if path.contains('?') { '&' } else { '?' };
-        write!(
-            s,
-            "GET {path}{sep}token={token} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send the request");
-        let mut raw = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut buf = [0u8; 8192];
-        while Instant::now() < deadline {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-            }
-        }
-        status_and_body(&String::from_utf8_lossy(&raw))
+        Request::get(&format!("{path}{sep}token={token}"))
+            .close()
+            .write_to(&mut s, &addr)
+            .expect("send the request");
+        http::status_and_body(&http::read_all(&mut s, Duration::from_secs(30)))
     }
 }
 
 /// An HTTP/1.1 answer's status code (0 if there is none) and its body.
 pub fn status_and_body(text: &str) -> (u16, String) {
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    berth_test_support::http::status_and_body(text.as_bytes())
 }

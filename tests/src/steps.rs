@@ -126,7 +126,9 @@ pub fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// One raw HTTP/1.1 request over a stream; returns (status, body).
+/// One raw HTTP/1.1 request over a stream: `head` (the request line and headers,
+/// each ending in CRLF), then the body's length, `Connection: close` and the body.
+/// Returns the answer's status and body (a chunked one joined).
 pub fn raw_http(stream: &mut (impl Read + Write), head: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let req = format!(
         "{head}Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -135,34 +137,9 @@ pub fn raw_http(stream: &mut (impl Read + Write), head: &str, body: &[u8]) -> (u
     stream.write_all(req.as_bytes()).unwrap();
     // A server may answer (413) before reading all of a large body.
     let _ = stream.write_all(body);
-    let mut resp = Vec::new();
-    let _ = stream.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp);
-    let (headers, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = headers
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status: {text}"));
-    let chunked = headers
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        let mut out = String::new();
-        let mut r = rest;
-        while let Some((size, tail)) = r.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            r = &tail[n + 2..];
-        }
-        out.into_bytes()
-    } else {
-        rest.as_bytes().to_vec()
-    };
-    (status, body)
+    let answer = berth_test_support::http::read_answer(&mut std::io::BufReader::new(stream))
+        .unwrap_or_else(|e| panic!("no answer to {head:?}: {e}"));
+    (answer.status, answer.body)
 }
 
 pub fn control(b: &Berth, method: &str, path: &str, body: &[u8]) -> (u16, Value) {

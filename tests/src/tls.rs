@@ -260,7 +260,6 @@ pub fn https_request(pki: &Pki, port: u16, request: &str) -> String {
         rustls::ClientConnection::new(Arc::new(pki.client_config()), name).expect("client");
     let mut stream = rustls::StreamOwned::new(client, tcp);
     stream.write_all(request.as_bytes()).expect("request");
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
+    let raw = berth_test_support::http::read_all(&mut stream, std::time::Duration::from_secs(30));
     String::from_utf8_lossy(&raw).into_owned()
 }

@@ -10,11 +10,11 @@
 //! - break 11c: two `Host` headers, or an absolute-form target, are refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
+use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, control, error_code, s, send_json};
-use berth_tests::{Berth, status_and_body};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::time::Duration;
 
 /// `berth serve --allow-daemons`, a daemon token for `laptop`, and the laptop's daemon
 /// running in a home of its own.
@@ -248,19 +248,11 @@ fn a_query_value_that_does_not_parse_answers_the_json_error() {
 
 /// One raw request to the web listener; its status and body.
 fn raw(addr: &str, request: &str) -> (u16, String) {
+    use berth_test_support::http;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    status_and_body(&String::from_utf8_lossy(&out))
+    http::status_and_body(&http::read_all(&mut s, Duration::from_secs(30)))
 }
 
 #[test]

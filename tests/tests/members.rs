@@ -721,29 +721,19 @@ fn a_members_prefix_resolves_among_their_own_ids_only() {
 /// One request with bob's token; its status and as much of the answer as came before
 /// the server went quiet for two seconds (an event stream never ends by itself).
 fn stream_head(team: &Team, token: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    use std::io::{Read, Write};
+    use berth_test_support::http::{self, Request};
     let mut stream = TcpStream::connect(&team.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        team.addr,
-        body.len()
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-        }
-    }
-    berth_tests::status_and_body(&String::from_utf8_lossy(&raw))
+    Request::new(method, path)
+        .bearer(token)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .close()
+        .write_to(&mut stream, &team.addr)
+        .unwrap();
+    http::status_and_body(&http::read_all(&mut stream, Duration::from_secs(30)))
 }
 
 /// A member's view shows a daemon's paths by that machine's own home (issue 33,

@@ -677,8 +677,7 @@ fn a_database_restart_is_503_meanwhile_and_needs_no_server_restart() {
 }
 
 /// Reads a session's SSE stream on `addr` (resuming after `last` with `Last-Event-ID`)
-/// until `stop` says so; the `(id, event)` pairs read. Chunk-size lines of the
-/// chunked encoding are skipped: every event is written as one chunk.
+/// until `stop` says so; the `(id, event)` pairs read.
 fn sse_until(
     addr: &str,
     token: &str,
@@ -686,37 +685,26 @@ fn sse_until(
     last: Option<i64>,
     stop: impl Fn(&str, &Value) -> bool,
 ) -> Vec<(i64, String)> {
-    use std::io::{BufRead, BufReader, Write};
-    let mut stream = TcpStream::connect(addr).unwrap();
+    use berth_test_support::http::{Events, Request};
+    let stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let resume = last
-        .map(|n| format!("Last-Event-ID: {n}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET /api/v1/sessions/{session}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n{resume}\r\n"
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let (mut out, mut id, mut kind) = (Vec::new(), None, String::new());
-    let mut line = String::new();
+    let mut req = Request::get(&format!("/api/v1/sessions/{session}/events")).bearer(token);
+    if let Some(n) = last {
+        req = req.header("Last-Event-ID", &n.to_string());
+    }
+    let mut events = Events::open(stream, addr, req).expect("SSE status 200");
+    let mut out = Vec::new();
     loop {
-        line.clear();
-        let n = reader.read_line(&mut line).expect("the stream goes on");
-        assert!(n > 0, "the stream ended: {out:?}");
-        let l = line.trim_end();
-        if let Some(v) = l.strip_prefix("id: ") {
-            id = v.parse().ok();
-        } else if let Some(v) = l.strip_prefix("event: ") {
-            kind = v.to_owned();
-        } else if let Some(v) = l.strip_prefix("data: ") {
-            let data: Value = serde_json::from_str(v).unwrap();
-            out.push((id.take().expect("an id before the data"), kind.clone()));
-            if stop(&kind, &data) {
-                return out;
-            }
+        let ev = events
+            .next_event()
+            .expect("the stream goes on")
+            .unwrap_or_else(|| panic!("the stream ended: {out:?}"));
+        let data: Value = serde_json::from_str(&ev.data).unwrap();
+        out.push((ev.seq().expect("an id before the data"), ev.event.clone()));
+        if stop(&ev.event, &data) {
+            return out;
         }
     }
 }

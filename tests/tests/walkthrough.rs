@@ -5,7 +5,6 @@
 
 use berth_tests::{Berth, FAKE_USER, eventually};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
@@ -43,6 +42,7 @@ fn send(b: &Berth, session: &str, msg: &str) -> (Vec<Value>, Value) {
 /// Reads a session's stored transcript over SSE from the web listener, resuming from
 /// `last_id` when given: everything the server sends before the stream goes quiet.
 fn sse(b: &Berth, session: &str, last_id: Option<u64>) -> Vec<(u64, Value)> {
+    use berth_test_support::http::{Events, Request};
     let info: Value =
         serde_json::from_str(&std::fs::read_to_string(b.home.join("serve.json")).unwrap()).unwrap();
     let url = info["url"]
@@ -51,41 +51,23 @@ fn sse(b: &Berth, session: &str, last_id: Option<u64>) -> Vec<(u64, Value)> {
         .trim_start_matches("http://")
         .to_owned();
     let token = info["token"].as_str().unwrap();
-    let mut s = TcpStream::connect(&url).unwrap();
+    let s = TcpStream::connect(&url).unwrap();
+    // The backlog arrives at once; a quiet second means it is all here.
     s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let resume = last_id
-        .map(|n| format!("Last-Event-ID: {n}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET /api/v1/sessions/{session}/events?token={token} HTTP/1.1\r\nHost: {url}\r\nAccept: text/event-stream\r\n{resume}\r\n"
-    )
-    .unwrap();
-    let mut r = BufReader::new(s);
-    let mut status = String::new();
-    r.read_line(&mut status).unwrap();
-    assert!(status.contains("200"), "SSE status: {status}");
-    let mut events = Vec::new();
-    let mut id = None;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        // The backlog arrives at once; a quiet second means it is all here.
-        match r.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let l = line.trim_end();
-        if let Some(v) = l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")) {
-            id = v.trim().parse().ok();
-        } else if let Some(d) = l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")) {
-            // Chunked encoding puts size lines between; only data lines matter.
-            if let (Some(i), Ok(v)) = (id.take(), serde_json::from_str::<Value>(d.trim())) {
-                events.push((i, v));
-            }
-        }
+    let mut req = Request::get(&format!("/api/v1/sessions/{session}/events?token={token}"));
+    if let Some(n) = last_id {
+        req = req.header("Last-Event-ID", &n.to_string());
     }
-    events
+    let mut events = Events::open(s, &url, req).expect("SSE status 200");
+    let all = events.until_quiet().unwrap();
+    all.iter()
+        .filter_map(|ev| {
+            Some((
+                ev.seq()?.try_into().ok()?,
+                serde_json::from_str(&ev.data).ok()?,
+            ))
+        })
+        .collect()
 }
 
 fn write_settings(dir: &Path, text: &str) {

@@ -3,6 +3,7 @@
 
 use berth_core::LocalPath;
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
+pub use berth_test_support::TempDir;
 use berth_web::executor::{
     AgentKind, AgentSpec, ExecEvent, Placement, SessionFacts, TaskOutcome, TaskSpec,
 };
@@ -16,14 +17,16 @@ use tokio::sync::{mpsc, watch};
 /// rules refuse), removed at drop.
 pub struct Sandbox {
     pub root: PathBuf,
+    _dir: TempDir,
 }
 
 impl Sandbox {
     pub fn new() -> Sandbox {
-        let root = std::env::temp_dir().join(format!("berth-la-{}", uuid::Uuid::now_v7().simple()));
-        std::fs::create_dir_all(root.join("usr7q")).unwrap();
+        let dir = TempDir::new("la");
+        std::fs::create_dir_all(dir.path().join("usr7q")).unwrap();
         let sb = Sandbox {
-            root: std::fs::canonicalize(root).unwrap(),
+            root: dir.path().to_owned(),
+            _dir: dir,
         };
         std::fs::create_dir_all(sb.side()).unwrap();
         let config = sb.root.join("berth-config");
@@ -75,12 +78,6 @@ impl Sandbox {
         std::fs::write(&p, body).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         p
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

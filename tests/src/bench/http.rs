@@ -1,19 +1,15 @@
-//! A minimal HTTP/1.1 client over the control socket, for measuring the API without
-//! a client library's own costs in the figures: keep-alive requests with JSON bodies,
-//! and Server-Sent Events read as they arrive. The wire format is the lean `berth`
-//! client's ([`berth_local_agent::front::wire`]).
+//! The benchmarks' HTTP/1.1 client, over the control socket or TCP: keep-alive
+//! requests with JSON bodies, and Server-Sent Events read as they arrive. Built on
+//! the tests' hand-written HTTP ([`berth_test_support::http`]), so the figures hold
+//! no client library's own costs.
 
 use anyhow::{Context as _, Result, bail};
-use berth_local_agent::front::wire;
-pub(super) use berth_local_agent::front::wire::{Chunked, Events, Framing, read_head};
+use berth_test_support::http::{self as h, Events, Request};
 use serde_json::Value;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
-
-/// The largest answer a benchmark reads (a list of 10,000 sessions is about 2 MB).
-const MAX_ANSWER: u64 = 1 << 30;
 
 /// One keep-alive connection: to the control socket, or over TCP with a bearer
 /// token (`berth-server`, see `postgres.rs`).
@@ -60,27 +56,20 @@ impl<S: Read + Write> Conn<S> {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Vec<u8>)> {
-        let body = body.map(Value::to_string);
-        let auth = self.bearer.as_ref().map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> =
-            auth.iter().map(|a| ("authorization", a.as_str())).collect();
-        // A POST always carries a body (`{}` at least), as the API expects JSON.
-        let body = match (body, method) {
-            (None, "POST") => Some(String::new()),
-            (b, _) => b,
-        };
-        wire::Request {
-            method,
-            path,
-            host: &self.host,
-            accept: "application/json",
-            body: body.as_deref().map(str::as_bytes),
-            headers: &headers,
+        let mut req = Request::new(method, path).header("Accept", "application/json");
+        if let Some(token) = &self.bearer {
+            req = req.bearer(token);
         }
-        .write_to(self.r.get_mut())?;
-        let head = read_head(&mut self.r)?;
-        let out = wire::read_body(&mut self.r, head.framing, MAX_ANSWER)?;
-        Ok((head.status, out))
+        req = match body {
+            Some(b) => req.json(b),
+            // A POST always says JSON, as the API expects (its length is 0).
+            None if method == "POST" => req.header("Content-Type", "application/json"),
+            None => req,
+        };
+        req.write_to(self.r.get_mut(), &self.host)?;
+        let answer = h::read_answer(&mut self.r)
+            .with_context(|| format!("{method} {path} on {}", self.host))?;
+        Ok((answer.status, answer.body))
     }
 
     /// A request whose answer must be a 2xx JSON document.
@@ -97,25 +86,12 @@ impl<S: Read + Write> Conn<S> {
     }
 }
 
-/// One Server-Sent Event.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SseEvent {
-    pub id: Option<i64>,
-    pub event: String,
-    pub data: String,
-}
-
-impl SseEvent {
-    /// The event's JSON document (`{seq, task_id, kind, at, payload}`).
-    pub fn json(&self) -> Result<Value> {
-        serde_json::from_str(&self.data).context("SSE data is not JSON")
-    }
-}
+pub use h::SseEvent;
 
 /// A session's transcript stream, `GET /api/v1/sessions/{id}/events`.
 #[derive(Debug)]
 pub struct Sse {
-    events: Events<BufReader<Chunked<BufReader<UnixStream>>>>,
+    events: Events<BufReader<UnixStream>>,
 }
 
 impl Sse {
@@ -124,32 +100,16 @@ impl Sse {
         let s = UnixStream::connect(socket)
             .with_context(|| format!("connect to {}", socket.display()))?;
         s.set_read_timeout(Some(timeout))?;
-        let mut r = BufReader::with_capacity(64 * 1024, s);
-        write!(
-            r.get_mut(),
-            "GET /api/v1/sessions/{session}/events?after={after} HTTP/1.1\r\nHost: berth\r\nAccept: text/event-stream\r\n\r\n"
-        )?;
-        let head = read_head(&mut r)?;
-        if head.status != 200 || head.framing != Framing::Chunked {
-            bail!(
-                "SSE for session {session}: HTTP {} ({:?})",
-                head.status,
-                head.framing
-            );
-        }
-        Ok(Sse {
-            events: Events::new(BufReader::with_capacity(64 * 1024, Chunked::new(r))),
-        })
+        let req = Request::get(&format!("/api/v1/sessions/{session}/events?after={after}"));
+        let events =
+            Events::open(s, "berth", req).with_context(|| format!("SSE for session {session}"))?;
+        Ok(Sse { events })
     }
 
     /// The next event; `None` when the server ends the stream. Keep-alive comments are
     /// skipped.
     pub fn next_event(&mut self) -> Result<Option<SseEvent>> {
-        Ok(self.events.next_event()?.map(|ev| SseEvent {
-            id: ev.id.and_then(|id| id.parse().ok()),
-            event: ev.event,
-            data: ev.data,
-        }))
+        Ok(self.events.next_event()?)
     }
 
     /// Reads until the `task` event of `task_id` and returns its final task document.
@@ -158,7 +118,7 @@ impl Sse {
             if ev.event != "task" {
                 continue;
             }
-            let doc = ev.json()?;
+            let doc = ev.json();
             if doc["task_id"].as_str() == Some(task_id) {
                 return Ok(doc["payload"]["task"].clone());
             }

@@ -36,14 +36,15 @@
 //!   up to the listed count: over the API (several connections) on SQLite, by one
 //!   `INSERT … SELECT … FROM generate_series` through `psql` on PostgreSQL.
 
-use super::http::{self, Chunked, Events as SseEvents, Framing, read_head};
+use super::http;
 use super::{
     Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress, quantile,
 };
 use crate::{Berth, TempDir, berth_bin, free_port};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use berth_test_support::http::{Events as SseEvents, Request};
 use serde_json::{Value, json};
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -87,27 +88,17 @@ fn api(addr: &str) -> Result<Api> {
 
 /// A session's event stream on one `berth-server`, read as it arrives.
 struct Events {
-    events: SseEvents<BufReader<Chunked<BufReader<TcpStream>>>>,
+    events: SseEvents<BufReader<TcpStream>>,
 }
 
 impl Events {
     fn open(addr: &str, session: &str) -> Result<Events> {
-        let mut r = tcp(addr, QUIET)?;
-        write!(
-            r.get_mut(),
-            "GET /api/v1/sessions/{session}/events?after=0 HTTP/1.1\r\nHost: {addr}\r\n\
-             Authorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
-            admin_token()
-        )?;
-        let head = read_head(&mut r)?;
-        ensure!(
-            head.status == 200 && head.framing == Framing::Chunked,
-            "events of {session} on {addr}: HTTP {}",
-            head.status
-        );
-        Ok(Events {
-            events: SseEvents::new(BufReader::with_capacity(64 * 1024, Chunked::new(r))),
-        })
+        let s = tcp(addr, QUIET)?.into_inner();
+        let req = Request::get(&format!("/api/v1/sessions/{session}/events?after=0"))
+            .bearer(&admin_token());
+        let events = SseEvents::open(s, addr, req)
+            .with_context(|| format!("events of {session} on {addr}"))?;
+        Ok(Events { events })
     }
 
     /// The next event's name and data; `None` when the server ends the stream.

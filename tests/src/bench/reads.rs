@@ -95,9 +95,9 @@ fn transcript(cfg: &Config, sock: &std::path::Path, conn: &mut Conn) -> Result<V
         let ev = live
             .next_event()?
             .context("the stream ended before the task did")?;
-        last_seq = ev.id.unwrap_or(last_seq);
+        last_seq = ev.seq().unwrap_or(last_seq);
         if ev.event == "task" {
-            let doc = ev.json()?;
+            let doc = ev.json();
             if doc["task_id"] == task.as_str() {
                 ensure!(succeeded(&doc["payload"]["task"]), "lines task: {doc}");
                 break;
@@ -119,7 +119,7 @@ fn transcript(cfg: &Config, sock: &std::path::Path, conn: &mut Conn) -> Result<V
                 .next_event()?
                 .context("the stream ended before the last event")?;
             got += 1;
-            if ev.id == Some(last_seq) {
+            if ev.seq() == Some(last_seq) {
                 break;
             }
         }

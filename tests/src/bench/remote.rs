@@ -73,7 +73,7 @@ fn until_task_ends(sse: &mut Sse, task: &str, mut text: impl FnMut(&str)) -> Res
         let Some(ev) = sse.next_event()? else {
             bail!("the stream ended before task {task} finished");
         };
-        let doc = ev.json()?;
+        let doc = ev.json();
         if doc["task_id"].as_str() != Some(task) {
             continue;
         }

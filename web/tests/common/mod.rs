@@ -1,4 +1,5 @@
-//! Shared test fixtures: temp homes, a real `sh -c` executor, a raw HTTP client.
+//! Shared test fixtures: temp homes, a real `sh -c` executor, a server to call (the
+//! HTTP helpers are `berth-test-support`'s).
 #![allow(dead_code)]
 
 #[cfg(feature = "postgres")]
@@ -9,17 +10,18 @@ use berth_core::binding::MachineId;
 use berth_core::event::AgentEvent;
 use berth_web::executor::{BoxFuture, ExecEvent, Executor, Placement, TaskOutcome, TaskSpec};
 use berth_web::server::{Server, ServerOptions};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
 pub use berth_test_support::TempDir;
+#[allow(unused_imports)] // Each suite uses some.
+pub use berth_test_support::http::tokio::{
+    Reply, SseEvent, raw_oversized, request, sse, sse_request,
+};
 
 /// Runs the agent's command with `sh -c` (the command's words joined), the prompt on
 /// stdin, in the placement's directory (scratch: `<scratch>/<session>`).
@@ -248,149 +250,6 @@ impl TestServer {
     }
 }
 
-/// A response.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: hyper::HeaderMap,
-    pub text: String,
-    pub json: serde_json::Value,
-}
-
-/// One HTTP/1.1 request on a fresh connection.
-pub async fn request<S>(
-    stream: S,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<String>,
-) -> Reply
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder().method(method).uri(path);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    if body.is_some() {
-        req = req.header("content-type", "application/json");
-    }
-    let req = req
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))
-        .expect("request");
-    let res = send.send_request(req).await.expect("response");
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.into_body().collect().await.expect("body").to_bytes();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    Reply {
-        status,
-        headers,
-        text,
-        json,
-    }
-}
-
-/// One parsed SSE event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
-    pub id: i64,
-    pub event: String,
-    pub data: serde_json::Value,
-}
-
-/// Opens an SSE stream and reads events until `done` says so (or 30 s pass).
-pub async fn sse<S>(
-    stream: S,
-    path: &str,
-    headers: &[(&str, &str)],
-    done: impl FnMut(&[SseEvent]) -> bool,
-) -> Vec<SseEvent>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    sse_request(stream, "GET", path, headers, None, done).await
-}
-
-/// [`sse`] for any request: a POST with a JSON body answered as a stream, too. An
-/// event without an id (`accepted`) comes with id 0.
-pub async fn sse_request<S>(
-    stream: S,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<serde_json::Value>,
-    mut done: impl FnMut(&[SseEvent]) -> bool,
-) -> Vec<SseEvent>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder().method(method).uri(path);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let bytes = match body {
-        Some(v) => {
-            req = req.header("content-type", "application/json");
-            Bytes::from(v.to_string())
-        }
-        None => Bytes::new(),
-    };
-    let res = send
-        .send_request(req.body(Full::new(bytes)).expect("request"))
-        .await
-        .expect("response");
-    assert_eq!(res.status().as_u16(), 200, "SSE status");
-    let mut body = res.into_body();
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    let read = async {
-        while !done(&out) {
-            let Some(frame) = body.frame().await else {
-                break;
-            };
-            let Ok(data) = frame.expect("frame").into_data() else {
-                continue;
-            };
-            buf.push_str(&String::from_utf8_lossy(&data));
-            while let Some(end) = buf.find("\n\n") {
-                let block: String = buf.drain(..end + 2).collect();
-                let (mut id, mut event, mut data) = (None, String::new(), String::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = v.parse().ok();
-                    } else if let Some(v) = line.strip_prefix("event: ") {
-                        event = v.to_owned();
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        data.push_str(v);
-                    }
-                }
-                let id = id.or_else(|| (!event.is_empty()).then_some(0));
-                if let Some(id) = id {
-                    out.push(SseEvent {
-                        id,
-                        event,
-                        data: serde_json::from_str(&data).expect("event data is JSON"),
-                    });
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .expect("SSE events arrive in time");
-    out
-}
-
 /// Adds a `command` agent running `sh -c CMD`.
 pub async fn add_agent(t: &TestServer, name: &str, cmd: &str) {
     let r = t
@@ -427,53 +286,4 @@ pub async fn send(t: &TestServer, session: &str, text: &str) -> String {
         .await;
     assert_eq!(r.status, 202, "{}", r.text);
     r.json["task"]["id"].as_str().expect("task id").to_owned()
-}
-
-/// Sends a request with a body the server may refuse before reading it (413): the
-/// body is written on its own task, ignoring a broken pipe, while the response is
-/// read. Returns the status and the JSON body.
-pub async fn raw_oversized(socket: &Path, path: &str, body: String) -> (u16, serde_json::Value) {
-    use tokio::io::AsyncReadExt;
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .expect("connect");
-    let (mut rd, mut wr) = stream.into_split();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    tokio::spawn(async move {
-        let _ = wr.write_all(head.as_bytes()).await;
-        let _ = wr.write_all(body.as_bytes()).await;
-    });
-    let mut buf = Vec::new();
-    let read = async {
-        loop {
-            let mut chunk = [0u8; 4096];
-            let n = rd.read(&mut chunk).await.unwrap_or(0);
-            buf.extend_from_slice(&chunk[..n]);
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let len = text[..end]
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length: ")
-                            .map(str::to_owned)
-                    })
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-                    .unwrap_or(0);
-                if buf.len() >= end + 4 + len || n == 0 {
-                    let status = text[9..12].parse().expect("status");
-                    let json =
-                        serde_json::from_str(&text[end + 4..]).unwrap_or(serde_json::Value::Null);
-                    return (status, json);
-                }
-            }
-            assert!(n > 0, "connection closed before a response: {text}");
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .expect("a response in time")
 }

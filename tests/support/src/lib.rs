@@ -1,7 +1,10 @@
 //! What every test suite of Berth needs and no shipped crate does, in one place:
-//! [`TempDir`], a fresh directory removed when dropped. The web crate's tests and the
-//! end-to-end tests (`berth-tests`) both use it.
+//! [`TempDir`], a fresh directory removed when dropped, and [`http`], HTTP/1.1 by
+//! hand (requests, answers, event streams; blocking, and async with `tokio`). The web
+//! crate's tests, the end-to-end tests and the benchmarks (`berth-tests`) use them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
+
+pub mod http;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
