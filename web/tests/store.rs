@@ -14,9 +14,9 @@ use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
 use berth_web::store::{
-    AuditEntry, ChannelIntake, ChannelThread, DaemonEvents, FIRST_ADMIN, Finish, MemberChange,
-    MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store,
-    StoreError, StoredBinding, TokenChange, TokenRow,
+    AuditEntry, ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, MemberChange, MemberRow,
+    NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store, StoreError,
+    StoredBinding, TokenChange, TokenRow,
 };
 use common::TempDir;
 
@@ -1024,7 +1024,7 @@ mod postgres_only {
         let text = |t: &str| RunItem::Agent(serde_json::json!({"type": "text", "text": t}));
         let items = vec![RunItem::Status(TaskStatus::Running, None), text("one")];
         let stored = old
-            .daemon_events(DaemonEvents {
+            .daemon_events(berth_web::store::DaemonEvents {
                 task_id: streaming.id.clone(),
                 session_id: streaming.session_id.clone(),
                 items: items.clone(),
@@ -1036,7 +1036,7 @@ mod postgres_only {
         assert_eq!(stored, 2);
         // The same batch again (its answer was lost): not stored twice.
         let again = old
-            .daemon_events(DaemonEvents {
+            .daemon_events(berth_web::store::DaemonEvents {
                 task_id: streaming.id.clone(),
                 session_id: streaming.session_id.clone(),
                 items,
