@@ -30,6 +30,29 @@ pub enum AgentEvent {
         #[serde(default)]
         input: serde_json::Value,
     },
+    /// A tool call as an ACP agent reports it, each time it changes: what kind of
+    /// action (`read`, `edit`, `delete`, `move`, `search`, `execute`, `think`,
+    /// `fetch`, `other`), its title, where it acts, and how far it is (`pending`,
+    /// `in_progress`, `completed`, `failed`).
+    Tool {
+        id: String,
+        kind: String,
+        title: String,
+        status: String,
+        /// The paths it reads or changes (absolute; redacted on the web).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        locations: Vec<String>,
+    },
+    /// A change to one file an ACP agent proposed or made: the whole text before
+    /// (`None` for a new file) and after.
+    Diff {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        old_text: Option<String>,
+        new_text: String,
+    },
+    /// The agent's plan, whole, each time it changes.
+    Plan { entries: Vec<PlanEntry> },
     /// A tool's result.
     ToolResult {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,4 +108,15 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
+}
+
+/// One step of an agent's [`AgentEvent::Plan`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanEntry {
+    pub content: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+    /// `high`, `medium` or `low`.
+    #[serde(default)]
+    pub priority: String,
 }

@@ -255,6 +255,7 @@ async fn attempt(
         args,
         stdin: None,
         pass_prefixes: &[],
+        stdin_pipe: false,
     };
     let mut env: Vec<(OsString, OsString)> = vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
@@ -572,6 +573,7 @@ async fn fenced_processes_carry_the_mark() {
             args: vec!["-c".into(), script.into()],
             stdin: None,
             pass_prefixes: &[],
+            stdin_pipe: false,
         };
         let env = vec![
             (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),

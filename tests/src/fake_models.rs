@@ -128,7 +128,10 @@ impl Recorded {
 
     /// Whether this is a model turn: `POST /v1/messages` or `POST /v1/responses`.
     pub fn is_model_turn(&self) -> bool {
-        self.method == "POST" && matches!(self.route(), "/v1/messages" | "/v1/responses")
+        self.method == "POST"
+            && (matches!(self.route(), "/v1/messages" | "/v1/responses")
+                || (self.route().ends_with(":streamGenerateContent")
+                    && !gemini::is_router(&self.body)))
     }
 }
 
@@ -238,6 +241,30 @@ impl FakeModels {
                 ("DISABLE_TELEMETRY", "1".to_owned()),
                 ("DISABLE_ERROR_REPORTING", "1".to_owned()),
                 ("DISABLE_BUG_COMMAND", "1".to_owned()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        Ok(env)
+    }
+
+    /// The environment that points Gemini CLI at this fake: `GOOGLE_GEMINI_BASE_URL`
+    /// (its gateway auth then needs no login) and `GEMINI_API_KEY`, with [`home_env`]'s
+    /// home. Writes `home/.gemini/settings.json` with usage statistics and telemetry
+    /// off, so it sends nothing elsewhere.
+    pub fn gemini_env(&self, home: &Path) -> io::Result<Vec<(String, String)>> {
+        let mut env = home_env(home)?;
+        std::fs::create_dir_all(home.join(".gemini"))?;
+        std::fs::write(
+            home.join(".gemini/settings.json"),
+            json!({"privacy": {"usageStatisticsEnabled": false},
+                   "telemetry": {"enabled": false},
+                   "general": {"disableAutoUpdate": true, "disableUpdateNag": true}})
+            .to_string(),
+        )?;
+        env.extend(
+            [
+                ("GOOGLE_GEMINI_BASE_URL", self.base_url()),
+                ("GEMINI_API_KEY", "fake-gemini-key".to_owned()),
             ]
             .map(|(k, v)| (k.to_owned(), v)),
         );
@@ -729,7 +756,12 @@ fn write_reply(out: &mut TcpStream, head_only: bool, reply: Reply, keep: bool) -
                 return out.flush();
             }
             for (name, data) in events {
-                let event = format!("event: {name}\ndata: {data}\n\n");
+                // Gemini's stream has no event names: data lines only.
+                let event = if name.is_empty() {
+                    format!("data: {data}\r\n\r\n")
+                } else {
+                    format!("event: {name}\ndata: {data}\n\n")
+                };
                 out.write_all(format!("{:x}\r\n", event.len()).as_bytes())?;
                 out.write_all(event.as_bytes())?;
                 out.write_all(b"\r\n")?;
@@ -757,6 +789,7 @@ fn route(req: &Request, shared: &Shared) -> Reply {
             &json!({"input_tokens": estimate_tokens(req.body.len())}),
         )),
         ("POST", "/v1/responses") => Some(openai::responses(&body, shared)),
+        ("POST", r) if r.starts_with("/v1beta/models/") => gemini::route(r, &body, req.body.len()),
         ("HEAD" | "GET", "/api/hello") => Some(json_reply(200, &json!({"message": "hello"}))),
         ("GET", "/v1/models") => Some(json_reply(
             200,
@@ -1565,6 +1598,202 @@ mod openai {
             }
         }
         fields
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Gemini API (Gemini CLI)
+// ---------------------------------------------------------------------------------
+
+/// `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` (data-only SSE frames of
+/// `GenerateContentResponse`, the last with `finishReason` and `usageMetadata`),
+/// `:generateContent` (the same object once, as JSON) and `:countTokens`. Gemini CLI's
+/// model router asks `:generateContent` for a JSON complexity score first; it gets a
+/// low one. The prompt is the last `user` content with text outside envelopes
+/// (`<session_context>…</session_context>`), the working directory the first of the
+/// context's "Workspace Directories", and each `functionResponse` after the prompt is
+/// one tool result. Tools: `write_file {file_path, content}`, `run_shell_command
+/// {command}`.
+mod gemini {
+    use super::*;
+
+    /// Whether a request is the model router's, not a turn.
+    pub(super) fn is_router(body: &Value) -> bool {
+        body["generationConfig"]["responseMimeType"] == "application/json"
+            && body["systemInstruction"].to_string().contains("Complexity")
+    }
+
+    fn texts(content: &Value) -> Vec<String> {
+        content["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["text"].as_str())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn human_text(content: &Value) -> Option<String> {
+        if content["role"] != "user" {
+            return None;
+        }
+        let t: Vec<String> = texts(content)
+            .into_iter()
+            .filter(|t| !is_envelope(t))
+            .collect();
+        (!t.is_empty()).then(|| t.join("\n"))
+    }
+
+    fn cwd(contents: &[Value]) -> Option<String> {
+        contents.iter().flat_map(texts).find_map(|t| {
+            let at = t.find("Workspace Directories:")?;
+            t[at..]
+                .lines()
+                .skip(1)
+                .find_map(|l| l.trim().strip_prefix("- "))
+                .map(|d| d.trim().to_owned())
+        })
+    }
+
+    fn plan(contents: &[Value]) -> Plan {
+        let Some(at) = contents.iter().rposition(|c| human_text(c).is_some()) else {
+            return Plan {
+                prompt: String::new(),
+                steps: Vec::new(),
+                results: Vec::new(),
+            };
+        };
+        let prompt = human_text(&contents[at]).unwrap_or_default();
+        let mut results = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for c in &contents[at + 1..] {
+            for p in c["parts"].as_array().into_iter().flatten() {
+                let r = &p["functionResponse"];
+                if !r.is_object() {
+                    continue;
+                }
+                // Gemini CLI may repeat a response (seen live): one result per call.
+                let id = r["id"].as_str().unwrap_or_default().to_owned();
+                if !id.is_empty() && !seen.insert(id) {
+                    continue;
+                }
+                let out = &r["response"];
+                let text = out["output"]
+                    .as_str()
+                    .or_else(|| out["error"].as_str())
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| out.to_string());
+                let failed = out["error"].is_string()
+                    || text.contains("Error")
+                    || text.contains("rejected")
+                    || text.contains("cancelled");
+                results.push(ToolResult { text, failed });
+            }
+        }
+        Plan {
+            steps: directives(&prompt),
+            prompt,
+            results,
+        }
+    }
+
+    fn offered(body: &Value) -> Offered {
+        let mut o = Offered::default();
+        for t in body["tools"].as_array().into_iter().flatten() {
+            for f in t["functionDeclarations"].as_array().into_iter().flatten() {
+                if let Some(n) = f["name"].as_str() {
+                    o.tools.insert(n.to_owned(), false);
+                }
+            }
+        }
+        o
+    }
+
+    fn candidate(parts: Value, last: bool, tokens: u64) -> Value {
+        let mut c = json!({"content": {"role": "model", "parts": parts}, "index": 0});
+        let mut v = json!({"candidates": [], "modelVersion": "gemini-fake"});
+        if last {
+            c["finishReason"] = json!("STOP");
+            v["usageMetadata"] = json!({"promptTokenCount": tokens, "candidatesTokenCount": 4,
+                "totalTokenCount": tokens + 4});
+        }
+        v["candidates"] = json!([c]);
+        v
+    }
+
+    pub(super) fn route(route: &str, body: &Value, len: usize) -> Option<Reply> {
+        let tokens = estimate_tokens(len);
+        if route.ends_with(":countTokens") {
+            return Some(json_reply(200, &json!({"totalTokens": tokens})));
+        }
+        if is_router(body) {
+            let score =
+                json!({"complexity_reasoning": "a scripted fake turn", "complexity_score": 5});
+            let v = candidate(json!([{"text": score.to_string()}]), true, tokens);
+            return Some(json_reply(200, &v));
+        }
+        let empty = Vec::new();
+        let contents = body["contents"].as_array().unwrap_or(&empty);
+        let cwd = cwd(contents);
+        let answer = decide(&plan(contents), &offered(body), |d, o| match d {
+            Directive::Write { name, content } if o.has("write_file") => Some((
+                "write_file".to_owned(),
+                ToolInput::Json(
+                    json!({"file_path": absolute(cwd.as_deref(), name), "content": content}),
+                ),
+            )),
+            Directive::Run { cmd } if o.has("run_shell_command") => Some((
+                "run_shell_command".to_owned(),
+                ToolInput::Json(json!({"command": cmd, "description": "a scripted command"})),
+            )),
+            Directive::Write { .. }
+            | Directive::Run { .. }
+            | Directive::Say { .. }
+            | Directive::Unknown { .. } => None,
+        });
+        let mut events = Vec::new();
+        match answer {
+            Answer::Tool { name, input } => {
+                let args = match input {
+                    ToolInput::Json(v) => v,
+                    ToolInput::Freeform(s) => json!({"input": s}),
+                };
+                events.push(candidate(
+                    json!([{"functionCall": {"name": name, "args": args}}]),
+                    true,
+                    tokens,
+                ));
+            }
+            Answer::Text(text) => {
+                let parts = pieces(&text, 40);
+                let n = parts.len();
+                for (i, p) in parts.into_iter().enumerate() {
+                    events.push(candidate(json!([{"text": p}]), i + 1 == n, tokens));
+                }
+            }
+        }
+        if route.ends_with(":generateContent") {
+            // The whole answer at once: the parts of every piece in one candidate.
+            let parts: Vec<Value> = events
+                .iter()
+                .flat_map(|e| {
+                    e["candidates"][0]["content"]["parts"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+            return Some(json_reply(
+                200,
+                &candidate(Value::Array(parts), true, tokens),
+            ));
+        }
+        route
+            .ends_with(":streamGenerateContent")
+            .then(|| Reply::Sse {
+                headers: Vec::new(),
+                events: events.into_iter().map(|e| (String::new(), e)).collect(),
+            })
     }
 }
 

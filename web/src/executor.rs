@@ -20,6 +20,10 @@ pub enum AgentKind {
     Claude,
     Codex,
     Command,
+    /// Any agent that speaks the Agent Client Protocol (JSON-RPC over stdio): Gemini
+    /// CLI, Zed's Codex and Claude adapters, opencode, goose. `command` is how to start
+    /// it (`gemini --acp`).
+    Acp,
 }
 
 /// A registered agent.
@@ -28,7 +32,8 @@ pub struct AgentSpec {
     pub name: String,
     pub kind: AgentKind,
     /// The program and its arguments. For `claude`/`codex`, the program to run
-    /// (default `claude`/`codex`) plus extra arguments; for `command`, the command.
+    /// (default `claude`/`codex`) plus extra arguments; for `command` and `acp`, the
+    /// command.
     pub command: Vec<String>,
     /// What the agent may do; `None` takes the user settings' default, else
     /// [`berth_core::Permissions::DEFAULT`].

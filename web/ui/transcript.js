@@ -34,6 +34,20 @@ function agentBody(p) {
       if (input.length > MAX_INPUT) input = `${input.slice(0, MAX_INPUT)}… (${input.length - MAX_INPUT} more characters)`;
       return { cls: "agent-tool", who: `tool ${plain(p.name)}`, parts: [plain(input)] };
     }
+    case "tool": {
+      // An ACP agent's tool call, each time it changes.
+      const where = (p.locations ?? []).map((l) => plain(l)).join(", ");
+      return { cls: p.status === "failed" ? "agent-tool is-error" : "agent-tool", who: `tool ${plain(p.kind)}`, parts: [`${plain(p.title)} (${plain(p.status)})${where ? ` — ${where}` : ""}`] };
+    }
+    case "diff": {
+      let text = plain(p.new_text ?? "");
+      if (text.length > MAX_INPUT) text = `${text.slice(0, MAX_INPUT)}… (${text.length - MAX_INPUT} more characters)`;
+      return { cls: "agent-diff", who: p.old_text == null ? "new file" : "changed file", parts: [`${plain(p.path)}\n${text}`] };
+    }
+    case "plan": {
+      const mark = (s) => (s === "completed" ? "[x]" : s === "in_progress" ? "[~]" : "[ ]");
+      return { cls: "agent-plan", who: "plan", parts: [(p.entries ?? []).map((e) => `${mark(e.status)} ${plain(e.content)}`).join("\n")] };
+    }
     case "tool_result":
       return { cls: p.is_error ? "agent-tool-result is-error" : "agent-tool-result", who: p.is_error ? "tool error" : "tool result", parts: [plain(p.output)] };
     case "stderr":

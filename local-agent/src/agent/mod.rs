@@ -1,7 +1,9 @@
 //! The agent: how Berth starts one and keeps it in hand.
 //!
 //! - [`adapter`]: each kind's command line, environment and output (Claude Code, Codex,
-//!   a plain command), parsed into transcript events;
+//!   a plain command, an ACP agent), parsed into transcript events;
+//! - [`acp`]: the Agent Client Protocol's client, which drives an ACP agent's turn over
+//!   its stdin and stdout;
 //! - [`fence`]: the kernel's confinement of the agent (Landlock and seccomp on Linux,
 //!   with read-only binds where a mount namespace is allowed; Seatbelt on macOS);
 //! - [`spawn`] (Linux) and [`process`]: starting it in the pinned directory, fenced,
@@ -10,6 +12,7 @@
 //! - [`groups`]: the watcher that stops every process the agent started, even if Berth
 //!   dies.
 
+pub mod acp;
 pub mod adapter;
 pub mod fence;
 pub mod groups;

@@ -152,7 +152,13 @@ pub struct AgentProcess {
     watcher: Option<Arc<WatchPipe>>,
     pub stdout: Option<Output>,
     pub stderr: Option<Output>,
+    /// The agent's stdin, kept open for its driver when the invocation asks
+    /// ([`Invocation::stdin_pipe`]: ACP); closing it is the agent's EOF.
+    pub stdin: Option<Input>,
 }
+
+/// The write end of an agent's stdin.
+pub type Input = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 
 /// The environment of an agent: the allowlist (plus the adapter's credential
 /// prefixes) from Berth's own environment, `HOME`, the settings' `env`, then Berth's
@@ -216,7 +222,7 @@ pub async fn spawn_fenced(
             env: &env,
             dir,
             watcher: watcher_fd,
-            stdin: inv.stdin.is_some(),
+            stdin: inv.stdin.is_some() || inv.stdin_pipe,
             fence,
         })
         .map_err(spawn_error)?;
@@ -225,6 +231,7 @@ pub async fn spawn_fenced(
                 tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(spawn_error)?,
             ))
         };
+        let mut kept = None;
         let stdin = match (spawned.stdin, inv.stdin.as_deref()) {
             (Some(fd), Some(bytes)) => {
                 let sender =
@@ -233,6 +240,12 @@ pub async fn spawn_fenced(
                 // closed (EOF) at once; the rest, if any, below.
                 let written = sender.try_write(bytes).unwrap_or(0);
                 (written < bytes.len()).then_some((sender, written))
+            }
+            (Some(fd), None) => {
+                let sender =
+                    tokio::net::unix::pipe::Sender::from_owned_fd(fd).map_err(spawn_error)?;
+                kept = Some(Box::new(sender) as Input);
+                None
             }
             _ => None,
         };
@@ -259,13 +272,14 @@ pub async fn spawn_fenced(
             }),
             pipe(spawned.stdout)?,
             pipe(spawned.stderr)?,
+            kept,
         ))
     } else {
         None
     };
     #[cfg(not(target_os = "linux"))]
     let started = None;
-    let (leader, stdin, stdout, stderr) = match started {
+    let (leader, stdin, stdout, stderr, kept) = match started {
         Some(s) => s,
         None => {
             // macOS: the agent runs inside the fence's Seatbelt profile, by
@@ -284,7 +298,7 @@ pub async fn spawn_fenced(
             cmd.args(args)
                 .env_clear()
                 .envs(env)
-                .stdin(if inv.stdin.is_some() {
+                .stdin(if inv.stdin.is_some() || inv.stdin_pipe {
                     Stdio::piped()
                 } else {
                     Stdio::null()
@@ -303,16 +317,16 @@ pub async fn spawn_fenced(
                 fence.map(crate::agent::fence::Prepared::child_fence),
             );
             let mut child = cmd.spawn().map_err(spawn_error)?;
-            let stdin = child.stdin.take().map(|s| {
-                (
-                    Box::new(s) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-                    0,
-                )
-            });
+            let piped = child.stdin.take().map(|s| Box::new(s) as Input);
+            let (stdin, kept) = if inv.stdin_pipe {
+                (None, piped)
+            } else {
+                (piped.map(|s| (s, 0)), None)
+            };
             let stdout = child.stdout.take().map(|s| Box::new(s) as Output);
             let stderr = child.stderr.take().map(|s| Box::new(s) as Output);
             match (stdout, stderr) {
-                (Some(o), Some(e)) => (Leader::Forked(child), stdin, o, e),
+                (Some(o), Some(e)) => (Leader::Forked(child), stdin, o, e, kept),
                 _ => {
                     return Err(spawn_error(std::io::Error::other(
                         "the agent's output pipes are missing",
@@ -334,6 +348,7 @@ pub async fn spawn_fenced(
     let mut proc = AgentProcess {
         stdout: Some(stdout),
         stderr: Some(stderr),
+        stdin: kept,
         child: leader,
         pgid,
         reaped: false,

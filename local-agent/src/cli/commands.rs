@@ -65,17 +65,25 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
                 Kind::Claude => berth_local_agent::agent::adapter::Adapter::Claude,
                 Kind::Codex => berth_local_agent::agent::adapter::Adapter::Codex,
                 Kind::Command => berth_local_agent::agent::adapter::Adapter::Command,
+                Kind::Acp => berth_local_agent::agent::adapter::Adapter::Acp,
             };
             let kind = match kind {
                 Kind::Claude => "claude",
                 Kind::Codex => "codex",
                 Kind::Command => "command",
+                Kind::Acp => "acp",
             };
             let permissions = permissions.map(super::Policy::permissions);
             if kind == "command" && command.is_empty() {
                 return Err(CliError::usage(
                     "a command agent needs --command CMD [ARG...]",
                     "e.g. berth agent add echo --kind command --command sh -c 'cat'",
+                ));
+            }
+            if kind == "acp" && command.is_empty() {
+                return Err(CliError::usage(
+                    "an ACP agent needs --command CMD [ARG...]: how to start it speaking ACP",
+                    "e.g. berth agent add gemini --kind acp --command gemini --acp",
                 ));
             }
             let agent = c

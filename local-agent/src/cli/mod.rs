@@ -266,6 +266,8 @@ pub enum Kind {
     Claude,
     Codex,
     Command,
+    /// An Agent Client Protocol agent (`--command gemini --acp`).
+    Acp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

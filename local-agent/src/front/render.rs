@@ -465,6 +465,23 @@ impl Stream {
                     let input: String = input.chars().take(120).collect();
                     self.note(&format!("→ {} {}", inert(s(&p["name"])), inert(&input)));
                 }
+                "tool" => self.note(&format!(
+                    "→ {} {} ({})",
+                    inert(s(&p["kind"])),
+                    inert(s(&p["title"])),
+                    inert(s(&p["status"]))
+                )),
+                "diff" => self.note(&format!("± {}", inert(s(&p["path"])))),
+                "plan" => {
+                    for e in p["entries"].as_array().into_iter().flatten() {
+                        let mark = match s(&e["status"]) {
+                            "completed" => "[x]",
+                            "in_progress" => "[~]",
+                            _ => "[ ]",
+                        };
+                        self.note(&format!("plan {mark} {}", inert(s(&e["content"]))));
+                    }
+                }
                 "tool_result" => {
                     let out: String = s(&p["output"]).chars().take(200).collect();
                     let mark = if p["is_error"].as_bool() == Some(true) {

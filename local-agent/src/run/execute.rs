@@ -206,16 +206,29 @@ pub(super) async fn run(
                 break;
             }
         };
-        let ran = stream(
-            adapter,
-            proc,
-            resume.is_some(),
-            &events,
-            &mut cancel,
-            inner.cfg.grace,
-            prepared.fence.fenced,
-        )
-        .await;
+        let ran = if adapter == Adapter::Acp {
+            let ctx = crate::agent::acp::TurnCtx {
+                prompt: &task.prompt,
+                brief: prepared.brief_arg.as_deref(),
+                resume_id: resume.as_deref(),
+                work_dir: place.pinned.path(),
+                dir: place.pinned.fd(),
+                permissions: prepared.policy.effective,
+                fenced: prepared.fence.fenced,
+            };
+            crate::agent::acp::drive(proc, &ctx, &events, &mut cancel, inner.cfg.grace).await
+        } else {
+            stream(
+                adapter,
+                proc,
+                resume.is_some(),
+                &events,
+                &mut cancel,
+                inner.cfg.grace,
+                prepared.fence.fenced,
+            )
+            .await
+        };
         if ran.state.stale_resume && !ran.cancelled && resume.is_some() {
             warn(format!(
                 "the agent no longer knows session {}; starting a fresh conversation",

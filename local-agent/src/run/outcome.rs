@@ -36,6 +36,12 @@ pub(super) fn ran_outcome(
     let ok = adapter.succeeded(&ran.state, ran.exit_code);
     let (status, code, error) = if ran.cancelled {
         (TaskStatus::Cancelled, None, None)
+    } else if let Some(why) = ran.state.start_failed.clone() {
+        (
+            TaskStatus::Failed,
+            Some(ErrorCode::AgentStartFailed),
+            Some(why),
+        )
     } else if ran.state.all_denied() && adapter != Adapter::Command {
         // A command agent has no permission system: what the fence refused it is
         // listed, and its exit code says how the turn went.

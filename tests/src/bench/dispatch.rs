@@ -203,9 +203,103 @@ fn binds(n: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A scripted ACP peer: answers Berth's requests in the order Berth makes them
+/// (`initialize`, the session, the prompt with one message chunk), as a real agent
+/// would, and nothing else.
+const ACP_PEER: &str = r#"#!/bin/sh
+read -r _
+printf '%s\n' '{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"sessionCapabilities":{"resume":{}}}}}'
+read -r _
+printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"sessionId":"bench"}}'
+read -r _
+printf '%s\n' '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bench","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hello"}}}}' '{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
+"#;
+
+/// An ACP agent's first update (issue 36): a scripted ACP peer ([`ACP_PEER`]) against
+/// the `cat` command agent, in one loop, on one server: from the message's POST to the
+/// turn's first agent text on the session's event stream (for the peer, its
+/// `session/update` after `initialize`, `session/new` or `session/resume`, and
+/// `session/prompt`).
+fn acp(n: usize) -> Result<Vec<Row>> {
+    let b = served("bench-acp");
+    let peer = b.root.path().join("acp-peer.sh");
+    std::fs::write(&peer, ACP_PEER)?;
+    b.ok(&[
+        "agent",
+        "add",
+        "acp-peer",
+        "--kind",
+        "acp",
+        "--command",
+        "sh",
+        peer.to_str().context("a UTF-8 path")?,
+    ]);
+    let sock = socket(&b);
+    let mut conn = Conn::connect(&sock)?;
+    let mut loops = Vec::new();
+    for agent in [CAT_AGENT, "acp-peer"] {
+        let session = new_session(&mut conn, agent, agent)?;
+        let sse = Sse::open(&sock, &session, 0, Duration::from_secs(60))?;
+        loops.push((session, sse, Vec::new()));
+    }
+    for i in 0..WARM_UP + n {
+        for (session, sse, samples) in &mut loops {
+            let t = Instant::now();
+            let task = post_message(&mut conn, session, &format!("message {i}"))?;
+            let mut first = None;
+            loop {
+                let ev = sse.next_event()?.context("the stream ended mid-task")?;
+                let doc = ev.json();
+                if doc["task_id"] != task.as_str() {
+                    continue;
+                }
+                if first.is_none() && doc["kind"] == "agent" && doc["payload"]["type"] == "text" {
+                    first = Some(ms_since(t));
+                }
+                if ev.event == "task" {
+                    ensure!(
+                        succeeded(&doc["payload"]["task"]),
+                        "task {task} ended {doc}"
+                    );
+                    break;
+                }
+            }
+            let first = first.context("the turn had no text")?;
+            if i >= WARM_UP {
+                samples.push(first);
+            }
+        }
+    }
+    let p50 = |v: &[f64]| quantile(v, 0.5).unwrap_or(f64::NAN);
+    let mut rows = percentile_rows(
+        "dispatch",
+        "command agent (`cat`): POST → first agent text",
+        &loops[0].2,
+        None,
+    );
+    rows.extend(percentile_rows(
+        "dispatch",
+        "ACP agent (a scripted peer): POST → first session/update as text",
+        &loops[1].2,
+        None,
+    ));
+    rows.push(
+        Row::new(
+            "dispatch",
+            "ACP first update p50 / command first text p50",
+            p50(&loops[1].2) / p50(&loops[0].2),
+            "x",
+            None,
+        )
+        .with_note("issue 36: the ACP handshake's cost, in the same loop"),
+    );
+    Ok(rows)
+}
+
 pub fn run(cfg: &Config) -> Result<Vec<Row>> {
     let startup_rows = startup(cfg.dispatch_messages.min(100))?;
     let binds_rows = binds(cfg.dispatch_messages.min(200))?;
+    let acp_rows = acp(cfg.dispatch_messages.min(200))?;
     let b = served("bench-dispatch");
     let sock = socket(&b);
     let mut conn = Conn::connect(&sock)?;
@@ -338,6 +432,7 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         .with_note("issue 17's goal: includes starting the `berth` client process"),
     );
     rows.extend(binds_rows);
+    rows.extend(acp_rows);
     rows.extend(startup_rows);
     Ok(rows)
 }

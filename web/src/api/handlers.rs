@@ -382,12 +382,15 @@ pub(crate) async fn add_agent(
 ) -> Result<(StatusCode, Json<AgentSpec>), ApiError> {
     valid_name("the agent", &req.name)?;
     let needs_command = match req.kind {
-        AgentKind::Command => true,
-        AgentKind::Claude | AgentKind::Codex => false,
+        AgentKind::Command => Some("command"),
+        AgentKind::Acp => Some("acp"),
+        AgentKind::Claude | AgentKind::Codex => None,
     };
-    if needs_command && req.command.first().is_none_or(|c| c.is_empty()) {
+    if let Some(kind) = needs_command
+        && req.command.first().is_none_or(|c| c.is_empty())
+    {
         return Err(ApiError::BadRequest {
-            message: "a `command` agent needs `command`: the program and its arguments".into(),
+            message: format!("a `{kind}` agent needs `command`: the program and its arguments"),
         });
     }
     let spec = AgentSpec {

@@ -31,6 +31,7 @@ pub(crate) fn kind_str(kind: AgentKind) -> &'static str {
         AgentKind::Claude => "claude",
         AgentKind::Codex => "codex",
         AgentKind::Command => "command",
+        AgentKind::Acp => "acp",
     }
 }
 

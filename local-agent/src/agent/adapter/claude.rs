@@ -108,6 +108,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
         args,
         stdin: Some(turn.prompt.as_bytes().to_vec()),
         pass_prefixes: &["ANTHROPIC_", "CLAUDE_", "AWS_", "GOOGLE_", "VERTEX_"],
+        stdin_pipe: false,
     }
 }
 

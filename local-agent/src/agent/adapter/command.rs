@@ -18,5 +18,6 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Result<Invocation
         args,
         stdin: Some(turn.prompt.as_bytes().to_vec()),
         pass_prefixes: &[],
+        stdin_pipe: false,
     })
 }

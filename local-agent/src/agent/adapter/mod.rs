@@ -40,12 +40,18 @@ pub struct Turn<'a> {
 }
 
 /// What to run for one turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Invocation {
     pub program: String,
     pub args: Vec<String>,
-    /// Bytes written to stdin, which is then closed; `None` means stdin is `/dev/null`.
+    /// Bytes written to stdin, which is then closed; `None` means stdin is `/dev/null`
+    /// (unless [`Invocation::stdin_pipe`]).
     pub stdin: Option<Vec<u8>>,
+    /// Stdin stays an open pipe that the turn's driver writes to ([`AgentProcess::stdin`]):
+    /// an ACP agent's requests.
+    ///
+    /// [`AgentProcess::stdin`]: crate::agent::process::AgentProcess::stdin
+    pub stdin_pipe: bool,
     /// Environment variable prefixes passed through from Berth's own environment
     /// (credentials the agent's CLI reads).
     pub pass_prefixes: &'static [&'static str],
@@ -77,6 +83,9 @@ pub struct TurnState {
     pub tool_names: HashMap<String, String>,
     /// Refusals by the fence seen beyond [`MAX_FENCE_DENIALS`], not listed.
     pub fence_denials_dropped: u32,
+    /// Why the agent could not be started, when it got that far and no further (an
+    /// ACP agent that never answered `initialize`): the task's `agent_start_failed`.
+    pub start_failed: Option<String>,
 }
 
 /// The most refusals by the fence a turn lists (a `find /` prints thousands).
@@ -165,6 +174,9 @@ impl TurnState {
             | AgentEvent::Denied { .. }
             | AgentEvent::Ignored { .. }
             | AgentEvent::Fence { .. }
+            | AgentEvent::Tool { .. }
+            | AgentEvent::Diff { .. }
+            | AgentEvent::Plan { .. }
             | AgentEvent::Result { .. } => None,
         }
     }
@@ -218,6 +230,8 @@ pub enum Adapter {
     Command,
     Claude,
     Codex,
+    /// An Agent Client Protocol agent, driven by [`crate::agent::acp`].
+    Acp,
 }
 
 impl Adapter {
@@ -226,6 +240,7 @@ impl Adapter {
             AgentKind::Command => Adapter::Command,
             AgentKind::Claude => Adapter::Claude,
             AgentKind::Codex => Adapter::Codex,
+            AgentKind::Acp => Adapter::Acp,
         }
     }
 
@@ -234,7 +249,7 @@ impl Adapter {
         match self {
             Adapter::Claude => Some(".claude/skills"),
             Adapter::Codex => Some(".agents/skills"),
-            Adapter::Command => None,
+            Adapter::Command | Adapter::Acp => None,
         }
     }
 
@@ -243,8 +258,9 @@ impl Adapter {
     pub fn brief_file(self) -> Option<&'static str> {
         match self {
             Adapter::Claude => Some("CLAUDE.md"),
-            // Codex takes the brief in the prompt, which has no length limit on stdin.
-            Adapter::Codex | Adapter::Command => None,
+            // Codex and ACP agents take the brief in the prompt, which has no length
+            // limit on stdin.
+            Adapter::Codex | Adapter::Command | Adapter::Acp => None,
         }
     }
 
@@ -258,6 +274,14 @@ impl Adapter {
         self,
         home: Option<&Path>,
         var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Vec<(std::path::PathBuf, berth_core::fence::WriteKind)> {
+        self.state_paths(home, &var)
+    }
+
+    fn state_paths(
+        self,
+        home: Option<&Path>,
+        var: &dyn Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Vec<(std::path::PathBuf, berth_core::fence::WriteKind)> {
         use berth_core::fence::WriteKind;
         let set = |name: &str| {
@@ -289,6 +313,18 @@ impl Adapter {
                 .or_else(|| home.map(|h| h.join(".codex")))
                 .map(|dir| vec![(dir, WriteKind::Subtree)])
                 .unwrap_or_default(),
+            // What the ACP agents Berth knows keep in the home: Gemini CLI's
+            // `~/.gemini` (its sessions, for `session/load`), the Codex adapter's
+            // `$CODEX_HOME`, the Claude adapter's Claude Code state. Another agent's
+            // state goes in the user settings' `"fence": {"write": [...]}`.
+            Adapter::Acp => {
+                let mut out = Adapter::Codex.state_paths(home, var);
+                if let Some(home) = home {
+                    out.push((home.join(".gemini"), WriteKind::Subtree));
+                }
+                out.extend(Adapter::Claude.state_paths(home, var));
+                out
+            }
         }
     }
 
@@ -335,6 +371,15 @@ impl Adapter {
             Adapter::Command => {
                 "not enforced: a command agent has no permission system of its own and can do whatever its program does"
             }
+            Adapter::Acp => match permissions {
+                Permissions::ReadOnly => {
+                    "Berth answers the agent's permission requests: reading and searching only; its file writes through Berth are refused"
+                }
+                Permissions::Edit => {
+                    "Berth answers the agent's permission requests: edits inside the directory, and commands where the fence confines them"
+                }
+                Permissions::Full => "Berth allows every permission request the agent makes",
+            },
         }
     }
 
@@ -358,7 +403,7 @@ impl Adapter {
                 "permissions {permissions} are not applied: the agent {:?} chooses its own sandbox with its arguments",
                 spec.name
             )),
-            Adapter::Claude | Adapter::Codex => None,
+            Adapter::Claude | Adapter::Codex | Adapter::Acp => None,
         }
     }
 
@@ -368,6 +413,29 @@ impl Adapter {
             Adapter::Command => command::invocation(spec, turn),
             Adapter::Claude => Ok(claude::invocation(spec, turn)),
             Adapter::Codex => Ok(codex::invocation(spec, turn)),
+            Adapter::Acp => {
+                let (program, args) = program(spec, "");
+                if program.is_empty() {
+                    return Err(AdapterError::EmptyCommand {
+                        name: spec.name.clone(),
+                    });
+                }
+                Ok(Invocation {
+                    program,
+                    args,
+                    stdin: None,
+                    stdin_pipe: true,
+                    // The credentials of the agents that speak ACP today.
+                    pass_prefixes: &[
+                        "GEMINI_",
+                        "GOOGLE_",
+                        "OPENAI_",
+                        "CODEX_",
+                        "ANTHROPIC_",
+                        "CLAUDE_",
+                    ],
+                })
+            }
         }
     }
 
@@ -379,6 +447,8 @@ impl Adapter {
             }],
             Adapter::Claude => claude::parse_line(line, resumed, st),
             Adapter::Codex => codex::parse_line(line, resumed, st),
+            // Driven by `acp::drive`, which reads its stdout itself.
+            Adapter::Acp => Vec::new(),
         }
     }
 
@@ -386,7 +456,7 @@ impl Adapter {
     /// what it tells beyond that, e.g. a denial Codex reports only there.
     pub fn stderr_line(self, line: &str, resumed: bool, st: &mut TurnState) -> Option<AgentEvent> {
         match self {
-            Adapter::Command => None,
+            Adapter::Command | Adapter::Acp => None,
             Adapter::Claude => {
                 if resumed && claude::is_stale(line) {
                     st.stale_resume = true;
@@ -409,6 +479,9 @@ impl Adapter {
             Adapter::Claude => exit_code == Some(0) && st.ok == Some(true),
             // Codex's exit code is unreliable (turn.failed with exit 0 was seen).
             Adapter::Codex => st.ok == Some(true),
+            // The turn's answer says; the process is stopped after it, whatever its
+            // exit code.
+            Adapter::Acp => st.ok == Some(true),
         }
     }
 }

@@ -1,0 +1,737 @@
+//! Agents that speak the Agent Client Protocol (ACP: JSON-RPC 2.0, one object a line
+//! on the agent's stdin and stdout; stderr stays diagnostics). Berth is the client.
+//!
+//! One turn, in order:
+//! 1. `initialize`, declaring what Berth serves: `fs.writeTextFile` (beneath the
+//!    pinned directory, [`files`]) and no terminal. `fs.readTextFile` is not declared:
+//!    Gemini CLI then reads a missing file through Berth before writing it, and takes
+//!    any answer but content as a failed write; an agent reads natively, under the
+//!    fence. A request for it is still served, beneath the directory.
+//! 2. The session: `session/resume` when the agent advertises it and Berth holds its
+//!    session id, else `session/load` (its replay of the history is not recorded
+//!    again), else `session/new` with the run's directory as `cwd`, saying once that
+//!    the conversation starts afresh.
+//! 3. The mode that matches the policy, with `session/set_mode`, when the agent
+//!    offers one ([`mode_for`]).
+//! 4. `session/prompt`: the brief and the message. Until its answer, the agent's
+//!    `session/update`s become transcript events ([`updates`]) and what it asks is
+//!    answered at once: permissions from the policy ([`policy`]), files beneath the
+//!    directory, anything else "method not found".
+//! 5. Berth's cancel sends `session/cancel`; an agent that has not answered within the
+//!    grace period is stopped with its group, as every agent is.
+//!
+//! Bounds: `initialize` is answered within [`INIT_TIMEOUT`] and the session within
+//! [`SESSION_TIMEOUT`], else the task ends `agent_start_failed`. A line that is not
+//! JSON-RPC (or longer than [`rpc::MAX_LINE`]) is an error event, never a stop.
+
+pub mod files;
+pub mod policy;
+pub mod rpc;
+mod updates;
+
+use crate::agent::adapter::TurnState;
+use crate::agent::process::{AgentProcess, Input};
+use crate::agent::turn::Ran;
+use crate::dir::lock::cancelled;
+use berth_core::Permissions;
+use berth_core::api::Denial;
+use berth_core::event::AgentEvent;
+use berth_web::executor::ExecEvent;
+use policy::Decision;
+use rpc::{Message, RpcError};
+use rustix::fd::BorrowedFd;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+/// How long an agent may take to answer `initialize` (Gemini CLI takes 1–2 s here).
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long it may take to open the session (`session/new`, `load` or `resume`;
+/// Gemini CLI takes 3–5 s).
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The ACP version Berth speaks.
+pub const PROTOCOL_VERSION: i64 = 1;
+
+/// What one turn works with.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnCtx<'a> {
+    pub prompt: &'a str,
+    pub brief: Option<&'a str>,
+    /// The agent's session id from the last turn.
+    pub resume_id: Option<&'a str>,
+    /// The run's directory, as the agent sees it (`cwd`).
+    pub work_dir: &'a Path,
+    /// The same directory, pinned: what file requests are served beneath.
+    pub dir: BorrowedFd<'a>,
+    pub permissions: Permissions,
+    pub fenced: bool,
+}
+
+/// How a conversation ended.
+#[derive(Debug, Default)]
+pub struct Conversation {
+    pub state: TurnState,
+    pub cancelled: bool,
+}
+
+/// Why a call got no answer.
+#[derive(Debug)]
+enum NoAnswer {
+    /// The agent closed its stdout (it exited).
+    Closed,
+    TimedOut(Duration),
+    /// Berth's cancel (only while starting; a prompt is cancelled through ACP).
+    Cancelled,
+}
+
+/// The mode to set for `permissions` among the agent's `available` ones, if one
+/// matches and is not the current one: codex-acp's `read-only`/`auto`/`full-access`.
+/// An agent without those keeps its asking mode, and Berth decides every request.
+pub fn mode_for(
+    permissions: Permissions,
+    current: Option<&str>,
+    available: &[&str],
+) -> Option<String> {
+    let wanted: &[&str] = match permissions {
+        Permissions::ReadOnly => &["read-only"],
+        Permissions::Edit => &["auto"],
+        Permissions::Full => &["full-access"],
+    };
+    wanted
+        .iter()
+        .find(|m| available.contains(m))
+        .filter(|m| Some(**m) != current)
+        .map(|m| (*m).to_owned())
+}
+
+/// The client's side of one turn, over any pair of streams.
+struct Client<'c, R, W> {
+    lines: R,
+    out: W,
+    next_id: i64,
+    ctx: &'c TurnCtx<'c>,
+    events: &'c mpsc::UnboundedSender<ExecEvent>,
+    st: TurnState,
+    view: updates::View,
+    /// Updates arriving while `session/load` replays the history are not new.
+    replaying: bool,
+    /// Once the prompt is cancelled, permission requests are answered `cancelled`.
+    cancelling: bool,
+    session: String,
+    buf: Vec<u8>,
+}
+
+/// Drives one turn over `reader`/`writer` (the agent's stdout and stdin).
+pub async fn converse<R, W>(
+    reader: R,
+    writer: W,
+    ctx: &TurnCtx<'_>,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+    grace: Duration,
+) -> Conversation
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut c = Client {
+        lines: reader,
+        out: writer,
+        next_id: 0,
+        ctx,
+        events,
+        st: TurnState::default(),
+        view: updates::View::default(),
+        replaying: false,
+        cancelling: false,
+        session: String::new(),
+        buf: Vec::new(),
+    };
+    let cancelled = c.turn(cancel, grace).await;
+    c.flush();
+    Conversation {
+        state: c.st,
+        cancelled,
+    }
+}
+
+impl<R, W> Client<'_, R, W>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    fn emit(&self, ev: AgentEvent) {
+        let _ = self.events.send(ExecEvent::Agent(ev));
+    }
+
+    fn warn(&self, line: String) {
+        self.emit(AgentEvent::Stderr {
+            line: format!("berth: {line}"),
+        });
+    }
+
+    fn start_failed(&mut self, what: String) {
+        self.st.start_failed = Some(what);
+    }
+
+    /// The whole turn; whether it was cancelled.
+    async fn turn(&mut self, cancel: &mut watch::Receiver<bool>, grace: Duration) -> bool {
+        let init = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {
+                "fs": {"readTextFile": false, "writeTextFile": true},
+                "terminal": false,
+            },
+            "clientInfo": {"name": "berth", "title": "Berth", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let caps = match self.call("initialize", init, INIT_TIMEOUT, cancel).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                self.start_failed(format!("the agent refused to start: {e}"));
+                return false;
+            }
+            Err(NoAnswer::Cancelled) => return true,
+            Err(e) => {
+                self.start_failed(self.no_answer("initialize", &e));
+                return false;
+            }
+        };
+        let version = caps["protocolVersion"].as_i64();
+        if version != Some(PROTOCOL_VERSION) {
+            self.start_failed(format!(
+                "the agent speaks ACP version {}, Berth speaks {PROTOCOL_VERSION}",
+                caps["protocolVersion"]
+            ));
+            return false;
+        }
+        let agent = &caps["agentCapabilities"];
+        let can_resume = agent["sessionCapabilities"]["resume"].is_object();
+        let can_load = agent["loadSession"] == true;
+        let opened = match self.open_session(can_resume, can_load, cancel).await {
+            Ok(v) => v,
+            Err(cancelled) => return cancelled,
+        };
+        self.set_mode(&opened, cancel).await;
+        self.prompt(cancel, grace).await
+    }
+
+    fn no_answer(&self, method: &str, e: &NoAnswer) -> String {
+        match e {
+            NoAnswer::Closed => format!("the agent exited before it answered {method}"),
+            NoAnswer::TimedOut(d) => {
+                format!("the agent did not answer {method} within {} s", d.as_secs())
+            }
+            NoAnswer::Cancelled => "cancelled".to_owned(),
+        }
+    }
+
+    /// Resumes, loads or opens the session; its result (modes). `Err(cancelled)` when
+    /// the turn stops here.
+    async fn open_session(
+        &mut self,
+        can_resume: bool,
+        can_load: bool,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Result<Value, bool> {
+        let cwd = self.ctx.work_dir.display().to_string();
+        if let Some(id) = self.ctx.resume_id {
+            let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
+            let method = if can_resume {
+                Some("session/resume")
+            } else if can_load {
+                Some("session/load")
+            } else {
+                None
+            };
+            match method {
+                Some(method) => {
+                    self.replaying = method == "session/load";
+                    let answer = self.call(method, params, SESSION_TIMEOUT, cancel).await;
+                    self.replaying = false;
+                    self.view = updates::View::default();
+                    match answer {
+                        Ok(Ok(v)) => {
+                            self.session = id.to_owned();
+                            self.st.resume_id = Some(id.to_owned());
+                            self.emit(AgentEvent::Started {
+                                resume_id: Some(id.to_owned()),
+                                model: None,
+                            });
+                            return Ok(v);
+                        }
+                        Ok(Err(e)) => self.warn(format!(
+                            "the agent could not continue session {id} ({e}); starting a fresh conversation"
+                        )),
+                        Err(NoAnswer::Cancelled) => return Err(true),
+                        Err(e) => {
+                            self.start_failed(self.no_answer(method, &e));
+                            return Err(false);
+                        }
+                    }
+                }
+                None => self.warn(
+                    "the agent cannot resume a conversation (it offers neither session/resume nor session/load); starting a fresh one".to_owned(),
+                ),
+            }
+        }
+        let params = json!({"cwd": cwd, "mcpServers": []});
+        match self
+            .call("session/new", params, SESSION_TIMEOUT, cancel)
+            .await
+        {
+            Ok(Ok(v)) => match v["sessionId"].as_str() {
+                Some(id) if !id.is_empty() => {
+                    self.session = id.to_owned();
+                    self.st.resume_id = Some(id.to_owned());
+                    self.emit(AgentEvent::Started {
+                        resume_id: Some(id.to_owned()),
+                        model: v["models"]["currentModelId"].as_str().map(str::to_owned),
+                    });
+                    Ok(v)
+                }
+                _ => {
+                    self.start_failed("the agent's session/new answer has no sessionId".to_owned());
+                    Err(false)
+                }
+            },
+            Ok(Err(e)) => {
+                self.start_failed(format!("the agent could not open a session: {e}"));
+                Err(false)
+            }
+            Err(NoAnswer::Cancelled) => Err(true),
+            Err(e) => {
+                self.start_failed(self.no_answer("session/new", &e));
+                Err(false)
+            }
+        }
+    }
+
+    async fn set_mode(&mut self, opened: &Value, cancel: &mut watch::Receiver<bool>) {
+        let modes = &opened["modes"];
+        let available: Vec<&str> = modes["availableModes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        let current = modes["currentModeId"].as_str();
+        let Some(mode) = mode_for(self.ctx.permissions, current, &available) else {
+            return;
+        };
+        let params = json!({"sessionId": self.session, "modeId": mode});
+        match self
+            .call("session/set_mode", params, SESSION_TIMEOUT, cancel)
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.warn(format!("the agent refused mode {mode}: {e}")),
+            Err(e) => self.warn(format!(
+                "mode {mode}: {}",
+                self.no_answer("session/set_mode", &e)
+            )),
+        }
+    }
+
+    /// `session/prompt` until its answer; whether the turn was cancelled.
+    async fn prompt(&mut self, cancel: &mut watch::Receiver<bool>, grace: Duration) -> bool {
+        let mut blocks = Vec::new();
+        if let Some(brief) = self.ctx.brief.filter(|b| !b.trim().is_empty()) {
+            blocks.push(json!({"type": "text", "text": brief}));
+        }
+        blocks.push(json!({"type": "text", "text": self.ctx.prompt}));
+        let id = self
+            .request(
+                "session/prompt",
+                json!({"sessionId": self.session, "prompt": blocks}),
+            )
+            .await;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let line = tokio::select! {
+                line = self.next_line() => line,
+                () = cancelled(cancel), if !self.cancelling => {
+                    self.cancelling = true;
+                    deadline = Some(tokio::time::Instant::now() + grace);
+                    let n = rpc::notification("session/cancel", json!({"sessionId": self.session}));
+                    let _ = self.write(&n).await;
+                    continue;
+                }
+                () = sleep_until(deadline) => {
+                    self.warn(format!(
+                        "the agent did not stop within {} ms of session/cancel",
+                        grace.as_millis()
+                    ));
+                    return true;
+                }
+            };
+            let Some(line) = line else {
+                if !self.cancelling {
+                    self.st.ok = Some(false);
+                    self.st.error.get_or_insert_with(|| {
+                        "the agent exited before it answered session/prompt".to_owned()
+                    });
+                }
+                return self.cancelling;
+            };
+            match rpc::answer_to(rpc::classify(&line), &json!(id)) {
+                Ok(outcome) => {
+                    self.answered(outcome);
+                    return self.cancelling;
+                }
+                Err(msg) => self.handle(msg).await,
+            }
+        }
+    }
+
+    /// The prompt's answer: how the turn ended.
+    fn answered(&mut self, outcome: Result<Value, RpcError>) {
+        self.flush();
+        let v = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                self.st.ok = Some(false);
+                self.st.error = Some(format!("the agent's turn failed: {e}"));
+                let usage = self.view.usage.take();
+                self.emit(AgentEvent::Result {
+                    ok: false,
+                    text: Some(e.message),
+                    usage,
+                    cost_usd: None,
+                });
+                return;
+            }
+        };
+        let reason = v["stopReason"].as_str().unwrap_or("end_turn");
+        let ok = reason == "end_turn";
+        if reason != "cancelled" {
+            self.st.ok = Some(ok);
+        }
+        if !ok && reason != "cancelled" {
+            self.st.error = Some(format!("the agent stopped its turn: {reason}"));
+        }
+        let usage = updates::usage(&v).or_else(|| self.view.usage.take());
+        self.emit(AgentEvent::Result {
+            ok,
+            text: self.view.last_text.clone(),
+            usage,
+            cost_usd: self.view.cost_usd,
+        });
+    }
+
+    async fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(line).await?;
+        self.out.flush().await
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        // A write that fails means the agent is gone: the read that follows says so.
+        let _ = self.write(&rpc::request(id, method, params)).await;
+        id
+    }
+
+    /// One request and its answer, the agent's own messages handled meanwhile.
+    async fn call(
+        &mut self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Result<Result<Value, RpcError>, NoAnswer> {
+        let id = json!(self.request(method, params).await);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let line = tokio::select! {
+                line = self.next_line() => line,
+                () = tokio::time::sleep_until(deadline) => return Err(NoAnswer::TimedOut(timeout)),
+                () = cancelled(cancel) => return Err(NoAnswer::Cancelled),
+            };
+            let Some(line) = line else {
+                return Err(NoAnswer::Closed);
+            };
+            match rpc::answer_to(rpc::classify(&line), &id) {
+                Ok(outcome) => return Ok(outcome),
+                Err(msg) => self.handle(msg).await,
+            }
+        }
+    }
+
+    /// The next line (without its newline); `None` at the end of the stream. A line
+    /// over [`rpc::MAX_LINE`] is reported and skipped.
+    async fn next_line(&mut self) -> Option<String> {
+        loop {
+            self.buf.clear();
+            let mut too_long = false;
+            loop {
+                let chunk = match self.lines.fill_buf().await {
+                    Ok(c) => c,
+                    Err(_) => return None,
+                };
+                if chunk.is_empty() {
+                    if self.buf.is_empty() && !too_long {
+                        return None;
+                    }
+                    break;
+                }
+                let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+                    Some(i) => (i + 1, true),
+                    None => (chunk.len(), false),
+                };
+                if self.buf.len() + take <= rpc::MAX_LINE {
+                    self.buf.extend_from_slice(&chunk[..take]);
+                } else {
+                    too_long = true;
+                    self.buf.clear();
+                }
+                self.lines.consume(take);
+                if done {
+                    break;
+                }
+            }
+            if too_long {
+                self.emit(AgentEvent::Error {
+                    message: format!(
+                        "the agent wrote a line over {} MiB; Berth skipped it",
+                        rpc::MAX_LINE >> 20
+                    ),
+                });
+                continue;
+            }
+            let text = String::from_utf8_lossy(&self.buf);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Some(text.to_owned());
+        }
+    }
+
+    /// A message of the agent's while Berth waits for an answer.
+    async fn handle(&mut self, msg: Message) {
+        match msg {
+            Message::Notification { method, params } => {
+                if method == "session/update" && !self.replaying {
+                    for ev in self
+                        .view
+                        .update(&params["update"], &mut self.st, self.ctx.fenced)
+                    {
+                        self.emit(ev);
+                    }
+                }
+            }
+            Message::Request { id, method, params } => {
+                let answer = self.answer(&method, &params);
+                let _ = self.write(&answer.line(&id)).await;
+            }
+            // An answer to nothing Berth waits for: a late one, ignored.
+            Message::Response { .. } => {}
+            Message::Invalid(why) => self.emit(AgentEvent::Error {
+                message: format!("the agent wrote a line that is not JSON-RPC: {why}"),
+            }),
+        }
+    }
+
+    fn flush(&mut self) {
+        for ev in self.view.flush() {
+            self.emit(ev);
+        }
+    }
+
+    /// Berth's answer to one of the agent's requests.
+    fn answer(&mut self, method: &str, params: &Value) -> Answer {
+        match method {
+            "session/request_permission" => self.permission(params),
+            "fs/write_text_file" => {
+                let path = params["path"].as_str().unwrap_or_default();
+                let Some(content) = params["content"].as_str() else {
+                    return Answer::Error(rpc::INVALID_PARAMS, "content must be a string".into());
+                };
+                let done = if self.ctx.permissions == Permissions::ReadOnly {
+                    Err(files::FileError::ReadOnly {
+                        path: path.to_owned(),
+                    })
+                } else {
+                    files::write(self.ctx.dir, self.ctx.work_dir, path, content)
+                };
+                match done {
+                    Ok(()) => {
+                        self.st.changes_applied += 1;
+                        Answer::Result(Value::Null)
+                    }
+                    Err(e) => self.file_refused("write", path, e),
+                }
+            }
+            "fs/read_text_file" => {
+                let path = params["path"].as_str().unwrap_or_default();
+                let (line, limit) = (params["line"].as_u64(), params["limit"].as_u64());
+                match files::read(self.ctx.dir, self.ctx.work_dir, path, line, limit) {
+                    Ok(content) => Answer::Result(json!({"content": content})),
+                    Err(e) => self.file_refused("read", path, e),
+                }
+            }
+            _ => Answer::Error(
+                rpc::METHOD_NOT_FOUND,
+                format!("Berth does not serve {method}"),
+            ),
+        }
+    }
+
+    fn file_refused(&mut self, tool: &str, path: &str, e: files::FileError) -> Answer {
+        if !e.is_denial() {
+            return Answer::Error(rpc::NOT_FOUND, e.to_string());
+        }
+        let denial = Denial {
+            tool: tool.to_owned(),
+            target: path.to_owned(),
+            by: None,
+        };
+        if let Some(ev) = self.st.deny(None, denial, Some(e.to_string())) {
+            self.emit(ev);
+        }
+        Answer::Error(rpc::INTERNAL, e.to_string())
+    }
+
+    fn permission(&mut self, params: &Value) -> Answer {
+        let call = &params["toolCall"];
+        let id = call["toolCallId"].as_str().unwrap_or_default().to_owned();
+        let tool = self.view.merge(call);
+        let options: Vec<Value> = params["options"].as_array().cloned().unwrap_or_default();
+        if self.cancelling {
+            return Answer::Result(json!({"outcome": {"outcome": "cancelled"}}));
+        }
+        let decision = policy::decide(
+            self.ctx.permissions,
+            self.ctx.fenced,
+            &tool.kind,
+            &tool.paths,
+            self.ctx.work_dir,
+        );
+        if let Decision::Reject(why) = &decision {
+            let denial = Denial {
+                tool: tool.name(),
+                target: tool.target(),
+                by: None,
+            };
+            let key = (!id.is_empty()).then_some(id.as_str());
+            if let Some(ev) = self.st.deny(key, denial, Some(why.clone())) {
+                self.emit(ev);
+            }
+        }
+        match policy::pick(&options, &decision) {
+            Some(option) => {
+                Answer::Result(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+            }
+            None => Answer::Result(json!({"outcome": {"outcome": "cancelled"}})),
+        }
+    }
+}
+
+enum Answer {
+    Result(Value),
+    Error(i64, String),
+}
+
+impl Answer {
+    fn line(&self, id: &Value) -> Vec<u8> {
+        match self {
+            Answer::Result(v) => rpc::result(id, v.clone()),
+            Answer::Error(code, message) => rpc::error(id, *code, message),
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One ACP agent process, from spawn to exit: the conversation on its stdin and
+/// stdout, its stderr as diagnostics, and the group stopped after the turn (its stdin
+/// closed first, then terminate and kill after `grace`).
+pub(crate) async fn drive(
+    mut proc: AgentProcess,
+    ctx: &TurnCtx<'_>,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+    grace: Duration,
+) -> Ran {
+    let (Some(stdin), Some(stdout)) = (proc.stdin.take(), proc.stdout.take()) else {
+        proc.release().await;
+        let state = TurnState {
+            start_failed: Some("the agent's stdin or stdout is missing".to_owned()),
+            ..TurnState::default()
+        };
+        return Ran {
+            state,
+            exit_code: None,
+            cancelled: false,
+        };
+    };
+    let mut err = proc
+        .stderr
+        .take()
+        .map(|s| tokio::io::BufReader::new(s).split(b'\n'));
+    let reader = tokio::io::BufReader::with_capacity(64 * 1024, stdout);
+    let talk = converse_closing(reader, stdin, ctx, events, cancel, grace);
+    tokio::pin!(talk);
+    let conv = loop {
+        tokio::select! {
+            conv = &mut talk => break conv,
+            line = async { err.as_mut()?.next_segment().await.ok().flatten() }, if err.is_some() => {
+                match line {
+                    Some(line) => stderr_line(events, &line),
+                    None => err = None,
+                }
+            }
+        }
+    };
+    // Stdin is closed: most agents exit on their own. The rest go with their group.
+    let exit = tokio::select! {
+        status = proc.wait() => status.ok().flatten(),
+        () = tokio::time::sleep(grace) => proc.terminate(grace).await.ok().flatten(),
+    };
+    if let Some(mut e) = err {
+        let drain = async {
+            while let Ok(Some(line)) = e.next_segment().await {
+                stderr_line(events, &line);
+            }
+        };
+        let _ = tokio::time::timeout(grace, drain).await;
+    }
+    proc.release().await;
+    Ran {
+        state: conv.state,
+        exit_code: exit,
+        cancelled: conv.cancelled,
+    }
+}
+
+fn stderr_line(events: &mpsc::UnboundedSender<ExecEvent>, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let line = text.strip_suffix('\r').unwrap_or(&text).to_owned();
+    let _ = events.send(ExecEvent::Agent(AgentEvent::Stderr { line }));
+}
+
+/// [`converse`], then the agent's stdin closed (its EOF).
+async fn converse_closing<R: AsyncBufRead + Unpin>(
+    reader: R,
+    mut stdin: Input,
+    ctx: &TurnCtx<'_>,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+    grace: Duration,
+) -> Conversation {
+    let conv = converse(reader, &mut stdin, ctx, events, cancel, grace).await;
+    let _ = stdin.shutdown().await;
+    drop(stdin);
+    conv
+}
+
+#[cfg(test)]
+mod tests;

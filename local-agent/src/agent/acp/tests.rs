@@ -1,0 +1,566 @@
+//! The client against a scripted ACP peer on an in-memory pipe: each test plays the
+//! agent's side line by line and checks what Berth answered and recorded.
+
+use super::*;
+use serde_json::json;
+use std::os::fd::AsFd;
+use tokio::io::{
+    AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
+};
+
+/// The agent's side.
+struct Peer {
+    lines: Lines<BufReader<ReadHalf<DuplexStream>>>,
+    out: WriteHalf<DuplexStream>,
+}
+
+impl Peer {
+    /// The next message Berth sent.
+    async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
+            .await
+            .expect("Berth writes in time")
+            .expect("read")
+            .expect("a line");
+        serde_json::from_str(&line).expect("Berth writes JSON")
+    }
+
+    async fn send(&mut self, v: Value) {
+        self.raw(&v.to_string()).await;
+    }
+
+    async fn raw(&mut self, line: &str) {
+        self.out.write_all(line.as_bytes()).await.expect("write");
+        self.out.write_all(b"\n").await.expect("write");
+    }
+
+    /// Expects a request of `method` from Berth and answers it with `result`.
+    async fn answer(&mut self, method: &str, result: Value) -> Value {
+        let req = self.recv().await;
+        assert_eq!(req["method"], method, "{req}");
+        self.send(json!({"jsonrpc": "2.0", "id": req["id"], "result": result}))
+            .await;
+        req
+    }
+
+    async fn update(&mut self, update: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": "session/update",
+            "params": {"sessionId": "s1", "update": update}}))
+            .await;
+    }
+
+    /// Asks Berth `method` and returns its answer.
+    async fn ask(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let a = self.recv().await;
+        assert_eq!(a["id"], id, "{a}");
+        a
+    }
+
+    async fn start(&mut self, caps: Value) {
+        let init = self
+            .answer(
+                "initialize",
+                json!({"protocolVersion": 1, "agentCapabilities": caps, "authMethods": []}),
+            )
+            .await;
+        assert_eq!(
+            init["params"]["clientCapabilities"]["fs"]["writeTextFile"],
+            true
+        );
+        assert_eq!(init["params"]["clientCapabilities"]["terminal"], false);
+    }
+}
+
+struct World {
+    root: std::path::PathBuf,
+    app: std::path::PathBuf,
+    dir: rustix::fd::OwnedFd,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn world() -> World {
+    let root = std::env::temp_dir().join(format!("bacp-{}", uuid::Uuid::new_v4()));
+    let app = root.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    let dir = rustix::fs::open(
+        &app,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    World { root, app, dir }
+}
+
+/// Runs Berth's side of one turn against `agent`, the agent's side.
+async fn turn<F, Fut>(
+    w: &World,
+    permissions: Permissions,
+    resume_id: Option<&str>,
+    cancel_after: Option<Duration>,
+    agent: F,
+) -> (Conversation, Vec<AgentEvent>)
+where
+    F: FnOnce(Peer) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (berth, theirs) = tokio::io::duplex(1 << 20);
+    let (r, wr) = tokio::io::split(berth);
+    let (tr, tw) = tokio::io::split(theirs);
+    let peer = Peer {
+        lines: BufReader::new(tr).lines(),
+        out: tw,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (cancel_tx, mut cancel_rx) = watch::channel(false);
+    let ctx = TurnCtx {
+        prompt: "write x.txt",
+        brief: Some("the brief"),
+        resume_id,
+        work_dir: &w.app,
+        dir: w.dir.as_fd(),
+        permissions,
+        fenced: true,
+    };
+    let canceller = async {
+        if let Some(after) = cancel_after {
+            tokio::time::sleep(after).await;
+            let _ = cancel_tx.send(true);
+        }
+    };
+    let client = converse(
+        BufReader::new(r),
+        wr,
+        &ctx,
+        &tx,
+        &mut cancel_rx,
+        Duration::from_secs(5),
+    );
+    let (conv, (), ()) = tokio::join!(client, agent(peer), canceller);
+    drop(tx);
+    let mut events = Vec::new();
+    while let Ok(ExecEvent::Agent(ev)) = rx.try_recv() {
+        events.push(ev);
+    }
+    (conv, events)
+}
+
+fn texts(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| {
+            if let AgentEvent::Text { text } = e {
+                Some(text.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_turn_writes_through_berth_and_reports_its_tools() {
+    let w = world();
+    let file = w.app.join("x.txt").display().to_string();
+    let f = file.clone();
+    let (conv, events) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        p.start(json!({"loadSession": true})).await;
+        let new = p.answer("session/new", json!({"sessionId": "s1"})).await;
+        assert_eq!(new["params"]["mcpServers"], json!([]));
+        let prompt = p.recv().await;
+        assert_eq!(prompt["method"], "session/prompt");
+        assert_eq!(
+            prompt["params"]["prompt"],
+            json!([{"type": "text", "text": "the brief"}, {"type": "text", "text": "write x.txt"}])
+        );
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "On "}}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "it."}}))
+            .await;
+        p.update(json!({"sessionUpdate": "plan", "entries": [{"content": "write", "status": "pending", "priority": "high"}]}))
+            .await;
+        // Permission asked for a call never announced, as Gemini CLI does.
+        let a = p
+            .ask(0, "session/request_permission", json!({"sessionId": "s1",
+                "toolCall": {"toolCallId": "t1", "kind": "edit", "title": "WriteFile", "status": "pending",
+                    "locations": [{"path": f}]},
+                "options": [{"optionId": "always", "kind": "allow_always"},
+                            {"optionId": "once", "kind": "allow_once"},
+                            {"optionId": "no", "kind": "reject_once"}]}))
+            .await;
+        assert_eq!(a["result"]["outcome"], json!({"outcome": "selected", "optionId": "once"}));
+        let a = p
+            .ask(1, "fs/write_text_file", json!({"sessionId": "s1", "path": f, "content": "hi\n"}))
+            .await;
+        assert_eq!(a["result"], Value::Null, "{a}");
+        p.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed",
+            "content": [{"type": "diff", "path": f, "oldText": null, "newText": "hi\n"},
+                        {"type": "content", "content": {"type": "text", "text": "wrote it"}}]}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Done."}}))
+            .await;
+        let a = p.ask(2, "terminal/create", json!({})).await;
+        assert_eq!(a["error"]["code"], rpc::METHOD_NOT_FOUND);
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"],
+            "result": {"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"input_tokens": 10, "output_tokens": 4}}}}}))
+            .await;
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
+    assert_eq!(conv.state.ok, Some(true), "{:?}", conv.state);
+    assert_eq!(conv.state.resume_id.as_deref(), Some("s1"));
+    assert!(conv.state.denials.is_empty());
+    assert!(!conv.cancelled);
+    assert_eq!(texts(&events), vec!["On it.", "Done."]);
+    let tools: Vec<(&str, &str, &str)> = events
+        .iter()
+        .filter_map(|e| {
+            if let AgentEvent::Tool {
+                id, kind, status, ..
+            } = e
+            {
+                Some((id.as_str(), kind.as_str(), status.as_str()))
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(tools, vec![("t1", "edit", "completed")]);
+    assert!(events.contains(&AgentEvent::Diff {
+        path: file.clone(),
+        old_text: None,
+        new_text: "hi\n".into()
+    }));
+    assert!(events.contains(&AgentEvent::ToolResult {
+        id: Some("t1".into()),
+        output: "wrote it".into(),
+        is_error: false
+    }));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Plan { entries } if entries.len() == 1))
+    );
+    match events.last() {
+        Some(AgentEvent::Result {
+            ok: true,
+            text,
+            usage,
+            ..
+        }) => {
+            assert_eq!(text.as_deref(), Some("Done."));
+            assert_eq!(usage.as_ref().unwrap()["inputTokens"], 10);
+        }
+        other => panic!("the last event is not the result: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_agent_is_refused_writes_by_policy_and_by_berths_files() {
+    let w = world();
+    let file = w.app.join("x.txt").display().to_string();
+    let f = file.clone();
+    let (conv, events) = turn(&w, Permissions::ReadOnly, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        let a = p
+            .ask(0, "session/request_permission", json!({"sessionId": "s1",
+                "toolCall": {"toolCallId": "t1", "kind": "edit", "title": "WriteFile", "locations": [{"path": f}]},
+                "options": [{"optionId": "once", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"}]}))
+            .await;
+        assert_eq!(a["result"]["outcome"]["optionId"], "no");
+        let a = p
+            .ask(1, "session/request_permission", json!({"sessionId": "s1",
+                "toolCall": {"toolCallId": "t2", "kind": "read", "title": "ReadFile"},
+                "options": [{"optionId": "once", "kind": "allow_once"}]}))
+            .await;
+        assert_eq!(a["result"]["outcome"]["optionId"], "once");
+        // Without a reject option, the answer is `cancelled`.
+        let a = p
+            .ask(2, "session/request_permission", json!({"sessionId": "s1",
+                "toolCall": {"toolCallId": "t3", "kind": "execute", "title": "Shell", "rawInput": {"command": "rm -rf /"}},
+                "options": [{"optionId": "once", "kind": "allow_once"}]}))
+            .await;
+        assert_eq!(a["result"]["outcome"], json!({"outcome": "cancelled"}));
+        let a = p
+            .ask(3, "fs/write_text_file", json!({"sessionId": "s1", "path": f, "content": "no"}))
+            .await;
+        assert!(a["error"]["message"].as_str().unwrap().contains("read-only"), "{a}");
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert!(!std::path::Path::new(&file).exists());
+    let denied: Vec<(String, String)> = conv
+        .state
+        .denials
+        .iter()
+        .map(|d| (d.tool.clone(), d.target.clone()))
+        .collect();
+    assert_eq!(
+        denied,
+        vec![
+            ("WriteFile".to_owned(), file.clone()),
+            ("Shell".to_owned(), "rm -rf /".to_owned()),
+            ("write".to_owned(), file.clone()),
+        ]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Denied { .. }))
+            .count(),
+        3
+    );
+    // Every change was denied: the turn does not read as a clean success.
+    assert!(conv.state.all_denied());
+}
+
+#[tokio::test]
+async fn files_outside_the_directory_are_refused_and_reported() {
+    let w = world();
+    let outside = w.root.join("other.txt");
+    let o = outside.display().to_string();
+    let up = format!("{}/../other.txt", w.app.display());
+    let (conv, _) = turn(&w, Permissions::Full, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        for (i, path) in [o.as_str(), up.as_str(), "/etc/passwd"]
+            .into_iter()
+            .enumerate()
+        {
+            let a = p
+                .ask(
+                    i as i64,
+                    "fs/write_text_file",
+                    json!({"sessionId": "s1", "path": path, "content": "x"}),
+                )
+                .await;
+            assert!(a["error"].is_object(), "{a}");
+        }
+        let a = p
+            .ask(
+                9,
+                "fs/read_text_file",
+                json!({"sessionId": "s1", "path": "/etc/passwd"}),
+            )
+            .await;
+        assert!(a["error"].is_object(), "{a}");
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert!(!outside.exists());
+    assert_eq!(conv.state.denials.len(), 4, "{:?}", conv.state.denials);
+}
+
+#[tokio::test]
+async fn lines_that_are_not_json_rpc_are_errors_not_stops() {
+    let w = world();
+    let (conv, events) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        p.raw("Loaded cached credentials.").await;
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        p.raw("{\"jsonrpc\":\"2.0\"").await;
+        p.raw("[1,2,3]").await;
+        p.raw("").await;
+        p.update(json!({"sessionUpdate": "something_new", "x": 1})).await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "fine"}}))
+            .await;
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert_eq!(conv.state.ok, Some(true));
+    let errors = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::Error { .. }))
+        .count();
+    assert_eq!(errors, 3, "{events:?}");
+    assert_eq!(texts(&events), vec!["fine"]);
+}
+
+#[tokio::test]
+async fn a_peer_that_dies_mid_turn_fails_the_turn() {
+    let w = world();
+    let (conv, events) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let _prompt = p.recv().await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "half"}}))
+            .await;
+        // Gone: both ends dropped.
+    })
+    .await;
+    assert_eq!(conv.state.ok, Some(false));
+    assert!(
+        conv.state
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("exited before")
+    );
+    assert_eq!(texts(&events), vec!["half"]);
+}
+
+#[tokio::test]
+async fn a_peer_that_never_starts_is_a_start_failure() {
+    let w = world();
+    let (conv, _) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        let init = p.recv().await;
+        assert_eq!(init["method"], "initialize");
+        p.send(json!({"jsonrpc": "2.0", "id": init["id"], "result": {"protocolVersion": 2}}))
+            .await;
+    })
+    .await;
+    assert!(conv.state.start_failed.unwrap().contains("version 2"));
+    let (conv, _) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        let _ = p.recv().await;
+    })
+    .await;
+    assert!(
+        conv.state
+            .start_failed
+            .unwrap()
+            .contains("exited before it answered initialize")
+    );
+}
+
+#[tokio::test]
+async fn a_loaded_session_does_not_replay_into_the_transcript() {
+    let w = world();
+    let (conv, events) = turn(&w, Permissions::Edit, Some("s1"), None, |mut p| async move {
+        p.start(json!({"loadSession": true})).await;
+        let load = p.recv().await;
+        assert_eq!(load["method"], "session/load");
+        assert_eq!(load["params"]["sessionId"], "s1");
+        p.update(json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "old question"}}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "old answer"}}))
+            .await;
+        p.send(json!({"jsonrpc": "2.0", "id": load["id"], "result": null})).await;
+        let prompt = p.recv().await;
+        assert_eq!(prompt["params"]["sessionId"], "s1");
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "new answer"}}))
+            .await;
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert_eq!(conv.state.ok, Some(true));
+    assert_eq!(texts(&events), vec!["new answer"]);
+    // Resume is preferred when offered; an agent with neither starts afresh, once said.
+    let (_, events) = turn(
+        &w,
+        Permissions::Edit,
+        Some("s1"),
+        None,
+        |mut p| async move {
+            p.start(json!({"loadSession": true, "sessionCapabilities": {"resume": {}}}))
+                .await;
+            p.answer("session/resume", json!({})).await;
+            let prompt = p.recv().await;
+            p.send(
+                json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}),
+            )
+            .await;
+        },
+    )
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Started { resume_id: Some(s), .. } if s == "s1"))
+    );
+    let (conv, events) = turn(
+        &w,
+        Permissions::Edit,
+        Some("s1"),
+        None,
+        |mut p| async move {
+            p.start(json!({})).await;
+            p.answer("session/new", json!({"sessionId": "s2"})).await;
+            let prompt = p.recv().await;
+            p.send(
+                json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}),
+            )
+            .await;
+        },
+    )
+    .await;
+    assert_eq!(conv.state.resume_id.as_deref(), Some("s2"));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Stderr { line } if line.contains("cannot resume")))
+    );
+}
+
+#[tokio::test]
+async fn cancel_sends_session_cancel_and_the_turn_ends_cancelled() {
+    let w = world();
+    let (conv, _) = turn(
+        &w,
+        Permissions::Edit,
+        None,
+        Some(Duration::from_millis(200)),
+        |mut p| async move {
+            p.start(json!({})).await;
+            p.answer(
+                "session/new",
+                json!({"sessionId": "s1", "modes": {"currentModeId": "read-only",
+                    "availableModes": [{"id": "read-only"}, {"id": "auto"}, {"id": "full-access"}]}}),
+            )
+            .await;
+            let mode = p.answer("session/set_mode", json!({})).await;
+            assert_eq!(mode["params"]["modeId"], "auto");
+            let prompt = p.recv().await;
+            let cancel = p.recv().await;
+            assert_eq!(cancel["method"], "session/cancel");
+            assert!(cancel.get("id").is_none());
+            // A permission asked after the cancel is answered `cancelled`.
+            let a = p
+                .ask(0, "session/request_permission", json!({"sessionId": "s1",
+                    "toolCall": {"toolCallId": "t1", "kind": "edit"},
+                    "options": [{"optionId": "once", "kind": "allow_once"}]}))
+                .await;
+            assert_eq!(a["result"]["outcome"]["outcome"], "cancelled");
+            p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "cancelled"}}))
+                .await;
+        },
+    )
+    .await;
+    assert!(conv.cancelled);
+}
+
+#[test]
+fn modes_follow_the_policy() {
+    let codex = ["read-only", "auto", "full-access"];
+    assert_eq!(
+        mode_for(Permissions::ReadOnly, Some("auto"), &codex).as_deref(),
+        Some("read-only")
+    );
+    assert_eq!(mode_for(Permissions::Edit, Some("auto"), &codex), None);
+    assert_eq!(
+        mode_for(Permissions::Full, None, &codex).as_deref(),
+        Some("full-access")
+    );
+    // Gemini CLI's modes: it stays in its asking mode, and Berth decides.
+    assert_eq!(
+        mode_for(
+            Permissions::Edit,
+            Some("default"),
+            &["default", "autoEdit", "yolo"]
+        ),
+        None
+    );
+}
