@@ -157,6 +157,11 @@ pub struct Task {
     /// Berth before the fence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<FenceNote>,
+    /// The agent's token usage for the turn, as it reported it (its own field names:
+    /// `inputTokens`/`outputTokens` from an ACP agent, `input_tokens`/`output_tokens`
+    /// from Claude Code); absent when it reported none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<serde_json::Value>,
 }
 
 /// How a machine fences the agents it runs now: the user settings' mode and what its

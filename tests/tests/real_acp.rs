@@ -103,6 +103,10 @@ fn real_gemini_over_acp_edits_in_place_continues_and_reports_denials() {
         "{task}\n{events:#?}"
     );
     assert_eq!(task["denials"], serde_json::json!([]));
+    assert!(
+        task["usage"]["inputTokens"].as_u64().is_some_and(|n| n > 0),
+        "the task carries the agent's usage: {task}"
+    );
     assert_eq!(
         std::fs::read_to_string(app.join("hello.txt"))
             .ok()

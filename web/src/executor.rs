@@ -134,6 +134,9 @@ pub struct TaskOutcome {
     /// How the agent was fenced, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<berth_core::api::FenceNote>,
+    /// The agent's token usage for the turn, as it reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<serde_json::Value>,
 }
 
 impl TaskOutcome {
@@ -152,6 +155,7 @@ impl TaskOutcome {
             denials: Vec::new(),
             changes: None,
             fence: None,
+            usage: None,
         }
     }
 

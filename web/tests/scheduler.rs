@@ -267,6 +267,7 @@ impl berth_web::executor::Executor for Instant {
                 denials: Vec::new(),
                 changes: None,
                 fence: None,
+                usage: None,
             }
         })
     }

@@ -285,6 +285,7 @@ fn finish(status: TaskStatus) -> Finish {
         denials: Vec::new(),
         changes: None,
         fence: None,
+        usage: None,
         record: None,
     }
 }
@@ -1240,7 +1241,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let s = store.session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store

@@ -47,6 +47,9 @@ pub(crate) async fn stream(
                 match line {
                     Some(line) => {
                         for ev in adapter.stdout_line(&line, resumed, &mut st) {
+                            if let AgentEvent::Result { usage: Some(u), .. } = &ev {
+                                st.usage = Some(u.clone());
+                            }
                             // Fenced, a tool's result that names a refusal is the
                             // fence's denial, reported after it.
                             let denied = if fenced { st.fence_event(&ev) } else { None };

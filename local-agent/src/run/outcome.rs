@@ -90,6 +90,7 @@ pub(super) fn ran_outcome(
         code,
         resume_id: ran.state.resume_id.or(resume),
         denials: ran.state.denials,
+        usage: ran.state.usage,
         ..TaskOutcome::new(status)
     }
 }

@@ -589,6 +589,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 denials: Vec::new(),
                 changes: None,
                 fence: None,
+                usage: None,
                 record: None,
             };
             if store.claim(task.id.clone()).await? {
@@ -687,6 +688,7 @@ async fn record(
         denials: outcome.denials,
         changes: outcome.changes,
         fence: outcome.fence,
+        usage: outcome.usage,
         record: Some(RunRecord {
             binding_rev,
             work_dir: outcome.work_dir,

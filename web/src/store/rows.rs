@@ -277,6 +277,8 @@ pub struct Finish {
     pub changes: Option<berth_core::api::Changes>,
     /// How its agent was fenced.
     pub fence: Option<berth_core::api::FenceNote>,
+    /// The agent's token usage, as it reported it.
+    pub usage: Option<serde_json::Value>,
     /// Recorded on the session only while its binding revision is still this one.
     pub record: Option<RunRecord>,
 }
@@ -435,15 +437,17 @@ pub struct TaskRow {
     pub changes: Option<berth_core::api::Changes>,
     /// How its agent was fenced.
     pub fence: Option<berth_core::api::FenceNote>,
+    /// The agent's token usage, as it reported it.
+    pub usage: Option<serde_json::Value>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display, denials, changes, fence";
+    work_dir_display, denials, changes, fence, usage";
 
 /// How many columns [`TASK_COLUMNS`] names: a query's own columns follow them.
 #[cfg(feature = "postgres")]
-pub(crate) const TASK_COLUMN_COUNT: usize = 17;
+pub(crate) const TASK_COLUMN_COUNT: usize = 18;
 
 /// [`TASK_COLUMNS`], each qualified by a table alias (`t.id, t.session_id, …`).
 #[cfg(feature = "postgres")]
@@ -491,6 +495,13 @@ impl TaskRow {
                 ),
                 None => None,
             },
+            usage: match r.opt_text(17)? {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("task usage: {e}")))?,
+                ),
+                None => None,
+            },
         })
     }
 
@@ -511,6 +522,7 @@ impl TaskRow {
             finished_at: self.finished_at.clone(),
             changes: self.changes.clone(),
             fence: self.fence.clone(),
+            usage: self.usage.clone(),
         }
     }
 }

@@ -237,6 +237,7 @@ pub(crate) struct Ended {
     /// JSON documents.
     pub changes: Option<String>,
     pub fence: Option<String>,
+    pub usage: Option<String>,
 }
 
 impl Ended {
@@ -248,6 +249,7 @@ impl Ended {
                 .transpose()?,
             changes: fin.changes.as_ref().map(json_text).transpose()?,
             fence: fin.fence.as_ref().map(json_text).transpose()?,
+            usage: fin.usage.as_ref().map(json_text).transpose()?,
         })
     }
 

@@ -191,6 +191,11 @@ const V10: &str = r#"
 ALTER TABLE tasks ADD COLUMN fence TEXT;
 "#;
 
+/// Each task's token usage, as its agent reported it (JSON).
+const V11: &str = r#"
+ALTER TABLE tasks ADD COLUMN usage TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -204,6 +209,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V8),
         M::up(V9),
         M::up(V10),
+        M::up(V11),
     ])
 }
 

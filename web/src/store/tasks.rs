@@ -482,9 +482,9 @@ impl Store {
             tx.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
-                   changes = ?10, fence = ?11
+                   changes = ?10, fence = ?11, usage = ?12
                  WHERE id = ?1")?.execute(
-                params![id.as_str(), fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence],
+                params![id.as_str(), fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence, ended.usage],
             )?;
             let task = get_task(tx, &id)?;
             if let Some(rec) = fin.record {

@@ -395,6 +395,7 @@ where
                 self.st.ok = Some(false);
                 self.st.error = Some(format!("the agent's turn failed: {e}"));
                 let usage = self.view.usage.take();
+                self.st.usage.clone_from(&usage);
                 self.emit(AgentEvent::Result {
                     ok: false,
                     text: Some(e.message),
@@ -413,6 +414,7 @@ where
             self.st.error = Some(format!("the agent stopped its turn: {reason}"));
         }
         let usage = updates::usage(&v).or_else(|| self.view.usage.take());
+        self.st.usage.clone_from(&usage);
         self.emit(AgentEvent::Result {
             ok,
             text: self.view.last_text.clone(),

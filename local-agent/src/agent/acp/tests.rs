@@ -215,6 +215,10 @@ async fn a_turn_writes_through_berth_and_reports_its_tools() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
     assert_eq!(conv.state.ok, Some(true), "{:?}", conv.state);
     assert_eq!(conv.state.resume_id.as_deref(), Some("s1"));
+    assert_eq!(
+        conv.state.usage,
+        Some(json!({"inputTokens": 10, "outputTokens": 4}))
+    );
     assert!(conv.state.denials.is_empty());
     assert!(!conv.cancelled);
     assert_eq!(texts(&events), vec!["On it.", "Done."]);

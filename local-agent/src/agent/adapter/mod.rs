@@ -86,6 +86,8 @@ pub struct TurnState {
     /// Why the agent could not be started, when it got that far and no further (an
     /// ACP agent that never answered `initialize`): the task's `agent_start_failed`.
     pub start_failed: Option<String>,
+    /// The token usage the turn's result reported: the task's `usage`.
+    pub usage: Option<serde_json::Value>,
 }
 
 /// The most refusals by the fence a turn lists (a `find /` prints thousands).

@@ -11,7 +11,7 @@ const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -172,6 +172,11 @@ ALTER TABLE tasks ADD COLUMN daemon_outcome TEXT;
 /// How each task's agent was fenced (a JSON `FenceNote`).
 const V5: &str = r#"
 ALTER TABLE tasks ADD COLUMN fence TEXT;
+"#;
+
+/// Each task's token usage, as its agent reported it (JSON).
+const V6: &str = r#"
+ALTER TABLE tasks ADD COLUMN usage TEXT;
 "#;
 
 impl Pg {

@@ -431,7 +431,7 @@ impl Pg {
                 "UPDATE tasks SET status = $2, wait_reason = NULL, exit_code = $3, error = $4,
                    error_code = $5, work_dir = $6, finished_at = $7,
                    started_at = COALESCE(started_at, $7), work_dir_display = $8, denials = $9,
-                   changes = $10, fence = $11
+                   changes = $10, fence = $11, usage = $12
                  WHERE id = $1",
                 &[
                     &id.as_str(),
@@ -445,6 +445,7 @@ impl Pg {
                     &ended.denials,
                     &ended.changes,
                     &ended.fence,
+                    &ended.usage,
                 ],
             )
             .await?;
