@@ -76,18 +76,19 @@ ensure_postgres() {
   fi
 }
 
-# The coding agent CLIs that tests/tests/real_clis.rs and real_agents.rs drive against a
-# fake model server, at pinned versions (about 900 MB), in BERTH_AGENT_CLIS (default
-# ~/.cache/berth-agents): Claude Code, Codex, and Gemini CLI (an ACP agent). Installs
-# only when a binary is missing or reports another version, then exports
-# BERTH_AGENT_CLIS for the tests.
+# The coding agent CLIs that tests/tests/real_clis.rs, real_agents.rs and real_acp.rs
+# drive against fake model servers, at pinned versions (about 1 GB), in BERTH_AGENT_CLIS
+# (default ~/.cache/berth-agents): Claude Code, Codex, and two ACP agents (Gemini CLI,
+# Zed's Codex adapter). Installs only when a package is missing or has another version,
+# then exports BERTH_AGENT_CLIS for the tests.
 ensure_agent_clis() {
   local claude_version="2.1.332"
   local codex_version="0.171.0"
   local gemini_version="0.61.0"
+  local codex_acp_version="0.16.0"
   local dir="${BERTH_AGENT_CLIS:-$HOME/.cache/berth-agents}"
   local bin="$dir/node_modules/.bin"
-  local have_claude="" have_codex="" have_gemini=""
+  local have_claude="" have_codex="" have_gemini="" have_codex_acp=""
   if [[ -x "$bin/claude" ]]; then
     have_claude=$("$bin/claude" --version 2>/dev/null | awk '{print $1}') || have_claude=""
   fi
@@ -98,15 +99,20 @@ ensure_agent_clis() {
     have_gemini=$(node -p 'require(process.argv[1]).version' \
       "$dir/node_modules/@google/gemini-cli/package.json" 2>/dev/null) || have_gemini=""
   fi
+  if [[ -f "$dir/node_modules/@zed-industries/codex-acp/package.json" ]]; then
+    have_codex_acp=$(node -p 'require(process.argv[1]).version' \
+      "$dir/node_modules/@zed-industries/codex-acp/package.json" 2>/dev/null) || have_codex_acp=""
+  fi
   if [[ "$have_claude" != "$claude_version" || "$have_codex" != "$codex_version" \
-    || "$have_gemini" != "$gemini_version" ]]; then
-    say "installing claude-code $claude_version, codex $codex_version and gemini-cli" \
-      "$gemini_version into $dir" \
-      "(found: ${have_claude:-none}, ${have_codex:-none}, ${have_gemini:-none})"
+    || "$have_gemini" != "$gemini_version" || "$have_codex_acp" != "$codex_acp_version" ]]; then
+    say "installing claude-code $claude_version, codex $codex_version, gemini-cli" \
+      "$gemini_version and codex-acp $codex_acp_version into $dir" \
+      "(found: ${have_claude:-none}, ${have_codex:-none}, ${have_gemini:-none}," \
+      "${have_codex_acp:-none})"
     mkdir -p "$dir"
     npm install --no-audit --no-fund --save-exact --prefix "$dir" \
       "@anthropic-ai/claude-code@$claude_version" "@openai/codex@$codex_version" \
-      "@google/gemini-cli@$gemini_version"
+      "@google/gemini-cli@$gemini_version" "@zed-industries/codex-acp@$codex_acp_version"
   fi
   export BERTH_AGENT_CLIS="$dir"
 }
