@@ -11,6 +11,7 @@
 
 use berth_core::Permissions;
 use berth_local_agent::agent::acp::{TurnCtx, converse};
+use berth_local_agent::agent::adapter::Turn;
 use libfuzzer_sys::fuzz_target;
 use std::os::fd::AsFd;
 use std::sync::OnceLock;
@@ -48,13 +49,15 @@ fuzz_target!(|data: &[u8]| {
         _ => Permissions::Full,
     };
     let ctx = TurnCtx {
-        prompt: "p",
-        brief: None,
-        resume_id: (policy & 0x80 != 0).then_some("s"),
-        work_dir: &w.app,
+        turn: Turn {
+            prompt: "p",
+            brief: None,
+            resume_id: (policy & 0x80 != 0).then_some("s"),
+            work_dir: &w.app,
+            permissions,
+            fenced: policy & 0x40 != 0,
+        },
         dir: w.dir.as_fd(),
-        permissions,
-        fenced: policy & 0x40 != 0,
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let (_cancel_tx, mut cancel) = tokio::sync::watch::channel(false);

@@ -960,12 +960,23 @@ fn is_envelope(text: &str) -> bool {
 }
 
 /// The plan for one request: what the prompt asks, and how far the conversation got.
-#[derive(Debug)]
+/// No prompt at all is the default.
+#[derive(Debug, Default)]
 struct Plan {
     prompt: String,
     steps: Vec<Directive>,
     /// Tool results after the prompt, in order.
     results: Vec<ToolResult>,
+}
+
+impl Plan {
+    fn new(prompt: String, results: Vec<ToolResult>) -> Plan {
+        Plan {
+            steps: directives(&prompt),
+            prompt,
+            results,
+        }
+    }
 }
 
 /// One tool result the agent sent back.
@@ -1148,11 +1159,7 @@ mod anthropic {
             .iter()
             .rposition(|m| is_user(m) && !has_tool_result(m) && human_text(m).is_some());
         let Some(at) = prompt_at else {
-            return Plan {
-                prompt: String::new(),
-                steps: Vec::new(),
-                results: Vec::new(),
-            };
+            return Plan::default();
         };
         let prompt = human_text(&msgs[at]).unwrap_or_default();
         let results = msgs[at + 1..]
@@ -1165,11 +1172,7 @@ mod anthropic {
                 failed: b.get("is_error").and_then(Value::as_bool) == Some(true),
             })
             .collect();
-        Plan {
-            steps: directives(&prompt),
-            prompt,
-            results,
-        }
+        Plan::new(prompt, results)
     }
 
     fn offered(body: &Value) -> Offered {
@@ -1361,11 +1364,7 @@ mod openai {
 
     fn plan(input: &[Value]) -> Plan {
         let Some(at) = input.iter().rposition(|i| human_text(i).is_some()) else {
-            return Plan {
-                prompt: String::new(),
-                steps: Vec::new(),
-                results: Vec::new(),
-            };
+            return Plan::default();
         };
         let prompt = human_text(&input[at]).unwrap_or_default();
         let results = input[at + 1..]
@@ -1388,11 +1387,7 @@ mod openai {
                 ToolResult { text, failed }
             })
             .collect();
-        Plan {
-            steps: directives(&prompt),
-            prompt,
-            results,
-        }
+        Plan::new(prompt, results)
     }
 
     fn offered(body: &Value) -> Offered {
@@ -1657,11 +1652,7 @@ mod gemini {
 
     fn plan(contents: &[Value]) -> Plan {
         let Some(at) = contents.iter().rposition(|c| human_text(c).is_some()) else {
-            return Plan {
-                prompt: String::new(),
-                steps: Vec::new(),
-                results: Vec::new(),
-            };
+            return Plan::default();
         };
         let prompt = human_text(&contents[at]).unwrap_or_default();
         let mut results = Vec::new();
@@ -1690,11 +1681,7 @@ mod gemini {
                 results.push(ToolResult { text, failed });
             }
         }
-        Plan {
-            steps: directives(&prompt),
-            prompt,
-            results,
-        }
+        Plan::new(prompt, results)
     }
 
     fn offered(body: &Value) -> Offered {

@@ -204,3 +204,31 @@ pub fn slack_sign(secret: &str, ts: &str, body: &[u8]) -> String {
         .collect();
     format!("v0={hex}")
 }
+
+/// The installed agent CLI `name`: `$BERTH_AGENT_CLIS/node_modules/.bin/NAME`, by
+/// default under `~/.cache/berth-agents` (`scripts/test.sh` installs the pinned ones).
+pub fn agent_cli(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("BERTH_AGENT_CLIS")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| std::path::PathBuf::from(h).join(".cache/berth-agents"))
+        })
+        .expect("BERTH_AGENT_CLIS or HOME");
+    let bin = dir.join("node_modules/.bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} is not installed; run scripts/test.sh, which installs the pinned agent CLIs",
+        bin.display()
+    );
+    bin
+}
+
+/// The payloads of a transcript's agent events of `kind` (`text`, `tool`, `denied`…).
+pub fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "agent" && e["payload"]["type"] == kind)
+        .map(|e| &e["payload"])
+        .collect()
+}

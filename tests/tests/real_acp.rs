@@ -7,25 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::FakeModels;
-use berth_tests::steps::{new_session, s, send_detached, send_json as send, tasks, wait_final};
+use berth_tests::steps::{
+    agent_cli, agent_events, new_session, s, send_detached, send_json as send, tasks, wait_final,
+};
 use berth_tests::{Berth, FAKE_USER, eventually};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-/// The installed Gemini CLI: `$BERTH_AGENT_CLIS/node_modules/.bin/gemini`.
-fn gemini() -> PathBuf {
-    let dir = std::env::var_os("BERTH_AGENT_CLIS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berth-agents")))
-        .expect("BERTH_AGENT_CLIS or HOME");
-    let bin = dir.join("node_modules/.bin/gemini");
-    assert!(
-        bin.exists(),
-        "{} is not installed; run scripts/test.sh, which installs the pinned agent CLIs",
-        bin.display()
-    );
-    bin
-}
+use std::path::Path;
 
 /// The processes whose working directory is `dir` (or below it).
 fn in_directory(dir: &std::path::Path) -> Vec<String> {
@@ -53,14 +40,6 @@ fn minute() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() / 60)
-}
-
-fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| e["kind"] == "agent" && e["payload"]["type"] == kind)
-        .map(|e| &e["payload"])
-        .collect()
 }
 
 /// A Berth whose agents reach only the fake, through the variables `env` gives for the
@@ -203,7 +182,7 @@ fn real_gemini_cli_over_acp() {
     let fake = FakeModels::start();
     let b = berth_with("real-gemini", |home| fake.gemini_env(home));
     let started = minute();
-    let gemini = gemini();
+    let gemini = agent_cli("gemini");
     battery(&b, &fake, &[s(&gemini), "--acp"], || {
         // Gemini CLI 0.61 names a session's record by the minute it (re)opens it, and
         // `session/load` first writes a fresh record: in the same minute as the
@@ -216,28 +195,13 @@ fn real_gemini_cli_over_acp() {
     });
 }
 
-/// The installed Zed Codex adapter: `$BERTH_AGENT_CLIS/node_modules/.bin/codex-acp`.
-fn codex_acp() -> PathBuf {
-    let dir = std::env::var_os("BERTH_AGENT_CLIS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berth-agents")))
-        .expect("BERTH_AGENT_CLIS or HOME");
-    let bin = dir.join("node_modules/.bin/codex-acp");
-    assert!(
-        bin.exists(),
-        "{} is not installed; run scripts/test.sh, which installs the pinned agent CLIs",
-        bin.display()
-    );
-    bin
-}
-
 /// Zed's Codex adapter, its own sandbox off (it cannot start inside Berth's fence) and
 /// asking Berth for every command and patch (`approval_policy="untrusted"`).
 #[test]
 fn real_codex_acp() {
     let fake = FakeModels::start();
     let b = berth_with("real-codex-acp", |home| fake.codex_env(home));
-    let bin = codex_acp();
+    let bin = agent_cli("codex-acp");
     let command = [
         s(&bin),
         "-c",

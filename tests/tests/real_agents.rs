@@ -7,26 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::FakeModels;
-use berth_tests::steps::{new_session, s, send_json as send};
+use berth_tests::steps::{agent_cli, agent_events, new_session, s, send_json as send};
 use berth_tests::{Berth, FAKE_USER};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-/// The installed CLI `name`: `$BERTH_AGENT_CLIS/node_modules/.bin/NAME`, by default
-/// under `~/.cache/berth-agents`.
-fn cli(name: &str) -> PathBuf {
-    let dir = std::env::var_os("BERTH_AGENT_CLIS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berth-agents")))
-        .expect("BERTH_AGENT_CLIS or HOME");
-    let bin = dir.join("node_modules/.bin").join(name);
-    assert!(
-        bin.exists(),
-        "{} is not installed; run scripts/test.sh, which installs the pinned agent CLIs",
-        bin.display()
-    );
-    bin
-}
+use std::path::Path;
 
 /// Registers the agent `name` of `kind` running `bin`, with `permissions` (else the
 /// default policy).
@@ -52,14 +36,6 @@ fn berth_for(tag: &str, fake: &FakeModels) -> Berth {
     }
     b.serve();
     b
-}
-
-fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| e["kind"] == "agent" && e["payload"]["type"] == kind)
-        .map(|e| &e["payload"])
-        .collect()
 }
 
 /// The texts the fake's model turns carried, for asserting a resumed conversation.
@@ -106,7 +82,7 @@ fn assert_second_message_resumes(b: &Berth, fake: &FakeModels, session: &str, fi
 fn real_claude_edits_in_place_resumes_and_reports_denials() {
     let fake = FakeModels::start();
     let b = berth_for("real-claude", &fake);
-    let claude = cli("claude");
+    let claude = agent_cli("claude");
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
 
@@ -171,7 +147,7 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
 fn real_claude_runs_the_projects_script_in_the_fence_and_cannot_reach_the_home() {
     let fake = FakeModels::start();
     let b = berth_for("real-claude-bash", &fake);
-    let claude = cli("claude");
+    let claude = agent_cli("claude");
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(
@@ -256,7 +232,7 @@ fn real_claude_runs_the_projects_script_in_the_fence_and_cannot_reach_the_home()
 fn real_codex_edits_in_place_resumes_and_reports_denials() {
     let fake = FakeModels::start();
     let b = berth_for("real-codex", &fake);
-    let codex = cli("codex");
+    let codex = agent_cli("codex");
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
 

@@ -33,22 +33,6 @@ const FIXTURE_ADDR: &str = "127.0.0.1:4000";
 // Binaries, places, runs
 // ---------------------------------------------------------------------------------
 
-/// An installed CLI, or a panic saying how to install it.
-fn cli(name: &str) -> PathBuf {
-    let dir = std::env::var_os("BERTH_AGENT_CLIS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berth-agents")))
-        .expect("neither BERTH_AGENT_CLIS nor HOME is set");
-    let bin = dir.join("node_modules/.bin").join(name);
-    assert!(
-        bin.exists(),
-        "{} is missing: run scripts/test.sh, which installs the pinned claude and codex \
-         CLIs into $BERTH_AGENT_CLIS (default ~/.cache/berth-agents)",
-        bin.display()
-    );
-    bin
-}
-
 /// A test's own directories: `home` (the CLI's HOME) and `work` (its working
 /// directory), removed on drop.
 #[derive(Debug)]
@@ -244,7 +228,7 @@ fn run(what: &str, mut cmd: Command, stdin: Option<&str>) -> Run {
 /// `claude -p --output-format stream-json --verbose EXTRA…` in `place.work`, talking only
 /// to `fake`.
 fn claude(place: &Place, fake: &FakeModels, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(cli("claude"));
+    let mut cmd = Command::new(berth_tests::steps::agent_cli("claude"));
     cmd.current_dir(&place.work);
     fake.configure_claude(&mut cmd, &place.home)
         .expect("set up claude's home");
@@ -256,7 +240,7 @@ fn claude(place: &Place, fake: &FakeModels, extra: &[&str]) -> Command {
 /// `codex exec --json --skip-git-repo-check ARGS…` in `place.work`, talking only to
 /// `fake`.
 fn codex(place: &Place, fake: &FakeModels, args: &[&str]) -> Command {
-    let mut cmd = Command::new(cli("codex"));
+    let mut cmd = Command::new(berth_tests::steps::agent_cli("codex"));
     cmd.current_dir(&place.work);
     fake.configure_codex(&mut cmd, &place.home)
         .expect("write the codex configuration");

@@ -693,32 +693,17 @@ async fn the_hooks_are_on_berth_servers_listener_without_its_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_limit_is_refused_before_anything_is_read() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rig = Rig::start(false, None).await;
     let body = "x".repeat(berth_web::api::BODY_LIMIT + 1);
     let stream = tokio::net::TcpStream::connect(rig.addr).await.unwrap();
-    let (mut rd, mut wr) = stream.into_split();
     let head = format!(
         "POST /hooks/slack HTTP/1.1\r\nhost: x\r\nx-slack-request-timestamp: {}\r\n\
          x-slack-signature: v0=00\r\ncontent-length: {}\r\n\r\n",
         now(),
         body.len()
     );
-    // The writer stays open until the response is read: a half-closed connection
-    // would be dropped by the server without an answer.
-    let (read_done, keep_open) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = wr.write_all(head.as_bytes()).await;
-        let _ = wr.write_all(body.as_bytes()).await;
-        let _ = keep_open.await;
-    });
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), rd.read(&mut buf))
-        .await
-        .expect("a response in time")
-        .unwrap();
-    let _ = read_done.send(());
-    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let raw = common::oversized(stream, head, body).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(text.contains(r#""code":"payload_too_large""#), "{text}");
     assert_eq!(rig.sessions().await, Vec::<Value>::new());

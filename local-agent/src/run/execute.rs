@@ -208,13 +208,8 @@ pub(super) async fn run(
         };
         let ran = if adapter == Adapter::Acp {
             let ctx = crate::agent::acp::TurnCtx {
-                prompt: &task.prompt,
-                brief: prepared.brief_arg.as_deref(),
-                resume_id: resume.as_deref(),
-                work_dir: place.pinned.path(),
+                turn,
                 dir: place.pinned.fd(),
-                permissions: prepared.policy.effective,
-                fenced: prepared.fence.fenced,
             };
             crate::agent::acp::drive(proc, &ctx, &events, &mut cancel, inner.cfg.grace).await
         } else {

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 pub use berth_test_support::TempDir;
 #[allow(unused_imports)] // Each suite uses some.
 pub use berth_test_support::http::tokio::{
-    Reply, SseEvent, raw_oversized, request, sse, sse_request,
+    Reply, SseEvent, oversized, raw_oversized, request, sse, sse_request,
 };
 
 /// Runs the agent's command with `sh -c` (the command's words joined), the prompt on

@@ -29,7 +29,7 @@ pub mod policy;
 pub mod rpc;
 mod updates;
 
-use crate::agent::adapter::TurnState;
+use crate::agent::adapter::{Turn, TurnState};
 use crate::agent::process::{AgentProcess, Input};
 use crate::agent::turn::Ran;
 use crate::dir::lock::cancelled;
@@ -41,7 +41,6 @@ use policy::Decision;
 use rpc::{Message, RpcError};
 use rustix::fd::BorrowedFd;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -55,19 +54,14 @@ pub const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 /// The ACP version Berth speaks.
 pub const PROTOCOL_VERSION: i64 = 1;
 
-/// What one turn works with.
+/// What one turn works with: the turn as every adapter has it (the prompt, the brief,
+/// the agent's session id from the last turn as `resume_id`, the run's directory as the
+/// agent sees it, the policy, whether it is fenced), and the same directory pinned,
+/// which file requests are served beneath.
 #[derive(Debug, Clone, Copy)]
 pub struct TurnCtx<'a> {
-    pub prompt: &'a str,
-    pub brief: Option<&'a str>,
-    /// The agent's session id from the last turn.
-    pub resume_id: Option<&'a str>,
-    /// The run's directory, as the agent sees it (`cwd`).
-    pub work_dir: &'a Path,
-    /// The same directory, pinned: what file requests are served beneath.
+    pub turn: Turn<'a>,
     pub dir: BorrowedFd<'a>,
-    pub permissions: Permissions,
-    pub fenced: bool,
 }
 
 /// How a conversation ended.
@@ -236,8 +230,8 @@ where
         can_load: bool,
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<Value, bool> {
-        let cwd = self.ctx.work_dir.display().to_string();
-        if let Some(id) = self.ctx.resume_id {
+        let cwd = self.ctx.turn.work_dir.display().to_string();
+        if let Some(id) = self.ctx.turn.resume_id {
             let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
             let method = if can_resume {
                 Some("session/resume")
@@ -318,7 +312,7 @@ where
             .filter_map(|m| m["id"].as_str())
             .collect();
         let current = modes["currentModeId"].as_str();
-        let Some(mode) = mode_for(self.ctx.permissions, current, &available) else {
+        let Some(mode) = mode_for(self.ctx.turn.permissions, current, &available) else {
             return;
         };
         let params = json!({"sessionId": self.session, "modeId": mode});
@@ -338,10 +332,10 @@ where
     /// `session/prompt` until its answer; whether the turn was cancelled.
     async fn prompt(&mut self, cancel: &mut watch::Receiver<bool>, grace: Duration) -> bool {
         let mut blocks = Vec::new();
-        if let Some(brief) = self.ctx.brief.filter(|b| !b.trim().is_empty()) {
+        if let Some(brief) = self.ctx.turn.brief.filter(|b| !b.trim().is_empty()) {
             blocks.push(json!({"type": "text", "text": brief}));
         }
-        blocks.push(json!({"type": "text", "text": self.ctx.prompt}));
+        blocks.push(json!({"type": "text", "text": self.ctx.turn.prompt}));
         let id = self
             .request(
                 "session/prompt",
@@ -517,9 +511,9 @@ where
         match msg {
             Message::Notification { method, params } => {
                 if method == "session/update" && !self.replaying {
-                    for ev in self
-                        .view
-                        .update(&params["update"], &mut self.st, self.ctx.fenced)
+                    for ev in
+                        self.view
+                            .update(&params["update"], &mut self.st, self.ctx.turn.fenced)
                     {
                         self.emit(ev);
                     }
@@ -552,12 +546,12 @@ where
                 let Some(content) = params["content"].as_str() else {
                     return Answer::Error(rpc::INVALID_PARAMS, "content must be a string".into());
                 };
-                let done = if self.ctx.permissions == Permissions::ReadOnly {
+                let done = if self.ctx.turn.permissions == Permissions::ReadOnly {
                     Err(files::FileError::ReadOnly {
                         path: path.to_owned(),
                     })
                 } else {
-                    files::write(self.ctx.dir, self.ctx.work_dir, path, content)
+                    files::write(self.ctx.dir, self.ctx.turn.work_dir, path, content)
                 };
                 match done {
                     Ok(()) => {
@@ -570,7 +564,7 @@ where
             "fs/read_text_file" => {
                 let path = params["path"].as_str().unwrap_or_default();
                 let (line, limit) = (params["line"].as_u64(), params["limit"].as_u64());
-                match files::read(self.ctx.dir, self.ctx.work_dir, path, line, limit) {
+                match files::read(self.ctx.dir, self.ctx.turn.work_dir, path, line, limit) {
                     Ok(content) => Answer::Result(json!({"content": content})),
                     Err(e) => self.file_refused("read", path, e),
                 }
@@ -606,11 +600,11 @@ where
             return Answer::Result(json!({"outcome": {"outcome": "cancelled"}}));
         }
         let decision = policy::decide(
-            self.ctx.permissions,
-            self.ctx.fenced,
+            self.ctx.turn.permissions,
+            self.ctx.turn.fenced,
             &tool.kind,
             &tool.paths,
-            self.ctx.work_dir,
+            self.ctx.turn.work_dir,
         );
         if let Decision::Reject(why) = &decision {
             let denial = Denial {

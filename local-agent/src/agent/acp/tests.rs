@@ -120,13 +120,15 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (cancel_tx, mut cancel_rx) = watch::channel(false);
     let ctx = TurnCtx {
-        prompt: "write x.txt",
-        brief: Some("the brief"),
-        resume_id,
-        work_dir: &w.app,
+        turn: Turn {
+            prompt: "write x.txt",
+            brief: Some("the brief"),
+            resume_id,
+            work_dir: &w.app,
+            permissions,
+            fenced: true,
+        },
         dir: w.dir.as_fd(),
-        permissions,
-        fenced: true,
     };
     let canceller = async {
         if let Some(after) = cancel_after {

@@ -147,19 +147,30 @@ where
 }
 
 /// Sends a request with a body the server may refuse before reading it (413): the
-/// body is written on its own task, ignoring a broken pipe, while the answer is read.
-/// Returns the status and the JSON body.
+/// head and body are written on their own task, ignoring a broken pipe, while the
+/// answer is read. Returns the status and the JSON body.
 pub async fn raw_oversized(socket: &Path, path: &str, body: String) -> (u16, serde_json::Value) {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .expect("connect");
-    let (mut rd, mut wr) = stream.into_split();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    // The writer stays open until the answer is read: a half-closed connection may be
-    // dropped by the server without an answer.
+    let raw = oversized(stream, head, body).await;
+    let answer = super::read_answer(&mut raw.as_slice()).expect("an answer");
+    (answer.status, answer.json())
+}
+
+/// Writes `head` and `body` on `stream` from a task of their own (a write the server
+/// refused is not an error: it may answer first), and returns the answer's bytes as
+/// they came, once whole. The writer stays open until then: a half-closed connection
+/// may be dropped by the server without an answer.
+pub async fn oversized<S>(stream: S, head: String, body: String) -> Vec<u8>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (read_done, keep_open) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _ = wr.write_all(head.as_bytes()).await;
@@ -168,13 +179,31 @@ pub async fn raw_oversized(socket: &Path, path: &str, body: String) -> (u16, ser
     });
     let read = async {
         let mut buf = Vec::new();
-        let _ = rd.read_to_end(&mut buf).await;
-        buf
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = rd.read(&mut chunk).await.unwrap_or(0);
+            buf.extend_from_slice(&chunk[..n]);
+            if n == 0 || whole(&buf) {
+                return buf;
+            }
+        }
     };
     let raw = tokio::time::timeout(Duration::from_secs(10), read)
         .await
         .expect("an answer in time");
     let _ = read_done.send(());
-    let answer = super::read_answer(&mut raw.as_slice()).expect("an answer");
-    (answer.status, answer.json())
+    raw
+}
+
+/// Whether `raw` holds a whole answer (its head, and its body by its framing).
+fn whole(raw: &[u8]) -> bool {
+    let mut r = raw;
+    let Ok(head) = super::read_head(&mut r) else {
+        return false;
+    };
+    match head.framing {
+        super::Framing::Length(n) => r.len() as u64 >= n,
+        super::Framing::Chunked => r.ends_with(b"0\r\n\r\n"),
+        super::Framing::Close => false,
+    }
 }
