@@ -63,11 +63,17 @@ fn relative(work_dir: &Path, path: &str) -> Result<String, FileError> {
     Ok(rel)
 }
 
+/// Whether `rel` is (or is inside) a name the fence protects. Compared without ASCII
+/// case: on a case-insensitive file system (the Mac's) `.GIT/HOOKS` is `.git/hooks`.
 fn protected(rel: &str) -> bool {
     let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-    berth_core::fence::PROTECT_IN_DIR
-        .iter()
-        .any(|pattern| comps.len() >= pattern.len() && comps[..pattern.len()] == **pattern)
+    berth_core::fence::PROTECT_IN_DIR.iter().any(|pattern| {
+        comps.len() >= pattern.len()
+            && comps
+                .iter()
+                .zip(pattern.iter())
+                .all(|(c, p)| c.eq_ignore_ascii_case(p))
+    })
 }
 
 fn refused(path: &str, e: Errno) -> FileError {
@@ -249,6 +255,7 @@ mod tests {
             (at(".git/hooks/pre-commit"), "protected"),
             (at(".git/config"), "protected"),
             (at(".berth/settings.jsonc"), "protected"),
+            (at(".GIT/Hooks/pre-commit"), "protected"),
             ("relative.txt".to_owned(), "outside"),
             (app.display().to_string(), "outside"),
         ] {
