@@ -51,6 +51,11 @@ pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Gemini CLI takes 3–5 s).
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The resume id Berth keeps for an agent that can continue no conversation (it offers
+/// neither `session/resume` nor `session/load`): the transcript said so once, and each
+/// later message starts afresh without saying it again.
+pub const NO_CONTINUATION: &str = "berth:no-continuation";
+
 /// The ACP version Berth speaks.
 pub const PROTOCOL_VERSION: i64 = 1;
 
@@ -231,44 +236,41 @@ where
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<Value, bool> {
         let cwd = self.ctx.turn.work_dir.display().to_string();
-        if let Some(id) = self.ctx.turn.resume_id {
+        let continues = can_resume || can_load;
+        if !continues && self.ctx.turn.resume_id != Some(NO_CONTINUATION) {
+            self.warn(
+                "the agent can continue no conversation (it offers neither session/resume nor session/load): this message, and each after it, starts a fresh one".to_owned(),
+            );
+        }
+        if let Some(id) = self.ctx.turn.resume_id.filter(|_| continues) {
             let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
             let method = if can_resume {
-                Some("session/resume")
-            } else if can_load {
-                Some("session/load")
+                "session/resume"
             } else {
-                None
+                "session/load"
             };
-            match method {
-                Some(method) => {
-                    self.replaying = method == "session/load";
-                    let answer = self.call(method, params, SESSION_TIMEOUT, cancel).await;
-                    self.replaying = false;
-                    self.view = updates::View::default();
-                    match answer {
-                        Ok(Ok(v)) => {
-                            self.session = id.to_owned();
-                            self.st.resume_id = Some(id.to_owned());
-                            self.emit(AgentEvent::Started {
-                                resume_id: Some(id.to_owned()),
-                                model: None,
-                            });
-                            return Ok(v);
-                        }
-                        Ok(Err(e)) => self.warn(format!(
-                            "the agent could not continue session {id} ({e}); starting a fresh conversation"
-                        )),
-                        Err(NoAnswer::Cancelled) => return Err(true),
-                        Err(e) => {
-                            self.start_failed(self.no_answer(method, &e));
-                            return Err(false);
-                        }
-                    }
+            self.replaying = method == "session/load";
+            let answer = self.call(method, params, SESSION_TIMEOUT, cancel).await;
+            self.replaying = false;
+            self.view = updates::View::default();
+            match answer {
+                Ok(Ok(v)) => {
+                    self.session = id.to_owned();
+                    self.st.resume_id = Some(id.to_owned());
+                    self.emit(AgentEvent::Started {
+                        resume_id: Some(id.to_owned()),
+                        model: None,
+                    });
+                    return Ok(v);
                 }
-                None => self.warn(
-                    "the agent cannot resume a conversation (it offers neither session/resume nor session/load); starting a fresh one".to_owned(),
-                ),
+                Ok(Err(e)) => self.warn(format!(
+                    "the agent could not continue session {id} ({e}); starting a fresh conversation"
+                )),
+                Err(NoAnswer::Cancelled) => return Err(true),
+                Err(e) => {
+                    self.start_failed(self.no_answer(method, &e));
+                    return Err(false);
+                }
             }
         }
         let params = json!({"cwd": cwd, "mcpServers": []});
@@ -279,7 +281,8 @@ where
             Ok(Ok(v)) => match v["sessionId"].as_str() {
                 Some(id) if !id.is_empty() => {
                     self.session = id.to_owned();
-                    self.st.resume_id = Some(id.to_owned());
+                    let kept = if continues { id } else { NO_CONTINUATION };
+                    self.st.resume_id = Some(kept.to_owned());
                     self.emit(AgentEvent::Started {
                         resume_id: Some(id.to_owned()),
                         model: v["models"]["currentModelId"].as_str().map(str::to_owned),

@@ -487,28 +487,33 @@ async fn a_loaded_session_does_not_replay_into_the_transcript() {
             .iter()
             .any(|e| matches!(e, AgentEvent::Started { resume_id: Some(s), .. } if s == "s1"))
     );
-    let (conv, events) = turn(
-        &w,
-        Permissions::Edit,
-        Some("s1"),
-        None,
-        |mut p| async move {
-            p.start(json!({})).await;
-            p.answer("session/new", json!({"sessionId": "s2"})).await;
-            let prompt = p.recv().await;
-            p.send(
-                json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}),
-            )
-            .await;
-        },
-    )
-    .await;
-    assert_eq!(conv.state.resume_id.as_deref(), Some("s2"));
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Stderr { line } if line.contains("cannot resume")))
-    );
+    // An agent that can continue nothing: said once, then each message starts afresh.
+    let fresh = |resume: Option<&'static str>| {
+        let w = &w;
+        async move {
+            turn(w, Permissions::Edit, resume, None, |mut p| async move {
+                p.start(json!({})).await;
+                p.answer("session/new", json!({"sessionId": "s2"})).await;
+                let prompt = p.recv().await;
+                let end = json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}});
+                p.send(end).await;
+            })
+            .await
+        }
+    };
+    let said = |events: &[AgentEvent]| {
+        events.iter().any(
+            |e| matches!(e, AgentEvent::Stderr { line } if line.contains("can continue no conversation")),
+        )
+    };
+    for resume in [None, Some("s1")] {
+        let (conv, events) = fresh(resume).await;
+        assert_eq!(conv.state.resume_id.as_deref(), Some(NO_CONTINUATION));
+        assert!(said(&events), "{resume:?}: {events:?}");
+    }
+    let (conv, events) = fresh(Some(NO_CONTINUATION)).await;
+    assert_eq!(conv.state.resume_id.as_deref(), Some(NO_CONTINUATION));
+    assert!(!said(&events), "said once only: {events:?}");
 }
 
 #[tokio::test]
