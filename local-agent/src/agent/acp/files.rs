@@ -201,20 +201,15 @@ pub fn read(
 mod tests {
     use super::*;
 
-    struct Dir(std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use berth_test_support::TempDir;
 
-    fn setup() -> (Dir, OwnedFd, std::path::PathBuf) {
-        let root = std::env::temp_dir().join(format!("bacp-files-{}", uuid::Uuid::new_v4()));
-        let app = root.join("app");
+    fn setup() -> (TempDir, OwnedFd, std::path::PathBuf) {
+        let root = TempDir::new("acp-files");
+        let app = root.path().join("app");
         std::fs::create_dir_all(app.join(".git/hooks")).unwrap();
-        std::fs::create_dir_all(root.join("other")).unwrap();
+        std::fs::create_dir_all(root.path().join("other")).unwrap();
         let fd = rustix::fs::open(&app, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        (Dir(root), fd, app)
+        (root, fd, app)
     }
 
     #[test]
@@ -241,7 +236,7 @@ mod tests {
         ));
 
         // Out of the directory: by name, by `..`, through a symlink, through a hard link.
-        let other = root.0.join("other");
+        let other = root.path().join("other");
         std::os::unix::fs::symlink(&other, app.join("link")).unwrap();
         std::fs::write(other.join("victim"), "keep").unwrap();
         std::fs::hard_link(other.join("victim"), app.join("hard")).unwrap();

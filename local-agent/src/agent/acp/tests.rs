@@ -74,20 +74,14 @@ impl Peer {
 }
 
 struct World {
-    root: std::path::PathBuf,
+    root: berth_test_support::TempDir,
     app: std::path::PathBuf,
     dir: rustix::fd::OwnedFd,
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
 fn world() -> World {
-    let root = std::env::temp_dir().join(format!("bacp-{}", uuid::Uuid::new_v4()));
-    let app = root.join("app");
+    let root = berth_test_support::TempDir::new("acp");
+    let app = root.path().join("app");
     std::fs::create_dir_all(&app).unwrap();
     let dir = rustix::fs::open(
         &app,
@@ -332,7 +326,7 @@ async fn a_read_only_agent_is_refused_writes_by_policy_and_by_berths_files() {
 #[tokio::test]
 async fn files_outside_the_directory_are_refused_and_reported() {
     let w = world();
-    let outside = w.root.join("other.txt");
+    let outside = w.root.path().join("other.txt");
     let o = outside.display().to_string();
     let up = format!("{}/../other.txt", w.app.display());
     let (conv, _) = turn(&w, Permissions::Full, None, None, |mut p| async move {

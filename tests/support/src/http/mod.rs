@@ -127,11 +127,6 @@ impl Answer {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
-
-    /// The body as JSON, or as a JSON string of its text when it is not JSON.
-    pub fn json_or_text(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| Value::String(self.text()))
-    }
 }
 
 /// How an answer's body is delimited.
@@ -225,16 +220,9 @@ pub fn read_answer(r: &mut impl BufRead) -> io::Result<Answer> {
 /// A read that ended because the stream went quiet past its timeout ended well.
 fn until_quiet(read: io::Result<usize>) -> io::Result<()> {
     match read {
-        Err(e) if !is_timeout(&e) => Err(e),
+        Err(e) if !is_quiet(&e) => Err(e),
         _ => Ok(()),
     }
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
 }
 
 /// Sends `req` on a fresh stream and reads the answer whole: one exchange per
@@ -292,10 +280,6 @@ impl<R: BufRead> Dechunk<R> {
             left: 0,
             done: false,
         }
-    }
-
-    pub fn into_inner(self) -> R {
-        self.inner
     }
 }
 
@@ -492,7 +476,10 @@ impl<R: BufRead> Events<R> {
 
 /// Whether a read failed only because the stream went quiet past its timeout.
 pub fn is_quiet(e: &io::Error) -> bool {
-    is_timeout(e)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 #[cfg(test)]
