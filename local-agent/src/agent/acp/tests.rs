@@ -435,6 +435,25 @@ async fn a_peer_that_never_starts_is_a_start_failure() {
     );
 }
 
+/// A peer that holds its pipe open and never answers `initialize`: the turn ends
+/// `agent_start_failed` at [`INIT_TIMEOUT`] (time is paused: no test waits 30 s).
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_never_answers_initialize_ends_within_the_bound() {
+    let w = world();
+    let (conv, _) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        let init = p.recv().await;
+        assert_eq!(init["method"], "initialize");
+        tokio::time::sleep(INIT_TIMEOUT * 2).await;
+        drop(p);
+    })
+    .await;
+    let why = conv.state.start_failed.unwrap_or_default();
+    assert!(
+        why.contains("did not answer initialize within 30 s"),
+        "{why}"
+    );
+}
+
 #[tokio::test]
 async fn a_loaded_session_does_not_replay_into_the_transcript() {
     let w = world();
