@@ -98,6 +98,10 @@ pub enum AgentEvent {
     /// starts. Fenced, `text` is what the fence lets it write and reach
     /// (`~/code/app + tmp · network on (Landlock ABI 7)`); unfenced, why not.
     Fence { fenced: bool, text: String },
+    /// What Berth is doing before the agent can start, and how far it is: Berth's own
+    /// event, sent while a wait lasts (`recording ~/code/mono: 41,000 of 100,000
+    /// files`). `done` of `total` items (`total` 0 while unknown).
+    Progress { text: String, done: u64, total: u64 },
     /// The agent's final result for the turn.
     Result {
         ok: bool,

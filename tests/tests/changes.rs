@@ -387,3 +387,94 @@ fn undo_refuses_what_it_cannot_undo() {
         "a refused undo wrote into the directory"
     );
 }
+
+/// The shadow repositories under Berth's home (issue 37).
+fn shadows(b: &Berth) -> Vec<PathBuf> {
+    std::fs::read_dir(b.home.join("snapshots"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
+/// Issue 37: binding a directory takes its first snapshot in the background, seeded
+/// from the repository's own index, before any message; the first run then finds it
+/// done, and its summary is exact.
+#[test]
+fn linking_takes_the_first_snapshot_at_once_in_the_background() {
+    let b = setup("changes-warm");
+    let dir = project(&b, "warm", true);
+    let git_before = git_state(&dir);
+    assert!(shadows(&b).is_empty());
+    let id = new_session(&b, "editor", Some(&dir));
+    // No message sent: the record is there, seeded from the repository's index.
+    let shadow = eventually(30, || {
+        shadows(&b)
+            .into_iter()
+            .find(|s| s.join("berth-last").exists())
+    })
+    .expect("no first snapshot after the link");
+    assert!(
+        shadow.join("berth-seed").exists(),
+        "not seeded from the index"
+    );
+    assert_eq!(git_state(&dir), git_before, "the user's .git was touched");
+    let out = b.run(&["send", &id, "edit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("5 files changed, +4 \u{2212}2 (1 not tracked: too large)"),
+        "{stderr}"
+    );
+    assert_eq!(git_state(&dir), git_before, "the user's .git was touched");
+}
+
+/// Issue 37: a first snapshot that takes a while is said, with how far it is, in
+/// `send --json` (a plain directory of 10,000 files: every one is read).
+#[test]
+fn a_long_first_snapshot_reports_its_progress() {
+    let mut b = Berth::new("changes-progress");
+    b.serve();
+    let script = b.root.path().join("quick.sh");
+    write_script(&script, "#!/bin/sh\necho done\n");
+    add_command_agent(&b, "quick", s(&script));
+    let dir = b.user_home.join("code").join("big");
+    for i in 0..10_000 {
+        let sub = dir.join(format!("d{}", i % 50));
+        if i < 50 {
+            std::fs::create_dir_all(&sub).unwrap();
+        }
+        std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let id = new_session(&b, "quick", Some(&dir));
+    let out = b.run(&["send", &id, "go", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let progress: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["payload"]["type"] == "progress")
+        .map(|e| e["payload"].clone())
+        .collect();
+    assert!(!progress.is_empty(), "no progress event:\n{stdout}");
+    for p in &progress {
+        let text = p["text"].as_str().unwrap();
+        // Privacy-stripped, as everywhere the directory is shown.
+        assert!(text.starts_with("recording ~/code/big: "), "{p}");
+        let total = p["total"].as_u64().unwrap();
+        assert!(total == 0 || total == 10_000, "{p}");
+        assert!(p["done"].as_u64().unwrap() <= total, "{p}");
+    }
+    // The agent ran after the record was taken, and it was whole.
+    let said: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["payload"]["type"] == "text")
+        .collect();
+    assert_eq!(said.len(), 1, "{stdout}");
+    assert_eq!(said[0]["payload"]["text"], "done", "{stdout}");
+    let task = last_task(&b, &id);
+    assert_eq!(task["status"], "succeeded", "{task}");
+}

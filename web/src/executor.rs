@@ -231,4 +231,11 @@ pub trait Executor: Send + Sync + 'static {
     /// involved). Runs blocking I/O; callers use `spawn_blocking`.
     #[cfg(feature = "local-binding")]
     fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal>;
+
+    /// A directory was just bound in place: the executor may get ready for its first
+    /// run in the background (take the change record's first snapshot), so that the
+    /// first message starts at once. Returns at once; never blocks a run (a run that
+    /// comes meanwhile waits for it, and is told how far it is).
+    #[cfg(feature = "local-binding")]
+    fn warm(&self, _dir: &ValidatedDir) {}
 }

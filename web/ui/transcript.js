@@ -53,6 +53,9 @@ function agentBody(p) {
     case "stderr":
       // Diagnostics: the CLI's own chatter and Berth's warnings, never the agent's words.
       return { cls: "agent-stderr", who: "diagnostic", parts: [plain(p.line)] };
+    case "progress":
+      // Berth's own wait before the agent starts: what it is doing, how far.
+      return { cls: "agent-progress", who: "berth", parts: [plain(p.text)] };
     case "fence":
       // Berth's own notice: whether the kernel keeps the agent to its directory.
       return p.fenced

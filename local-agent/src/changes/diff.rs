@@ -93,6 +93,16 @@ impl Shadow {
                 private::write(&counter, unpruned.to_string())?;
             }
         }
+        // A seeded shadow holds the content before the task of what changed only once
+        // it is copied from the repository (see `seed`).
+        let lost = if before.tree == after.tree {
+            Vec::new()
+        } else {
+            self.own_before(&before.tree, &after.tree)?
+        };
+        if !lost.is_empty() {
+            return Err(ChangesError::Lost(lost));
+        }
         let mut changes = if before.tree == after.tree {
             Changes {
                 files: Vec::new(),

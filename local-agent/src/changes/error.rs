@@ -21,6 +21,10 @@ pub enum ChangesError {
     Unreadable(Errno),
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// Seeded from a repository's index, the content before the run of these files
+    /// is not in the repository's objects any more (or is not what its id says).
+    #[error("the content before the run of {} is not in the repository's objects (was it pruned?)", .0.join(", "))]
+    Lost(Vec<String>),
 }
 
 /// Why a directory cannot be watched (its snapshots then scan it whole).

@@ -22,7 +22,10 @@
 
 mod diff;
 mod error;
+mod index;
 mod limits;
+pub mod progress;
+mod seed;
 mod shadow;
 mod snapshot;
 mod tree;

@@ -106,6 +106,11 @@ impl Shadow {
         Ok(())
     }
 
+    /// Whether a snapshot was ever recorded here.
+    pub fn recorded(&self) -> bool {
+        self.git_dir.join("berth-last").exists()
+    }
+
     /// The shadow repository's git directory.
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
@@ -146,6 +151,49 @@ impl Shadow {
         S: AsRef<OsStr>,
     {
         Ok(git::run(self.command(), args)?)
+    }
+
+    /// Runs git with `input` on its standard input (written from a thread, so a large
+    /// input and a large output cannot block each other); `alternates`, an objects
+    /// directory it may also read (never write: only this command sees it).
+    pub(super) fn git_input<I, S>(
+        &self,
+        args: I,
+        input: &[u8],
+        alternates: Option<&Path>,
+    ) -> Result<Vec<u8>, ChangesError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use std::io::Write;
+        use std::process::Stdio;
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut cmd = self.command();
+        if let Some(dir) = alternates {
+            cmd.env("GIT_ALTERNATE_OBJECT_DIRECTORIES", dir);
+        }
+        let mut child = cmd
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let out = std::thread::scope(|s| {
+            s.spawn(move || {
+                if let Some(mut stdin) = stdin {
+                    let _ = stdin.write_all(input);
+                }
+            });
+            child.wait_with_output()
+        })?;
+        let name = args
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(git::check(out, &name)?)
     }
 
     pub(super) fn git<I, S>(&self, args: I) -> Result<String, ChangesError>

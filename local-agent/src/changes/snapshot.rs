@@ -3,7 +3,9 @@
 //! `git add` with the shadow's index as the stat cache, large files left out.
 
 use super::error::ChangesError;
+use super::index;
 use super::limits::Limits;
+use super::progress::{self, Phase, Progress};
 use super::shadow::Shadow;
 use super::tree::{Snapshot, escape_glob, unescape_glob};
 #[cfg(target_os = "linux")]
@@ -184,6 +186,9 @@ impl Shadow {
         // Watching starts before the scan reads anything, for the same reason.
         #[cfg(target_os = "linux")]
         watch::begin(self);
+        if !self.git_dir.join("berth-last").exists() {
+            return self.first(limits, started_ns);
+        }
         // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
@@ -267,12 +272,184 @@ impl Shadow {
                 large.extend(grown);
             }
         }
-        let tree = self.git(["write-tree"])?;
+        let tree = self.write_tree()?;
+        self.established(tree, large, started_ns)
+    }
+
+    /// `git write-tree`; a seeded shadow's trees name blobs it does not hold (see
+    /// [`super::seed`]).
+    pub(super) fn write_tree(&self) -> Result<String, ChangesError> {
+        if self.seeded_from().is_some() {
+            self.git(["write-tree", "--missing-ok"])
+        } else {
+            self.git(["write-tree"])
+        }
+    }
+
+    fn established(
+        &self,
+        tree: String,
+        large: Vec<(String, u64, i64)>,
+        started_ns: u128,
+    ) -> Result<Snapshot, ChangesError> {
         private::write(self.git_dir.join("berth-last"), &tree)?;
         let snap = Snapshot { tree, large };
         self.note_manifest(&snap, started_ns);
         #[cfg(target_os = "linux")]
         watch::established(self, &snap);
         Ok(snap)
+    }
+
+    /// The first snapshot of a directory: its shadow index seeded from the
+    /// repository's own when there is one ([`super::seed`]); then only the files that
+    /// differ from it (all of them, without a seed) are read, counted as they go
+    /// ([`super::progress`]), and the trees are written as one pack.
+    fn first(&self, limits: &Limits, started_ns: u128) -> Result<Snapshot, ChangesError> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        let registered = progress::register(&self.work_tree);
+        let progress = &registered.progress;
+        progress.phase(Phase::Listing);
+        if !self.git_dir.join("index").exists() {
+            match self.seed(limits) {
+                Ok(n) => {
+                    tracing::debug!(dir = %self.work_tree.display(), entries = n, "seeded from the repository's index")
+                }
+                Err(why) => tracing::debug!(dir = %self.work_tree.display(), %why, "not seeded"),
+            }
+        }
+        let mut gone: Vec<&[u8]> = Vec::new();
+        // Tracked there, ignored here: a full scan would not record them.
+        let ignored = if self.seeded_from().is_some() {
+            self.git_bytes([
+                "ls-files",
+                "-z",
+                "--cached",
+                "--ignored",
+                "--exclude-standard",
+            ])?
+        } else {
+            Vec::new()
+        };
+        gone.extend(ignored.split(|b| *b == 0).filter(|p| !p.is_empty()));
+        let listed = self.git_bytes([
+            "ls-files",
+            "-z",
+            "--others",
+            "--modified",
+            "--deleted",
+            "--exclude-standard",
+        ])?;
+        let paths: std::collections::BTreeSet<&[u8]> = listed
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            // A nested repository is listed as `dir/`: it is recorded as a link.
+            .map(|p| p.strip_suffix(b"/").unwrap_or(p))
+            .collect();
+        let mut update: Vec<&[u8]> = Vec::new();
+        let mut large = Vec::new();
+        for path in paths {
+            let full = self.work_tree.join(std::ffi::OsStr::from_bytes(path));
+            match std::fs::symlink_metadata(&full) {
+                // Gone: `--remove` takes it out.
+                Err(_) => update.push(path),
+                Ok(md) if md.is_file() && md.len() > limits.max_file_bytes => {
+                    match std::str::from_utf8(path) {
+                        Ok(p) => {
+                            large.push((p.to_owned(), md.len(), md.mtime()));
+                            gone.push(path);
+                        }
+                        Err(_) => update.push(path),
+                    }
+                }
+                // What cannot be read is left out, as `git add --ignore-errors` does.
+                Ok(md) if md.is_file() && std::fs::File::open(&full).is_err() => gone.push(path),
+                Ok(_) => update.push(path),
+            }
+        }
+        let lines: String = large
+            .iter()
+            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
+            .collect();
+        if let Some(parent) = self.exclude_file().parent() {
+            private::dir(parent)?;
+        }
+        private::write(self.exclude_file(), lines)?;
+        if !gone.is_empty() {
+            let input: Vec<u8> = gone
+                .iter()
+                .flat_map(|p| p.iter().copied().chain([0]))
+                .collect();
+            self.git_input(
+                ["update-index", "--force-remove", "-z", "--stdin"],
+                &input,
+                None,
+            )?;
+        }
+        progress.phase(Phase::Reading);
+        progress.total(update.len() as u64);
+        if self.feed_updates(&update, progress).is_err() {
+            // A file changed under the scan (say, became unreadable): git's own way.
+            self.git(["add", "-A", "--ignore-errors"])?;
+        }
+        progress.phase(Phase::Writing);
+        if let Err(e) = self.pack_trees() {
+            tracing::debug!(error = %e, "the first snapshot's trees are written one by one");
+        }
+        let tree = self.write_tree()?;
+        self.established(tree, large, started_ns)
+    }
+
+    /// `git update-index --add --remove` on `paths`, counting them into `progress` as
+    /// git takes them.
+    fn feed_updates(&self, paths: &[&[u8]], progress: &Progress) -> Result<(), ChangesError> {
+        use std::io::Write;
+        use std::process::Stdio;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut child = self
+            .command()
+            .args(["update-index", "--add", "--remove", "-z", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let Some(stdin) = child.stdin.take() else {
+            return Err(ChangesError::Spawn(std::io::Error::other(
+                "git took no input",
+            )));
+        };
+        let mut stdin = std::io::BufWriter::with_capacity(4096, stdin);
+        for (i, p) in paths.iter().enumerate() {
+            if stdin
+                .write_all(p)
+                .and_then(|()| stdin.write_all(&[0]))
+                .is_err()
+            {
+                break;
+            }
+            if i.is_multiple_of(64) {
+                progress.done(i as u64);
+            }
+        }
+        drop(stdin);
+        progress.done(paths.len() as u64);
+        crate::git::check(
+            child.wait_with_output()?,
+            "update-index --add --remove --stdin",
+        )?;
+        Ok(())
+    }
+
+    /// Writes every tree of the shadow index as one pack (a first snapshot's thousands
+    /// of trees cost seconds as loose objects); `write-tree` then finds them there.
+    fn pack_trees(&self) -> Result<(), String> {
+        let bytes = std::fs::read(self.git_dir.join("index")).map_err(|e| e.to_string())?;
+        let parsed = index::parse(&bytes).map_err(|e| e.to_string())?;
+        let trees = index::trees(&parsed.entries).ok_or("an entry no tree holds")?;
+        self.git_input(["index-pack", "--stdin"], &index::pack(&trees), None)
+            .map_err(|e| e.to_string())?;
+        Ok(())
     }
 }

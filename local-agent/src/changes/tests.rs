@@ -149,3 +149,262 @@ fn glob_escapes_round_trip() {
         assert_eq!(unescape_glob(&escape_glob(p)), p);
     }
 }
+
+/// Issue 37: the first snapshot of a repository, seeded from its own index.
+mod seeded {
+    use super::*;
+    use berth_test_support::TempDir;
+    use std::path::Path;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Every entry under `dir/.git`: path, size, modification time.
+    fn git_state(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.join(".git")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let md = std::fs::symlink_metadata(e.path()).unwrap();
+                out.push((
+                    e.path().display().to_string(),
+                    md.len(),
+                    md.modified().unwrap(),
+                ));
+                if md.is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A committed repository, then, as a user's would be at link time: modified,
+    /// deleted, untracked, ignored, tracked-but-ignored, executable, symlinked, large,
+    /// staged-only, filtered and nested files.
+    fn messy_repo(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        git(dir, &["init", "-q"]);
+        for i in 0..40 {
+            write(
+                dir,
+                &format!("src/m{}/f{i}.rs", i % 4),
+                &format!("fn f{i}() {{}}\n"),
+            );
+        }
+        write(dir, "README.md", "hello\n");
+        write(dir, "gone.txt", "bye\n");
+        write(dir, ".gitignore", "*.log\ntarget/\n");
+        write(dir, "forced.log", "tracked although ignored\n");
+        write(dir, "big.bin", &"x".repeat(2048));
+        write(dir, ".gitattributes", "*.lfs filter=fake\n");
+        write(dir, "data.lfs", "converted content\n");
+        write(dir, "run.sh", "#!/bin/sh\n");
+        std::os::unix::fs::symlink("README.md", dir.join("readme-link")).unwrap();
+        git(dir, &["add", "-A"]);
+        git(dir, &["add", "-f", "forced.log"]);
+        git(dir, &["commit", "-q", "-m", "start"]);
+        // After the commit: what the user left in the directory.
+        write(dir, "README.md", "hello, changed\n");
+        std::fs::remove_file(dir.join("gone.txt")).unwrap();
+        write(dir, "new/untracked.txt", "new\n");
+        write(dir, "debug.log", "ignored\n");
+        write(dir, "target/out.o", "ignored dir\n");
+        write(dir, "staged.txt", "staged only\n");
+        git(dir, &["add", "staged.txt"]);
+        write(dir, "staged.txt", "staged, then changed\n");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let nested = dir.join("vendor/lib");
+        std::fs::create_dir_all(&nested).unwrap();
+        git(&nested, &["init", "-q"]);
+        write(&nested, "lib.c", "int x;\n");
+        git(&nested, &["add", "-A"]);
+        git(&nested, &["commit", "-q", "-m", "lib"]);
+    }
+
+    /// The same files, no `.git`: its snapshot is a full scan.
+    fn copy_without_git(from: &Path, to: &Path) {
+        let out = std::process::Command::new("cp")
+            .args(["-a"])
+            .arg(from)
+            .arg(to)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        std::fs::remove_dir_all(to.join(".git")).unwrap();
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_file_bytes: 1024,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_seeded_first_snapshot_is_the_full_scans_tree() {
+        let tmp = TempDir::new("berth-seeded");
+        let repo = tmp.path().join("repo");
+        messy_repo(&repo);
+        let plain = tmp.path().join("plain");
+        copy_without_git(&repo, &plain);
+        let dot_git = git_state(&repo);
+
+        let seeded = Shadow::open(&tmp.path().join("home-a"), &repo, (1, 1)).unwrap();
+        let snap = seeded.snapshot(&limits()).unwrap();
+        assert!(
+            seeded.seeded_from().is_some(),
+            "the repository's index was not used"
+        );
+        let full = Shadow::open(&tmp.path().join("home-b"), &plain, (1, 2)).unwrap();
+        let want = full.snapshot(&limits()).unwrap();
+        assert!(full.seeded_from().is_none());
+        assert_eq!(snap, want, "seeded and full first snapshots differ");
+        // What a full scan records and the seed does not hold, read from the files.
+        let listed = seeded
+            .git(["ls-tree", "-r", "--name-only", &snap.tree])
+            .unwrap();
+        for p in [
+            "README.md",
+            "new/untracked.txt",
+            "staged.txt",
+            "data.lfs",
+            "vendor/lib",
+        ] {
+            assert!(listed.lines().any(|l| l == p), "{p} missing:\n{listed}");
+        }
+        for p in [
+            "gone.txt",
+            "debug.log",
+            "forced.log",
+            "target/out.o",
+            "big.bin",
+        ] {
+            assert!(!listed.lines().any(|l| l == p), "{p} recorded:\n{listed}");
+        }
+        assert_eq!(
+            git_state(&repo),
+            dot_git,
+            "the repository's .git was touched"
+        );
+    }
+
+    #[test]
+    fn undo_after_a_seeded_first_snapshot_is_byte_identical() {
+        let tmp = TempDir::new("berth-seeded-undo");
+        let repo = tmp.path().join("repo");
+        messy_repo(&repo);
+        let dot_git = git_state(&repo);
+        let files = |dir: &Path| {
+            let mut out = std::collections::BTreeMap::new();
+            let mut stack = vec![dir.to_owned()];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap() {
+                    let p = e.unwrap().path();
+                    let md = std::fs::symlink_metadata(&p).unwrap();
+                    if p.file_name().is_some_and(|n| n == ".git") {
+                        continue;
+                    }
+                    if md.is_dir() {
+                        stack.push(p);
+                    } else if md.is_symlink() {
+                        out.insert(
+                            p.clone(),
+                            std::fs::read_link(&p)
+                                .unwrap()
+                                .into_os_string()
+                                .into_encoded_bytes(),
+                        );
+                    } else {
+                        out.insert(p.clone(), std::fs::read(&p).unwrap());
+                    }
+                }
+            }
+            out
+        };
+        let home = tmp.path().join("home");
+        let canonical =
+            berth_core::LocalPath::parse(berth_core::Platform::native(), repo.to_str().unwrap())
+                .unwrap();
+        let pinned = crate::dir::pin::PinnedDir::open(canonical, "repo".into()).unwrap();
+        let shadow = Shadow::open(&home, &repo, pinned.identity()).unwrap();
+        let before = shadow.snapshot_before(&limits()).unwrap();
+        assert!(shadow.seeded_from().is_some());
+        let at_start = files(&repo);
+        // The "agent": changes seeded (never hashed) files, and adds and removes.
+        write(&repo, "src/m1/f1.rs", "rewritten\n");
+        std::fs::remove_file(repo.join("src/m2/f2.rs")).unwrap();
+        std::fs::rename(repo.join("src/m3/f3.rs"), repo.join("src/moved.rs")).unwrap();
+        write(&repo, "added.txt", "added\n");
+        let after = shadow.snapshot(&limits()).unwrap();
+        let changes = shadow
+            .record(&tid("t1"), &before, &after, &limits())
+            .unwrap();
+        assert_eq!(changes.files.len(), 4, "{changes:?}");
+        let plan = plan_undo(&shadow, &pinned, &tid("t1"), &changes).unwrap();
+        assert!(plan.changed_since.is_empty() && !plan.already_undone);
+        let (dev, ino) = pinned.identity();
+        let undo_plan = UndoPlan {
+            task_id: tid("t1"),
+            dir: repo.to_str().unwrap().to_owned(),
+            dev,
+            ino,
+            git_dir: shadow.git_dir().to_owned(),
+            files: plan.restores,
+        };
+        undo(&home.join("journal"), &undo_plan, &pinned).unwrap();
+        assert_eq!(files(&repo), at_start, "undo is not byte-identical");
+        assert_eq!(
+            git_state(&repo),
+            dot_git,
+            "the repository's .git was touched"
+        );
+    }
+
+    #[test]
+    fn a_damaged_or_locked_index_is_read_safely() {
+        let tmp = TempDir::new("berth-seeded-damaged");
+        let repo = tmp.path().join("repo");
+        messy_repo(&repo);
+        let plain = tmp.path().join("plain");
+        copy_without_git(&repo, &plain);
+        let want = Shadow::open(&tmp.path().join("home-p"), &plain, (1, 2))
+            .unwrap()
+            .snapshot(&limits())
+            .unwrap();
+        // Locked (another git is writing it): the index itself is whole, and read.
+        std::fs::write(repo.join(".git/index.lock"), "").unwrap();
+        let locked = Shadow::open(&tmp.path().join("home-l"), &repo, (1, 1)).unwrap();
+        assert_eq!(locked.snapshot(&limits()).unwrap(), want);
+        assert!(locked.seeded_from().is_some());
+        std::fs::remove_file(repo.join(".git/index.lock")).unwrap();
+        // Damaged: not seeded, and the snapshot is a full scan, still exact.
+        let index = repo.join(".git/index");
+        let mut bytes = std::fs::read(&index).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&index, &bytes).unwrap();
+        let damaged = Shadow::open(&tmp.path().join("home-d"), &repo, (1, 1)).unwrap();
+        assert_eq!(damaged.snapshot(&limits()).unwrap(), want);
+        assert!(damaged.seeded_from().is_none());
+    }
+}

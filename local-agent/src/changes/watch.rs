@@ -415,7 +415,7 @@ impl Watch {
                 false,
             )?;
         }
-        let tree = shadow.git(["write-tree"])?;
+        let tree = shadow.write_tree()?;
         berth_web::private::write(shadow.git_dir.join("berth-last"), &tree)?;
         Ok(Snapshot { tree, large })
     }

@@ -18,6 +18,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedMutexGuard, watch};
 
+/// The holder of a directory whose change record's first snapshot is being taken
+/// (at link time, before any task).
+pub const FIRST_SNAPSHOT: &str = "first-snapshot";
+
+/// What a waiter is told of `holder`, a task's id or [`FIRST_SNAPSHOT`].
+fn in_use_by(holder: &str) -> String {
+    if holder == FIRST_SNAPSHOT {
+        "Berth is taking its first snapshot".to_owned()
+    } else {
+        format!("in use by task {holder}")
+    }
+}
+
 /// How often a waiter retries the OS lock held by another process.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -105,9 +118,7 @@ impl DirLocks {
                     .map(|h| h.clone())
                     .unwrap_or_default()
                     .unwrap_or_else(|| "another task".to_owned());
-                on_wait(format!(
-                    "waiting for the directory: in use by task {holder}"
-                ));
+                on_wait(format!("waiting for the directory: {}", in_use_by(&holder)));
                 tokio::select! {
                     g = slot.queue.clone().lock_owned() => g,
                     () = cancelled(cancel) => return Err(LockError::Cancelled),
@@ -224,8 +235,9 @@ fn describe_holder(file: &mut File) -> String {
         .and_then(|_| file.read_to_string(&mut text));
     let mut words = text.split_whitespace();
     match (words.next(), words.next()) {
-        (Some(pid), Some(task)) if pid == std::process::id().to_string() => {
-            format!("in use by task {task}")
+        (Some(pid), Some(task)) if pid == std::process::id().to_string() => in_use_by(task),
+        (Some(pid), Some(FIRST_SNAPSHOT)) => {
+            format!("{} (Berth process {pid})", in_use_by(FIRST_SNAPSHOT))
         }
         (Some(pid), Some(task)) => format!("in use by task {task} of Berth process {pid}"),
         (Some(pid), None) => format!("in use by process {pid}"),

@@ -492,6 +492,8 @@ impl Stream {
                     self.note(&format!("{mark} {}", inert(&out)));
                 }
                 "stderr" => self.note(&inert(s(&p["line"]))),
+                // Berth's own wait before the agent starts, and how far it is.
+                "progress" => self.note(&inert(s(&p["text"]))),
                 "fence" => match fence_line(p) {
                     (true, line) => self.note(&line),
                     (false, line) => self.alert(&line),

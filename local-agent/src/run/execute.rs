@@ -58,20 +58,25 @@ pub(super) async fn run(
         Err(stop) => return stopped(stop),
         Ok(Staged::Locked(locked)) => locked,
         Ok(Staged::Placed(place)) => {
-            let lock = inner
-                .locks
-                .acquire(
-                    place.pinned.canonical(),
-                    task.task_id.as_str(),
-                    |reason| {
-                        let _ = events.send(ExecEvent::Status {
-                            status: TaskStatus::WaitingLock,
-                            wait_reason: Some(reason),
-                        });
-                    },
-                    &mut cancel,
-                )
-                .await;
+            let acquiring = inner.locks.acquire(
+                place.pinned.canonical(),
+                task.task_id.as_str(),
+                |reason| {
+                    let _ = events.send(ExecEvent::Status {
+                        status: TaskStatus::WaitingLock,
+                        wait_reason: Some(reason),
+                    });
+                },
+                &mut cancel,
+            );
+            // The holder may be the directory's first snapshot: how far it is, said.
+            let lock = with_progress(
+                acquiring,
+                place.pinned.path(),
+                place.pinned.display(),
+                &events,
+            )
+            .await;
             let lock = match lock {
                 Ok(l) => l,
                 Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
@@ -354,4 +359,33 @@ pub(super) async fn run(
         out.error = Some(e);
     }
     out
+}
+
+/// Awaits `fut`, saying meanwhile how far a snapshot of `dir` (`display` as shown)
+/// taken by someone else is, after [`progress::FIRST_AFTER`] and then every
+/// [`progress::EVERY`].
+async fn with_progress<T>(
+    fut: impl std::future::Future<Output = T>,
+    dir: &std::path::Path,
+    display: &str,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+) -> T {
+    use crate::changes::progress;
+    tokio::pin!(fut);
+    let mut next = tokio::time::Instant::now() + progress::FIRST_AFTER;
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            () = tokio::time::sleep_until(next) => {
+                if let Some(r) = progress::of(dir) {
+                    let _ = events.send(ExecEvent::Agent(AgentEvent::Progress {
+                        text: r.text(display),
+                        done: r.done,
+                        total: r.total,
+                    }));
+                }
+                next += progress::EVERY;
+            }
+        }
+    }
 }

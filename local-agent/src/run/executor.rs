@@ -194,4 +194,59 @@ impl Executor for NativeExecutor {
     fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
         self.validate_dir(dir).map(|p| p.to_validated())
     }
+
+    fn warm(&self, dir: &ValidatedDir) {
+        let (inner, input) = (self.inner.clone(), dir.canonical.as_str().to_owned());
+        let identity = (dir.identity.dev, dir.identity.ino);
+        let spawned = std::thread::Builder::new()
+            .name("berth-first-snapshot".into())
+            .spawn(move || first_snapshot(&inner, &input, identity));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread for the first snapshot: it is taken at the first run");
+        }
+    }
+}
+
+/// The change record's first snapshot of a directory just bound (see
+/// [`Executor::warm`]): only if it was never recorded, only if it is still the
+/// directory validated, and only if no run holds it (the lock is taken, never waited
+/// for: a run that comes meanwhile waits, and reads this snapshot's progress).
+fn first_snapshot(inner: &Inner, input: &str, identity: (u64, u64)) {
+    let Ok(pinned) = validate::validate(&inner.ctx, input) else {
+        return;
+    };
+    if pinned.identity() != identity {
+        return;
+    }
+    let path = pinned.path();
+    if let Some((shadow, recorded)) = crate::changes::Shadow::existing(&inner.cfg.berth_home, path)
+        && recorded == identity
+        && shadow.recorded()
+    {
+        return;
+    }
+    let Ok(Some(_lock)) = inner
+        .locks
+        .try_acquire(pinned.canonical(), crate::dir::lock::FIRST_SNAPSHOT)
+    else {
+        return;
+    };
+    if pinned.recheck().is_err() {
+        return;
+    }
+    let limits = crate::settings::user_snapshots(&inner.cfg)
+        .map_or_else(crate::changes::Limits::default, |s| {
+            crate::changes::Limits::from_settings(&s)
+        });
+    let started = std::time::Instant::now();
+    let taken = crate::changes::Shadow::open(&inner.cfg.berth_home, path, identity)
+        .and_then(|shadow| shadow.snapshot(&limits));
+    match taken {
+        Ok(_) => {
+            tracing::info!(dir = %pinned.display(), took_ms = started.elapsed().as_millis() as u64, "first snapshot taken")
+        }
+        Err(e) => {
+            tracing::warn!(dir = %pinned.display(), error = %e, "no first snapshot: the first run takes it")
+        }
+    }
 }

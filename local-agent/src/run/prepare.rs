@@ -8,6 +8,7 @@ use crate::dir::lock::DirLock;
 use crate::inject::brief::{self, WorkMode};
 use crate::inject::sidecar::Sidecars;
 use crate::settings;
+use berth_core::event::AgentEvent;
 use berth_core::policy::Policy;
 use berth_core::{ErrorCode, Permissions};
 use berth_web::executor::{ExecEvent, TaskSpec};
@@ -208,11 +209,24 @@ pub(super) fn under_lock(
                 crate::changes::Limits::from_settings(&s)
             });
         let (path, identity) = (place.pinned.path().to_owned(), place.pinned.identity());
-        let started = (|| -> Result<_, crate::changes::ChangesError> {
-            let shadow = crate::changes::Shadow::open(&inner.cfg.berth_home, &path, identity)?;
-            let before = shadow.snapshot_before(&limits)?;
-            Ok((shadow, before))
-        })();
+        let display = place.pinned.display().to_owned();
+        let progress_events = events.clone();
+        // A first snapshot of a large directory takes a while: it is said, and how far.
+        let started = crate::changes::progress::reported(
+            &path,
+            |r| {
+                let _ = progress_events.send(ExecEvent::Agent(AgentEvent::Progress {
+                    text: r.text(&display),
+                    done: r.done,
+                    total: r.total,
+                }));
+            },
+            || -> Result<_, crate::changes::ChangesError> {
+                let shadow = crate::changes::Shadow::open(&inner.cfg.berth_home, &path, identity)?;
+                let before = shadow.snapshot_before(&limits)?;
+                Ok((shadow, before))
+            },
+        );
         match started {
             Ok((shadow, before)) => Some((shadow, before, limits, path, identity)),
             Err(e) => {

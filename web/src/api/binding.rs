@@ -90,6 +90,11 @@ pub(crate) async fn validated(
         });
     }
     let v = validate(ctx, dir).await??;
+    if mode == BindMode::InPlace
+        && let Some(exec) = ctx.app.scheduler.executor()
+    {
+        exec.warm(&v);
+    }
     let (machine, machine_name) = ctx
         .app
         .scheduler

@@ -176,6 +176,7 @@ impl TurnState {
             | AgentEvent::Denied { .. }
             | AgentEvent::Ignored { .. }
             | AgentEvent::Fence { .. }
+            | AgentEvent::Progress { .. }
             | AgentEvent::Tool { .. }
             | AgentEvent::Diff { .. }
             | AgentEvent::Plan { .. }

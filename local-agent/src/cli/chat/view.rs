@@ -354,6 +354,20 @@ impl View {
                 );
             }
             "stderr" => self.push(Style::Dim, one_line(s(&p["line"]), 400)),
+            "progress" => {
+                // One line, brought up to date: `recording ~/x: 41,000 of 100,000 files`.
+                let text = one_line(s(&p["text"]), 200);
+                let head = text.split(": ").next().unwrap_or_default().to_owned();
+                match self.lines.last_mut() {
+                    Some(last)
+                        if last.style == Style::Dim
+                            && last.text.starts_with(&format!("{head}: ")) =>
+                    {
+                        last.text = text;
+                    }
+                    _ => self.push(Style::Dim, text),
+                }
+            }
             "fence" => {
                 self.fence = Some((p["fenced"] == true, s(&p["text"]).to_owned()));
                 match render::fence_line(p) {
