@@ -478,3 +478,51 @@ fn a_long_first_snapshot_reports_its_progress() {
     let task = last_task(&b, &id);
     assert_eq!(task["status"], "succeeded", "{task}");
 }
+
+/// Issue 37: a directory past the watch limit is scanned whole at each run instead,
+/// exactly, and the user is told so once (the limit lowered for the test with
+/// `BERTH_WATCH_MAX_DIRS`; the kernel's own limit takes the same way).
+#[test]
+fn past_the_watch_limit_runs_stay_exact_and_it_is_said_once() {
+    let mut b = Berth::new("changes-watch-limit");
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{ "snapshots": { "max_file_mb": 1 } }"#,
+    )
+    .unwrap();
+    b.env("BERTH_WATCH_MAX_DIRS", "2");
+    b.serve();
+    let script = b.root.path().join("editor.sh");
+    write_script(&script, &format!("#!/bin/sh\n{EDITOR}"));
+    add_command_agent(&b, "editor", s(&script));
+    let dir = project(&b, "limited", true);
+    for d in ["a", "b", "c/d"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+        std::fs::write(dir.join(d).join("f.txt"), d).unwrap();
+    }
+    let id = new_session(&b, "editor", Some(&dir));
+    let out = b.run(&["send", &id, "edit"]);
+    let first = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{first}");
+    assert_eq!(
+        first
+            .matches("not watching this directory for changes: it has more than 2 directories")
+            .count(),
+        1,
+        "{first}"
+    );
+    assert!(first.contains("hint: raise the limit"), "{first}");
+    assert!(
+        first.contains("5 files changed, +4 \u{2212}2 (1 not tracked: too large)"),
+        "{first}"
+    );
+    // A later run: the same full scan, exact, and nothing said again.
+    std::fs::write(dir.join("a/f.txt"), "the user's edit").unwrap();
+    std::fs::write(dir.join("notes.md"), "reset\n").unwrap();
+    let out = b.run(&["send", &id, "again"]);
+    let second = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{second}");
+    assert!(!second.contains("not watching"), "{second}");
+    // notes.md rewritten by the agent; big.bin and blob.bin rewritten as they were.
+    assert!(second.contains("1 file changed"), "{second}");
+}

@@ -88,6 +88,47 @@ struct Registry {
     clock: u64,
     /// Full scans begun per directory, for tests and diagnostics.
     scans: HashMap<PathBuf, u64>,
+    /// Directories a limit kept from being watched, and what the user is to be told
+    /// (once: taken by [`notice`]).
+    notices: HashMap<PathBuf, Option<String>>,
+}
+
+/// The most directories watched in one tree: [`MAX_DIRS`], or fewer with
+/// `BERTH_WATCH_MAX_DIRS` (tests: a limit reached without a tree that large).
+fn max_dirs() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("BERTH_WATCH_MAX_DIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(MAX_DIRS, |n: usize| n.min(MAX_DIRS))
+    })
+}
+
+/// What the user is told when a limit keeps `dir` from being watched; `None` for
+/// other reasons (a nested repository, a name that is not UTF-8: said nowhere, as the
+/// snapshots stay exact and only slower).
+fn limit_notice(e: &WatchError) -> Option<String> {
+    let why = match e {
+        WatchError::TooManyDirs(n) => format!("it has more than {n} directories"),
+        WatchError::Watch {
+            source: Errno::NOSPC,
+            ..
+        } => "the kernel's inotify watch limit is reached (fs.inotify.max_user_watches)".to_owned(),
+        WatchError::Unavailable(Errno::MFILE | Errno::NFILE | Errno::NOSPC) => {
+            "the kernel's inotify instance limit is reached (fs.inotify.max_user_instances)"
+                .to_owned()
+        }
+        WatchError::Unavailable(_)
+        | WatchError::Watch { .. }
+        | WatchError::Read { .. }
+        | WatchError::NotUtf8(_)
+        | WatchError::Nested(_) => return None,
+    };
+    Some(format!(
+        "not watching this directory for changes: {why}; each run reads the whole directory \
+         instead (slower, as exact)"
+    ))
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -146,8 +187,8 @@ impl Watch {
     ) -> Result<(), WatchError> {
         let mut stack = vec![rel.to_owned()];
         while let Some(dir) = stack.pop() {
-            if self.dirs.len() >= MAX_DIRS {
-                return Err(WatchError::TooManyDirs(MAX_DIRS));
+            if self.dirs.len() >= max_dirs() {
+                return Err(WatchError::TooManyDirs(max_dirs()));
             }
             let path = self.root.join(&dir);
             let wd = match inotify::add_watch(&self.fd, &path, MASK) {
@@ -556,6 +597,7 @@ pub(super) fn begin(shadow: &Shadow) {
             slots: HashMap::new(),
             clock: 0,
             scans: HashMap::new(),
+            notices: HashMap::new(),
         });
         *reg.scans.entry(shadow.git_dir.clone()).or_default() += 1;
         reg.clock += 1;
@@ -576,6 +618,14 @@ pub(super) fn begin(shadow: &Shadow) {
         Err(e) => {
             let reason = e.to_string();
             tracing::debug!(dir = %shadow.work_tree.display(), %reason, "not watched");
+            if let ChangesError::Watch(w) = &e
+                && let Some(notice) = limit_notice(w)
+                && let Some(reg) = registry().as_mut()
+            {
+                reg.notices
+                    .entry(shadow.git_dir.clone())
+                    .or_insert(Some(notice));
+            }
             Slot::Refused { reason, scans: 0 }
         }
     };
@@ -617,6 +667,15 @@ pub fn forget(git_dir: &Path) {
     if let Some(reg) = registry().as_mut() {
         reg.slots.remove(git_dir);
     }
+}
+
+/// What the user has yet to be told of why a directory is not watched (a limit was
+/// reached): `Some` once per directory and process, then `None`.
+pub fn notice(git_dir: &Path) -> Option<String> {
+    registry()
+        .as_mut()
+        .and_then(|r| r.notices.get_mut(git_dir))
+        .and_then(Option::take)
 }
 
 /// How many full scans of a directory this process began.

@@ -228,7 +228,22 @@ pub(super) fn under_lock(
             },
         );
         match started {
-            Ok((shadow, before)) => Some((shadow, before, limits, path, identity)),
+            Ok((shadow, before)) => {
+                // Said once per directory: the snapshots are exact, only slower.
+                #[cfg(target_os = "linux")]
+                if let Some(notice) = crate::changes::watch::notice(shadow.git_dir()) {
+                    warn(
+                        events,
+                        format!("warning: {}: {notice}", place.pinned.display()),
+                    );
+                    warn(
+                        events,
+                        "hint: raise the limit, e.g. sudo sysctl fs.inotify.max_user_watches=524288"
+                            .to_owned(),
+                    );
+                }
+                Some((shadow, before, limits, path, identity))
+            }
             Err(e) => {
                 warn(
                     events,
