@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh [--json] [--quick] [--only GROUP,...]
 #
-# --only runs some of footprint, dispatch, remote, throughput, reads, postgres, micro, and leaves
+# --only runs some of footprint, dispatch, first, remote, throughput, reads, postgres, micro, and leaves
 # BENCHMARKS.md alone.
 # Build output and progress go to stderr; stdout carries only the table or the JSON.
 set -euo pipefail

@@ -591,6 +591,34 @@ const finished = (session) =>
     return t && ["succeeded", "failed", "cancelled"].includes(t.status) ? t : null;
   });
 
+uiTest("a long first snapshot shows what Berth is doing, and how far", { timeout: 120000 }, async () => {
+  // Issue 37: a plain directory of 10,000 files, every one read by the first record.
+  const dir = path.join(home, "code", "big");
+  for (let i = 0; i < 10000; i++) {
+    const sub = path.join(dir, `d${i % 50}`);
+    if (i < 50) fs.mkdirSync(sub, { recursive: true });
+    fs.writeFileSync(path.join(sub, `f${i}.txt`), `file ${i}\n`);
+  }
+  await berth(["agent", "add", "hello", "--kind", "command", "--command", "echo", "hello"]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "hello", "--title", "Big", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "go"]);
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator('.tasks tbody tr[data-status="succeeded"]').waitFor();
+  await page.locator(".transcript .ev-agent-progress").first().waitFor();
+  const shown = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-progress")].map((e) => [e.querySelector(".ev-who").textContent, e.querySelector(".ev-text").textContent]));
+  assert.ok(shown.length > 0);
+  for (const [who, text] of shown) {
+    assert.equal(who, "berth");
+    assert.match(text, /^recording ~\/code\/big: (looking for changed files|[\d,]+ of 10,000 files|writing the record)$/);
+  }
+  const { text, html } = await pageTexts(page);
+  assertPrivate("the page's text", text);
+  assertPrivate("the page's HTML", html);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 uiTest("an agent that prints $PWD and $HOME is shown with ~", { timeout: 60000 }, async () => {
   // The script lives in the fake home too, so the agent's own command is a home path.
   const dir = path.join(home, "code", "where", "deep");

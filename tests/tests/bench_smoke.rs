@@ -40,6 +40,7 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
     for (name, f) in [
         ("footprint", bench::footprint::run as fn(&Config) -> _),
         ("dispatch", bench::dispatch::run),
+        ("first", bench::first::run),
         ("throughput", bench::throughput::run),
         ("reads", bench::reads::run),
         ("remote claim", bench::remote::run),
@@ -71,6 +72,9 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
         "GET /api/v1/sessions, 5 sessions p50 (n=2)",
         "idle `berth serve` resident memory (VmRSS)",
         "long-polling daemon p50 (n=3)",
+        "first message at once after binding, POST → agent start (200-file repo) p50 (n=1)",
+        "first message after the link's snapshot, POST → agent start (200-file plain directory) p50 (n=1)",
+        "first message at once, 200-file / 20-file repo",
         "daemon polling every 1 s p50 (n=2)",
         "API round trip, PostgreSQL, 1 server p50 (n=3)",
         "API round trip, PostgreSQL, 2 replicas, alternating p50 (n=3)",

@@ -183,12 +183,12 @@ impl Shadow {
         // Before git reads anything: whatever changes from here on is newer than the
         // manifest, so the next walk cannot take it for unchanged.
         let started_ns = now_ns();
+        if !self.recorded() {
+            return self.first(limits, started_ns);
+        }
         // Watching starts before the scan reads anything, for the same reason.
         #[cfg(target_os = "linux")]
         watch::begin(self);
-        if !self.git_dir.join("berth-last").exists() {
-            return self.first(limits, started_ns);
-        }
         // Large files: those already left out (still large?), and new ones.
         let excluded: Vec<String> = std::fs::read_to_string(self.exclude_file())
             .unwrap_or_default()
@@ -310,41 +310,70 @@ impl Shadow {
         let registered = progress::register(&self.work_tree);
         let progress = &registered.progress;
         progress.phase(Phase::Listing);
-        if !self.git_dir.join("index").exists() {
-            match self.seed(limits) {
-                Ok(n) => {
-                    tracing::debug!(dir = %self.work_tree.display(), entries = n, "seeded from the repository's index")
-                }
-                Err(why) => tracing::debug!(dir = %self.work_tree.display(), %why, "not seeded"),
+        // The seed reads only the repository's index, not the directory: the watch
+        // (which must begin before the scan reads anything) starts meanwhile.
+        let seeded = std::thread::scope(|s| {
+            let seeding =
+                (!self.git_dir.join("index").exists()).then(|| s.spawn(|| self.seed(limits)));
+            #[cfg(target_os = "linux")]
+            watch::begin(self);
+            seeding.map(|h| h.join())
+        });
+        match seeded {
+            Some(Ok(Ok(n))) => {
+                tracing::debug!(dir = %self.work_tree.display(), entries = n, "seeded from the repository's index")
             }
+            Some(Ok(Err(why))) => {
+                tracing::debug!(dir = %self.work_tree.display(), %why, "not seeded")
+            }
+            Some(Err(_)) => {
+                tracing::warn!(dir = %self.work_tree.display(), "the seed's thread panicked: a full scan")
+            }
+            None => {}
         }
-        let mut gone: Vec<&[u8]> = Vec::new();
-        // Tracked there, ignored here: a full scan would not record them.
-        let ignored = if self.seeded_from().is_some() {
-            self.git_bytes([
-                "ls-files",
-                "-z",
-                "--cached",
-                "--ignored",
-                "--exclude-standard",
-            ])?
-        } else {
-            Vec::new()
-        };
-        gone.extend(ignored.split(|b| *b == 0).filter(|p| !p.is_empty()));
-        let listed = self.git_bytes([
-            "ls-files",
-            "-z",
-            "--others",
-            "--modified",
-            "--deleted",
-            "--exclude-standard",
-        ])?;
+        // Three listings at once (each reads the index; the first two also the
+        // directory): what is tracked there but ignored here (a full scan would not
+        // record it), what is new, and what changed or went since the index.
+        let seeded = self.seeded_from().is_some();
+        let (ignored, others, changed) = std::thread::scope(|s| {
+            let ignored = s.spawn(|| {
+                if seeded {
+                    self.git_bytes([
+                        "ls-files",
+                        "-z",
+                        "--cached",
+                        "--ignored",
+                        "--exclude-standard",
+                    ])
+                } else {
+                    Ok(Vec::new())
+                }
+            });
+            let changed = s.spawn(|| self.git_bytes(["ls-files", "-z", "--modified", "--deleted"]));
+            let others = self.git_bytes(["ls-files", "-z", "--others", "--exclude-standard"]);
+            let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Vec<u8>, ChangesError>>| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ChangesError::Spawn(std::io::Error::other(
+                        "a listing's thread panicked",
+                    )))
+                })
+            };
+            (joined(ignored), others, joined(changed))
+        });
+        let (ignored, others, changed) = (ignored?, others?, changed?);
+        let mut gone: Vec<&[u8]> = ignored
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let tracked_ignored: std::collections::HashSet<&[u8]> = gone.iter().copied().collect();
+        let listed: Vec<u8> = [others, changed].concat();
         let paths: std::collections::BTreeSet<&[u8]> = listed
             .split(|b| *b == 0)
             .filter(|p| !p.is_empty())
             // A nested repository is listed as `dir/`: it is recorded as a link.
             .map(|p| p.strip_suffix(b"/").unwrap_or(p))
+            // Tracked there but ignored here: left out, changed or not.
+            .filter(|p| !tracked_ignored.contains(p))
             .collect();
         let mut update: Vec<&[u8]> = Vec::new();
         let mut large = Vec::new();

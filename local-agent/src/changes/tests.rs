@@ -227,6 +227,7 @@ mod seeded {
         write(dir, "new/untracked.txt", "new\n");
         write(dir, "debug.log", "ignored\n");
         write(dir, "target/out.o", "ignored dir\n");
+        write(dir, "forced.log", "tracked although ignored, and changed\n");
         write(dir, "staged.txt", "staged only\n");
         git(dir, &["add", "staged.txt"]);
         write(dir, "staged.txt", "staged, then changed\n");

@@ -6,6 +6,7 @@
 //! so they cannot rot. Timings are reported here, never asserted.
 
 pub mod dispatch;
+pub mod first;
 pub mod footprint;
 pub mod http;
 pub mod micro;
@@ -51,6 +52,10 @@ pub struct Config {
     /// Criterion's `--warm-up-time` and `--measurement-time` for core and native, in
     /// seconds; `None` skips the micro benchmarks.
     pub criterion: Option<CriterionTimes>,
+    /// The first message in a big directory (issue 37): repository sizes in files
+    /// (the largest also as a plain directory), and fresh servers per size.
+    pub first_files: Vec<usize>,
+    pub first_reps: usize,
     /// The workspace root (Cargo.toml, target/, web/ui/pkg).
     pub workspace: PathBuf,
 }
@@ -90,6 +95,8 @@ impl Config {
                 native_measure: 3,
                 big_worktree: true,
             }),
+            first_files: vec![1_000, 10_000, 100_000],
+            first_reps: 3,
             workspace: workspace_root(),
         }
     }
@@ -114,6 +121,8 @@ impl Config {
                 native_measure: 1,
                 big_worktree: false,
             }),
+            first_files: vec![1_000, 10_000],
+            first_reps: 1,
             ..Config::full()
         }
     }
@@ -136,6 +145,8 @@ impl Config {
             pg_sessions: 2,
             pg_messages: 2,
             criterion: None,
+            first_files: vec![20, 200],
+            first_reps: 1,
             workspace: workspace_root(),
         }
     }
@@ -303,9 +314,10 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
 }
 
 /// The benchmark groups, in the order they run.
-pub const GROUPS: [&str; 7] = [
+pub const GROUPS: [&str; 8] = [
     "footprint",
     "dispatch",
+    "first",
     "remote",
     "throughput",
     "reads",
@@ -325,6 +337,9 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
     if wanted("dispatch") {
         rows.extend(guarded("dispatch", || dispatch::run(cfg)));
+    }
+    if wanted("first") {
+        rows.extend(guarded("first", || first::run(cfg)));
     }
     if wanted("remote") {
         rows.extend(guarded("remote claim", || remote::run(cfg)));
@@ -398,6 +413,14 @@ pub fn notes() -> Vec<String> {
          \"flat in size\" is held as: in-place prepare + cleanup at 20,000 files within \
          1.5× of 1,000 files. `--quick` skips the 20,000-file worktree (about 20 s an \
          iteration on this machine, at least 10 iterations).",
+        "**first**: the first message in a big directory (issue 37). Each sample is a \
+         fresh `berth serve` (a fresh home: no record of the directory) that binds a \
+         directory in place over the API and posts the first message: at once (the \
+         link's background snapshot not done yet, the message waits for it), or once that \
+         snapshot is done. The agent is `date +%s%N`, so its output is the moment it \
+         started; a sample is that moment minus the wall clock read just before the \
+         POST. Repositories are committed and clean, as after a clone: small files, 20 to \
+         a directory; the plain directory is the same files without `.git`.",
         "Medians and percentiles are nearest-rank over all samples; nothing is discarded.",
     ]
     .map(str::to_owned)

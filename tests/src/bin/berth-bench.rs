@@ -1,7 +1,7 @@
 //! `berth-bench [--json] [--quick] [--markdown PATH] [--only GROUP,...]`: runs Berth's
 //! benchmarks against the release `berth` named by `BERTH_BIN`, prints a table (or one
 //! JSON document), and writes `BENCHMARKS.md`. `scripts/bench.sh` builds everything
-//! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `remote`,
+//! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `first`, `remote`,
 //! `throughput`, `reads`, `postgres`, `micro`) and writes no page unless `--markdown`
 //! names one.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.

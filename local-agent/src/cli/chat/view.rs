@@ -422,6 +422,57 @@ mod tests {
         json!({"seq": seq, "task_id": task, "payload": payload})
     }
 
+    /// Issue 37: a long first snapshot's progress is one line, brought up to date.
+    #[test]
+    fn progress_is_one_line_kept_up_to_date() {
+        let mut v = View {
+            session: json!({"id": "0193abcdef", "agent": "a", "binding": null}),
+            ..View::default()
+        };
+        let progress = |text: &str, done: u64| json!({"type": "progress", "text": text, "done": done, "total": 100_000});
+        v.event(
+            "message",
+            &ev(1, "t1", json!({"origin": "desktop", "text": "go"})),
+        );
+        v.event(
+            "agent",
+            &ev(
+                2,
+                "t1",
+                progress("recording ~/code/mono: looking for changed files", 0),
+            ),
+        );
+        v.event(
+            "agent",
+            &ev(
+                3,
+                "t1",
+                progress("recording ~/code/mono: 41,000 of 100,000 files", 41_000),
+            ),
+        );
+        v.event(
+            "agent",
+            &ev(
+                4,
+                "t1",
+                progress("recording ~/code/mono: 99,000 of 100,000 files", 99_000),
+            ),
+        );
+        v.event(
+            "agent",
+            &ev(5, "t1", json!({"type": "text", "text": "hello"})),
+        );
+        let texts: Vec<&str> = v.lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "you › go",
+                "recording ~/code/mono: 99,000 of 100,000 files",
+                "hello"
+            ]
+        );
+    }
+
     #[test]
     fn events_fold_into_lines_and_active_tasks() {
         let mut v = View {
