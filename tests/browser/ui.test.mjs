@@ -593,7 +593,7 @@ const finished = (session) =>
 
 uiTest("a long first snapshot shows what Berth is doing, and how far", { timeout: 120000 }, async () => {
   // Issue 37: a plain directory of 10,000 files, every one read by the first record.
-  const dir = path.join(home, "code", "big");
+  const dir = path.join(home, "code", "huge");
   for (let i = 0; i < 10000; i++) {
     const sub = path.join(dir, `d${i % 50}`);
     if (i < 50) fs.mkdirSync(sub, { recursive: true });
@@ -610,7 +610,7 @@ uiTest("a long first snapshot shows what Berth is doing, and how far", { timeout
   assert.ok(shown.length > 0);
   for (const [who, text] of shown) {
     assert.equal(who, "berth");
-    assert.match(text, /^recording ~\/code\/big: (looking for changed files|[\d,]+ of 10,000 files|writing the record)$/);
+    assert.match(text, /^recording ~\/code\/huge: (looking for changed files|[\d,]+ of 10,000 files|writing the record)$/);
   }
   const { text, html } = await pageTexts(page);
   assertPrivate("the page's text", text);

@@ -186,6 +186,8 @@ impl Shadow {
         if !self.recorded() {
             return self.first(limits, started_ns);
         }
+        // A full scan of a large directory takes a while too: said, without a count.
+        let _registered = progress::register(&self.work_tree);
         // Watching starts before the scan reads anything, for the same reason.
         #[cfg(target_os = "linux")]
         watch::begin(self);
@@ -419,7 +421,13 @@ impl Shadow {
         progress.total(update.len() as u64);
         if self.feed_updates(&update, progress).is_err() {
             // A file changed under the scan (say, became unreadable): git's own way.
-            self.git(["add", "-A", "--ignore-errors"])?;
+            self.git([
+                "-c",
+                "core.bigFileThreshold=1",
+                "add",
+                "-A",
+                "--ignore-errors",
+            ])?;
         }
         progress.phase(Phase::Writing);
         if let Err(e) = self.pack_trees() {
@@ -439,6 +447,9 @@ impl Shadow {
         }
         let mut child = self
             .command()
+            // Every new blob into one pack as it is read (git's bulk check-in, as for
+            // a large file), not one file each: thousands of files a second more.
+            .args(["-c", "core.bigFileThreshold=1"])
             .args(["update-index", "--add", "--remove", "-z", "--stdin"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -449,6 +460,10 @@ impl Shadow {
                 "git took no input",
             )));
         };
+        // A small pipe: the count is what git has taken, give or take a page of paths
+        // (64 KB would be thousands ahead of it).
+        #[cfg(target_os = "linux")]
+        let _ = rustix::pipe::fcntl_setpipe_size(&stdin, 4096);
         let mut stdin = std::io::BufWriter::with_capacity(4096, stdin);
         for (i, p) in paths.iter().enumerate() {
             if stdin
@@ -474,7 +489,12 @@ impl Shadow {
     /// Writes every tree of the shadow index as one pack (a first snapshot's thousands
     /// of trees cost seconds as loose objects); `write-tree` then finds them there.
     fn pack_trees(&self) -> Result<(), String> {
-        let bytes = std::fs::read(self.git_dir.join("index")).map_err(|e| e.to_string())?;
+        let file = self.git_dir.join("index");
+        if !file.exists() {
+            // Nothing recorded: the empty tree, which git writes itself.
+            return Ok(());
+        }
+        let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
         let parsed = index::parse(&bytes).map_err(|e| e.to_string())?;
         let trees = index::trees(&parsed.entries).ok_or("an entry no tree holds")?;
         self.git_input(["index-pack", "--stdin"], &index::pack(&trees), None)
