@@ -58,6 +58,15 @@ ensure_macos_cross() {
 }
 
 # tmux drives `berth chat` through a real pseudo-terminal in tests/tests/chat.rs.
+# `systemd-analyze verify` checks the unit `berth service install --print` writes
+# (tests/tests/ops.rs); Debian ships it in the systemd package.
+ensure_systemd_analyze() {
+  if ! command -v systemd-analyze >/dev/null; then
+    say "installing systemd-analyze from Debian's packages"
+    apt_install systemd
+  fi
+}
+
 ensure_tmux() {
   if ! command -v tmux >/dev/null; then
     say "installing tmux from Debian's packages"

@@ -15,6 +15,7 @@ ensure_wasm_toolchain
 ensure_node
 ensure_agent_clis
 ensure_tmux
+ensure_systemd_analyze
 ensure_postgres
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy

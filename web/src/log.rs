@@ -17,6 +17,57 @@ use tracing::{Event, Metadata, Subscriber};
 /// `off`.
 pub const LOG_VAR: &str = "BERTH_LOG";
 
+/// The variable that sets the format: `text` (the default) or `json` (one object a
+/// line: `time`, `level`, `target`, `message`, `fields`), for log collectors.
+pub const FORMAT_VAR: &str = "BERTH_LOG_FORMAT";
+
+/// How each event is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Why `BERTH_LOG` or `BERTH_LOG_FORMAT` was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogSetting {
+    #[error(transparent)]
+    Level(#[from] BadLevel),
+    #[error("{FORMAT_VAR}={given:?} is not a format")]
+    Format { given: String },
+}
+
+impl LogSetting {
+    pub fn hint(&self) -> &'static str {
+        match self {
+            LogSetting::Level(b) => b.hint(),
+            LogSetting::Format { .. } => "use text or json",
+        }
+    }
+}
+
+/// The level and format the variables name (`default` and text when unset).
+///
+/// # Errors
+/// A variable holds something else.
+pub fn settings_from_env(default: LevelFilter) -> Result<(LevelFilter, Format), LogSetting> {
+    let level = level_from_env(default)?;
+    let format = parse_format(std::env::var(FORMAT_VAR).ok().as_deref())?;
+    Ok((level, format))
+}
+
+fn parse_format(v: Option<&str>) -> Result<Format, LogSetting> {
+    Ok(match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "text") => Format::Text,
+        Some("json") => Format::Json,
+        Some(_) => {
+            return Err(LogSetting::Format {
+                given: v.unwrap_or_default().to_owned(),
+            });
+        }
+    })
+}
+
 /// Why `BERTH_LOG` was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{LOG_VAR}={given:?} is not a level")]
@@ -59,12 +110,13 @@ fn parse_level(v: &str) -> Result<LevelFilter, BadLevel> {
 
 /// Sends every event at `level` or more severe to standard error, for the rest of the
 /// process. Does nothing if a subscriber is already set (a test harness's, say).
-pub fn init(level: LevelFilter) {
+pub fn init(level: LevelFilter, format: Format) {
     if level == LevelFilter::OFF {
         return;
     }
     let log = LineLog {
         level,
+        format,
         sink: Box::new(|line| {
             // One write per line, so that lines from several threads never interleave.
             let _ = std::io::stderr().lock().write_all(line.as_bytes());
@@ -76,6 +128,7 @@ pub fn init(level: LevelFilter) {
 /// One line per event: time, level, where it comes from, its message and fields.
 struct LineLog {
     level: LevelFilter,
+    format: Format,
     sink: Box<dyn Fn(&str) + Send + Sync>,
 }
 
@@ -99,6 +152,19 @@ impl Subscriber for LineLog {
 
     fn event(&self, event: &Event<'_>) {
         let meta = event.metadata();
+        if self.format == Format::Json {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let doc = serde_json::json!({
+                "time": crate::clock::now(),
+                "level": meta.level().as_str(),
+                "target": meta.target(),
+                "message": fields.message,
+                "fields": fields.fields,
+            });
+            (self.sink)(&format!("{doc}\n"));
+            return;
+        }
         let mut line = format!(
             "{} {} {}:",
             crate::clock::now(),
@@ -113,6 +179,52 @@ impl Subscriber for LineLog {
     fn enter(&self, _: &Id) {}
 
     fn exit(&self, _: &Id) {}
+}
+
+/// An event's message and fields, as JSON values (numbers and booleans as such).
+#[derive(Default)]
+struct Fields {
+    message: String,
+    fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Fields {
+    fn put(&mut self, field: &Field, value: serde_json::Value) {
+        if field.name() == "message" {
+            self.message = match value.as_str() {
+                Some(s) => s.to_owned(),
+                None => value.to_string(),
+            };
+        } else {
+            self.fields.insert(field.name().to_owned(), value);
+        }
+    }
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, value.into());
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
 }
 
 /// Appends an event's fields: the message as it is, the others as `name=value`.
@@ -156,6 +268,7 @@ mod tests {
         let seen = lines.clone();
         let log = LineLog {
             level: LevelFilter::INFO,
+            format: Format::Text,
             sink: Box::new(move |l| seen.lock().unwrap().push(l.to_owned())),
         };
         tracing::subscriber::with_default(log, || {
@@ -178,5 +291,44 @@ mod tests {
             "{:?}",
             lines[1]
         );
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each_with_typed_fields() {
+        use std::sync::{Arc, Mutex};
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = lines.clone();
+        let log = LineLog {
+            level: LevelFilter::INFO,
+            format: Format::Json,
+            sink: Box::new(move |l| seen.lock().unwrap().push(l.to_owned())),
+        };
+        tracing::subscriber::with_default(log, || {
+            tracing::warn!(task = %"t1", tries = 3, ok = false, "could not record \"events\"\nagain");
+            tracing::debug!("not at this level");
+        });
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].ends_with('\n') && lines[0].matches('\n').count() == 1);
+        let doc: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(doc["level"], "WARN");
+        assert_eq!(doc["target"], "berth_web::log::tests");
+        assert_eq!(doc["message"], "could not record \"events\"\nagain");
+        assert_eq!(
+            doc["fields"],
+            serde_json::json!({"task": "t1", "tries": 3, "ok": false})
+        );
+        assert!(doc["time"].as_str().unwrap().ends_with('Z'), "{doc}");
+    }
+
+    #[test]
+    fn the_format_is_text_or_json_and_anything_else_is_refused() {
+        assert_eq!(parse_format(None), Ok(Format::Text));
+        assert_eq!(parse_format(Some("")), Ok(Format::Text));
+        assert_eq!(parse_format(Some("json")), Ok(Format::Json));
+        assert_eq!(parse_format(Some(" JSON ")), Ok(Format::Json));
+        let bad = parse_format(Some("yaml")).unwrap_err();
+        assert_eq!(bad.to_string(), "BERTH_LOG_FORMAT=\"yaml\" is not a format");
+        assert_eq!(bad.hint(), "use text or json");
     }
 }

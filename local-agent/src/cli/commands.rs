@@ -50,6 +50,7 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         | Command::Trust(_)
         | Command::Completions { .. }
         | Command::Chat(_)
+        | Command::Service(_)
         | Command::Settings(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",

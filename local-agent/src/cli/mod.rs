@@ -7,6 +7,7 @@ mod client;
 mod commands;
 mod daemon;
 mod serve;
+mod service;
 mod settings;
 mod setup;
 mod trust;
@@ -84,6 +85,38 @@ pub enum Command {
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
+    /// Start `berth serve` at login: a systemd user unit (Linux) or a launchd agent
+    /// (macOS), restarted when it fails.
+    #[command(subcommand)]
+    Service(ServiceCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCmd {
+    /// Write the unit, enable it and start it (replacing one written before).
+    Install {
+        /// Print the unit instead of installing it.
+        #[arg(long)]
+        print: bool,
+        /// With --print: the unit for this service manager (default: this machine's).
+        #[arg(long, value_enum, requires = "print")]
+        manager: Option<service::Manager>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop and disable the service, and remove its unit.
+    Uninstall {
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether the unit is installed, enabled and running.
+    Status {
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -482,6 +515,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Trust(args) => trust::run(cli.home, args),
         Command::Settings(cmd) => settings::run(cli.home, cmd),
         Command::Chat(args) => chat::run(cli.home, args),
+        Command::Service(cmd) => service::run(cli.home, cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             use std::io::Write;
@@ -524,6 +558,11 @@ impl Command {
                 ..
             }) => *json,
             Command::Check { json, .. } | Command::Send { json, .. } => *json,
+            Command::Service(
+                ServiceCmd::Install { json, .. }
+                | ServiceCmd::Uninstall { json }
+                | ServiceCmd::Status { json },
+            ) => *json,
             Command::Chat(args) => args.json,
             Command::Trust(TrustArgs {
                 command: Some(TrustCmd::List { json }),

@@ -24,9 +24,10 @@ pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
 /// warnings and errors on stderr (the store retrying, a daemon going offline);
 /// `BERTH_LOG` changes how much.
 pub(super) fn init_log() -> Result<(), CliError> {
-    let level = berth_web::log::level_from_env(tracing::level_filters::LevelFilter::WARN)
-        .map_err(|e| CliError::usage(e.to_string(), e.hint()))?;
-    berth_web::log::init(level);
+    let (level, format) =
+        berth_web::log::settings_from_env(tracing::level_filters::LevelFilter::WARN)
+            .map_err(|e| CliError::usage(e.to_string(), e.hint()))?;
+    berth_web::log::init(level, format);
     Ok(())
 }
 

@@ -151,8 +151,8 @@ async fn main() -> ExitCode {
     };
     // A server's own account of itself (leadership, the database going away and
     // coming back, daemons going offline) on stderr; BERTH_LOG changes how much.
-    match berth_web::log::level_from_env(tracing::level_filters::LevelFilter::INFO) {
-        Ok(level) => berth_web::log::init(level),
+    match berth_web::log::settings_from_env(tracing::level_filters::LevelFilter::INFO) {
+        Ok((level, format)) => berth_web::log::init(level, format),
         Err(e) => {
             eprintln!("error: {e}\nhint: {}", e.hint());
             return ExitCode::from(2);
