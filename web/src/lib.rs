@@ -15,6 +15,7 @@ pub mod log;
 pub mod net;
 pub mod peer;
 pub mod private;
+pub mod probe;
 pub mod scheduler;
 pub mod secret;
 pub mod server;

@@ -9,7 +9,7 @@ use crate::executor::Executor;
 use crate::hooks::{ChannelConfig, Channels, Replier};
 use crate::net::listener::WebListener;
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::store::{Recovery, Store, StoreError};
+use crate::store::{LockSeen, Recovery, Store, StoreError};
 use berth_core::{Context, LocalPath, Platform};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, TryLockError};
@@ -138,6 +138,12 @@ impl InstanceLock {
 /// How often a process that does not lead tries to (the leader's lock is free as soon
 /// as its connection closes).
 pub const LEAD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often a process that does not lead looks at the leader's lock: a resigning
+/// leader is replaced within this.
+pub const LEAD_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a shutdown waits for the store (the tasks' records, the leadership given
+/// up) when the database does not answer: then it goes on without.
+pub const STORE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A running server's parts.
 #[derive(Debug)]
@@ -150,6 +156,8 @@ pub struct Server {
     /// What the operator should know about the chat channels' configuration.
     channel_warnings: Vec<String>,
     closing: Arc<watch::Sender<bool>>,
+    /// Turns `true` first at shutdown: `/readyz` answers 503.
+    draining: Arc<watch::Sender<bool>>,
     /// On a database other processes may share (PostgreSQL).
     shared: bool,
     _lock: InstanceLock,
@@ -159,15 +167,52 @@ pub struct Server {
 #[derive(Debug, Clone)]
 pub struct ShutdownHandle {
     scheduler: Scheduler,
+    store: Store,
+    draining: Arc<watch::Sender<bool>>,
     closing: Arc<watch::Sender<bool>>,
+    /// On a database other processes share: tasks on daemons are left to the next
+    /// leader, and the scheduler's wait is bounded.
+    shared: bool,
 }
 
 impl ShutdownHandle {
-    /// Stops scheduling, stops running agents (executors restore their directories),
-    /// records their tasks `interrupted`, then ends live streams and the listeners.
-    /// Queued tasks stay queued for the next start.
+    /// In this order:
+    /// 1. `/readyz` answers 503 and daemon calls are turned away (they retry, and
+    ///    reach the next leader);
+    /// 2. scheduling stops; agents on this server's own executor are stopped (the
+    ///    executor restores their directories) and their tasks recorded
+    ///    `interrupted`; a task on a daemon goes on there, and whoever leads next
+    ///    carries on with it;
+    /// 3. on PostgreSQL, the leadership is given up at once ([`Store::resign`]);
+    /// 4. live streams end (with a `retry:` hint) and the listeners stop accepting.
+    ///
+    /// Queued tasks stay queued for the next leader or the next start. On a shared
+    /// database, the store's part is bounded by [`STORE_GRACE`] each: a database that
+    /// does not answer does not hold the shutdown.
     pub async fn shutdown(&self) {
-        self.scheduler.shutdown().await;
+        self.draining.send_replace(true);
+        if self.shared {
+            self.scheduler.hand_over();
+            if tokio::time::timeout(STORE_GRACE, self.scheduler.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the scheduler did not stop in time (is the database away?); going on"
+                );
+            }
+            match tokio::time::timeout(STORE_GRACE, self.store.resign()).await {
+                Ok(Ok(())) => tracing::info!("gave up the leadership"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not give up the leadership; it goes with the connection")
+                }
+                Err(_) => tracing::warn!(
+                    "the database did not answer; the leadership goes with the connection"
+                ),
+            }
+        } else {
+            self.scheduler.shutdown().await;
+        }
         self.closing.send_replace(true);
     }
 }
@@ -264,6 +309,7 @@ impl Server {
             scheduler.notify(session);
         }
         let (closing, closed) = watch::channel(false);
+        let (draining, drains) = watch::channel(false);
         Ok(Server {
             home: home.to_owned(),
             state: AppState {
@@ -271,6 +317,7 @@ impl Server {
                 scheduler,
                 display: Arc::new(display),
                 closing: closed,
+                draining: drains,
                 channels,
                 daemons,
                 http,
@@ -279,6 +326,7 @@ impl Server {
             executor_notes,
             channel_warnings,
             closing: Arc::new(closing),
+            draining: Arc::new(draining),
             shared,
             _lock: lock,
         })
@@ -332,6 +380,7 @@ impl Server {
             return lost;
         }
         let state = self.state.clone();
+        let draining = self.state.draining.clone();
         let local = state.scheduler.executor().map(|e| e.machine().0);
         let first = state.store.try_lead(&url).await;
         let first_led: Result<bool, ()> = first.as_ref().map(|b| *b).map_err(|_| ());
@@ -344,16 +393,29 @@ impl Server {
             );
             let mut attempt = Some(first);
             // A leader that lost its connection (the database restarted) takes the lock
-            // back within a fraction of a second: only a lock seen free twice, a
-            // [`LEAD_RETRY`] apart, is the leader's death.
-            let mut free_before = false;
+            // back within a fraction of a second: only a lock seen free for a
+            // [`LEAD_RETRY`] is the leader's death. A leader that resigned (it is
+            // shutting down) is replaced at the next look.
+            let mut free_since: Option<std::time::Instant> = None;
             loop {
+                if *draining.borrow() {
+                    return;
+                }
                 let result = match attempt.take() {
                     Some(r) => r,
                     None => match store.leader_lock_free().await {
-                        Ok(true) if free_before => store.try_lead(&url).await,
-                        Ok(free) => {
-                            free_before = free;
+                        Ok(LockSeen::Resigned) => store.try_lead(&url).await,
+                        Ok(LockSeen::Free)
+                            if free_since.is_some_and(|t| t.elapsed() >= LEAD_RETRY) =>
+                        {
+                            store.try_lead(&url).await
+                        }
+                        Ok(LockSeen::Free) => {
+                            free_since.get_or_insert_with(std::time::Instant::now);
+                            Ok(false)
+                        }
+                        Ok(LockSeen::Held) => {
+                            free_since = None;
                             Ok(false)
                         }
                         Err(e) => Err(e),
@@ -363,7 +425,7 @@ impl Server {
                     Ok(true) => break,
                     Ok(false) => {
                         wait.reset();
-                        LEAD_RETRY
+                        LEAD_POLL
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot take part in the leader election; retrying");
@@ -407,6 +469,11 @@ impl Server {
             // holding it by then leads: this one stops.
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                if *draining.borrow() {
+                    // Shutting down: the leadership is given up (`ShutdownHandle`), not
+                    // taken back.
+                    return;
+                }
                 if store.leads() {
                     continue;
                 }
@@ -437,7 +504,10 @@ impl Server {
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle {
             scheduler: self.state.scheduler.clone(),
+            store: self.state.store.clone(),
+            draining: self.draining.clone(),
             closing: self.closing.clone(),
+            shared: self.shared,
         }
     }
 

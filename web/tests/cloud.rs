@@ -348,3 +348,16 @@ async fn daemons_on_the_cloud_server_never_run_in_place() {
         .count();
     assert_eq!(texts, 2, "the message and one agent line: {events:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balancer_checks_health_without_a_token_and_the_api_still_wants_one() {
+    let (_home, _server, addr, _token) = cloud().await;
+    for (path, want) in [("/healthz", "ok\n"), ("/readyz", "ready\n")] {
+        let r = call(addr, "GET", path, None, None).await;
+        assert_eq!((r.status, r.text.as_str()), (200, want), "{path}");
+    }
+    for path in ["/api/v1/health", "/api/v1/sessions", "/api/v1/capabilities"] {
+        let r = call(addr, "GET", path, None, None).await;
+        assert_eq!(r.status, 401, "{path}: {}", r.text);
+    }
+}

@@ -67,8 +67,30 @@ pub(super) fn router(app: AppState, control: Router) -> Router {
         .route(&format!("{p}/tasks/{{id}}/events"), post(events))
         .route(&format!("{p}/tasks/{{id}}/finish"), post(finish))
         .route(&format!("{p}/api/{{*rest}}"), any(forward))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.draining.clone(),
+            turn_away_while_draining,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(DaemonCtx { app, control })
+}
+
+/// A server shutting down hears no more from daemons: what they report (events, a
+/// finish, a claim) goes to whoever leads next, so that only one process records a
+/// task. 503 `unavailable` with `Retry-After`: the daemon retries, through the
+/// balancer, and reaches the next leader.
+async fn turn_away_while_draining(
+    State(draining): State<tokio::sync::watch::Receiver<bool>>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if *draining.borrow() {
+        return ApiError::from(crate::store::StoreError::Unavailable(
+            "this berth-server is shutting down; another one carries on".to_owned(),
+        ))
+        .into_response();
+    }
+    next.run(req).await
 }
 
 async fn register(
@@ -149,8 +171,12 @@ async fn claim(
         .wait_ms
         .map_or(cap, |ms| Duration::from_millis(ms).min(cap));
     let deadline = Instant::now() + wait;
-    let mut closing = ctx.app.closing.clone();
+    // Shutting down: nothing more is handed out here (the next leader does).
+    let mut draining = ctx.app.draining.clone();
     loop {
+        if *draining.borrow() {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
         let wake = daemons.claim_wake(&caller, &req.instance)?;
         let notified = wake.notified();
         tokio::pin!(notified);
@@ -172,7 +198,7 @@ async fn claim(
         tokio::select! {
             () = &mut notified => {}
             () = tokio::time::sleep_until(deadline) => return Ok(StatusCode::NO_CONTENT.into_response()),
-            _ = closing.wait_for(|c| *c) => return Ok(StatusCode::NO_CONTENT.into_response()),
+            _ = draining.wait_for(|c| *c) => return Ok(StatusCode::NO_CONTENT.into_response()),
         }
     }
 }

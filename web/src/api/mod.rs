@@ -25,6 +25,7 @@ mod binding;
 mod daemons;
 mod forward;
 mod handlers;
+pub mod health;
 mod members;
 mod redact;
 mod sse;
@@ -91,6 +92,9 @@ pub struct AppState {
     pub display: Arc<Context>,
     /// Turns `true` when the server shuts down: live event streams end.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Turns `true` first when the server shuts down: `/readyz` answers 503 and daemon
+    /// calls are turned away (see `ShutdownHandle::shutdown`).
+    pub draining: tokio::sync::watch::Receiver<bool>,
     /// The chat webhooks' state.
     pub channels: Arc<crate::hooks::Channels>,
     /// Remote daemons: tokens, and the machines online.
@@ -178,9 +182,10 @@ fn finish(routes: Router<Ctx>, app: AppState, surface: Surface) -> Router {
         .with_state(ctx)
 }
 
-/// Every route, for the control socket.
+/// Every route, for the control socket, and the health checks.
 pub fn control_router(app: AppState) -> Router {
-    finish(all_routes(), app, Surface::Control)
+    let health = health::router(app.clone());
+    finish(all_routes(), app, Surface::Control).merge(health)
 }
 
 /// The daemon routes ([`crate::daemon::wire`]), when the server accepts daemons:
@@ -208,6 +213,7 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app);
+    let health = health::router(app.clone());
     let display = app.display.clone();
     finish(read_routes(), app, Surface::Web)
         .layer(axum::middleware::from_fn_with_state(
@@ -218,6 +224,7 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
         .layer(axum::middleware::from_fn_with_state(guard, auth::guard))
         .merge(hooks)
         .merge(daemons)
+        .merge(health)
 }
 
 /// Every route, for `berth-server`, a team's server: each request is a member's, by
@@ -234,6 +241,7 @@ pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
     });
     let hooks = crate::hooks::hooks_router(app.channels.clone());
     let daemons = daemon_routes(&app);
+    let health = health::router(app.clone());
     let leader = app.clone();
     finish(all_routes().merge(member_routes()), app, Surface::Cloud)
         .merge(crate::ui::ui_router())
@@ -244,4 +252,6 @@ pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
             leader,
             forward::to_leader,
         ))
+        // This replica's own health, never the leader's.
+        .merge(health)
 }

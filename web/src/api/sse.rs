@@ -49,7 +49,14 @@ struct Feed {
     /// The remote machines, whose homes the display shows as `~`.
     daemons: crate::daemon::Daemons,
     closing: tokio::sync::watch::Receiver<bool>,
+    /// The server is shutting down and the last word (the `retry:` hint) was sent.
+    ended: bool,
 }
+
+/// What a stream ended by a shutdown tells the client (`retry:`, in milliseconds):
+/// reconnect soon, with `Last-Event-ID` — another replica, or this one started again,
+/// carries on from there.
+pub const RETRY_AFTER_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
     let mut payload = ev.payload.clone();
@@ -97,6 +104,9 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
 
 /// The next event to send, or `None` when the stream ends.
 async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
+    if feed.ended {
+        return None;
+    }
     loop {
         if let Some(ev) = feed.backlog.pop_front() {
             if ev.seq <= feed.last {
@@ -124,8 +134,15 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
             continue;
         }
         let received = tokio::select! {
-            r = feed.live.recv() => r,
-            _ = feed.closing.wait_for(|c| *c) => return None,
+            r = feed.live.recv() => Some(r),
+            _ = feed.closing.wait_for(|c| *c) => None,
+        };
+        let Some(received) = received else {
+            feed.ended = true;
+            let last = Event::default()
+                .retry(RETRY_AFTER_SHUTDOWN)
+                .comment("the server is shutting down; reconnect");
+            return Some((Ok(last), feed));
         };
         match received {
             // Another process stored events: read them.
@@ -188,6 +205,7 @@ pub(crate) fn feed_from(
         display: ctx.app.display.clone(),
         daemons: ctx.app.daemons.clone(),
         closing: ctx.app.closing.clone(),
+        ended: false,
     };
     futures_util::stream::unfold(feed, next)
 }

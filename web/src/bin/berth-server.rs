@@ -27,6 +27,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
                     [--database postgres://USER:PASSWORD@HOST:PORT/DB [--advertise URL]]
        berth-server member|audit … (berth-server member --help)
+       berth-server healthcheck [URL] (GET, default http://127.0.0.1:4733/healthz; exit 0 on 200) | --version
 BERTH_LOG=error|warn|info|debug|trace|off: what it reports on stderr (default info)";
 const DEFAULT_LISTEN: &str = "127.0.0.1:4733";
 
@@ -116,6 +117,15 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    // A container's health check (no curl in a scratch image), and the version.
+    match argv.first().map(String::as_str) {
+        Some("healthcheck") => return berth_web::probe::main(&argv[1..]),
+        Some("--version" | "-V") => {
+            println!("berth-server {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some(_) | None => {}
+    }
     if berth_web::admin::is_admin_command(argv.first().map(String::as_str)) {
         if argv.iter().any(|a| a == "--help" || a == "-h") {
             println!("{}", berth_web::admin::USAGE);
@@ -254,11 +264,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let stop = server.shutdown_handle();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let (signalled, mut stopping) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        tracing::info!("shutting down: not ready, handing over, closing the listener");
+        let _ = signalled.send(());
         stop.shutdown().await;
     });
     // The accept loop runs as a task on the runtime's workers, which the listener's
@@ -276,6 +289,22 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let _ = served.await;
             return Err(format!("this berth-server stopped leading ({why}); start it again to rejoin as a replica").into());
         }
+        Ok(()) = &mut stopping => {
+            // A shutdown: whatever it waits for (the database, a slow client), the
+            // process is gone within SHUTDOWN_BOUND, and exits 0.
+            match tokio::time::timeout(SHUTDOWN_BOUND, &mut served).await {
+                Ok(served) => served.map_err(std::io::Error::other)??,
+                Err(_) => tracing::warn!(
+                    bound_s = SHUTDOWN_BOUND.as_secs(),
+                    "the shutdown took too long; exiting with connections still open"
+                ),
+            }
+        }
     }
     Ok(())
 }
+
+/// How long a shutdown may take, from the signal to the exit. Within it: the
+/// scheduler's stop and the leadership given up (each bounded by
+/// `berth_web::server::STORE_GRACE`), then the open connections' last answers.
+const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);

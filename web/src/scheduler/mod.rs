@@ -79,6 +79,9 @@ struct Inner {
     /// cancel never misses a run that is starting.
     running: tokio::sync::Mutex<HashMap<TaskId, Run>>,
     stopping: AtomicBool,
+    /// `true` once this process hands its work over to the next leader: runs on
+    /// daemons are left going, unrecorded here ([`Scheduler::hand_over`]).
+    handing_over: watch::Sender<bool>,
     workers: watch::Sender<usize>,
     observers: Mutex<Vec<Arc<dyn TaskObserver>>>,
     daemons: OnceLock<Arc<dyn RemoteMachines>>,
@@ -104,6 +107,8 @@ impl Inner {
 struct Run {
     cancel: watch::Sender<bool>,
     interrupted: Arc<AtomicBool>,
+    /// On a daemon: at a hand-over ([`Scheduler::hand_over`]) it goes on there.
+    remote: bool,
 }
 
 /// Whether a worker goes on with its session after a task.
@@ -177,6 +182,7 @@ impl Scheduler {
             sessions: Mutex::new(HashMap::new()),
             running: tokio::sync::Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            handing_over: watch::channel(false).0,
             workers: watch::channel(0).0,
             observers: Mutex::new(Vec::new()),
             daemons: OnceLock::new(),
@@ -283,6 +289,7 @@ impl Scheduler {
                 Run {
                     cancel: cancel_tx,
                     interrupted: interrupted.clone(),
+                    remote: true,
                 },
             );
             let first = Resumed {
@@ -353,14 +360,26 @@ impl Scheduler {
         }
     }
 
+    /// Before [`Scheduler::shutdown`], on a database other processes share: nothing
+    /// more starts here, and the tasks running on daemons are left to them and to the
+    /// next leader, which carries on with them as after a crash (`Store::recover`
+    /// adopts them). Their workers leave without recording anything, so the next
+    /// leader is the only one that does.
+    pub fn hand_over(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        self.inner.handing_over.send_replace(true);
+    }
+
     /// Stops scheduling, tells every running task to stop, and waits until every
     /// executor has returned (directories restored). Stopped tasks end `interrupted`;
-    /// tasks not started stay `queued` for the next start.
+    /// tasks not started stay `queued` for the next start. After
+    /// [`Scheduler::hand_over`], tasks on daemons are not stopped.
     pub async fn shutdown(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
+        let handing_over = *self.inner.handing_over.borrow();
         {
             let running = self.inner.running.lock().await;
-            for run in running.values() {
+            for run in running.values().filter(|r| !(handing_over && r.remote)) {
                 run.interrupted.store(true, Ordering::SeqCst);
                 run.cancel.send_replace(true);
             }
@@ -433,10 +452,17 @@ fn start_worker(inner: &Arc<Inner>, session: SessionId, first: Option<Resumed>) 
     };
     tokio::spawn(async move {
         if let Some(r) = first {
-            let outcome = r.finished.await.unwrap_or_else(|_| {
+            let mut over = guard.inner.handing_over.subscribe();
+            let finished = tokio::select! {
+                f = r.finished => Some(f),
+                _ = over.wait_for(|h| *h) => None,
+            };
+            guard.inner.running.lock().await.remove(&r.task.id);
+            // Handed over: the next leader carries on with it.
+            let Some(finished) = finished else { return };
+            let outcome = finished.unwrap_or_else(|_| {
                 interrupted_run("the server lost track of the task on its machine")
             });
-            guard.inner.running.lock().await.remove(&r.task.id);
             let recorded = record(
                 &guard.inner,
                 &r.task,
@@ -599,6 +625,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
             return Ok(Next::Continue);
         }
     };
+    let remote = claimer.is_some() && claimer != inner.machine;
     let executor = match (&claimer, &inner.machine) {
         (Some(c), Some(local)) if c == local => inner.executor.clone(),
         (Some(c), _) => daemons.map(|d| d.executor(c)),
@@ -625,6 +652,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
             Run {
                 cancel: cancel_tx,
                 interrupted: interrupted.clone(),
+                remote,
             },
         );
     }
@@ -640,9 +668,21 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         placement,
         resume_id: session.resume_id.clone(),
     };
-    let outcome = execute(store, &executor, &task, spec, cancel_rx).await;
+    let outcome = if remote {
+        let mut over = inner.handing_over.subscribe();
+        tokio::select! {
+            o = execute(store, &executor, &task, spec, cancel_rx) => Some(o),
+            _ = over.wait_for(|h| *h) => None,
+        }
+    } else {
+        Some(execute(store, &executor, &task, spec, cancel_rx).await)
+    };
     inner.running.lock().await.remove(&task.id);
-    record(inner, &task, session.binding_rev, outcome, &interrupted).await
+    match outcome {
+        Some(outcome) => record(inner, &task, session.binding_rev, outcome, &interrupted).await,
+        // Handed over: the task goes on on its daemon; the next leader records it.
+        None => Ok(Next::Continue),
+    }
 }
 
 /// Records how a run ended: back in line if its machine never started it, otherwise

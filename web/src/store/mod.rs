@@ -75,6 +75,18 @@ const READER_POOL: usize = 4;
 /// Prepared statements kept per connection (see [`configure`]).
 const STATEMENT_CACHE: usize = 64;
 
+/// What the leader's lock looks like to a process that does not lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSeen {
+    /// A process leads.
+    Held,
+    /// Nobody holds the lock, but the last leader did not resign: it may be taking
+    /// it back after losing its connection.
+    Free,
+    /// The last leader gave the leadership up (see [`Store::resign`]).
+    Resigned,
+}
+
 /// Everything that can go wrong in the store, with the value that caused it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -281,10 +293,28 @@ impl Store {
         Ok(true)
     }
 
-    /// Whether no process holds the leadership now (always `false` on SQLite).
-    pub async fn leader_lock_free(&self) -> Result<bool, StoreError> {
+    /// Whether a process holds the leadership now (always held on SQLite).
+    pub async fn leader_lock_free(&self) -> Result<LockSeen, StoreError> {
         on_pg!(self, pg => pg.leader_lock_free());
-        Ok(false)
+        Ok(LockSeen::Held)
+    }
+
+    /// Gives up the leadership at once, so that another process leads without waiting
+    /// out a dead leader's grace (nothing to give up on SQLite).
+    pub async fn resign(&self) -> Result<(), StoreError> {
+        on_pg!(self, pg => pg.resign());
+        Ok(())
+    }
+
+    /// Whether this store can serve: it answers, its schema is this build's, and (on
+    /// PostgreSQL) some process leads. `Ok(Err(why))` when it answers but is not ready.
+    pub async fn ready(&self) -> Result<Result<(), String>, StoreError> {
+        on_pg!(self, pg => pg.ready());
+        self.read_small(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))?;
+            Ok(Ok(()))
+        })
+        .await
     }
 
     /// Whether this process still leads (see [`Store::try_lead`]).
