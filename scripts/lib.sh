@@ -126,6 +126,30 @@ ensure_agent_clis() {
   export BERTH_AGENT_CLIS="$dir"
 }
 
+# The deployed berth-server is a static musl binary (scripts/build-server.sh): rustup's
+# musl target for the host's architecture, and a musl C compiler for rusqlite's bundled
+# SQLite and ring (Debian's musl-tools: musl-gcc).
+ensure_musl() {
+  local target="$1"
+  if ! rustup target list --installed | grep -qx "$target"; then
+    say "installing the $target target" >&2
+    rustup target add "$target" >&2
+  fi
+  if ! command -v musl-gcc >/dev/null; then
+    say "installing musl-tools (musl-gcc) from Debian's packages" >&2
+    apt_install musl-tools >&2
+  fi
+}
+
+# The container image (scripts/build-image.sh): Debian's podman (which brings buildah's
+# library; `podman build` is enough for a FROM-scratch image of COPY lines).
+ensure_podman() {
+  if ! command -v podman >/dev/null; then
+    say "installing podman from Debian's packages" >&2
+    apt_install podman >&2
+  fi
+}
+
 apt_updated=""
 apt_install() {
   if [[ -z "$apt_updated" ]]; then

@@ -87,4 +87,15 @@ if [[ -z "$quick" ]]; then
   rel="${CARGO_TARGET_DIR:-target}/release"
   BERTH_BIN="$rel/berth" "$rel/berth-bench" --quick --only dispatch
 fi
+
+if [[ -z "$quick" ]]; then
+  # Issue 38: berth-server as deployed (the static musl cloud build with PostgreSQL)
+  # and the image made from it, checked by the ignored tests in tests/tests/deployed.rs.
+  # The release musl build is this step's cost (about 2 minutes on 2 cores from clean).
+  say "the deployed berth-server and its image"
+  BERTH_DEPLOYED_SERVER=$(scripts/build-server.sh --quiet)
+  BERTH_IMAGE=$(scripts/build-image.sh --binary "$BERTH_DEPLOYED_SERVER")
+  export BERTH_DEPLOYED_SERVER BERTH_IMAGE
+  cargo test -p berth-tests --test deployed --locked -- --ignored
+fi
 say "all tests passed"
