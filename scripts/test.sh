@@ -97,5 +97,8 @@ if [[ -z "$quick" ]]; then
   BERTH_IMAGE=$(scripts/build-image.sh --binary "$BERTH_DEPLOYED_SERVER")
   export BERTH_DEPLOYED_SERVER BERTH_IMAGE
   cargo test -p berth-tests --test deployed --locked -- --ignored
+  # The metrics' end-to-end test again, on the deployed binary: its task counter moves
+  # when a task runs through a daemon.
+  cargo test -p berth-tests --test metrics --locked
 fi
 say "all tests passed"

@@ -49,6 +49,57 @@ pub fn format_millis(ms: i64) -> String {
     )
 }
 
+/// Milliseconds since the Unix epoch of a time [`format_millis`] wrote; `None` for any
+/// other text. How long ago a stored time was (a task's wait, for the metrics).
+pub fn parse_millis(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let shape = b.len() == 24
+        && [
+            (4, b'-'),
+            (7, b'-'),
+            (10, b'T'),
+            (13, b':'),
+            (16, b':'),
+            (19, b'.'),
+            (23, b'Z'),
+        ]
+        .iter()
+        .all(|&(i, c)| b[i] == c);
+    if !shape {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        let digits = text.get(from..to)?;
+        digits
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| digits.parse().ok())?
+    };
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, min, sec, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+    let days = days_from_civil(y, m, d);
+    Some(((days * 86_400 + h * 3600 + min * 60 + sec) * 1000) + ms)
+}
+
+/// How long ago a time [`format_millis`] wrote was (zero for one in the future).
+pub fn age(text: &str) -> Option<std::time::Duration> {
+    let ms = now_millis().saturating_sub(parse_millis(text)?).max(0);
+    Some(std::time::Duration::from_millis(
+        u64::try_from(ms).unwrap_or(0),
+    ))
+}
+
+/// Howard Hinnant's `days_from_civil`: the day number of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Howard Hinnant's `civil_from_days`: proleptic Gregorian date of a day number.
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
@@ -78,5 +129,20 @@ mod tests {
         assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(format_millis(1_795_924_702_001), "2026-11-29T03:58:22.001Z");
+    }
+
+    #[test]
+    fn parses_what_it_formats_and_nothing_else() {
+        for ms in [0, 951_782_400_123, 1_795_924_702_001, 4_102_444_799_999] {
+            assert_eq!(parse_millis(&format_millis(ms)), Some(ms));
+        }
+        for bad in [
+            "",
+            "2026-11-29",
+            "2026-11-29T03:58:22Z",
+            "2026-11-29T03:58:22.0a1Z",
+        ] {
+            assert_eq!(parse_millis(bad), None, "{bad}");
+        }
     }
 }

@@ -12,6 +12,7 @@ pub mod executor;
 pub mod hooks;
 pub mod http;
 pub mod log;
+pub mod metrics;
 pub mod net;
 pub mod peer;
 pub mod private;

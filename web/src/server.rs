@@ -272,11 +272,15 @@ impl Server {
         };
         let display = opts.display.unwrap_or_else(native_context);
         let local = opts.executor.as_ref().map(|e| e.machine().0);
+        let metrics = crate::metrics::Metrics::new();
+        store.measure(metrics.clone());
         let scheduler = Scheduler::start(store.clone(), opts.executor, opts.scheduler);
+        scheduler.measure(metrics.clone());
         let daemons = crate::daemon::Daemons::start(
             store.clone(),
             opts.daemons.unwrap_or_default(),
             opts.daemons.is_some(),
+            metrics.clone(),
         )
         .await?;
         // No daemon is online before it registers: bindings on other machines show it.
@@ -321,6 +325,7 @@ impl Server {
                 channels,
                 daemons,
                 http,
+                metrics,
             },
             recovery,
             executor_notes,
@@ -538,6 +543,27 @@ impl Server {
         async move {
             let _ = rx.wait_for(|c| *c).await;
         }
+    }
+
+    /// Serves `GET /metrics` ([`crate::metrics`]) on `listener` until shutdown, without
+    /// a token. Each scrape first reads what is state: the tasks waiting (from the
+    /// store), the daemons online and whether this process leads.
+    pub async fn serve_metrics(&self, listener: tokio::net::TcpListener) -> io::Result<()> {
+        let state = self.state();
+        let sample = move || {
+            let state = state.clone();
+            async move {
+                let m = &state.metrics;
+                m.set_leader(state.scheduler.leads() && state.store.leads());
+                m.set_daemons_online(state.daemons.online().len());
+                match state.store.waiting().await {
+                    Ok(counts) => counts.into_iter().for_each(|(r, n)| m.set_waiting(r, n)),
+                    Err(e) => tracing::warn!(error = %e, "could not count the waiting tasks"),
+                }
+            }
+        };
+        let metrics = self.state.metrics.clone();
+        crate::metrics::serve(listener, metrics, sample, self.until_closed()).await
     }
 
     /// Serves the whole API on the control socket until shutdown, then removes the

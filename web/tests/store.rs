@@ -14,9 +14,9 @@ use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
 use berth_web::store::{
-    AuditEntry, ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, LockSeen, MemberChange,
-    MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store,
-    StoreError, StoredBinding, TokenChange, TokenRow,
+    AuditEntry, ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, MemberChange, MemberRow,
+    NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store, StoreError,
+    StoredBinding, TokenChange, TokenRow,
 };
 use common::TempDir;
 
@@ -1139,7 +1139,10 @@ mod postgres_only {
         let second = Store::connect(&url).await.unwrap();
         assert!(!second.try_lead("http://second").await.unwrap());
         assert!(!second.leads());
-        assert_eq!(second.leader_lock_free().await.unwrap(), LockSeen::Held);
+        assert_eq!(
+            second.leader_lock_free().await.unwrap(),
+            berth_web::store::LockSeen::Held
+        );
         assert_eq!(
             second.leader_url().await.unwrap().as_deref(),
             Some("http://first")
@@ -1148,7 +1151,7 @@ mod postgres_only {
         // next one leads, advertising itself.
         drop(first);
         let free = async {
-            while second.leader_lock_free().await.unwrap() == LockSeen::Held {
+            while second.leader_lock_free().await.unwrap() == berth_web::store::LockSeen::Held {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         };
@@ -1177,11 +1180,17 @@ mod postgres_only {
         // takes its row away first: the others need not wait.
         first.resign().await.unwrap();
         assert!(!first.leads());
-        assert_eq!(second.leader_lock_free().await.unwrap(), LockSeen::Resigned);
+        assert_eq!(
+            second.leader_lock_free().await.unwrap(),
+            berth_web::store::LockSeen::Resigned
+        );
         assert_eq!(second.leader_url().await.unwrap(), None);
         assert!(second.ready().await.unwrap().is_err());
         assert!(second.try_lead("http://second").await.unwrap());
-        assert_eq!(first.leader_lock_free().await.unwrap(), LockSeen::Held);
+        assert_eq!(
+            first.leader_lock_free().await.unwrap(),
+            berth_web::store::LockSeen::Held
+        );
         assert_eq!(first.ready().await.unwrap(), Ok(()));
         first.resign().await.unwrap(); // Not the leader: nothing to give up.
         assert!(second.leads());

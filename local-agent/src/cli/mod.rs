@@ -285,6 +285,10 @@ pub struct ServeArgs {
     /// listener refuses other `Host` headers, against DNS rebinding. Repeatable.
     #[arg(long = "web-host", value_name = "NAME")]
     pub web_hosts: Vec<String>,
+    /// Serve Prometheus metrics (`GET /metrics`, no token) on this address; also
+    /// BERTH_METRICS_LISTEN.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -169,6 +169,20 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
             "warning: the web listener is on {addr}, not loopback: anyone who can reach it and holds the token can read your sessions"
         );
     }
+    let metrics_listen = args.metrics_listen.clone().or_else(|| {
+        std::env::var("BERTH_METRICS_LISTEN")
+            .ok()
+            .filter(|a| !a.is_empty())
+    });
+    let metrics = match &metrics_listen {
+        Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
+            CliError::new(
+                format!("cannot listen on {a} for metrics: {e}"),
+                "choose another address with --metrics-listen 127.0.0.1:PORT (or BERTH_METRICS_LISTEN)",
+            )
+        })?),
+        None => None,
+    };
     let token = new_token().map_err(|e| {
         CliError::new(
             format!("cannot make a token: {e}"),
@@ -188,6 +202,9 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     println!("  control socket  {}", socket_path.display());
     println!("  web UI          {url}/?token={token}");
     println!("  token           in {}", json_path.display());
+    if let Some(addr) = metrics.as_ref().and_then(|m| m.local_addr().ok()) {
+        println!("  metrics         http://{addr}/metrics");
+    }
     if args.allow_daemons {
         println!(
             "  daemons         accepted on {url} (`BERTH_DAEMON_TOKEN=... berth daemon --server {url}`)"
@@ -230,6 +247,14 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         let server = server.clone();
         async move { server.serve_web(listener, token, hosts).await }
     });
+    if let Some(m) = metrics {
+        let server = server.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.serve_metrics(m).await {
+                eprintln!("warning: the metrics listener stopped: {e}");
+            }
+        });
+    }
     let (a, b) = tokio::join!(control, web);
     let (a, b) = (
         a.map_err(std::io::Error::other).flatten(),

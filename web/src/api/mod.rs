@@ -101,6 +101,8 @@ pub struct AppState {
     pub daemons: crate::daemon::Daemons,
     /// Outgoing requests: to the leader, from a server that does not lead.
     pub http: crate::net::HttpClient,
+    /// What `--metrics-listen` serves ([`crate::metrics`]).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// A router's state: the shared state and the surface it serves.

@@ -51,6 +51,8 @@ struct Feed {
     closing: tokio::sync::watch::Receiver<bool>,
     /// The server is shutting down and the last word (the `retry:` hint) was sent.
     ended: bool,
+    /// Counts the stream in `berth_sse_clients` while it lives.
+    _client: crate::metrics::SseClient,
 }
 
 /// What a stream ended by a shutdown tells the client (`retry:`, in milliseconds):
@@ -206,6 +208,7 @@ pub(crate) fn feed_from(
         daemons: ctx.app.daemons.clone(),
         closing: ctx.app.closing.clone(),
         ended: false,
+        _client: ctx.app.metrics.sse_client(),
     };
     futures_util::stream::unfold(feed, next)
 }

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: berth-server [--listen ADDR] [--home DIR] [--tls-cert FILE --tls-key FILE] [--insecure-http]
                     [--database postgres://USER:PASSWORD@HOST:PORT/DB [--advertise URL]]
+                    [--metrics-listen ADDR] (or BERTH_METRICS_LISTEN: GET /metrics there, no token)
        berth-server member|audit … (berth-server member --help)
        berth-server healthcheck [URL] (GET, default http://127.0.0.1:4733/healthz; exit 0 on 200) | --version
 BERTH_LOG=error|warn|info|debug|trace|off: what it reports on stderr (default info)";
@@ -39,6 +40,8 @@ struct Args {
     insecure_http: bool,
     database: Option<String>,
     advertise: Option<String>,
+    /// Where `GET /metrics` is served (`--metrics-listen`, `BERTH_METRICS_LISTEN`).
+    metrics_listen: Option<String>,
 }
 
 fn default_home() -> Option<PathBuf> {
@@ -55,6 +58,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut listen = DEFAULT_LISTEN.to_owned();
     let mut home = None;
     let (mut cert, mut key, mut insecure_http, mut advertise) = (None, None, false, None);
+    let mut metrics_listen = std::env::var("BERTH_METRICS_LISTEN")
+        .ok()
+        .filter(|a| !a.is_empty());
     let mut database = std::env::var("BERTH_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty());
@@ -84,6 +90,12 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                         .ok_or("--database needs a URL: postgres://USER:PASSWORD@HOST:PORT/DB")?,
                 )
             }
+            "--metrics-listen" => {
+                metrics_listen = Some(
+                    args.next()
+                        .ok_or("--metrics-listen needs an address, e.g. 127.0.0.1:9464")?,
+                )
+            }
             "--home" => {
                 home = Some(PathBuf::from(
                     args.next().ok_or("--home needs a directory")?,
@@ -111,6 +123,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         insecure_http,
         advertise,
         database,
+        metrics_listen,
     })
 }
 
@@ -229,6 +242,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             WebListener::Plain(tcp)
         }
     };
+    let metrics = match &args.metrics_listen {
+        Some(a) => Some(bind_metrics(a).await?),
+        None => None,
+    };
     if args.database.is_some() && std::env::var_os("BERTH_ADMIN_TOKEN").is_none() {
         eprintln!(
             "warning: without BERTH_ADMIN_TOKEN every start makes a new first-admin token, and the one in the other replicas' serve.json stops working"
@@ -262,6 +279,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "berth-server listening on {url} (token in {})",
         path.display()
     );
+    if let Some(m) = &metrics {
+        println!("berth-server metrics on http://{}/metrics", m.local_addr()?);
+    }
     let stop = server.shutdown_handle();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (signalled, mut stopping) = tokio::sync::oneshot::channel::<()>();
@@ -278,6 +298,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // readiness wakes anyway, not on this thread (`block_on`'s): a new connection then
     // costs no wake-up of this thread and hand-off back.
     let server = std::sync::Arc::new(server);
+    if let Some(m) = metrics {
+        let server = server.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.serve_metrics(m).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     let mut served = tokio::spawn({
         let server = server.clone();
         async move { server.serve_cloud(listener, token).await }
@@ -302,6 +330,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// Binds `--metrics-listen`'s address; a failure says which flag to change.
+async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        format!(
+            "cannot listen on {addr} for metrics: {e}\nhint: choose another address with --metrics-listen HOST:PORT (or BERTH_METRICS_LISTEN)"
+        )
+    })
 }
 
 /// How long a shutdown may take, from the signal to the exit. Within it: the

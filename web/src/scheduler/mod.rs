@@ -88,11 +88,17 @@ struct Inner {
     /// `false` while another process on the database leads: work is announced to it
     /// instead of run here ([`Scheduler::follow`], [`Scheduler::lead`]).
     leading: AtomicBool,
+    /// Counts finished tasks and how long each waited to be handed out
+    /// ([`Scheduler::measure`]).
+    metrics: OnceLock<crate::metrics::Metrics>,
 }
 
 impl Inner {
     /// Tells every observer that `task` ended.
     fn finished(&self, task: &TaskRow) {
+        if let Some(m) = self.metrics.get() {
+            m.task_finished(task.status);
+        }
         let observers = self
             .observers
             .lock()
@@ -187,6 +193,7 @@ impl Scheduler {
             observers: Mutex::new(Vec::new()),
             daemons: OnceLock::new(),
             leading: AtomicBool::new(true),
+            metrics: OnceLock::new(),
         });
         Scheduler { inner }
     }
@@ -301,6 +308,13 @@ impl Scheduler {
             let session = first.task.session_id.clone();
             start_worker(&self.inner, session, Some(first));
         }
+    }
+
+    /// Counts into `metrics` (once): every task that reaches a final status
+    /// (`berth_tasks_finished_total`), and, for each run handed out, how long after it
+    /// was queued (`berth_dispatch_latency_seconds`).
+    pub fn measure(&self, metrics: crate::metrics::Metrics) {
+        let _ = self.inner.metrics.set(metrics);
     }
 
     /// Adds an observer of finished tasks.
@@ -655,6 +669,10 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
                 remote,
             },
         );
+    }
+    // Handed out: to this server's executor, or to a daemon's queue.
+    if let (Some(m), Some(waited)) = (inner.metrics.get(), crate::clock::age(&task.created_at)) {
+        m.dispatch_latency(waited);
     }
     let spec = TaskSpec {
         task_id: task.id.clone(),

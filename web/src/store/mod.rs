@@ -31,7 +31,7 @@ macro_rules! on_pg {
     ($store:expr, $pg:ident => $call:expr) => {
         #[cfg(feature = "postgres")]
         if let Some($pg) = $store.pg() {
-            return $call.await;
+            return $store.tally($call.await);
         }
     };
 }
@@ -150,6 +150,29 @@ impl From<berth_core::IdError> for StoreError {
 }
 
 impl StoreError {
+    /// The database's fault this error reports, for `berth_store_errors_total`;
+    /// `None` for a request's own error (an unknown id, a name taken).
+    pub fn fault(&self) -> Option<crate::metrics::StoreErrorKind> {
+        use crate::metrics::StoreErrorKind as K;
+        match self {
+            StoreError::Unavailable(_) => Some(K::Unavailable),
+            StoreError::Sqlite(_) | StoreError::Migration { .. } | StoreError::Files { .. } => {
+                Some(K::Database)
+            }
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres(_) => Some(K::Database),
+            StoreError::Corrupt(_) => Some(K::Corrupt),
+            StoreError::Worker(_) => Some(K::Internal),
+            StoreError::UnknownSession { .. }
+            | StoreError::UnknownTask { .. }
+            | StoreError::Ambiguous { .. }
+            | StoreError::UnknownAgent { .. }
+            | StoreError::AgentExists { .. }
+            | StoreError::UnknownProject { .. }
+            | StoreError::ProjectExists { .. } => None,
+        }
+    }
+
     /// Back into a rusqlite error, inside a rusqlite row callback.
     pub(crate) fn into_sqlite(self) -> rusqlite::Error {
         if let StoreError::Sqlite(e) = self {
@@ -169,6 +192,8 @@ pub struct Store {
 struct Inner {
     backend: Backend,
     hub: Arc<Hub>,
+    /// Where the database's faults are counted ([`Store::measure`]).
+    metrics: std::sync::OnceLock<crate::metrics::Metrics>,
 }
 
 #[derive(Debug)]
@@ -254,6 +279,7 @@ impl Store {
                     readers: Mutex::new(Vec::new()),
                 }),
                 hub: Arc::new(Hub::default()),
+                metrics: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -270,8 +296,27 @@ impl Store {
             inner: Arc::new(Inner {
                 backend: Backend::Postgres(pg),
                 hub,
+                metrics: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Counts the database's faults into `metrics` from now on (once):
+    /// `berth_store_errors_total`, by [`StoreError::fault`].
+    pub fn measure(&self, metrics: crate::metrics::Metrics) {
+        let _ = self.inner.metrics.set(metrics);
+    }
+
+    /// Every store call's result passes here, once: a PostgreSQL call in [`on_pg!`],
+    /// a SQLite one where its connection ran it ([`Store::read_on`],
+    /// [`Store::write_locked`]) or its worker thread failed.
+    fn tally<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let (Err(e), Some(m)) = (&result, self.inner.metrics.get())
+            && let Some(kind) = e.fault()
+        {
+            m.store_error(kind);
+        }
+        result
     }
 
     /// The PostgreSQL backend, when the store is on it.
@@ -404,9 +449,10 @@ impl Store {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read_blocking(f))
-            .await
-            .map_err(|e| StoreError::Worker(e.to_string()))?
+        match tokio::task::spawn_blocking(move || store.read_blocking(f)).await {
+            Ok(out) => out,
+            Err(e) => self.tally(Err(StoreError::Worker(e.to_string()))),
+        }
     }
 
     /// A small read (one row or a few) on the calling thread when a pooled connection
@@ -430,11 +476,15 @@ impl Store {
         let conn = match self.pooled_reader() {
             Some(c) => c,
             None => {
-                let c = Connection::open_with_flags(
-                    &self.sqlite()?.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
-                configure(&c)?;
+                let opened = self.sqlite().and_then(|sqlite| {
+                    let c = Connection::open_with_flags(
+                        &sqlite.path,
+                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )?;
+                    configure(&c)?;
+                    Ok(c)
+                });
+                let c = self.tally(opened)?;
                 // No `mmap_size`: in WAL mode a reader unmaps the whole file at the start
                 // of every read after a write (SQLite cannot tell a mapping is still
                 // valid), so a mapped file costs each small read an munmap, the
@@ -462,7 +512,7 @@ impl Store {
         conn: Connection,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let out = f(&conn);
+        let out = self.tally(f(&conn));
         if let Ok(sqlite) = self.sqlite() {
             let mut pool = sqlite
                 .readers
@@ -496,9 +546,10 @@ impl Store {
             Err(std::sync::TryLockError::WouldBlock) => {}
         }
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.write_blocking(f))
-            .await
-            .map_err(|e| StoreError::Worker(e.to_string()))?
+        match tokio::task::spawn_blocking(move || store.write_blocking(f)).await {
+            Ok(out) => out,
+            Err(e) => self.tally(Err(StoreError::Worker(e.to_string()))),
+        }
     }
 
     /// [`Store::write`] on the calling thread.
@@ -519,10 +570,14 @@ impl Store {
         mut conn: std::sync::MutexGuard<'_, Connection>,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Outbox) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let tx = conn.transaction()?;
-        let mut outbox = Outbox::default();
-        let out = f(&tx, &mut outbox)?;
-        tx.commit()?;
+        let done = (|| {
+            let tx = conn.transaction()?;
+            let mut outbox = Outbox::default();
+            let out = f(&tx, &mut outbox)?;
+            tx.commit()?;
+            Ok((out, outbox))
+        })();
+        let (out, outbox) = self.tally(done)?;
         for ev in outbox.0 {
             self.inner.hub.publish(ev);
         }

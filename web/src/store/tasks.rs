@@ -9,6 +9,7 @@ use super::{
 };
 use crate::clock;
 use crate::executor::AgentSpec;
+use crate::metrics::WaitReason;
 use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
@@ -289,7 +290,7 @@ impl Store {
     ) -> Result<(TaskRow, i64, Option<TranscriptEvent>), StoreError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.pg() {
-            let (task, seq) = pg.add_message(session_prefix, origin, text).await?;
+            let (task, seq) = self.tally(pg.add_message(session_prefix, origin, text).await)?;
             return Ok((task, seq, None));
         }
         self.write(move |tx, outbox| {
@@ -395,6 +396,22 @@ impl Store {
         on_pg!(self, pg => pg.mark_handed(id, machine, instance));
         let _ = (id, machine, instance);
         Ok(())
+    }
+
+    /// How many tasks wait now, by why (`berth_tasks_waiting`), every reason listed:
+    /// queued and not handed out yet; waiting for a directory's lock; waiting for a
+    /// daemon, with a bound session (its machine is offline) or without (no machine of
+    /// its owner is online). Counted in the database, so every replica says the same.
+    pub async fn waiting(&self) -> Result<Vec<(WaitReason, i64)>, StoreError> {
+        on_pg!(self, pg => pg.waiting());
+        self.read_small(|conn| {
+            let mut stmt = conn.prepare_cached(WAITING_SQL)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<(String, bool, i64)>, _>>()?;
+            waiting_by_reason(rows)
+        })
+        .await
     }
 
     /// Claims a waiting task for a run: `false` if it was cancelled meanwhile.
@@ -613,4 +630,37 @@ impl Store {
         })
         .await
     }
+}
+
+/// Waiting tasks by status and whether their session is bound: see [`Store::waiting`].
+/// A claimed task (`started_at` set) is handed out, unless it waits for a lock.
+pub(crate) const WAITING_SQL: &str = "SELECT t.status, s.binding_machine IS NOT NULL, COUNT(*)
+    FROM tasks t JOIN sessions s ON s.id = t.session_id
+    WHERE (t.status IN ('queued', 'waiting_daemon') AND t.started_at IS NULL)
+       OR t.status = 'waiting_lock'
+    GROUP BY t.status, s.binding_machine IS NOT NULL";
+
+/// [`WAITING_SQL`]'s rows, by [`WaitReason`] (each listed, at zero if none waits).
+pub(crate) fn waiting_by_reason(
+    rows: Vec<(String, bool, i64)>,
+) -> Result<Vec<(WaitReason, i64)>, StoreError> {
+    let mut counts: Vec<(WaitReason, i64)> = WaitReason::ALL.iter().map(|r| (*r, 0)).collect();
+    for (status, bound, n) in rows {
+        let reason = match super::parse_enum::<TaskStatus>(&status)? {
+            TaskStatus::Queued => WaitReason::Queued,
+            TaskStatus::WaitingLock => WaitReason::DirectoryLock,
+            TaskStatus::WaitingDaemon if bound => WaitReason::MachineOffline,
+            TaskStatus::WaitingDaemon => WaitReason::NoMachine,
+            TaskStatus::Running
+            | TaskStatus::Succeeded
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::Interrupted
+            | TaskStatus::Refused => continue,
+        };
+        if let Some(c) = counts.iter_mut().find(|(r, _)| *r == reason) {
+            c.1 += n;
+        }
+    }
+    Ok(counts)
 }

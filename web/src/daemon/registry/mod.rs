@@ -125,6 +125,8 @@ struct Inner {
     /// Serializes the store's binding-state updates so the last one written is the
     /// machine's current state.
     sync: tokio::sync::Mutex<()>,
+    /// How long a task waits in a machine's queue for its daemon's claim.
+    metrics: crate::metrics::Metrics,
 }
 
 /// The registry of remote daemons; cheap to clone.
@@ -149,11 +151,13 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 impl Daemons {
     /// Loads the tokens and starts the offline monitor. `accept`: whether daemon
     /// routes are served at all (only then does the server show bindings on other
-    /// machines as waiting for them).
+    /// machines as waiting for them). Claims are timed into `metrics`
+    /// (`berth_claim_latency_seconds`).
     pub async fn start(
         store: Store,
         config: DaemonConfig,
         accept: bool,
+        metrics: crate::metrics::Metrics,
     ) -> Result<Daemons, StoreError> {
         let tokens = store
             .tokens()
@@ -172,6 +176,7 @@ impl Daemons {
                 }),
                 online: watch::channel(0).0,
                 sync: tokio::sync::Mutex::new(()),
+                metrics,
             }),
         };
         let weak = Arc::downgrade(&daemons.inner);

@@ -16,6 +16,8 @@ use tokio::sync::Notify;
 pub(super) struct Pending {
     task: ClaimedTask,
     pub(super) link: Link,
+    /// When it was queued: its claim's latency is from here.
+    queued: Instant,
 }
 
 impl Daemons {
@@ -29,7 +31,11 @@ impl Daemons {
         let mut state = lock(&self.inner.state);
         match state.machines.get_mut(machine) {
             Some(m) if m.online => {
-                m.queue.push_back(Pending { task, link });
+                m.queue.push_back(Pending {
+                    task,
+                    link,
+                    queued: Instant::now(),
+                });
                 m.wake.notify_waiters();
                 Ok(())
             }
@@ -62,6 +68,7 @@ impl Daemons {
             if p.link.done.is_closed() {
                 continue;
             }
+            self.inner.metrics.claim_latency(p.queued.elapsed());
             let id = p.task.task_id.clone();
             m.runs.insert(
                 id,

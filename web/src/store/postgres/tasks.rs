@@ -159,6 +159,18 @@ impl Pg {
         .await
     }
 
+    /// See [`crate::store::Store::waiting`].
+    pub(crate) async fn waiting(
+        &self,
+    ) -> Result<Vec<(crate::metrics::WaitReason, i64)>, StoreError> {
+        let rows = self
+            .all(crate::store::tasks::WAITING_SQL, &[], |r| {
+                Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+            })
+            .await?;
+        crate::store::tasks::waiting_by_reason(rows)
+    }
+
     pub(crate) async fn recover(&self) -> Result<Recovery, StoreError> {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;

@@ -1,0 +1,505 @@
+//! What a server counts, for Prometheus: `--metrics-listen ADDR` (or
+//! `BERTH_METRICS_LISTEN`) serves `GET /metrics` there, and nothing else, without a
+//! token.
+//!
+//! Every name starts with `berth_`. Labels are closed enums (a task's final status, why
+//! a task waits, what kind of store error): never a session id, a path or a member's
+//! name, so the text holds no secret and no user data.
+//!
+//! The format is prometheus-client's OpenMetrics text encoding. This module is a leaf:
+//! it knows nothing of the store, the scheduler or the daemons; they call its typed
+//! methods, and what is state rather than an event (tasks waiting, daemons online, the
+//! leadership) is read at each scrape by the `sample` function [`serve`] is given.
+
+use berth_core::api::TaskStatus;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The content type of [`Metrics::encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The longest a scrape waits for its sample (the store's count of waiting tasks):
+/// with the database away, the last values are served.
+pub const SAMPLE_WAIT: Duration = Duration::from_secs(2);
+
+/// Latency buckets, in seconds: a millisecond to five minutes.
+const BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// Why a task waits (`berth_tasks_waiting{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitReason {
+    /// `queued` and not handed out yet: behind its session's running task, or for a
+    /// free run slot.
+    Queued,
+    /// `waiting_lock`: another run holds its directory.
+    DirectoryLock,
+    /// `waiting_daemon` on a bound session: its machine is offline.
+    MachineOffline,
+    /// `waiting_daemon` on an unbound session: no machine of its owner is online.
+    NoMachine,
+}
+
+impl WaitReason {
+    pub const ALL: [WaitReason; 4] = [
+        WaitReason::Queued,
+        WaitReason::DirectoryLock,
+        WaitReason::MachineOffline,
+        WaitReason::NoMachine,
+    ];
+
+    /// The label's value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Queued => "queued",
+            WaitReason::DirectoryLock => "directory_lock",
+            WaitReason::MachineOffline => "machine_offline",
+            WaitReason::NoMachine => "no_machine",
+        }
+    }
+}
+
+impl EncodeLabelValue for WaitReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// What kind of store error (`berth_store_errors_total{kind}`): the database's
+/// faults, never a request's own (an unknown id, a name taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorKind {
+    /// The database cannot be reached (PostgreSQL down or restarting).
+    Unavailable,
+    /// The database refused a statement, a migration, or its file.
+    Database,
+    /// Stored data is not valid.
+    Corrupt,
+    /// The store's own machinery failed (a worker thread).
+    Internal,
+}
+
+impl StoreErrorKind {
+    pub const ALL: [StoreErrorKind; 4] = [
+        StoreErrorKind::Unavailable,
+        StoreErrorKind::Database,
+        StoreErrorKind::Corrupt,
+        StoreErrorKind::Internal,
+    ];
+
+    /// The label's value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::Database => "database",
+            StoreErrorKind::Corrupt => "corrupt",
+            StoreErrorKind::Internal => "internal",
+        }
+    }
+}
+
+impl EncodeLabelValue for StoreErrorKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// A task's final status, as a label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Final(TaskStatus);
+
+impl EncodeLabelValue for Final {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0.as_str())
+    }
+}
+
+const FINAL: [TaskStatus; 5] = [
+    TaskStatus::Succeeded,
+    TaskStatus::Failed,
+    TaskStatus::Cancelled,
+    TaskStatus::Interrupted,
+    TaskStatus::Refused,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabel {
+    status: Final,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: WaitReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: StoreErrorKind,
+}
+
+/// A server's metrics; cheap to clone, every clone counts into the same registry.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    finished: Family<StatusLabel, Counter>,
+    waiting: Family<ReasonLabel, Gauge>,
+    dispatch: Histogram,
+    claim: Histogram,
+    daemons_online: Gauge,
+    sse_clients: Gauge,
+    store_errors: Family<KindLabel, Counter>,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, every label value present (at zero), so a scrape
+    /// shows a counter before it first moves.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("berth");
+        let finished = Family::<StatusLabel, Counter>::default();
+        for s in FINAL {
+            drop(finished.get_or_create(&StatusLabel { status: Final(s) }));
+        }
+        registry.register(
+            "tasks_finished",
+            "Tasks that reached a final status, by status.",
+            finished.clone(),
+        );
+        let waiting = Family::<ReasonLabel, Gauge>::default();
+        for reason in WaitReason::ALL {
+            drop(waiting.get_or_create(&ReasonLabel { reason }));
+        }
+        registry.register(
+            "tasks_waiting",
+            "Tasks waiting now, by reason (read from the store at each scrape).",
+            waiting.clone(),
+        );
+        let dispatch = Histogram::new(BUCKETS);
+        registry.register_with_unit(
+            "dispatch_latency",
+            "From a task being queued to its hand-over to an executor or a daemon's queue.",
+            Unit::Seconds,
+            dispatch.clone(),
+        );
+        let claim = Histogram::new(BUCKETS);
+        registry.register_with_unit(
+            "claim_latency",
+            "From a task being queued for a daemon's machine to that daemon claiming it.",
+            Unit::Seconds,
+            claim.clone(),
+        );
+        let daemons_online = Gauge::default();
+        registry.register(
+            "daemons_online",
+            "Remote daemons online (known to the leader).",
+            daemons_online.clone(),
+        );
+        let sse_clients = Gauge::default();
+        registry.register(
+            "sse_clients",
+            "Event streams open on this process.",
+            sse_clients.clone(),
+        );
+        let store_errors = Family::<KindLabel, Counter>::default();
+        for kind in StoreErrorKind::ALL {
+            drop(store_errors.get_or_create(&KindLabel { kind }));
+        }
+        registry.register(
+            "store_errors",
+            "Store calls that failed for the database's sake, by kind.",
+            store_errors.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this process leads (runs the tasks), else 0.",
+            leader.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                finished,
+                waiting,
+                dispatch,
+                claim,
+                daemons_online,
+                sse_clients,
+                store_errors,
+                leader,
+            }),
+        }
+    }
+
+    /// A task reached `status`; a status that is not final is not counted.
+    pub fn task_finished(&self, status: TaskStatus) {
+        if status.is_final() {
+            self.inner
+                .finished
+                .get_or_create(&StatusLabel {
+                    status: Final(status),
+                })
+                .inc();
+        }
+    }
+
+    /// How many tasks wait for `reason` now.
+    pub fn set_waiting(&self, reason: WaitReason, count: i64) {
+        self.inner
+            .waiting
+            .get_or_create(&ReasonLabel { reason })
+            .set(count);
+    }
+
+    /// A task was handed to an executor (or a daemon's queue) `latency` after it was
+    /// queued.
+    pub fn dispatch_latency(&self, latency: Duration) {
+        self.inner.dispatch.observe(latency.as_secs_f64());
+    }
+
+    /// A daemon claimed a task `latency` after it was queued for its machine.
+    pub fn claim_latency(&self, latency: Duration) {
+        self.inner.claim.observe(latency.as_secs_f64());
+    }
+
+    pub fn set_daemons_online(&self, count: usize) {
+        self.inner
+            .daemons_online
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_leader(&self, leads: bool) {
+        self.inner.leader.set(i64::from(leads));
+    }
+
+    /// A store call failed with an error of `kind`.
+    pub fn store_error(&self, kind: StoreErrorKind) {
+        self.inner
+            .store_errors
+            .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    /// Counts an event stream while the guard lives.
+    pub fn sse_client(&self) -> SseClient {
+        self.inner.sse_clients.inc();
+        SseClient(self.inner.sse_clients.clone())
+    }
+
+    /// The OpenMetrics text of every family ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.inner.registry) {
+            tracing::error!(error = %e, "could not encode the metrics");
+        }
+        text
+    }
+}
+
+/// One open event stream, counted in `berth_sse_clients` until dropped.
+#[derive(Debug)]
+pub struct SseClient(Gauge);
+
+impl Drop for SseClient {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Serves `GET /metrics` (and only that: any other path is 404) on `listener` until
+/// `until` resolves. Before each answer, `sample` reads what is state rather than an
+/// event into `metrics` (bounded by [`SAMPLE_WAIT`]). No token: the text holds counts
+/// and closed labels only.
+pub async fn serve<F, Fut>(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    sample: F,
+    until: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    F: Fn() -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    axum::serve(listener, router(metrics, sample))
+        .with_graceful_shutdown(until)
+        .await
+}
+
+fn router<F, Fut>(metrics: Metrics, sample: F) -> axum::Router
+where
+    F: Fn() -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let scrape = move || {
+        let (metrics, sample) = (metrics.clone(), sample.clone());
+        async move {
+            if tokio::time::timeout(SAMPLE_WAIT, sample()).await.is_err() {
+                tracing::warn!("the metrics' sample took too long; serving the last values");
+            }
+            (
+                [(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)],
+                metrics.encode(),
+            )
+        }
+    };
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(scrape))
+        .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "not found\n") })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The value of the sample line `line` starts with (`name{labels}`), if present.
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    #[test]
+    fn every_family_is_berth_prefixed_and_present_at_zero() {
+        let text = Metrics::new().encode();
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            families,
+            [
+                "berth_tasks_finished",
+                "berth_tasks_waiting",
+                "berth_dispatch_latency_seconds",
+                "berth_claim_latency_seconds",
+                "berth_daemons_online",
+                "berth_sse_clients",
+                "berth_store_errors",
+                "berth_leader",
+            ]
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(
+            value(&text, r#"berth_tasks_finished_total{status="succeeded"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&text, r#"berth_tasks_waiting{reason="machine_offline"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&text, r#"berth_store_errors_total{kind="unavailable"}"#),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn counters_gauges_and_histograms_move() {
+        let m = Metrics::new();
+        m.task_finished(TaskStatus::Succeeded);
+        m.task_finished(TaskStatus::Succeeded);
+        m.task_finished(TaskStatus::Refused);
+        // Not final: not counted.
+        m.task_finished(TaskStatus::Running);
+        m.set_waiting(WaitReason::NoMachine, 3);
+        m.dispatch_latency(Duration::from_millis(3));
+        m.claim_latency(Duration::from_secs(2));
+        m.set_daemons_online(2);
+        m.set_leader(true);
+        m.store_error(StoreErrorKind::Unavailable);
+        let clients = [m.sse_client(), m.clone().sse_client()];
+        let text = m.encode();
+        let got = |series: &str| value(&text, series);
+        assert_eq!(
+            got(r#"berth_tasks_finished_total{status="succeeded"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            got(r#"berth_tasks_finished_total{status="refused"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            text.matches("berth_tasks_finished_total{").count(),
+            FINAL.len(),
+            "{text}"
+        );
+        assert_eq!(
+            got(r#"berth_tasks_waiting{reason="no_machine"}"#),
+            Some(3.0)
+        );
+        assert_eq!(got("berth_dispatch_latency_seconds_count"), Some(1.0));
+        assert_eq!(
+            got(r#"berth_dispatch_latency_seconds_bucket{le="0.005"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            got(r#"berth_dispatch_latency_seconds_bucket{le="0.0025"}"#),
+            Some(0.0)
+        );
+        assert_eq!(got("berth_claim_latency_seconds_count"), Some(1.0));
+        assert_eq!(got("berth_daemons_online"), Some(2.0));
+        assert_eq!(got("berth_leader"), Some(1.0));
+        assert_eq!(
+            got(r#"berth_store_errors_total{kind="unavailable"}"#),
+            Some(1.0)
+        );
+        assert_eq!(got("berth_sse_clients"), Some(2.0));
+        drop(clients);
+        assert_eq!(value(&m.encode(), "berth_sse_clients"), Some(0.0));
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_nothing_else() {
+        use tower::ServiceExt as _;
+        let m = Metrics::new();
+        let sampled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let s = sampled.clone();
+        let metrics = m.clone();
+        let app = router(m, move || {
+            let (s, metrics) = (s.clone(), metrics.clone());
+            async move {
+                s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                metrics.set_daemons_online(5);
+            }
+        });
+        let get = |path: &str| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let res = app.clone().oneshot(get("/metrics")).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], CONTENT_TYPE);
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert_eq!(value(&text, "berth_daemons_online"), Some(5.0), "{text}");
+        assert_eq!(sampled.load(std::sync::atomic::Ordering::SeqCst), 1);
+        for path in ["/", "/healthz", "/api/v1/sessions", "/metrics/x"] {
+            let res = app.clone().oneshot(get(path)).await.unwrap();
+            assert_eq!(res.status(), 404, "{path}");
+        }
+    }
+}
