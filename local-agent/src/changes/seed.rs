@@ -125,8 +125,10 @@ fn sound_path(name: &[u8]) -> bool {
 impl Shadow {
     /// Starts the shadow index of a repository's first snapshot as a copy of the
     /// repository's own index (see the module): returns how many entries were copied,
-    /// or why none were (the snapshot is then a full scan).
-    pub(super) fn seed(&self, limits: &Limits) -> Result<usize, String> {
+    /// and whether their trees were packed into the shadow too (they are the
+    /// snapshot's when nothing in the directory differs from the index), or why none
+    /// were copied (the snapshot is then a full scan).
+    pub(super) fn seed(&self, limits: &Limits) -> Result<(usize, bool), String> {
         let repo = locate(&self.work_tree)?;
         if let Some(why) = config_refuses(&repo.configs) {
             return Err(why);
@@ -144,6 +146,7 @@ impl Shadow {
         let modified = md.modified().map_err(|e| e.to_string())?;
         let bytes = std::fs::read(&repo.index).map_err(|e| e.to_string())?;
         let parsed = index::parse(&bytes).map_err(|e| format!("{}: {e}", repo.index.display()))?;
+        drop(bytes);
         let cap = limits.max_file_bytes;
         let mut kept: Vec<Entry> = parsed
             .entries
@@ -181,7 +184,16 @@ impl Shadow {
         )
         .map_err(|e| e.to_string())?;
         std::fs::rename(&tmp, &file).map_err(|e| e.to_string())?;
-        Ok(count)
+        // From the entries at hand: the index is not read back.
+        let trees = index::trees(&kept);
+        drop(kept);
+        let packed = trees.is_some_and(|trees| {
+            let pack = index::pack(&trees);
+            drop(trees);
+            self.git_input(["index-pack", "--stdin"], &pack, None)
+                .is_ok()
+        });
+        Ok((count, packed))
     }
 
     /// Whether the user's global attributes file exists (it applies to every path).

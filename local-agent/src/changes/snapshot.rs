@@ -312,27 +312,55 @@ impl Shadow {
         let registered = progress::register(&self.work_tree);
         let progress = &registered.progress;
         progress.phase(Phase::Listing);
+        // Where the time goes, for the debug log: (phase, milliseconds).
+        let mut clock = std::time::Instant::now();
+        let mut phases: Vec<(&str, u128)> = Vec::new();
+        let mut lap = |name: &'static str| {
+            phases.push((name, clock.elapsed().as_millis()));
+            clock = std::time::Instant::now();
+        };
         // The seed reads only the repository's index, not the directory: the watch
-        // (which must begin before the scan reads anything) starts meanwhile.
-        let seeded = std::thread::scope(|s| {
-            let seeding =
-                (!self.git_dir.join("index").exists()).then(|| s.spawn(|| self.seed(limits)));
+        // (which must begin before the scan reads anything) starts meanwhile, on a
+        // thread of its own (the seed's large buffers stay on this one).
+        let (seeded, seed_ms, watch_ms) = std::thread::scope(|s| {
             #[cfg(target_os = "linux")]
-            watch::begin(self);
-            seeding.map(|h| h.join())
+            let watching = s.spawn(|| {
+                let t = std::time::Instant::now();
+                watch::begin(self);
+                t.elapsed().as_millis()
+            });
+            let t = std::time::Instant::now();
+            let seeded = (!self.git_dir.join("index").exists()).then(|| {
+                // While the watch is still being set up, the seed also packs its
+                // trees: they are the snapshot's when nothing differs from the index
+                // (a clean checkout). Otherwise they are written again below.
+                self.seed(limits)
+            });
+            let seed_ms = t.elapsed().as_millis();
+            #[cfg(target_os = "linux")]
+            let watch_ms = watching.join().unwrap_or_else(|_| {
+                tracing::warn!(dir = %self.work_tree.display(), "the watch's thread panicked: each run scans");
+                0
+            });
+            #[cfg(not(target_os = "linux"))]
+            let watch_ms = {
+                let _ = s;
+                0
+            };
+            (seeded, seed_ms, watch_ms)
         });
+        let mut prepacked = false;
         match seeded {
-            Some(Ok(Ok(n))) => {
+            Some(Ok((n, packed))) => {
+                prepacked = packed;
                 tracing::debug!(dir = %self.work_tree.display(), entries = n, "seeded from the repository's index")
             }
-            Some(Ok(Err(why))) => {
+            Some(Err(why)) => {
                 tracing::debug!(dir = %self.work_tree.display(), %why, "not seeded")
-            }
-            Some(Err(_)) => {
-                tracing::warn!(dir = %self.work_tree.display(), "the seed's thread panicked: a full scan")
             }
             None => {}
         }
+        lap("seed and watch");
         // Three listings at once (each reads the index; the first two also the
         // directory): what is tracked there but ignored here (a full scan would not
         // record it), what is new, and what changed or went since the index.
@@ -406,6 +434,7 @@ impl Shadow {
             private::dir(parent)?;
         }
         private::write(self.exclude_file(), lines)?;
+        let gone_count = gone.len();
         if !gone.is_empty() {
             let input: Vec<u8> = gone
                 .iter()
@@ -417,6 +446,7 @@ impl Shadow {
                 None,
             )?;
         }
+        lap("listings");
         progress.phase(Phase::Reading);
         progress.total(update.len() as u64);
         if self.feed_updates(&update, progress).is_err() {
@@ -429,12 +459,21 @@ impl Shadow {
                 "--ignore-errors",
             ])?;
         }
+        lap("reading");
         progress.phase(Phase::Writing);
-        if let Err(e) = self.pack_trees() {
+        // The index is still the seed's: its trees are already packed.
+        let unchanged = prepacked && gone_count == 0 && update.is_empty();
+        if !unchanged && let Err(e) = self.pack_trees() {
             tracing::debug!(error = %e, "the first snapshot's trees are written one by one");
         }
+        lap("tree pack");
         let tree = self.write_tree()?;
-        self.established(tree, large, started_ns)
+        lap("write-tree");
+        let snap = self.established(tree, large, started_ns);
+        lap("established");
+        tracing::debug!(dir = %self.work_tree.display(), read = update.len(), ?phases,
+            seed_ms, watch_ms, "first snapshot (ms per phase; the seed and the watch at once)");
+        snap
     }
 
     /// `git update-index --add --remove` on `paths`, counting them into `progress` as

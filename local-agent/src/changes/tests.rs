@@ -309,6 +309,60 @@ mod seeded {
         );
     }
 
+    /// A clean checkout (nothing differs from its index): the seed's trees, packed
+    /// while the watch begins, are the snapshot's; the next run's change is recorded
+    /// against them.
+    #[test]
+    fn a_clean_checkouts_seeded_snapshot_is_the_full_scans_tree() {
+        let tmp = TempDir::new("berth-seeded-clean");
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        for i in 0..60 {
+            write(
+                &repo,
+                &format!("src/m{}/d{}/f{i}.rs", i % 3, i % 5),
+                &format!("// {i}\n"),
+            );
+        }
+        write(&repo, "README.md", "hello\n");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "start"]);
+        let plain = tmp.path().join("plain");
+        copy_without_git(&repo, &plain);
+        let dot_git = git_state(&repo);
+
+        let seeded = Shadow::open(&tmp.path().join("home-a"), &repo, (2, 1)).unwrap();
+        let snap = seeded.snapshot(&limits()).unwrap();
+        assert!(seeded.seeded_from().is_some());
+        let full = Shadow::open(&tmp.path().join("home-b"), &plain, (2, 2)).unwrap();
+        let want = full.snapshot(&limits()).unwrap();
+        assert_eq!(snap, want, "seeded and full first snapshots differ");
+        let head = git(&repo, &["rev-parse", "HEAD^{tree}"]);
+        assert_eq!(
+            snap.tree,
+            head.trim(),
+            "a clean checkout's snapshot is HEAD's tree"
+        );
+        // Every tree of it is in the shadow's own objects (diffs read them there).
+        let trees = seeded
+            .git(["ls-tree", "-r", "-t", "-d", &snap.tree])
+            .unwrap();
+        assert!(trees.lines().count() >= 15, "{trees}");
+
+        write(&repo, "src/m1/d1/f1.rs", "// changed\n");
+        let next = seeded.snapshot(&limits()).unwrap();
+        let diff = seeded
+            .git(["diff", "--name-only", &snap.tree, &next.tree])
+            .unwrap();
+        assert_eq!(diff, "src/m1/d1/f1.rs");
+        assert_eq!(
+            git_state(&repo),
+            dot_git,
+            "the repository's .git was touched"
+        );
+    }
+
     #[test]
     fn undo_after_a_seeded_first_snapshot_is_byte_identical() {
         let tmp = TempDir::new("berth-seeded-undo");
