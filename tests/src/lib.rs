@@ -17,6 +17,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// `berth-server`: the one `BERTH_DEPLOYED_SERVER` names (scripts/test.sh runs some
+/// suites again on the deployed build), else this workspace's, built first (a no-op
+/// when fresh: a binary left from an older build would fail for the wrong reason).
+pub fn server_bin() -> PathBuf {
+    if let Some(deployed) = std::env::var_os("BERTH_DEPLOYED_SERVER") {
+        return PathBuf::from(deployed);
+    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "berth-web", "--bin", "berth-server"])
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building berth-server failed");
+    berth_bin().with_file_name("berth-server")
+}
+
 /// The `berth` binary of this build (target/<profile>/berth), built on demand with
 /// the full CLI it hands most commands to (`berth-full`, next to it).
 pub fn berth_bin() -> PathBuf {

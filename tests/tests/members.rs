@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{raw_http, s, write_script};
-use berth_tests::{Berth, TempDir, berth_bin, eventually, free_port};
+use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
 use serde_json::{Value, json};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -33,18 +33,6 @@ impl Drop for Team {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn server_bin() -> PathBuf {
-    let bin = berth_bin().with_file_name("berth-server");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "berth-web", "--bin", "berth-server"])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    bin
 }
 
 impl Team {

@@ -9,28 +9,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{raw_http, s, write_script};
-use berth_tests::{Berth, TempDir, berth_bin, eventually, free_port};
+use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
 use serde_json::{Value, json};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
 const PREFIX: &str = "berth-server metrics on http://";
-
-fn server_bin() -> PathBuf {
-    if let Some(deployed) = std::env::var_os("BERTH_DEPLOYED_SERVER") {
-        return PathBuf::from(deployed);
-    }
-    // Built every time (a no-op when fresh): a binary left from before the flag
-    // existed would fail for the wrong reason.
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "berth-web", "--bin", "berth-server"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    berth_bin().with_file_name("berth-server")
-}
 
 struct Server {
     root: TempDir,

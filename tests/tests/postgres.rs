@@ -17,7 +17,7 @@
 mod pg;
 
 use berth_tests::steps::{raw_http, s, write_script};
-use berth_tests::{Berth, TempDir, berth_bin, eventually, free_port};
+use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
 use serde_json::{Value, json};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -27,18 +27,6 @@ use std::time::Duration;
 /// An agent that echoes its prompt; a prompt starting `slow` sleeps 4 s first, one
 /// starting `stuck` a minute.
 const ECHO: &str = r#"p=$(cat); echo "got=$p"; case "$p" in slow*) sleep 4; echo "slept";; stuck*) exec sleep 60;; esac"#;
-
-fn server_bin() -> PathBuf {
-    let bin = berth_bin().with_file_name("berth-server");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "berth-web", "--bin", "berth-server"])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    bin
-}
 
 struct Replica {
     child: Child,
@@ -347,6 +335,29 @@ impl Drop for Balancer {
     }
 }
 
+/// What the agents' shared log (`ran`, one prompt `sNN N` a line) says: each of
+/// `prompts` ran exactly once, and each of the `sessions` sessions' prompts in the order
+/// they were sent.
+fn ran_once_in_order<'a>(ran: &str, prompts: impl Iterator<Item = &'a String>, sessions: usize) {
+    let lines: Vec<&str> = ran.lines().filter(|l| l.starts_with('s')).collect();
+    for prompt in prompts {
+        let times = lines.iter().filter(|l| **l == prompt.as_str()).count();
+        assert_eq!(times, 1, "{prompt} ran {times} times");
+    }
+    for i in 0..sessions {
+        let tag = format!("s{i:02} ");
+        let ns: Vec<usize> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&tag))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "s{i:02} out of order: {ns:?}"
+        );
+    }
+}
+
 /// An agent that says it starts, appends `SESSION-TAG N` (its prompt) to a log shared
 /// by the machines, then answers: long enough that the leader's death finds several
 /// running on their daemons, with a line stored and a line to come.
@@ -504,11 +515,7 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
     // What the agents did: every task exactly once, each session's in the order it
     // was sent.
     let ran = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = ran.lines().filter(|l| l.starts_with('s')).collect();
-    for prompt in status.keys() {
-        let times = lines.iter().filter(|l| **l == prompt.as_str()).count();
-        assert_eq!(times, 1, "{prompt} ran {times} times");
-    }
+    ran_once_in_order(&ran, status.keys(), sessions.len());
     // And what the transcripts hold: each task's two lines once, in order, whichever
     // leader received them.
     let prompts: std::collections::HashMap<&str, String> = tasks
@@ -531,18 +538,6 @@ fn two_replicas_and_three_daemons_run_every_message_once_through_a_leader_kill()
                 std::fs::read_to_string(&two.log).unwrap_or_default()
             );
         }
-    }
-    for (i, _) in sessions.iter().enumerate() {
-        let tag = format!("s{i:02} ");
-        let ns: Vec<usize> = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix(&tag))
-            .map(|n| n.parse().unwrap())
-            .collect();
-        assert!(
-            ns.windows(2).all(|w| w[0] < w[1]),
-            "s{i:02} out of order: {ns:?}"
-        );
     }
     let (_, all) = two.api(&admin, "GET", "/api/v1/tasks", "");
     let open: Vec<&Value> = all
@@ -784,9 +779,9 @@ fn transcripts_stream_live_and_resume_on_any_replica() {
     drop(machine);
 }
 
-/// A request with `Connection: close`, read to the end: the status and body, or `None`
-/// when nothing answered (the connection was refused or closed without an answer: a
-/// server shutting down never took the request).
+/// A request with `Connection: close`, read whole: the status and body, or `None` when
+/// nothing answered (the connection was refused or closed without an answer: a server
+/// shutting down never took the request).
 fn ask(
     addr: &str,
     token: Option<&str>,
@@ -794,47 +789,20 @@ fn ask(
     path: &str,
     body: &str,
 ) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = TcpStream::connect(addr).ok()?;
+    use berth_test_support::http::{Request, exchange};
+    let stream = TcpStream::connect(addr).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .ok()?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let kind = if body.is_empty() {
-        ""
-    } else {
-        "Content-Type: application/json\r\n"
-    };
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{kind}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let status = text.get(9..12)?.parse().ok()?;
-    let (_, rest) = text.split_once("\r\n\r\n")?;
-    // Chunked or not, the JSON or word is all the tests look at.
-    let body = if text[..text.len() - rest.len()]
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut r = rest;
-        while let Some((size, tail)) = r.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).ok()?;
-            if n == 0 {
-                break;
-            }
-            out.push_str(tail.get(..n)?);
-            r = tail.get(n + 2..)?;
-        }
-        out
-    } else {
-        rest.to_owned()
-    };
-    Some((status, body))
+    let mut req = Request::new(method, path).close();
+    if let Some(t) = token {
+        req = req.bearer(t);
+    }
+    if !body.is_empty() {
+        req = req.header("Content-Type", "application/json").body(body);
+    }
+    let answer = exchange(stream, addr, &req).ok()?;
+    Some((answer.status, answer.text()))
 }
 
 /// `/readyz` on `addr`, without a token: its status, `None` when nothing answers.
@@ -1101,23 +1069,7 @@ fn a_rolling_restart_under_load_runs_every_message_once_and_hands_leadership_ove
     }
     assert!(bad.is_empty(), "not succeeded: {bad:?}");
     let ran = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = ran.lines().collect();
-    for (text, _) in &sent {
-        let times = lines.iter().filter(|l| **l == text.as_str()).count();
-        assert_eq!(times, 1, "{text} ran {times} times");
-    }
-    for i in 0..sessions.len() {
-        let tag = format!("s{i:02} ");
-        let ns: Vec<usize> = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix(&tag))
-            .map(|n| n.parse().unwrap())
-            .collect();
-        assert!(
-            ns.windows(2).all(|w| w[0] < w[1]),
-            "s{i:02} out of order: {ns:?}"
-        );
-    }
+    ran_once_in_order(&ran, sent.iter().map(|(text, _)| text), sessions.len());
     for (i, moved) in handovers.iter().enumerate() {
         eprintln!(
             "handover {i}: the next replica led {} ms after SIGTERM",

@@ -408,7 +408,7 @@ impl Server {
                 }
                 let result = match attempt.take() {
                     Some(r) => r,
-                    None => match store.leader_lock_free().await {
+                    None => match store.leader_lock().await {
                         Ok(LockSeen::Resigned) => store.try_lead(&url).await,
                         Ok(LockSeen::Free)
                             if free_since.is_some_and(|t| t.elapsed() >= LEAD_RETRY) =>

@@ -59,21 +59,10 @@ impl Executor for Holding {
     }
 }
 
-/// A GET on the control socket, read to the end (`Connection: close`): the status and
-/// the whole answer as text.
-async fn get(socket: &std::path::Path, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::UnixStream::connect(socket).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.ok()?;
-    let status = text.get(9..12)?.parse().ok()?;
-    Some((status, text))
-}
-
-fn body(answer: &str) -> &str {
-    answer.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+/// A GET on the control socket; `None` when nothing listens there any more.
+async fn get(socket: &std::path::Path, path: &str) -> Option<common::Reply> {
+    let stream = tokio::net::UnixStream::connect(socket).await.ok()?;
+    Some(common::request(stream, "GET", path, &[("host", "x")], None).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,13 +83,12 @@ async fn readyz_turns_503_first_streams_end_with_a_retry_hint_then_the_socket_cl
     let served = tokio::spawn(async move { s.serve_control(listener).await });
 
     for (path, word) in [("/healthz", "ok\n"), ("/readyz", "ready\n")] {
-        let (status, answer) = get(&socket, path).await.unwrap();
-        assert_eq!((status, body(&answer)), (200, word), "{answer}");
+        let r = get(&socket, path).await.unwrap();
+        assert_eq!((r.status, r.text.as_str()), (200, word), "{path}");
+        let kind = r.headers.get("content-type").and_then(|v| v.to_str().ok());
         assert!(
-            answer
-                .to_ascii_lowercase()
-                .contains("content-type: text/plain"),
-            "{answer}"
+            kind.is_some_and(|k| k.starts_with("text/plain")),
+            "{path}: {kind:?}"
         );
     }
 
@@ -141,19 +129,17 @@ async fn readyz_turns_503_first_streams_end_with_a_retry_hint_then_the_socket_cl
     // The agent is being stopped: the server answers, but is no longer ready.
     let mut seen = None;
     for _ in 0..500 {
-        if let Some((503, answer)) = get(&socket, "/readyz").await {
-            seen = Some(answer);
+        if let Some(r) = get(&socket, "/readyz").await
+            && r.status == 503
+        {
+            seen = Some(r);
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let answer = seen.expect("/readyz answers 503 once the shutdown began");
-    assert_eq!(
-        body(&answer),
-        "not ready\n",
-        "nothing but the word: {answer}"
-    );
-    let (status, _) = get(&socket, "/healthz").await.unwrap();
+    assert_eq!(answer.text, "not ready\n", "nothing but the word");
+    let status = get(&socket, "/healthz").await.unwrap().status;
     assert_eq!(status, 200, "the process is still up");
     assert!(!stopping.is_finished());
 

@@ -1140,7 +1140,7 @@ mod postgres_only {
         assert!(!second.try_lead("http://second").await.unwrap());
         assert!(!second.leads());
         assert_eq!(
-            second.leader_lock_free().await.unwrap(),
+            second.leader_lock().await.unwrap(),
             berth_web::store::LockSeen::Held
         );
         assert_eq!(
@@ -1151,7 +1151,7 @@ mod postgres_only {
         // next one leads, advertising itself.
         drop(first);
         let free = async {
-            while second.leader_lock_free().await.unwrap() == berth_web::store::LockSeen::Held {
+            while second.leader_lock().await.unwrap() == berth_web::store::LockSeen::Held {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         };
@@ -1181,14 +1181,14 @@ mod postgres_only {
         first.resign().await.unwrap();
         assert!(!first.leads());
         assert_eq!(
-            second.leader_lock_free().await.unwrap(),
+            second.leader_lock().await.unwrap(),
             berth_web::store::LockSeen::Resigned
         );
         assert_eq!(second.leader_url().await.unwrap(), None);
         assert!(second.ready().await.unwrap().is_err());
         assert!(second.try_lead("http://second").await.unwrap());
         assert_eq!(
-            first.leader_lock_free().await.unwrap(),
+            first.leader_lock().await.unwrap(),
             berth_web::store::LockSeen::Held
         );
         assert_eq!(first.ready().await.unwrap(), Ok(()));

@@ -339,8 +339,8 @@ impl Store {
     }
 
     /// Whether a process holds the leadership now (always held on SQLite).
-    pub async fn leader_lock_free(&self) -> Result<LockSeen, StoreError> {
-        on_pg!(self, pg => pg.leader_lock_free());
+    pub async fn leader_lock(&self) -> Result<LockSeen, StoreError> {
+        on_pg!(self, pg => pg.leader_lock());
         Ok(LockSeen::Held)
     }
 

@@ -83,26 +83,20 @@ impl Pg {
     /// Whether the schema is the one this build knows and a leader holds the lock:
     /// `Err` says what is missing.
     pub(crate) async fn ready(&self) -> Result<Result<(), String>, StoreError> {
-        let (high, low) = lock_key();
-        let mut lease = self.lease().await?;
-        let row = lease
-            .read()?
-            .one(
-                "SELECT (SELECT COALESCE(MAX(version), 0) FROM berth_schema),
-                        EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
-                          AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1
-                          AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
-                &[&i64::from(high), &i64::from(low)],
-            )
-            .await?;
-        let version: i64 = row.try_get(0)?;
-        let led: bool = row.try_get(1)?;
+        let version: i64 = {
+            let mut lease = self.lease().await?;
+            lease
+                .read()?
+                .one("SELECT COALESCE(MAX(version), 0) FROM berth_schema", &[])
+                .await?
+                .try_get(0)?
+        };
         let known = super::schema::MIGRATIONS.len() as i64;
         Ok(if version != known {
             Err(format!(
                 "the schema is version {version}, this build's is {known}"
             ))
-        } else if !led {
+        } else if self.leader_lock().await? != LockSeen::Held {
             Err("no berth-server leads".to_owned())
         } else {
             Ok(())
@@ -112,7 +106,7 @@ impl Pg {
     /// Whether no process holds the leader's lock now (a leader that lost its
     /// connection takes it back within a fraction of a second; see `Server::lead`),
     /// and whether the last leader resigned (its row is gone: no need to wait).
-    pub(crate) async fn leader_lock_free(&self) -> Result<LockSeen, StoreError> {
+    pub(crate) async fn leader_lock(&self) -> Result<LockSeen, StoreError> {
         let mut lease = self.lease().await?;
         let (high, low) = lock_key();
         let row = lease
