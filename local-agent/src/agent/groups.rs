@@ -133,7 +133,22 @@ struct Stat {
 
 #[cfg(target_os = "linux")]
 fn stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Read into a buffer it fits (a few hundred bytes): one read and the end, not
+    // `read_to_string`'s size probe and doubling reads from 32 bytes (this runs at
+    // every spawn).
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match std::io::Read::read(&mut file, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    // A command name need not be UTF-8; the fields after it are.
+    let text = String::from_utf8_lossy(&buf[..len]);
     // The command name may hold spaces and parentheses; it ends at the last ')'.
     let (_, rest) = text.rsplit_once(')')?;
     let fields: Vec<&str> = rest.split_whitespace().collect();

@@ -250,9 +250,28 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
     // Names everywhere; contents everywhere but the holes: the rules of the last run
     // with the same holes while no directory it listed has changed, else anew.
     let reads = read_rules(&policy.read_deny)?;
+    // The read rules are many, on descriptors whose type is known: added by the
+    // system call itself, without the crate's `fstat` of each (the crate adds a rule
+    // the kernel refused, and says why).
+    let raw = Option::<OwnedFd>::from(b.ruleset.try_clone().map_err(|e| FenceError::Open {
+        path: PathBuf::from("/"),
+        what: "the fence's Landlock ruleset",
+        source: e,
+    })?);
+    let handled =
+        AccessFs::from_all(LATEST) & AccessFs::from_all(ABI::from(probe.landlock_abi as i32));
     for (fd, access) in &reads.rules {
-        b.add_fd(fd, *access, Path::new("/"))?;
+        let access = *access & handled;
+        let added = raw
+            .as_ref()
+            .is_some_and(|r| access.is_empty() || add_rule_raw(r, fd, access));
+        if added {
+            b.rules += usize::from(!access.is_empty());
+        } else {
+            b.add_fd(fd, access, Path::new("/"))?;
+        }
     }
+    drop(raw);
     b.skipped_symlinks += reads.skipped_symlinks;
 
     for (path, kind) in &policy.write {
@@ -306,6 +325,38 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
             None
         },
     })
+}
+
+/// `landlock_add_rule(2)`'s `struct landlock_path_beneath_attr` (packed, as in
+/// `<linux/landlock.h>`).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Adds the rule `access` beneath `fd` to the ruleset `ruleset`; whether the kernel
+/// took it. `access` must lie within what the ruleset handles (else the kernel
+/// refuses it, and the caller adds it through the crate, which says why).
+#[allow(unsafe_code)]
+fn add_rule_raw(ruleset: &OwnedFd, fd: &OwnedFd, access: BitFlags<AccessFs>) -> bool {
+    /// `LANDLOCK_RULE_PATH_BENEATH`.
+    const PATH_BENEATH: libc::c_int = 1;
+    let attr = PathBeneathAttr {
+        allowed_access: access.bits(),
+        parent_fd: fd.as_raw_fd(),
+    };
+    // SAFETY: one system call; `attr` lives until it returns, and both descriptors
+    // are open (borrowed).
+    unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            PATH_BENEATH,
+            &raw const attr,
+            0u32,
+        ) == 0
+    }
 }
 
 /// The read rules of the decomposition (`/`'s names, then contents everywhere but the
