@@ -69,6 +69,9 @@ pub struct Berth {
     /// The uid every command and the server run as, with copies of the binaries it
     /// can reach (see [`Berth::as_user`]); else the test's.
     user: Option<(u32, PathBuf)>,
+    /// Another build's `berth` (with its `berth-full` beside it) for every command and
+    /// the server (see [`Berth::use_bin`]); else [`berth_bin`].
+    build: Option<PathBuf>,
     server: Option<Child>,
 }
 
@@ -102,8 +105,21 @@ impl Berth {
             env: Vec::new(),
             umask: None,
             user: None,
+            build: None,
             server: None,
         }
+    }
+
+    /// Runs another build of Berth: `bin` (a `berth`, its `berth-full` beside it) for
+    /// every later command and server start, instead of [`berth_bin`]. For comparing two
+    /// builds in one benchmark loop.
+    pub fn use_bin(&mut self, bin: &Path) {
+        self.build = Some(bin.to_owned());
+    }
+
+    /// The `berth` binary this installation starts (before [`Berth::as_user`] copies it).
+    fn build(&self) -> PathBuf {
+        self.build.clone().unwrap_or_else(berth_bin)
     }
 
     /// Sets `key=value` in the environment of every later command and server start
@@ -125,7 +141,7 @@ impl Berth {
     pub fn as_user(&mut self, uid: u32) {
         let bin = self.root.path().join("bin");
         std::fs::create_dir_all(&bin).expect("bin dir");
-        let src = berth_bin();
+        let src = self.build();
         let dir = src.parent().expect("the binaries' directory");
         for name in ["berth", "berth-full"] {
             std::fs::copy(dir.join(name), bin.join(name)).expect("copy the binaries");
@@ -144,7 +160,7 @@ impl Berth {
     pub fn bin(&self) -> PathBuf {
         match &self.user {
             Some((_, bin)) => bin.clone(),
-            None => berth_bin(),
+            None => self.build(),
         }
     }
 
@@ -162,13 +178,13 @@ impl Berth {
                 .arg(bin);
                 c
             }
-            (None, None) => Command::new(berth_bin()),
+            (None, None) => Command::new(self.build()),
             (Some(_), Some(_)) => panic!("Berth::umask and Berth::as_user do not combine"),
             (Some(mask), None) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
-                    .arg(berth_bin());
+                    .arg(self.build());
                 c
             }
         };

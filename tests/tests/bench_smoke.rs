@@ -166,3 +166,36 @@ fn micro_rows_come_from_criterion_estimates_of_this_run() {
     let later = read_estimates(dir.path(), SystemTime::now() + Duration::from_secs(60)).unwrap();
     assert!(later.is_empty());
 }
+
+/// `berth-bench --compare`: this build against itself gives both round trips and their
+/// paired difference (a build compared with itself: any sign); a path that is no build
+/// is refused with what it needs.
+#[test]
+fn comparing_two_builds_gives_both_round_trips_and_their_difference() {
+    let cfg = Config::tiny();
+    let this = berth_tests::berth_bin();
+    let rows = bench::guarded("compare", || bench::dispatch::compare(&cfg, &this));
+    let got = measured("compare", &rows);
+    let metrics: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
+    let other = format!("API round trip, {} p50 (n=3)", this.display());
+    for wanted in [
+        "API round trip, this build p50 (n=3)",
+        other.as_str(),
+        "this build − the other: p50 of the paired differences",
+    ] {
+        assert!(metrics.contains(&wanted), "no {wanted:?} in {metrics:?}");
+    }
+    for r in &rows {
+        assert!(r.value.is_some_and(f64::is_finite), "bad value in {r:?}");
+    }
+
+    let nowhere = this.with_file_name("no-such-dir").join("berth");
+    let refused = bench::guarded("compare", || bench::dispatch::compare(&cfg, &nowhere));
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].verdict, Verdict::Failed);
+    let why = refused[0].note.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("no-such-dir/berth is not a file") && why.contains("berth-full"),
+        "{why}"
+    );
+}

@@ -170,7 +170,18 @@ pub fn served(tag: &str) -> Berth {
 
 /// [`served`], its server and commands given `env` as well.
 pub fn served_with(tag: &str, env: &[(&str, &str)]) -> Berth {
+    serve_cat(Berth::new(tag), env)
+}
+
+/// [`served`] by another build of Berth: `bin`, a `berth` with its `berth-full` beside
+/// it (see [`Berth::use_bin`]).
+pub fn served_by(tag: &str, bin: &Path) -> Berth {
     let mut b = Berth::new(tag);
+    b.use_bin(bin);
+    serve_cat(b, &[])
+}
+
+fn serve_cat(mut b: Berth, env: &[(&str, &str)]) -> Berth {
     for (k, v) in env {
         b.env(k, v);
     }
@@ -367,6 +378,29 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
 }
 
+/// This build against `other` (see [`dispatch::compare`]), as one report.
+pub fn compare(cfg: &Config, command: &str, other: &Path) -> Report {
+    let started = Instant::now();
+    let load_before = load_average();
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let rows = guarded("compare", || dispatch::compare(cfg, other));
+    Report {
+        command: command.to_owned(),
+        mode: cfg.mode.to_owned(),
+        date,
+        machine: machine(load_before),
+        elapsed_s: started.elapsed().as_secs_f64(),
+        rows,
+        notes: vec![
+            "**compare**: this build and the other, each a `berth serve` with one session \
+             of the `cat` agent, their API round trips (as in dispatch) alternating in one \
+             loop, each going first every other time: the second of a pair pays for the \
+             first's tail. The last row is the median of the per-iteration differences."
+                .to_owned(),
+        ],
+    }
+}
+
 /// What a reader needs to interpret the figures.
 pub fn notes() -> Vec<String> {
     [
@@ -381,7 +415,11 @@ pub fn notes() -> Vec<String> {
          exactly one process start in it, like the bare spawn), and **the CLI's at most \
          3×** (it also starts the `berth` client process itself: the lean front, linked \
          statically by scripts/build-berth.sh, its exec, a socket connect and the request; \
-         two process starts against one). The startup rows \
+         two process starts against one). The fence's cost is timed after that loop, in \
+         one of its own: the fenced and the unfenced server take turns, each going first \
+         every other time (the second of a pair pays for the first's tail, about 0.1 ms \
+         here; in the main loop the unfenced round trip always goes second), and the row \
+         is the median of the per-iteration differences. The startup rows \
          time `berth --version` and `berth session list` on an empty store next to \
          `cat /dev/null`, in a loop of their own.",
         "**remote claim**: `berth serve --allow-daemons` and two `berth daemon`s on this \

@@ -4,6 +4,10 @@
 //! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `first`, `remote`,
 //! `throughput`, `reads`, `postgres`, `micro`) and writes no page unless `--markdown`
 //! names one.
+//!
+//! `berth-bench [--json] [--quick] --compare OTHER`: only this build's API round trip
+//! against another build's (`OTHER`, a `berth` with its `berth-full` beside it), in one
+//! loop (see `bench::dispatch::compare`); writes no page.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use anyhow::{Context as _, Result, bail};
@@ -27,12 +31,20 @@ fn run() -> Result<ExitCode> {
     let mut quick = false;
     let mut markdown: Option<PathBuf> = None;
     let mut only: Option<Vec<String>> = None;
+    let mut compare_with: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => json = true,
             "--quick" => quick = true,
             "--markdown" => markdown = Some(args.next().context("--markdown needs a path")?.into()),
+            "--compare" => {
+                compare_with = Some(
+                    args.next()
+                        .context("--compare needs the other build's `berth`")?
+                        .into(),
+                );
+            }
             "--only" => {
                 let groups: Vec<String> = args
                     .next()
@@ -51,7 +63,7 @@ fn run() -> Result<ExitCode> {
             other => {
                 bail!(
                     "unknown argument {other:?} (expected --json, --quick, --markdown PATH, \
-                     --only GROUP,...)"
+                     --only GROUP,..., --compare OTHER)"
                 )
             }
         }
@@ -70,10 +82,21 @@ fn run() -> Result<ExitCode> {
         (false, true) => "scripts/bench.sh --json",
         (true, true) => "scripts/bench.sh --json --quick",
     };
-    let report = bench::run(&cfg, command, only.as_deref());
+    if compare_with.is_some() && (only.is_some() || markdown.is_some()) {
+        bail!("--compare runs alone: it takes neither --only nor --markdown");
+    }
+    let report = match &compare_with {
+        Some(other) => bench::compare(
+            &cfg,
+            &format!("{command} --compare {}", other.display()),
+            other,
+        ),
+        None => bench::run(&cfg, command, only.as_deref()),
+    };
     let path = match (markdown, &only) {
         (Some(p), _) => Some(p),
-        (None, None) => Some(cfg.workspace.join("BENCHMARKS.md")),
+        (None, None) if compare_with.is_none() => Some(cfg.workspace.join("BENCHMARKS.md")),
+        (None, None) => None,
         (None, Some(_)) => None,
     };
     if let Some(path) = path {

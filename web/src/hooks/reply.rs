@@ -8,6 +8,7 @@ use crate::net::HttpClient;
 use crate::net::client::CallError;
 use crate::scheduler::TaskObserver;
 use crate::store::{Store, StoreError, TaskRow};
+use berth_core::SessionId;
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;
 use serde_json::json;
@@ -110,7 +111,16 @@ struct Inner {
     lark_token: tokio::sync::Mutex<Option<(String, Instant)>>,
     /// The pooled client the answers go out through (TLS, keep-alive).
     http: HttpClient,
+    /// Sessions known to answer to no channel. A session is a channel session from its
+    /// creation (`Store::channel_intake` makes both at once) or never, so one look in
+    /// the store per session is enough: a task of a session seen here ends with no
+    /// read and no task spawned (that look, at each task's end, overlapped the next
+    /// message's dispatch).
+    plain: std::sync::Mutex<std::collections::HashSet<SessionId>>,
 }
+
+/// How many sessions [`Inner::plain`] remembers; past that it starts over.
+const PLAIN_SESSIONS: usize = 4096;
 
 /// How long one call to a platform may take, retries included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -130,8 +140,16 @@ impl Replier {
                 display,
                 lark_token: tokio::sync::Mutex::new(None),
                 http,
+                plain: std::sync::Mutex::new(std::collections::HashSet::new()),
             }),
         }
+    }
+
+    fn plain(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<SessionId>> {
+        self.inner
+            .plain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn post_json(
@@ -150,6 +168,11 @@ impl Replier {
     async fn reply(&self, task: TaskRow) -> Result<(), ReplyError> {
         let store = &self.inner.store;
         let Some(stored) = store.channel_thread(task.session_id.clone()).await? else {
+            let mut plain = self.plain();
+            if plain.len() >= PLAIN_SESSIONS {
+                plain.clear();
+            }
+            plain.insert(task.session_id.clone());
             return Ok(());
         };
         let Some(thread) = Thread::from_key(&stored.platform, &stored.thread_key) else {
@@ -263,6 +286,9 @@ impl Replier {
 
 impl TaskObserver for Replier {
     fn task_finished(&self, task: &TaskRow) {
+        if self.plain().contains(&task.session_id) {
+            return;
+        }
         let this = self.clone();
         let task = task.clone();
         tokio::spawn(async move {
@@ -279,6 +305,75 @@ impl TaskObserver for Replier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::executor::{AgentKind, AgentSpec};
+    use crate::store::{ChannelIntake, NewChannelMessage, NewSessionRow};
+    use berth_core::resolve::Origin;
+
+    /// A plain session is looked up once: its later tasks end with no read and no task
+    /// spawned. A channel session is never taken for one, so each of its answers is
+    /// still posted.
+    #[tokio::test]
+    async fn only_sessions_that_answer_to_no_channel_are_remembered() {
+        let home = berth_test_support::TempDir::new("reply");
+        let store = Store::open(home.path()).await.unwrap();
+        store
+            .add_agent(AgentSpec {
+                name: "echo".into(),
+                kind: AgentKind::Command,
+                command: vec!["cat".into()],
+                permissions: None,
+            })
+            .await
+            .unwrap();
+        let config = ChannelConfig {
+            slack: None,
+            lark: None,
+            agent: None,
+            member: None,
+        };
+        let http = HttpClient::new(&crate::net::client::ClientOptions::from_env(None)).unwrap();
+        let display = Arc::new(berth_core::Context::new(berth_core::Platform::Linux));
+        let replier = Replier::new(store.clone(), config, display, http);
+
+        let plain = store
+            .create_session(NewSessionRow {
+                title: Some("plain".into()),
+                agent: None,
+                origin: Origin::Api,
+                project: None,
+                binding: None,
+                owner: None,
+            })
+            .await
+            .unwrap();
+        let (task, _) = store
+            .add_message(plain.id.to_string(), Origin::Api, "hi".into())
+            .await
+            .unwrap();
+        assert!(!replier.plain().contains(&plain.id));
+        replier.reply(task).await.unwrap();
+        assert!(replier.plain().contains(&plain.id));
+
+        let ChannelIntake::Queued { task, .. } = store
+            .channel_intake(NewChannelMessage {
+                platform: "slack",
+                thread_key: "C1:1".into(),
+                event_id: "ev1".into(),
+                text: "hi".into(),
+                agent: None,
+                title: "slack C1:1".into(),
+                owner: None,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("the channel message was not queued");
+        };
+        let channel = task.session_id.clone();
+        replier.reply(*task).await.unwrap();
+        assert!(!replier.plain().contains(&channel));
+        assert_eq!(replier.plain().len(), 1);
+    }
 
     fn text(t: &str) -> AgentEvent {
         AgentEvent::Text { text: t.into() }
