@@ -234,12 +234,26 @@ pub async fn spawn_fenced(
         let mut kept = None;
         let stdin = match (spawned.stdin, inv.stdin.as_deref()) {
             (Some(fd), Some(bytes)) => {
-                let sender =
-                    tokio::net::unix::pipe::Sender::from_owned_fd(fd).map_err(spawn_error)?;
-                // Most prompts fit the pipe's buffer: written now, without a task, and
-                // closed (EOF) at once; the rest, if any, below.
-                let written = sender.try_write(bytes).unwrap_or(0);
-                (written < bytes.len()).then_some((sender, written))
+                // Most prompts fit the pipe's buffer: written now by the system call
+                // itself, and closed (EOF) at once; the rest, if any, below. (Tokio's
+                // `try_write` on a pipe just registered knows no readiness yet: it
+                // would leave the whole prompt until the reactor's next turn, after
+                // whatever else is ready on this worker, while the agent waits.)
+                rustix::io::ioctl_fionbio(&fd, true).map_err(|e| spawn_error(e.into()))?;
+                let written = match rustix::io::write(&fd, bytes) {
+                    Ok(n) => n,
+                    Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => 0,
+                    // The agent closed its stdin already (EPIPE): nothing to write; its
+                    // output and exit tell the rest.
+                    Err(_) => bytes.len(),
+                };
+                if written < bytes.len() {
+                    let sender =
+                        tokio::net::unix::pipe::Sender::from_owned_fd(fd).map_err(spawn_error)?;
+                    Some((sender, written))
+                } else {
+                    None
+                }
             }
             (Some(fd), None) => {
                 let sender =

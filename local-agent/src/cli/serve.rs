@@ -31,11 +31,16 @@ pub(super) fn init_log() -> Result<(), CliError> {
     Ok(())
 }
 
-/// The runtime of the long-running commands (`serve`, `daemon`): two workers, one
-/// per core of the machines Berth is sized for.
+/// The runtime of the long-running commands (`serve`, `daemon`): one worker, with
+/// blocking work on tokio's blocking threads. On the two-core machines Berth is sized
+/// for, a second worker bought some throughput (about an eighth more tasks per second
+/// with 100 busy sessions, far above the goal) and cost every message's round trip
+/// about 0.1 ms: the steps of one task hopped between the two workers, each hop a
+/// wake-up on the other core, which the agent itself needs (`scripts/bench.sh
+/// --compare`).
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| {

@@ -58,6 +58,7 @@ impl NativeExecutor {
         let locks = DirLocks::new(cfg.lock_dir.clone())?;
         let ctx = cfg.context();
         let journal = Journal::new(cfg.journal_dir());
+        let tmps = Arc::new(crate::run::tmp::Tmps::new(&cfg.berth_home));
         Ok(NativeExecutor {
             inner: Arc::new(Inner {
                 cfg,
@@ -65,6 +66,7 @@ impl NativeExecutor {
                 locks,
                 journal,
                 watcher: Watcher::new(),
+                tmps,
             }),
         })
     }
@@ -152,7 +154,7 @@ impl Executor for NativeExecutor {
         // The temporary directories of tasks that never finished; not while another
         // Berth process on this home may be running tasks.
         if groups.in_use.is_empty() {
-            lines.extend(crate::run::fence::sweep_tmp(&self.inner.cfg.berth_home));
+            lines.extend(self.inner.tmps.sweep());
         }
         let report = self.replay_leftovers();
         let restored = report

@@ -4,9 +4,9 @@
 //! agent kind's own state ([`Adapter::fence_state`]) and Berth's own places, this
 //! builds core's [`FencePolicy`] and the kernel objects of [`crate::agent::fence::prepare`]
 //! (blocking file I/O: called from the executor's preparation, which already runs on
-//! a blocking thread). It also creates the task's own temporary directory
-//! (`$BERTH_HOME/tmp/<task>`, 0700), which the agent gets as `TMPDIR`, `TMP` and
-//! `TEMP`, and which [`remove_tmp`] removes after the run.
+//! a blocking thread). It also gives the task its own temporary directory
+//! (`$BERTH_HOME/tmp/<name>`, 0700, from [`crate::run::tmp::Tmps`]), which the agent
+//! gets as `TMPDIR`, `TMP` and `TEMP`, and which goes after the run.
 //!
 //! Modes (README, "The fence"):
 //!
@@ -21,7 +21,6 @@ use crate::agent::fence::{self, FenceError};
 use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, WriteKind};
 use berth_core::settings::FenceSettings;
 use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal, TaskId};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// What the run gets from the fence.
@@ -77,6 +76,8 @@ pub(crate) struct Places<'a> {
     pub lock_dir: &'a Path,
     pub config_dir: &'a Path,
     pub user_home: Option<&'a Path>,
+    /// The tasks' temporary directories ([`crate::run::tmp`]).
+    pub tmps: &'a crate::run::tmp::Tmps,
 }
 
 fn local(p: &Path) -> Option<LocalPath> {
@@ -110,10 +111,10 @@ pub(crate) fn for_run(
     if !probe.available() {
         return unavailable(settings.mode, &why_unavailable(probe));
     }
-    let tmp = task_tmp(places.berth_home, task_id).map_err(|e| {
+    let tmp = places.tmps.take(task_id).map_err(|e| {
         FenceStop::Failed(format!(
             "cannot create the task's temporary directory under {}: {e}",
-            places.berth_home.join("tmp").display()
+            places.tmps.live().display()
         ))
     })?;
     let built = build(req, &tmp, var);
@@ -365,70 +366,6 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
     }
 }
 
-/// Removes every task's temporary directory under `$BERTH_HOME/tmp` (at startup, when
-/// no task of this home runs: those left by a Berth that stopped mid-run). Returns one
-/// line per directory removed or left.
-pub(crate) fn sweep_tmp(berth_home: &Path) -> Vec<String> {
-    let base = berth_home.join("tmp");
-    let Ok(entries) = std::fs::read_dir(&base) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let path = e.path();
-        // Never through a symlink: only what Berth made here is removed.
-        let removed = match e.file_type() {
-            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
-            Ok(_) => std::fs::remove_file(&path),
-            Err(err) => Err(err),
-        };
-        out.push(match removed {
-            Ok(()) => format!(
-                "removed {}, an interrupted task's temporary directory",
-                path.display()
-            ),
-            Err(err) => format!(
-                "could not remove {}, an interrupted task's temporary directory: {err}",
-                path.display()
-            ),
-        });
-    }
-    out
-}
-
-/// A short, unique name for the task's temporary directory: sockets the agent binds
-/// there must fit `sun_path` (108 bytes).
-fn task_tmp(berth_home: &Path, task_id: &TaskId) -> std::io::Result<PathBuf> {
-    // A task id is letters, digits, '-' and '_' only: one plain name as it is.
-    let clean = task_id.to_string();
-    let short: String = clean
-        .chars()
-        .rev()
-        .take(12)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    let base = berth_home.join("tmp");
-    berth_web::private::dir(&base)?;
-    let mut last = None;
-    for name in [
-        short,
-        clean,
-        format!("{}-{}", std::process::id(), task_id.as_str().len()),
-    ] {
-        if name.is_empty() {
-            continue;
-        }
-        let path = base.join(&name);
-        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-            Ok(()) => return Ok(path),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no name for the directory")))
-}
-
 /// What git writes in the main repository when committing in the linked worktree at
 /// `root` (docs/fence.md §3c): `objects/`, the branch prefix's `refs/heads/berth/` and
 /// `logs/refs/heads/berth/` (created if missing), and the worktree's own
@@ -458,25 +395,6 @@ fn worktree_git(root: &Path) -> std::io::Result<Vec<(PathBuf, WriteKind)>> {
     Ok(out)
 }
 
-/// Removes the task's temporary directory once its agent's group is gone: an empty one
-/// here, a full one on a blocking thread.
-pub(crate) async fn remove_tmp(tmp: &Path) -> Option<String> {
-    match std::fs::remove_dir(tmp) {
-        Ok(()) => return None,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(_) => {}
-    }
-    let owned = tmp.to_owned();
-    match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&owned)).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(format!(
-            "could not remove the task's temporary directory {}: {e}",
-            tmp.display()
-        )),
-        Err(e) => Some(format!("internal error: {e}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,23 +408,5 @@ mod tests {
         );
         assert_eq!(resolve("~/side", None), None);
         assert_eq!(resolve("/tmp/x", None), Some(PathBuf::from("/tmp/x")));
-    }
-
-    #[test]
-    fn the_tmp_name_is_short_and_unique() {
-        let home = std::env::temp_dir().join(format!("berth-run-fence-{}", std::process::id()));
-        let a = task_tmp(
-            &home,
-            &TaskId::parse("t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap(),
-        )
-        .unwrap();
-        let b = task_tmp(
-            &home,
-            &TaskId::parse("t_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap(),
-        )
-        .unwrap();
-        assert_ne!(a, b);
-        assert_eq!(a.file_name().unwrap().len(), 12);
-        let _ = std::fs::remove_dir_all(&home);
     }
 }

@@ -21,6 +21,7 @@ mod place;
 mod prepare;
 pub mod scratch;
 mod state;
+pub(crate) mod tmp;
 pub mod worktree;
 
 pub use executor::{ExecutorError, NativeExecutor};

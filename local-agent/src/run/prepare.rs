@@ -67,6 +67,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
                 lock_dir: &inner.cfg.lock_dir,
                 config_dir: &inner.cfg.config_dir,
                 user_home: inner.cfg.user_home.as_deref(),
+                tmps: &inner.tmps,
             },
             run: crate::run::fence::RunPlace {
                 dir: place.pinned.canonical(),

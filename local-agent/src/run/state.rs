@@ -24,6 +24,8 @@ pub(super) struct Inner {
     pub(super) journal: Arc<Journal>,
     /// One process-group watcher for every agent this executor starts.
     pub(super) watcher: Watcher,
+    /// The fenced tasks' temporary directories.
+    pub(super) tmps: Arc<crate::run::tmp::Tmps>,
 }
 
 /// Where a task runs, pinned.
