@@ -1,5 +1,5 @@
-//! The run itself: placed and prepared (on a blocking thread, waiting for the
-//! directory's lock if another run holds it), the agent started in its fence and its
+//! The run itself: placed and prepared (on a blocking thread unless it is a scratch
+//! session's, waiting for the directory's lock if another run holds it), the agent started in its fence and its
 //! turn streamed, then everything undone and summarized into the task's outcome.
 
 use super::finish::{finish, kept_note};

@@ -3,8 +3,8 @@
 //! From the settings' `fence` (mode, network, extra paths), the run's directory, the
 //! agent kind's own state ([`Adapter::fence_state`]) and Berth's own places, this
 //! builds core's [`FencePolicy`] and the kernel objects of [`crate::agent::fence::prepare`]
-//! (blocking file I/O: called from the executor's preparation, which already runs on
-//! a blocking thread). It also gives the task its own temporary directory
+//! (blocking file I/O, short and bounded: called from the executor's preparation, on a
+//! blocking thread or, for a scratch session, on the worker). It also gives the task its own temporary directory
 //! (`$BERTH_HOME/tmp/<name>`, 0700, from [`crate::run::tmp::Tmps`]), which the agent
 //! gets as `TMPDIR`, `TMP` and `TEMP`, and which goes after the run.
 //!

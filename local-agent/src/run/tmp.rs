@@ -112,17 +112,15 @@ impl Tmps {
         let mut last = None;
         for name in &names {
             let path = self.live.join(name);
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            let mut made = make(&path);
+            if matches!(&made, Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+                // `tmp/` went away under a running Berth: made again.
+                self.made.store(false, Ordering::Release);
+                self.make_bases()?;
+                made = make(&path);
+            }
+            match made {
                 Ok(()) => return Ok(path),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    // `tmp/` went away under a running Berth: made again, once.
-                    self.made.store(false, Ordering::Release);
-                    self.make_bases()?;
-                    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                        Ok(()) => return Ok(path),
-                        Err(e) => last = Some(e),
-                    }
-                }
                 Err(e) => last = Some(e),
             }
         }
@@ -195,7 +193,7 @@ impl Tmps {
             }
             let n = self.next.fetch_add(1, Ordering::Relaxed);
             let path = self.ready_dir.join(format!("{}-{n}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            match make(&path) {
                 Ok(()) => self
                     .ready
                     .lock()
@@ -246,22 +244,20 @@ impl Tmps {
 fn names(task_id: &TaskId) -> Vec<String> {
     // A task id is letters, digits, '-' and '_' only: one plain name as it is.
     let clean = task_id.to_string();
-    let short: String = clean
-        .chars()
-        .rev()
-        .take(12)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let start = clean.char_indices().rev().nth(11).map_or(0, |(i, _)| i);
     [
-        short,
+        clean[start..].to_owned(),
         clean,
         format!("{}-{}", std::process::id(), task_id.as_str().len()),
     ]
     .into_iter()
     .filter(|n| !n.is_empty())
     .collect()
+}
+
+/// Makes the one directory `path`, 0700.
+fn make(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(path)
 }
 
 /// Removes one entry of a directory Berth made: a directory with what it holds, else
