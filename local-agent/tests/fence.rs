@@ -774,3 +774,69 @@ fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() 
     );
     assert!(err.to_string().contains("temporary directory"), "{err}");
 }
+
+/// A session's next run reuses its last fence (the kernel objects are a hundred and
+/// more system calls to build) only while every path it was built on is the same: a
+/// rule is on a file, so a write path replaced since, a missing one that appeared, or
+/// a new entry where the reads were decomposed, each makes it build anew.
+#[test]
+fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("reuse", None);
+    let (dir, tmp, berth, locks, home) = (
+        World::lp(&w.app),
+        World::lp(&w.tmp),
+        World::lp(&w.berth),
+        World::lp(&w.locks),
+        World::lp(&w.home),
+    );
+    let state = [(World::lp(&w.home.join(".claude")), WriteKind::Subtree)];
+    let policy = FencePolicy::new(&FenceInputs {
+        dir: &dir,
+        permissions: Permissions::Edit,
+        tmp: &tmp,
+        berth_home: &berth,
+        lock_dir: &locks,
+        home: Some(&home),
+        state: &state,
+        write: &[],
+        read_deny: &[],
+        network: Network::On,
+    });
+    let fresh = || fence::prepare(&policy, &[]).unwrap();
+    let first = fresh();
+    let again = first.reuse(&policy).expect("nothing changed: reused");
+    assert_eq!(again.rules(), first.rules());
+    assert!(again.reuse(&policy).is_some(), "a reused fence is reusable");
+
+    // The tmp directory renamed away and a new one made in its place: the old rule
+    // is on the old directory, wherever it went.
+    std::fs::rename(&w.tmp, w.root.join("old-tmp")).unwrap();
+    std::fs::create_dir(&w.tmp).unwrap();
+    assert!(first.reuse(&policy).is_none(), "the tmp was replaced");
+    let second = fresh();
+    assert!(second.reuse(&policy).is_some());
+
+    // The run's directory swapped for a symlink to another.
+    std::fs::rename(&w.app, w.root.join("old-app")).unwrap();
+    std::os::unix::fs::symlink(w.home.join("code/other"), &w.app).unwrap();
+    assert!(second.reuse(&policy).is_none(), "the directory was swapped");
+    std::fs::remove_file(&w.app).unwrap();
+    std::fs::rename(w.root.join("old-app"), &w.app).unwrap();
+    let third = fresh();
+    assert!(third.reuse(&policy).is_some());
+
+    // A write path that was missing (so had no rule) now exists.
+    std::fs::create_dir(w.home.join(".claude")).unwrap();
+    assert!(third.reuse(&policy).is_none(), "the agent's state appeared");
+    let fourth = fresh();
+    assert!(fourth.reuse(&policy).is_some());
+
+    // A new entry in the home, which the reads were decomposed in: it gets its rule
+    // only from a new build.
+    write(&w.home.join(".newtool/conf"), "x\n");
+    assert!(fourth.reuse(&policy).is_none(), "the home has a new entry");
+    assert!(fresh().reuse(&policy).is_some());
+}

@@ -774,3 +774,68 @@ fn a_refusal_named_on_a_fenced_agents_stderr_is_a_denial_by_the_fence() {
     let (_, _, task) = send_json(&b, &session, "again");
     assert_eq!(task["denials"], serde_json::json!([]), "{task}");
 }
+
+/// A session keeps its temporary directory from one run to the next while its agent
+/// leaves it empty, and reuses its fence on it; a directory the agent left something
+/// in goes after the run, and the next run gets a new, empty one. Every run starts
+/// with an empty `TMPDIR`, stays fenced, and another session can write in neither.
+#[test]
+fn a_session_keeps_its_empty_temporary_directory_and_no_other_session_can_write_there() {
+    let mut b = Berth::new("fence-kept-tmp");
+    let app = world(&b);
+    b.serve();
+    const SCRIPT: &str = r#"msg=$(cat)
+echo "tmp: $TMPDIR"
+echo "entries: $(ls -A "$TMPDIR" | wc -l)"
+if echo pwn >> "$HOME/.bashrc" 2>/dev/null; then echo "escape: done"; else echo "escape: refused"; fi
+case "$msg" in
+  leave) if echo x > "$TMPDIR/left"; then echo "left: done"; else echo "left: refused"; fi ;;
+  cross) if echo pwn > "$OTHER/pwn"; then echo "cross: done"; else echo "cross: refused"; fi ;;
+esac
+"#;
+    add_command_agent(&b, "tmp-user", SCRIPT);
+    let session = new_session(&b, "tmp-user", Some(&app));
+    let run = |session: &str, msg: &str| {
+        let (_, events, task) = send_json(&b, session, msg);
+        assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
+        let (results, _) = outcomes(&events);
+        assert_eq!(
+            results["entries"], "0",
+            "every run starts empty: {results:?}"
+        );
+        assert_eq!(results["escape"], "refused", "fenced: {results:?}");
+        results
+    };
+    let first = run(&session, "keep");
+    let t1 = PathBuf::from(&first["tmp"]);
+    assert!(t1.starts_with(b.home.join("tmp")), "{first:?}");
+    assert!(
+        t1.is_dir(),
+        "kept for the session's next run: {}",
+        t1.display()
+    );
+
+    let second = run(&session, "leave");
+    assert_eq!(second["tmp"], first["tmp"], "the same directory, reused");
+    assert_eq!(second["left"], "done", "writable under the reused fence");
+    assert!(!t1.exists(), "left non-empty, so gone after the run");
+
+    let third = run(&session, "keep");
+    let t2 = PathBuf::from(&third["tmp"]);
+    assert_ne!(t2, t1, "a new directory");
+    assert!(t2.is_dir());
+
+    // Another session's agent, told where the first's directory is.
+    add_command_agent(
+        &b,
+        "tmp-other",
+        &format!("export OTHER='{}'\n{SCRIPT}", s(&t2)),
+    );
+    let other = new_session(&b, "tmp-other", Some(&app));
+    let crossed = run(&other, "cross");
+    assert_ne!(crossed["tmp"], third["tmp"], "each session its own");
+    assert_eq!(crossed["cross"], "refused", "{crossed:?}");
+    assert!(!t2.join("pwn").exists());
+    // The first session's directory is still its own, and still empty.
+    assert_eq!(run(&session, "keep")["tmp"], third["tmp"]);
+}

@@ -103,7 +103,7 @@ pub(super) async fn run(
         place,
         lock: _lock,
         record,
-        prepared,
+        mut prepared,
     } = *locked;
     for w in &prepared.warnings {
         warn(format!("warning: {w}"));
@@ -249,10 +249,9 @@ pub(super) async fn run(
         result = Ok(ran);
         break;
     }
-    // The agent's group is gone (the turn released it): its temporary directory goes.
-    if let Some(tmp) = &prepared.fence.tmp
-        && let Some(problem) = inner.tmps.release(tmp).await
-    {
+    // The agent's group is gone (the turn released it): its temporary directory goes,
+    // or stays for the session's next run if the agent left it empty.
+    if let Some(problem) = prepared.fence.end(&inner.tmps).await {
         warn(problem);
     }
     let fenced = prepared.fence.fenced;

@@ -67,6 +67,7 @@ impl NativeExecutor {
                 journal,
                 watcher: Watcher::new(),
                 tmps,
+                fences: Arc::default(),
             }),
         })
     }

@@ -6,7 +6,9 @@
 //! (blocking file I/O, short and bounded: called from the executor's preparation, on a
 //! blocking thread or, for a scratch session, on the worker). It also gives the task its own temporary directory
 //! (`$BERTH_HOME/tmp/<name>`, 0700, from [`crate::run::tmp::Tmps`]), which the agent
-//! gets as `TMPDIR`, `TMP` and `TEMP`, and which goes after the run.
+//! gets as `TMPDIR`, `TMP` and `TEMP`, and which goes after the run, unless the agent
+//! left it empty: then the session keeps it and the fence built on it for its next
+//! run ([`SessionFences`]).
 //!
 //! Modes (README, "The fence"):
 //!
@@ -18,10 +20,12 @@
 
 use crate::agent::adapter::Adapter;
 use crate::agent::fence::{self, FenceError};
-use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, WriteKind};
+use berth_core::SessionId;
+use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, Network, WriteKind};
 use berth_core::settings::FenceSettings;
 use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal, TaskId};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// What the run gets from the fence.
 #[derive(Debug, Default)]
@@ -36,6 +40,9 @@ pub(crate) struct RunFence {
     pub text: String,
     /// Warnings for the transcript (paths of the settings the fence could not use).
     pub warnings: Vec<String>,
+    /// The session's hold on its kept temporary directory and fence: `tmp` is that
+    /// directory, given back (or let go) by [`RunFence::end`].
+    pub lease: Option<Lease>,
 }
 
 /// Why the fence stopped the run.
@@ -77,7 +84,247 @@ pub(crate) struct Places<'a> {
     pub config_dir: &'a Path,
     pub user_home: Option<&'a Path>,
     /// The tasks' temporary directories ([`crate::run::tmp`]).
-    pub tmps: &'a crate::run::tmp::Tmps,
+    pub tmps: &'a Arc<crate::run::tmp::Tmps>,
+    /// What the sessions' last runs leave for their next ([`SessionFences`]), and the
+    /// run's session; `None` builds everything for this run alone.
+    pub kept: Option<(&'a Arc<SessionFences>, &'a SessionId)>,
+}
+
+/// How many sessions keep their temporary directory and fence between runs; the one
+/// that ran least recently lets go first.
+const KEPT: usize = 32;
+
+/// What a session's runs hand on to its next (Linux, where building a fence is a
+/// hundred and more system calls): its temporary directory, kept while the agent
+/// leaves it empty, and the fence's kernel objects, reused while the run's inputs are
+/// the same and nothing they were built on changed ([`fence::Prepared::reuse`]).
+///
+/// A kept directory is the session's alone, empty at the start of each of its runs
+/// (one that is not is let go after the run, as every directory is without a
+/// session); the fence's rule is on it, so a new directory would need a new fence.
+#[derive(Debug, Default)]
+pub(crate) struct SessionFences {
+    slots: Mutex<Vec<Slot>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    session: SessionId,
+    /// `None` while a run of the session holds it ([`Lease`]).
+    kept: Option<Kept>,
+    /// When the session last ran (a count).
+    used: u64,
+}
+
+#[derive(Debug)]
+struct Kept {
+    tmp: PathBuf,
+    fence: Option<(Built, fence::Prepared)>,
+}
+
+/// What a fence was built from: its inputs and the policy they make.
+#[derive(Debug)]
+pub(crate) struct Built {
+    inputs: Inputs,
+    policy: FencePolicy,
+}
+
+/// A run's hold on what its session kept ([`SessionFences`]): given back by
+/// [`RunFence::end`], and let go (the directory removed) if the run never gets there.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    fences: Arc<SessionFences>,
+    tmps: Arc<crate::run::tmp::Tmps>,
+    session: SessionId,
+    /// What the session kept, until the run takes it ([`Lease::kept`]).
+    kept: Option<Kept>,
+    /// The run's directory, once it has one.
+    tmp: Option<PathBuf>,
+    built: Option<Built>,
+    given: bool,
+}
+
+impl SessionFences {
+    /// What `session` kept, taken for one run: `Err(())` while another run of it holds
+    /// it (never the case under the scheduler, which runs a session's tasks in turn),
+    /// `Ok(None)` when nothing is kept.
+    fn take(&self, session: &SessionId) -> Result<Option<Kept>, ()> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = slots.iter().map(|s| s.used).max().unwrap_or(0) + 1;
+        if let Some(slot) = slots.iter_mut().find(|s| s.session == *session) {
+            slot.used = now;
+            return match slot.kept.take() {
+                Some(kept) => Ok(Some(kept)),
+                None => Err(()),
+            };
+        }
+        slots.push(Slot {
+            session: session.clone(),
+            kept: None,
+            used: now,
+        });
+        Ok(None)
+    }
+
+    /// Gives `kept` back to `session`'s slot (or forgets the session, `None`); lets go
+    /// of the least recently used idle sessions beyond [`KEPT`]. Answers the
+    /// directories let go, to remove.
+    fn give_back(&self, session: &SessionId, kept: Option<Kept>) -> Vec<PathBuf> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut gone = Vec::new();
+        match (slots.iter().position(|s| s.session == *session), kept) {
+            (Some(i), Some(kept)) => slots[i].kept = Some(kept),
+            (Some(i), None) => {
+                slots.swap_remove(i);
+            }
+            (None, Some(kept)) => gone.push(kept.tmp),
+            (None, None) => {}
+        }
+        while slots.len() > KEPT {
+            let Some(i) = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.kept.is_some())
+                .min_by_key(|(_, s)| s.used)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            if let Some(kept) = slots.swap_remove(i).kept {
+                gone.push(kept.tmp);
+            }
+        }
+        gone
+    }
+}
+
+impl Lease {
+    /// `session`'s hold on what it kept; `None` while another run of it holds it
+    /// (never the case under the scheduler, which runs a session's tasks in turn):
+    /// that run builds everything for itself alone.
+    fn take(
+        fences: &Arc<SessionFences>,
+        tmps: &Arc<crate::run::tmp::Tmps>,
+        session: &SessionId,
+    ) -> Option<Lease> {
+        let kept = fences.take(session).ok()?;
+        Some(Lease {
+            fences: fences.clone(),
+            tmps: tmps.clone(),
+            session: session.clone(),
+            kept,
+            tmp: None,
+            built: None,
+            given: false,
+        })
+    }
+
+    /// The kept directory, while it is still one of Berth's (the agent cannot replace
+    /// it: its rules are beneath it, not on it), and the fence built on it.
+    fn kept(&mut self) -> (Option<PathBuf>, Option<(Built, fence::Prepared)>) {
+        match self.kept.take() {
+            Some(k) if crate::run::tmp::is_own_dir(&k.tmp) => (Some(k.tmp), k.fence),
+            Some(k) => {
+                self.tmps.let_go(&k.tmp);
+                (None, None)
+            }
+            None => (None, None),
+        }
+    }
+
+    /// Gives the directory (if `keep`) and the fence back to the session.
+    fn give_back(mut self, keep: bool, prepared: Option<fence::Prepared>) {
+        self.given = true;
+        let kept = match (keep, self.tmp.take()) {
+            (true, Some(tmp)) => Some(Kept {
+                tmp,
+                fence: self.built.take().zip(prepared),
+            }),
+            _ => None,
+        };
+        for tmp in self.fences.give_back(&self.session, kept) {
+            self.tmps.let_go(&tmp);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.given {
+            for tmp in self.fences.give_back(&self.session, None) {
+                self.tmps.let_go(&tmp);
+            }
+            let kept = self.kept.take().map(|k| k.tmp);
+            for tmp in self.tmp.take().into_iter().chain(kept) {
+                self.tmps.let_go(&tmp);
+            }
+        }
+    }
+}
+
+impl RunFence {
+    /// After the run, once its agent's group is gone: the session keeps its directory
+    /// if the agent left it empty; otherwise (or without a session) the directory goes.
+    /// A problem is returned as a line for the transcript.
+    pub(crate) async fn end(&mut self, tmps: &Arc<crate::run::tmp::Tmps>) -> Option<String> {
+        let tmp = self.tmp.take()?;
+        let lease = self.lease.take();
+        if let Some(lease) = lease {
+            if crate::run::tmp::is_empty_dir(&tmp) {
+                lease.give_back(true, self.prepared.take());
+                return None;
+            }
+            lease.give_back(false, None);
+        }
+        tmps.release(&tmp).await
+    }
+}
+
+/// A fence's inputs ([`FenceInputs`]), owned: what a kept fence was built from.
+#[derive(Debug)]
+struct Inputs {
+    dir: LocalPath,
+    permissions: Permissions,
+    tmp: LocalPath,
+    berth_home: LocalPath,
+    lock_dir: LocalPath,
+    home: Option<LocalPath>,
+    state: Vec<(LocalPath, WriteKind)>,
+    write: Vec<LocalPath>,
+    read_deny: Vec<LocalPath>,
+    network: Network,
+}
+
+impl Inputs {
+    fn of(i: &FenceInputs<'_>) -> Inputs {
+        Inputs {
+            dir: i.dir.clone(),
+            permissions: i.permissions,
+            tmp: i.tmp.clone(),
+            berth_home: i.berth_home.clone(),
+            lock_dir: i.lock_dir.clone(),
+            home: i.home.cloned(),
+            state: i.state.to_vec(),
+            write: i.write.to_vec(),
+            read_deny: i.read_deny.to_vec(),
+            network: i.network,
+        }
+    }
+
+    /// Whether `i` are these inputs (so make the same policy: [`FencePolicy::new`] is
+    /// a function of them alone).
+    fn same(&self, i: &FenceInputs<'_>) -> bool {
+        self.dir == *i.dir
+            && self.permissions == i.permissions
+            && self.tmp == *i.tmp
+            && self.berth_home == *i.berth_home
+            && self.lock_dir == *i.lock_dir
+            && self.home.as_ref() == i.home
+            && self.state == i.state
+            && self.write == i.write
+            && self.read_deny == i.read_deny
+            && self.network == i.network
+    }
 }
 
 fn local(p: &Path) -> Option<LocalPath> {
@@ -111,26 +358,49 @@ pub(crate) fn for_run(
     if !probe.available() {
         return unavailable(settings.mode, &why_unavailable(probe));
     }
-    let tmp = places.tmps.take(task_id).map_err(|e| {
-        FenceStop::Failed(format!(
-            "cannot create the task's temporary directory under {}: {e}",
-            places.tmps.live().display()
-        ))
-    })?;
-    let built = build(req, &tmp, var);
+    // What the session's last run left, if the session keeps anything.
+    let mut lease = places
+        .kept
+        .and_then(|(fences, session)| Lease::take(fences, places.tmps, session));
+    let (kept, previous) = lease.as_mut().map(Lease::kept).unwrap_or_default();
+    let tmp = match kept {
+        Some(tmp) => tmp,
+        None => places.tmps.take(task_id).map_err(|e| {
+            FenceStop::Failed(format!(
+                "cannot create the task's temporary directory under {}: {e}",
+                places.tmps.live().display()
+            ))
+        })?,
+    };
+    if let Some(lease) = &mut lease {
+        lease.tmp = Some(tmp.clone());
+    }
+    let built = build(req, &tmp, var, previous);
     match built {
-        Ok((prepared, text, warnings)) => Ok(RunFence {
-            prepared: Some(prepared),
-            tmp: Some(tmp),
-            fenced: true,
-            text,
-            warnings,
-        }),
+        Ok((prepared, text, warnings, built)) => {
+            if let Some(lease) = &mut lease {
+                lease.built = Some(built);
+            }
+            Ok(RunFence {
+                prepared: Some(prepared),
+                tmp: Some(tmp),
+                fenced: true,
+                text,
+                warnings,
+                lease,
+            })
+        }
         Err(stop) => {
-            let _ = std::fs::remove_dir_all(&tmp);
+            match lease {
+                // Let go: the session keeps nothing of a run that did not start.
+                Some(lease) => drop(lease),
+                None => {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
+            }
             match stop {
-                Built::Unavailable(answer) => unavailable(settings.mode, &answer),
-                Built::Stop(stop) => Err(stop),
+                Stopped::Unavailable(answer) => unavailable(settings.mode, &answer),
+                Stopped::Stop(stop) => Err(stop),
             }
         }
     }
@@ -190,19 +460,23 @@ fn unavailable(mode: FenceMode, answer: &str) -> Result<RunFence, FenceStop> {
     })
 }
 
-enum Built {
+enum Stopped {
     Unavailable(String),
     Stop(FenceStop),
 }
 
-/// The fence, its description and the warnings of building it.
-type BuiltFence = (fence::Prepared, String, Vec<String>);
+/// The fence, its description, the warnings of building it, and what it was built
+/// from.
+type BuiltFence = (fence::Prepared, String, Vec<String>, Built);
 
+/// The run's fence: `previous`'s again (the session's last run's) when built from the
+/// same inputs and still valid, else built anew.
 fn build(
     req: &FenceRun<'_>,
     tmp: &Path,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Result<BuiltFence, Built> {
+    previous: Option<(Built, fence::Prepared)>,
+) -> Result<BuiltFence, Stopped> {
     let FenceRun {
         ctx,
         settings,
@@ -211,7 +485,7 @@ fn build(
         adapter,
         permissions,
     } = *req;
-    let failed = |m: String| Built::Stop(FenceStop::Failed(m));
+    let failed = |m: String| Stopped::Stop(FenceStop::Failed(m));
     let mut lines = Vec::new();
     let home = places.user_home;
     let unusable = |p: &Path| failed(format!("{} cannot be named by the fence", p.display()));
@@ -260,7 +534,7 @@ fn build(
     let tmp_l = local(tmp).ok_or_else(|| unusable(tmp))?;
     let berth_home = local(places.berth_home).ok_or_else(|| unusable(places.berth_home))?;
     let lock_dir = local(places.lock_dir).ok_or_else(|| unusable(places.lock_dir))?;
-    let policy = FencePolicy::new(&FenceInputs {
+    let inputs = FenceInputs {
         dir: run.dir,
         permissions,
         tmp: &tmp_l,
@@ -271,13 +545,18 @@ fn build(
         write: &write,
         read_deny: &read_deny,
         network: settings.network,
-    });
-    for p in &policy.ignored_write {
-        lines.push(format!(
-            "warning: fence.write {} is ignored: it overlaps a place the fence hides",
-            berth_core::display::display(ctx, p)
-        ));
+    };
+    if let Some((built, prev)) = previous
+        && built.inputs.same(&inputs)
+        && let Some(prepared) = prev.reuse(&built.policy)
+    {
+        lines.extend(ignored_lines(ctx, &built.policy));
+        let text = describe(ctx, &built.policy, &prepared);
+        return Ok((prepared, text, lines, built));
     }
+    let policy = FencePolicy::new(&inputs);
+    let inputs = Inputs::of(&inputs);
+    lines.extend(ignored_lines(ctx, &policy));
     // Berth's control socket: on macOS the profile names it (Linux's socket refuses
     // fenced peers itself).
     let sockets: Vec<LocalPath> = local(&places.berth_home.join(berth_web::server::SOCKET_FILE))
@@ -285,11 +564,24 @@ fn build(
         .collect();
     let prepared = match fence::prepare(&policy, &sockets) {
         Ok(p) => p,
-        Err(FenceError::Unavailable { reason }) => return Err(Built::Unavailable(reason)),
+        Err(FenceError::Unavailable { reason }) => return Err(Stopped::Unavailable(reason)),
         Err(e) => return Err(failed(format!("{e} ({})", e.hint()))),
     };
     let text = describe(ctx, &policy, &prepared);
-    Ok((prepared, text, lines))
+    Ok((prepared, text, lines, Built { inputs, policy }))
+}
+
+/// The warnings of `policy`'s `fence.write` paths it ignores.
+fn ignored_lines<'a>(
+    ctx: &'a Context,
+    policy: &'a FencePolicy,
+) -> impl Iterator<Item = String> + 'a {
+    policy.ignored_write.iter().map(|p| {
+        format!(
+            "warning: fence.write {} is ignored: it overlaps a place the fence hides",
+            berth_core::display::display(ctx, p)
+        )
+    })
 }
 
 /// The `fence` event's text for a fenced run: core's description, the kernel's

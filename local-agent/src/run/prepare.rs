@@ -68,6 +68,7 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
                 config_dir: &inner.cfg.config_dir,
                 user_home: inner.cfg.user_home.as_deref(),
                 tmps: &inner.tmps,
+                kept: Some((&inner.fences, &task.session.id)),
             },
             run: crate::run::fence::RunPlace {
                 dir: place.pinned.canonical(),

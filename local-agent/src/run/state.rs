@@ -26,6 +26,8 @@ pub(super) struct Inner {
     pub(super) watcher: Watcher,
     /// The fenced tasks' temporary directories.
     pub(super) tmps: Arc<crate::run::tmp::Tmps>,
+    /// What each session's runs hand on to its next.
+    pub(super) fences: Arc<crate::run::fence::SessionFences>,
 }
 
 /// Where a task runs, pinned.

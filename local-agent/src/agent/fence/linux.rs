@@ -11,6 +11,7 @@ use landlock::{
 use rustix::fs::{FileType, Mode, OFlags};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The newest ABI the `landlock` crate knows; the kernel gets what it has of it.
 const LATEST: ABI = ABI::V10;
@@ -64,56 +65,105 @@ pub(super) fn kernel_probe() -> Probe {
 }
 
 /// A fence ready to apply: the Landlock ruleset's descriptor and the seccomp program,
-/// built by [`prepare`]. Apply it with any number of spawns; it confines only the
-/// children, never the process that holds it.
+/// built by [`prepare`], and the run's read-only binds. Apply it with any number of
+/// spawns; it confines only the children, never the process that holds it.
 pub struct Prepared {
+    kernel: Arc<Kernel>,
+    binds: Option<Binds>,
+}
+
+/// The kernel objects of a fence, and what they were built on: shared by the runs that
+/// reuse them ([`Prepared::reuse`]).
+struct Kernel {
     ruleset: OwnedFd,
     filter: Vec<libc::sock_filter>,
     landlock_abi: u32,
     rules: usize,
     skipped_symlinks: usize,
     missing: Vec<PathBuf>,
-    binds: Option<Binds>,
+    /// The read rules the ruleset holds.
+    reads: Arc<ReadRules>,
+    /// Each write and device path, and the file its rule is on (`None`: it was missing
+    /// and has none).
+    targets: Vec<(PathBuf, Option<Identity>)>,
+}
+
+/// A file's device and inode.
+type Identity = (u64, u64);
+
+/// What `path` leads to now (symlinks followed, as the write rules open them).
+fn identity(path: &Path) -> Option<Identity> {
+    let st = rustix::fs::stat(path).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.st_dev as u64, st.st_ino as u64))
 }
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = &self.kernel;
         f.debug_struct("Prepared")
-            .field("ruleset", &self.ruleset)
-            .field("filter_len", &self.filter.len())
-            .field("landlock_abi", &self.landlock_abi)
-            .field("rules", &self.rules)
-            .field("skipped_symlinks", &self.skipped_symlinks)
-            .field("missing", &self.missing)
+            .field("ruleset", &k.ruleset)
+            .field("filter_len", &k.filter.len())
+            .field("landlock_abi", &k.landlock_abi)
+            .field("rules", &k.rules)
+            .field("skipped_symlinks", &k.skipped_symlinks)
+            .field("missing", &k.missing)
             .field("binds", &self.binds)
             .finish()
     }
 }
 
 impl Prepared {
+    /// The fence of `policy` (the very policy this one was prepared for: the caller
+    /// knows, [`prepare`] does not check) without building it again, when nothing it
+    /// was built on changed: the same read rules (no directory they were found in has
+    /// changed, as for [`READS`]), and each write and device path still leading to the
+    /// file its rule is on, or still missing. Its binds are made again (they follow
+    /// what the directory holds now). `None` when anything changed: build it anew.
+    ///
+    /// A rule is on a file, not a name: a write path replaced since (renamed away, a
+    /// new directory or symlink in its place) would keep the rule on the old file,
+    /// which may now lie anywhere. The check above refuses the reuse then.
+    pub fn reuse(&self, policy: &FencePolicy) -> Option<Prepared> {
+        let k = &self.kernel;
+        if super::probe().landlock_abi != k.landlock_abi {
+            return None;
+        }
+        if !k.reads.still(&policy.read_deny) {
+            return None;
+        }
+        if k.targets.iter().any(|(path, id)| identity(path) != *id) {
+            return None;
+        }
+        Some(Prepared {
+            kernel: k.clone(),
+            binds: binds_of(policy),
+        })
+    }
+
     /// The kernel's Landlock ABI this fence was built on.
     pub fn landlock_abi(&self) -> u32 {
-        self.landlock_abi
+        self.kernel.landlock_abi
     }
 
     /// How many Landlock rules the ruleset holds.
     pub fn rules(&self) -> usize {
-        self.rules
+        self.kernel.rules
     }
 
     /// Symlinks met while decomposing reads: they get no rule of their own.
     pub fn skipped_symlinks(&self) -> usize {
-        self.skipped_symlinks
+        self.kernel.skipped_symlinks
     }
 
     /// Write paths that did not exist, so got no rule.
     pub fn missing(&self) -> &[PathBuf] {
-        &self.missing
+        &self.kernel.missing
     }
 
     /// The seccomp program's length, in instructions.
     pub fn filter_len(&self) -> usize {
-        self.filter.len()
+        self.kernel.filter.len()
     }
 
     /// The read-only binds of the protected paths ([`super::binds`]), if any are
@@ -123,11 +173,11 @@ impl Prepared {
     }
 
     pub(crate) fn ruleset_fd(&self) -> RawFd {
-        self.ruleset.as_raw_fd()
+        self.kernel.ruleset.as_raw_fd()
     }
 
     pub(crate) fn filter(&self) -> &[libc::sock_filter] {
-        &self.filter
+        &self.kernel.filter
     }
 
     /// What the fork path's child applies: owned, so it can move into the closure
@@ -135,7 +185,7 @@ impl Prepared {
     pub(crate) fn child_fence(&self) -> ChildFence {
         ChildFence {
             ruleset: self.ruleset_fd(),
-            filter: self.filter.clone(),
+            filter: self.kernel.filter.clone(),
             binds: self.binds.clone(),
         }
     }
@@ -245,6 +295,7 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
         rules: 0,
         skipped_symlinks: 0,
         missing: Vec::new(),
+        targets: Vec::new(),
     };
 
     // Names everywhere; contents everywhere but the holes: the rules of the last run
@@ -307,24 +358,34 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
         b.add(Path::new(dev), access, Follow::Yes)?;
     }
 
-    let (rules, skipped_symlinks, missing) = (b.rules, b.skipped_symlinks, b.missing);
+    let (rules, skipped_symlinks, missing, targets) =
+        (b.rules, b.skipped_symlinks, b.missing, b.targets);
     let ruleset: Option<OwnedFd> = b.ruleset.into();
     let ruleset = ruleset.ok_or_else(|| FenceError::Unavailable {
         reason: "the kernel gave no Landlock ruleset".into(),
     })?;
     Ok(Prepared {
-        ruleset,
-        filter: seccomp::program(arch, policy.network),
-        landlock_abi: probe.landlock_abi,
-        rules,
-        skipped_symlinks,
-        missing,
-        binds: if policy.dir_writable() {
-            Binds::new(&policy.dir, &policy.protect)
-        } else {
-            None
-        },
+        kernel: Arc::new(Kernel {
+            ruleset,
+            filter: seccomp::program(arch, policy.network),
+            landlock_abi: probe.landlock_abi,
+            rules,
+            skipped_symlinks,
+            missing,
+            reads,
+            targets,
+        }),
+        binds: binds_of(policy),
     })
+}
+
+/// The read-only binds of `policy`'s protected paths, for a writable directory.
+fn binds_of(policy: &FencePolicy) -> Option<Binds> {
+    if policy.dir_writable() {
+        Binds::new(&policy.dir, &policy.protect)
+    } else {
+        None
+    }
 }
 
 /// `landlock_add_rule(2)`'s `struct landlock_path_beneath_attr` (packed, as in
@@ -372,6 +433,14 @@ struct ReadRules {
     listed: Vec<(PathBuf, Option<[i64; 6]>)>,
 }
 
+impl ReadRules {
+    /// Whether these are still the read rules of `read_deny`: the same holes, and no
+    /// directory listed to find them changed since.
+    fn still(&self, read_deny: &[LocalPath]) -> bool {
+        self.read_deny == read_deny && self.listed.iter().all(|(p, stamp)| dir_stamp(p) == *stamp)
+    }
+}
+
 /// The last decomposition, reused while its holes are the same and no directory it
 /// listed has changed. A stale reuse could only deny more (a rule is on an inode that
 /// was readable when it was opened); the listed directories' times catch entries
@@ -401,8 +470,7 @@ fn read_rules(read_deny: &[LocalPath]) -> Result<std::sync::Arc<ReadRules>, Fenc
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(r) = cache.as_ref()
-        && r.read_deny == read_deny
-        && r.listed.iter().all(|(p, stamp)| dir_stamp(p) == *stamp)
+        && r.still(read_deny)
     {
         return Ok(r.clone());
     }
@@ -540,6 +608,8 @@ struct Builder {
     rules: usize,
     skipped_symlinks: usize,
     missing: Vec<PathBuf>,
+    /// The paths added by [`Builder::add`], and the file each rule is on.
+    targets: Vec<(PathBuf, Option<Identity>)>,
 }
 
 impl Builder {
@@ -576,10 +646,24 @@ impl Builder {
         match open_rule(path, access, follow, &mut self.skipped_symlinks)? {
             Some((fd, access)) => {
                 self.add_fd(&fd, access, path)?;
+                let st = rustix::fs::fstat(&fd).map_err(|e| FenceError::Open {
+                    path: path.to_owned(),
+                    what: "a path of the fence",
+                    source: e.into(),
+                })?;
+                #[allow(clippy::unnecessary_cast)]
+                let id = (st.st_dev as u64, st.st_ino as u64);
+                self.targets.push((path.to_owned(), Some(id)));
                 Ok(Added::Rule)
             }
-            None if self.skipped_symlinks > symlinks => Ok(Added::Symlink),
-            None => Ok(Added::Missing),
+            None if self.skipped_symlinks > symlinks => {
+                self.targets.push((path.to_owned(), None));
+                Ok(Added::Symlink)
+            }
+            None => {
+                self.targets.push((path.to_owned(), None));
+                Ok(Added::Missing)
+            }
         }
     }
 }

@@ -215,6 +215,11 @@ mod macos {
             ChildFence
         }
 
+        /// Never reused here: a profile is text, made again for each run.
+        pub fn reuse(&self, _: &FencePolicy) -> Option<Prepared> {
+            None
+        }
+
         /// `program args…` as run inside the profile.
         pub fn wrap(&self, program: &str, args: &[String]) -> seatbelt::Wrapped {
             seatbelt::wrap(&self.profile, program, args)
@@ -267,6 +272,10 @@ mod unavailable {
 
     impl Prepared {
         pub(crate) fn child_fence(&self) -> ChildFence {
+            match self.never {}
+        }
+
+        pub fn reuse(&self, _: &FencePolicy) -> Option<Prepared> {
             match self.never {}
         }
     }
