@@ -81,8 +81,9 @@ struct Kernel {
     rules: usize,
     skipped_symlinks: usize,
     missing: Vec<PathBuf>,
-    /// The read rules the ruleset holds.
-    reads: Arc<ReadRules>,
+    /// What the read rules the ruleset holds were made from (not their descriptors:
+    /// a kept fence holds none open).
+    reads: ReadStamp,
     /// Each write and device path, and the file its rule is on (`None`: it was missing
     /// and has none).
     targets: Vec<(PathBuf, Option<Identity>)>,
@@ -372,7 +373,7 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
             rules,
             skipped_symlinks,
             missing,
-            reads,
+            reads: reads.stamp.clone(),
             targets,
         }),
         binds: binds_of(policy),
@@ -424,16 +425,22 @@ fn add_rule_raw(ruleset: &OwnedFd, fd: &OwnedFd, access: BitFlags<AccessFs>) -> 
 /// holes), as opened descriptors, and the directories listed to find them.
 #[derive(Debug)]
 struct ReadRules {
-    /// The policy's `read_deny`, the key.
-    read_deny: Vec<LocalPath>,
+    stamp: ReadStamp,
     rules: Vec<(OwnedFd, BitFlags<AccessFs>)>,
     skipped_symlinks: usize,
+}
+
+/// What a decomposition was made from: whether it still holds.
+#[derive(Debug, Clone)]
+struct ReadStamp {
+    /// The policy's `read_deny`, the key.
+    read_deny: Vec<LocalPath>,
     /// Each directory that was listed, with what its `stat` said: an entry created,
     /// removed or renamed in it changes its modification and change times.
     listed: Vec<(PathBuf, Option<[i64; 6]>)>,
 }
 
-impl ReadRules {
+impl ReadStamp {
     /// Whether these are still the read rules of `read_deny`: the same holes, and no
     /// directory listed to find them changed since.
     fn still(&self, read_deny: &[LocalPath]) -> bool {
@@ -470,16 +477,18 @@ fn read_rules(read_deny: &[LocalPath]) -> Result<std::sync::Arc<ReadRules>, Fenc
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(r) = cache.as_ref()
-        && r.still(read_deny)
+        && r.stamp.still(read_deny)
     {
         return Ok(r.clone());
     }
     let holes = &holes(read_deny);
     let mut reads = ReadRules {
-        read_deny: read_deny.to_vec(),
+        stamp: ReadStamp {
+            read_deny: read_deny.to_vec(),
+            listed: Vec::new(),
+        },
         rules: Vec::new(),
         skipped_symlinks: 0,
-        listed: Vec::new(),
     };
     // Stamped before listing: a change made while listing shows at the next run.
     if let Some(rule) = open_rule(
@@ -557,7 +566,7 @@ fn read_except(root: &Path, holes: &[PathBuf], out: &mut ReadRules) -> Result<()
             Err(e) => Err(e),
         };
     }
-    out.listed.push((root.to_owned(), dir_stamp(root)));
+    out.stamp.listed.push((root.to_owned(), dir_stamp(root)));
     let Ok(entries) = std::fs::read_dir(root) else {
         return Ok(());
     };
