@@ -840,3 +840,42 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
     assert!(fourth.reuse(&policy).is_none(), "the home has a new entry");
     assert!(fresh().reuse(&policy).is_some());
 }
+
+/// A descriptor Berth inherited without close-on-exec (from whatever started it) does
+/// not reach a fenced agent: Landlock checks paths when they are opened, not
+/// descriptors already open, so one open on a file outside the fence would be a way
+/// out of it.
+#[tokio::test]
+async fn a_descriptor_berth_inherited_does_not_reach_a_fenced_agent() {
+    if !fence_available() || !berth_local_agent::agent::spawn::supported() {
+        return;
+    }
+    let w = World::new("inherited", None);
+    let victim = w.home.join(".bashrc");
+    // Without O_CLOEXEC, as a parent that leaks descriptors leaves them.
+    let leaked: OwnedFd = rustix::fs::open(
+        &victim,
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::APPEND,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let n = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    let policy = w.policy(Permissions::Edit, Network::On);
+    let prepared = fence::prepare(&policy, &[]).unwrap();
+    let out = attempt(
+        &w,
+        Some(&prepared),
+        As::Current,
+        &format!("echo pwn >&{n} && echo wrote; ls /proc/self/fd"),
+        &[],
+    )
+    .await;
+    assert!(
+        !out.stdout.contains("wrote"),
+        "the agent wrote through descriptor {n}: {} / {}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# bashrc\n");
+    drop(leaked);
+}

@@ -778,7 +778,8 @@ fn a_refusal_named_on_a_fenced_agents_stderr_is_a_denial_by_the_fence() {
 /// A session keeps its temporary directory from one run to the next while its agent
 /// leaves it empty, and reuses its fence on it; a directory the agent left something
 /// in goes after the run, and the next run gets a new, empty one. Every run starts
-/// with an empty `TMPDIR`, stays fenced, and another session can write in neither.
+/// with an empty `TMPDIR` (one written to between runs is not used again), stays
+/// fenced, and another session can write in neither.
 #[test]
 fn a_session_keeps_its_empty_temporary_directory_and_no_other_session_can_write_there() {
     let mut b = Berth::new("fence-kept-tmp");
@@ -838,4 +839,9 @@ esac
     assert!(!t2.join("pwn").exists());
     // The first session's directory is still its own, and still empty.
     assert_eq!(run(&session, "keep")["tmp"], third["tmp"]);
+    // Something written there between runs (by a process an agent left behind, outside
+    // its group): the next run gets a new, empty directory all the same.
+    std::fs::write(t2.join("stray"), "x").unwrap();
+    let fifth = run(&session, "keep");
+    assert_ne!(fifth["tmp"], third["tmp"]);
 }

@@ -18,6 +18,9 @@
 //! - with a fence ([`crate::agent::fence`]): the read-only binds of its in-place layer if it
 //!   has them (`crate::agent::fence::binds`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
 //!   and the seccomp filter, in that order (the filter last: it may refuse calls);
+//! - every descriptor above 2 closed (`close_range`): one Berth inherited without
+//!   close-on-exec would reach the agent, past the fence (the fork path leaves that to
+//!   close-on-exec: `std` reports a failed exec through a descriptor of its own);
 //! - `execve` of the program resolved beforehand, with exactly the given environment.
 //!
 //! The child runs on its own stack in the parent's memory while the parent's thread
@@ -441,6 +444,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             }
             step(FenceStep::None);
         }
+        // Nothing but stdio reaches the agent: a descriptor Berth inherited without
+        // close-on-exec (from whatever started it) would be a way past the fence,
+        // which checks paths when they are opened, not descriptors already open.
+        // (Every descriptor of Berth's own is close-on-exec.) `close_range` exists
+        // wherever Landlock does (Linux 5.9 and 5.13).
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

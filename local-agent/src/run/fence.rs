@@ -220,10 +220,16 @@ impl Lease {
     }
 
     /// The kept directory, while it is still one of Berth's (the agent cannot replace
-    /// it: its rules are beneath it, not on it), and the fence built on it.
+    /// it: its rules are beneath it, not on it) and still empty (a process the last
+    /// run's agent left behind, outside its group, could still write there), and the
+    /// fence built on it.
     fn kept(&mut self) -> (Option<PathBuf>, Option<(Built, fence::Prepared)>) {
         match self.kept.take() {
-            Some(k) if crate::run::tmp::is_own_dir(&k.tmp) => (Some(k.tmp), k.fence),
+            Some(k)
+                if crate::run::tmp::is_own_dir(&k.tmp) && crate::run::tmp::is_empty_dir(&k.tmp) =>
+            {
+                (Some(k.tmp), k.fence)
+            }
             Some(k) => {
                 self.tmps.let_go(&k.tmp);
                 (None, None)
