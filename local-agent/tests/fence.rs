@@ -21,7 +21,9 @@
 //! `BERTH_FENCE_TESTS_SKIP=1` says that is expected.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // Test code: a panic is a failed test.
-
+// Each test holds `serial()` throughout, awaits included: every async test has its own
+// runtime on its own thread, so one waiting for the lock blocks nothing else.
+#![allow(clippy::await_holding_lock)]
 // Landlock and seccomp are Linux's; the Mac's fence is a Seatbelt profile, tested as text.
 #![cfg(target_os = "linux")]
 
@@ -209,6 +211,17 @@ impl World {
         walk(self, &self.root, &mut out);
         out
     }
+}
+
+/// The tests of this file, one at a time: each makes a world under the temporary
+/// directory, and the read rules decompose every ancestor of a hidden path, so a world
+/// made or removed alongside changes another test's rules (and stamps) between two of
+/// its fences. Held for the whole test, the world's removal included.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Who runs an attempt.
@@ -445,11 +458,13 @@ async fn battery(who: As) {
 
 #[tokio::test]
 async fn the_escape_battery_fails_every_escape() {
+    let _serial = serial();
     battery(As::Current).await;
 }
 
 #[tokio::test]
 async fn the_escape_battery_as_an_unprivileged_user() {
+    let _serial = serial();
     if !is_root() {
         eprintln!("not root: the battery above already ran as an unprivileged user");
         return;
@@ -461,6 +476,7 @@ async fn the_escape_battery_as_an_unprivileged_user() {
 /// as root and as `nobody`. Without this the battery could pass on a broken world.
 #[tokio::test]
 async fn without_the_fence_every_escape_succeeds() {
+    let _serial = serial();
     let whos: &[As] = if is_root() {
         &[As::Current, As::Nobody]
     } else {
@@ -486,6 +502,7 @@ async fn without_the_fence_every_escape_succeeds() {
 
 #[tokio::test]
 async fn network_on_lets_tcp_through_and_read_only_keeps_the_directory() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -516,6 +533,7 @@ async fn network_on_lets_tcp_through_and_read_only_keeps_the_directory() {
 /// so is one an editor replaced by a rename, and a credential never is.
 #[tokio::test]
 async fn a_new_entry_in_the_home_is_readable_at_the_next_run_and_credentials_never() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -559,6 +577,7 @@ async fn a_new_entry_in_the_home_is_readable_at_the_next_run_and_credentials_nev
 /// do not.
 #[tokio::test]
 async fn fenced_processes_carry_the_mark() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -637,6 +656,7 @@ fn probe_hook_child() {
 /// the probe reports no fence and `prepare` refuses, on a kernel that has one.
 #[test]
 fn the_probe_hook_reports_unavailable() {
+    let _serial = serial();
     let status = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -656,6 +676,7 @@ fn the_probe_hook_reports_unavailable() {
 #[tokio::test]
 #[ignore = "a benchmark figure, run by hand"]
 async fn fence_costs() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -733,6 +754,7 @@ async fn fence_costs() {
 
 #[test]
 fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -781,6 +803,7 @@ fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() 
 /// a new entry where the reads were decomposed, each makes it build anew.
 #[test]
 fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
+    let _serial = serial();
     if !fence_available() {
         return;
     }
@@ -847,6 +870,7 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
 /// out of it.
 #[tokio::test]
 async fn a_descriptor_berth_inherited_does_not_reach_a_fenced_agent() {
+    let _serial = serial();
     if !fence_available() || !berth_local_agent::agent::spawn::supported() {
         return;
     }
