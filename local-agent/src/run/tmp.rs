@@ -134,7 +134,15 @@ impl Tmps {
     /// renamed to `tmp-done/` and removed there by a blocking thread, or removed here
     /// where the rename fails. A problem is returned as a line for the transcript.
     pub(crate) async fn release(self: &std::sync::Arc<Self>, tmp: &Path) -> Option<String> {
-        let moved = tmp.file_name().is_some_and(|name| {
+        let moved = self.to_done(tmp);
+        let problem = if moved { None } else { remove_now(tmp).await };
+        self.tidy();
+        problem
+    }
+
+    /// Renames `tmp` into `tmp-done/` (never over another); whether it moved.
+    fn to_done(&self, tmp: &Path) -> bool {
+        tmp.file_name().is_some_and(|name| {
             rustix::fs::renameat_with(
                 rustix::fs::CWD,
                 tmp,
@@ -143,26 +151,14 @@ impl Tmps {
                 rustix::fs::RenameFlags::NOREPLACE,
             )
             .is_ok()
-        });
-        let problem = if moved { None } else { remove_now(tmp).await };
-        self.tidy();
-        problem
+        })
     }
 
     /// Lets go of a directory a session kept between its runs
     /// ([`crate::run::fence::SessionFences`]), no run in it: as [`Tmps::release`],
     /// without waiting (removed in place, on this thread, only where the rename fails).
     pub(crate) fn let_go(self: &std::sync::Arc<Self>, tmp: &Path) {
-        let moved = tmp.file_name().is_some_and(|name| {
-            rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                tmp,
-                rustix::fs::CWD,
-                self.done_dir.join(name),
-                rustix::fs::RenameFlags::NOREPLACE,
-            )
-            .is_ok()
-        });
+        let moved = self.to_done(tmp);
         if moved {
             self.tidy();
         } else {
