@@ -336,6 +336,14 @@ fn judge(c: &Control, root: &str) -> Option<String> {
                     entries
                         .iter()
                         .find_map(|(k, v)| match berth_core::git::config_entry(k, v) {
+                            // A submodule's git directory names its work tree: inside
+                            // the directory, that is git's own doing.
+                            Verdict::RunsProgram(_)
+                                if k.eq_ignore_ascii_case("core.worktree")
+                                    && resolve(root, base, v).is_some() =>
+                            {
+                                None
+                            }
                             Verdict::Inert => None,
                             Verdict::RunsProgram(why) => Some(why),
                             Verdict::Includes(target) => resolve(root, base, &target)

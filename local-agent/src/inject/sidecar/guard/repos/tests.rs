@@ -326,3 +326,28 @@ fn a_worktree_the_agent_adds_is_untouched() {
     assert!(done.is_empty(), "{done:?}");
     ok(&w.dir.join("wt"), &["status"]);
 }
+
+#[test]
+fn a_submodule_the_agent_adds_is_untouched() {
+    let w = world("submodule");
+    committed(&w.dir);
+    let lib = w.root.join("lib");
+    committed(&lib);
+    let before = w.before(&[]);
+    let out = Command::new("git")
+        .args(["-c", "protocol.file.allow=always", "submodule", "add", "-q"])
+        .arg(&lib)
+        .arg("vendor/lib")
+        .current_dir(&w.dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = w.check(&before, &["vendor/lib"]);
+    assert!(done.is_empty(), "{done:?}");
+}
