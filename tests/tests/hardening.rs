@@ -10,7 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
-use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};
+use berth_tests::steps::{add_command_agent, git, new_session, s, send_json, write_script};
+use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -217,4 +218,133 @@ fn control_characters_in_a_path_are_printed_escaped() {
     );
     b.ok(&["trust", s(&dir)]);
     assert_inert("trust list", &b.ok(&["trust", "list"]));
+}
+
+/// What a command agent reports of itself and of the server that started it: its
+/// capability sets (`CapInh: 0000000000000000`, …) and whether it could read the
+/// server's environment (`environ: read` / `environ: refused`). The server's pid comes
+/// as the message.
+const PROBE_SERVER: &str = r#"read -r pid
+grep '^Cap' /proc/self/status
+if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q '^BERTH_TEST_SECRET=s3cret-env-7f'; then echo "environ: read"; else echo "environ: refused"; fi"#;
+
+/// The agent's lines of one run through `b` (a server, or a daemon's CLI): what
+/// [`PROBE_SERVER`] printed of `b`'s long-running process, as `key: value` pairs.
+fn probe_server(b: &Berth, agent: &str) -> BTreeMap<String, String> {
+    let session = new_session(b, agent, None);
+    let pid = b.server_pid().unwrap().to_string();
+    let (_, events, task) = send_json(b, &session, &pid);
+    assert_eq!(task["status"], "succeeded", "{task} {events:?}");
+    events
+        .iter()
+        .filter(|e| e["payload"]["type"] == "text")
+        .filter_map(|e| e["payload"]["text"].as_str())
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Every capability set of the probe, as its `/proc/self/status` said.
+fn caps(seen: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]
+        .iter()
+        .map(|k| (k.to_string(), seen.get(*k).cloned().unwrap_or_default()))
+        .collect()
+}
+
+const NO_CAPS: &str = "0000000000000000";
+
+/// Whether the suite runs as root (its own `/proc` entry is root's).
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// A fenced agent of `berth serve` run as root holds no capability, so the kernel's
+/// ptrace rules on `/proc` hold for it as for a user's: the server's environment (a
+/// secret in it) is unreadable; so is a root daemon's (its token in it) to the agents
+/// it runs. The control: the same agent with the user's `"fence": "off"` holds root's
+/// capabilities and reads it.
+#[test]
+fn an_agent_of_root_holds_no_capability_and_cannot_read_the_servers_environment() {
+    if !is_root() {
+        // Not root: the unprivileged test below covers this machine.
+        return;
+    }
+    let mut b = Berth::new("root-caps");
+    b.env("BERTH_TEST_SECRET", "s3cret-env-7f");
+    b.serve();
+    add_command_agent(&b, "probe", PROBE_SERVER);
+
+    let fenced = probe_server(&b, "probe");
+    let none: Vec<(String, String)> = caps(&fenced)
+        .into_iter()
+        .map(|(k, _)| (k, NO_CAPS.to_owned()))
+        .collect();
+    assert_eq!(caps(&fenced), none, "{fenced:?}");
+    assert_eq!(fenced.get("environ").map(String::as_str), Some("refused"));
+
+    std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
+    let open = probe_server(&b, "probe");
+    assert_eq!(
+        open.get("environ").map(String::as_str),
+        Some("read"),
+        "{open:?}"
+    );
+    assert_ne!(
+        open.get("CapEff").map(String::as_str),
+        Some(NO_CAPS),
+        "{open:?}"
+    );
+
+    // A daemon run as root: its agents, fenced, hold nothing either.
+    let mut srv = Berth::new("root-caps-srv");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    add_command_agent(&srv, "probe", PROBE_SERVER);
+    let mut laptop = Berth::new("root-caps-laptop");
+    laptop.env("BERTH_TEST_SECRET", "s3cret-env-7f");
+    laptop.daemon(&url, &token, "laptop");
+    let fenced = probe_server(&laptop, "probe");
+    assert_eq!(caps(&fenced), none, "{fenced:?}");
+    assert_eq!(fenced.get("environ").map(String::as_str), Some("refused"));
+}
+
+/// As an unprivileged user the same holds by the fence alone (Landlock refuses a
+/// fenced process the ptrace-based access to a process outside its domain), and the
+/// agent holds no capability either. The control: unfenced, the same agent of the same
+/// user reads the server's environment.
+#[test]
+fn the_servers_environment_is_unreadable_to_an_unprivileged_users_fenced_agent() {
+    if !is_root() {
+        return;
+    }
+    let mut b = Berth::new("user-environ");
+    b.env("BERTH_TEST_SECRET", "s3cret-env-7f");
+    b.as_user(65534);
+    b.serve();
+    add_command_agent(&b, "probe", PROBE_SERVER);
+    let fenced = probe_server(&b, "probe");
+    assert_eq!(
+        fenced.get("environ").map(String::as_str),
+        Some("refused"),
+        "{fenced:?}"
+    );
+    for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(
+            fenced.get(set).map(String::as_str),
+            Some(NO_CAPS),
+            "{fenced:?}"
+        );
+    }
+    std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
+    let open = probe_server(&b, "probe");
+    assert_eq!(
+        open.get("environ").map(String::as_str),
+        Some("read"),
+        "{open:?}"
+    );
 }
