@@ -348,3 +348,56 @@ fn the_servers_environment_is_unreadable_to_an_unprivileged_users_fenced_agent()
         "{open:?}"
     );
 }
+
+/// `berth serve` under a service manager writes to a journal, not a terminal: the web
+/// token stays out of it, and `berth ui` prints the address with the token for a
+/// script. On a terminal `berth serve` still shows it.
+#[test]
+fn the_web_token_is_printed_only_to_a_terminal_and_by_berth_ui() {
+    let mut b = Berth::new("ui-token");
+    // No server yet: `berth ui` says so, as every client command does.
+    let out = b.run(&["ui"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: berth is not running"), "{err}");
+    assert!(err.contains("hint: "), "{err}");
+
+    b.serve();
+    let (url, token) = b.serve_info();
+    let log = b.serve_log();
+    assert!(
+        !log.contains(&token),
+        "the token is in serve's output: {log}"
+    );
+    assert!(log.contains("`berth ui`"), "{log}");
+
+    assert_eq!(b.ok(&["ui"]), format!("{url}/?token={token}\n"));
+    let v = b.json(&["ui", "--json"]);
+    assert_eq!(
+        v,
+        serde_json::json!({"url": url, "token": token, "open": format!("{url}/?token={token}")})
+    );
+    let (status, _) = b.web_get("/api/v1/health");
+    assert_eq!(
+        status, 200,
+        "the token `berth ui` printed is the listener's"
+    );
+    drop(b);
+
+    // On a terminal: the address with its token, as before.
+    let b = Berth::new("ui-terminal");
+    let listen = format!("127.0.0.1:{}", berth_tests::free_port());
+    let t =
+        berth_tests::tmux::Tmux::berth(&b, b.root.path(), &["serve", "--listen", &listen], 200, 40);
+    let screen = t.wait(30, "the web UI's line", |s| s.contains("web UI"));
+    let token = berth_tests::eventually(30, || {
+        let text = std::fs::read_to_string(b.home.join("serve.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["token"].as_str().map(str::to_owned)
+    })
+    .unwrap();
+    assert!(
+        screen.contains(&format!("http://{listen}/?token={token}")),
+        "{screen}"
+    );
+}

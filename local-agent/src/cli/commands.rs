@@ -51,6 +51,7 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         | Command::Completions { .. }
         | Command::Chat(_)
         | Command::Service(_)
+        | Command::Ui { .. }
         | Command::Settings(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",

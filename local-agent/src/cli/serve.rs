@@ -10,6 +10,7 @@ use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::api::loopback_hosts;
 use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -205,7 +206,13 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     println!("berth serve (pid {})", std::process::id());
     println!("  home            {}", home.display());
     println!("  control socket  {}", socket_path.display());
-    println!("  web UI          {url}/?token={token}");
+    // The token only to a terminal: anywhere else (a service's journal, a CI log) it
+    // would outlive the server in a file others may read. `berth ui` prints it.
+    if std::io::stdout().is_terminal() {
+        println!("  web UI          {url}/?token={token}");
+    } else {
+        println!("  web UI          {url}/ (its address with the token: `berth ui`)");
+    }
     println!("  token           in {}", json_path.display());
     if let Some(addr) = metrics.as_ref().and_then(|m| m.local_addr().ok()) {
         println!("  metrics         http://{addr}/metrics");
