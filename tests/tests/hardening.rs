@@ -152,6 +152,21 @@ fn the_daemon_token_stays_out_of_the_command_line() {
         "{log}"
     );
     assert!(log.contains("BERTH_DAEMON_TOKEN"), "{log}");
+    // And the token is gone from the running daemon's command line, the rest kept.
+    let pid = old.server_pid().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    assert!(
+        !cmdline.contains(&token),
+        "the token is in the daemon's command line: {cmdline:?}"
+    );
+    assert!(
+        cmdline.contains(&format!(
+            "\0--token\0{}\0--name\0old",
+            "*".repeat(token.len())
+        )),
+        "{cmdline:?}"
+    );
 
     // A token file that is not a regular file is refused before anything is sent.
     let out = old.run(&["daemon", "--server", &url, "--token-file", "/dev/zero"]);
@@ -222,18 +237,25 @@ fn control_characters_in_a_path_are_printed_escaped() {
 
 /// What a command agent reports of itself and of the server that started it: its
 /// capability sets (`CapInh: 0000000000000000`, …) and whether it could read the
-/// server's environment (`environ: read` / `environ: refused`). The server's pid comes
-/// as the message.
-const PROBE_SERVER: &str = r#"read -r pid
+/// server's environment (`environ: read` / `environ: refused`). The message is the
+/// server's pid, and optionally a second pid whose environment is tried the same way
+/// (`other: …`).
+const PROBE_SERVER: &str = r#"read -r pid other
 grep '^Cap' /proc/self/status
-if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q '^BERTH_TEST_SECRET=s3cret-env-7f'; then echo "environ: read"; else echo "environ: refused"; fi"#;
+try() { if tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -q '^BERTH_TEST_SECRET=s3cret-env-7f'; then echo "$2: read"; else echo "$2: refused"; fi; }
+try "$pid" environ
+if [ -n "$other" ]; then try "$other" other; fi"#;
 
 /// The agent's lines of one run through `b` (a server, or a daemon's CLI): what
-/// [`PROBE_SERVER`] printed of `b`'s long-running process, as `key: value` pairs.
-fn probe_server(b: &Berth, agent: &str) -> BTreeMap<String, String> {
+/// [`PROBE_SERVER`] printed of `b`'s long-running process (and of `other`), as
+/// `key: value` pairs.
+fn probe_server(b: &Berth, agent: &str, other: Option<u32>) -> BTreeMap<String, String> {
     let session = new_session(b, agent, None);
-    let pid = b.server_pid().unwrap().to_string();
-    let (_, events, task) = send_json(b, &session, &pid);
+    let mut message = b.server_pid().unwrap().to_string();
+    if let Some(other) = other {
+        message.push_str(&format!(" {other}"));
+    }
+    let (_, events, task) = send_json(b, &session, &message);
     assert_eq!(task["status"], "succeeded", "{task} {events:?}");
     events
         .iter()
@@ -259,11 +281,30 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
 
+/// What `seen` says of the server's environment (`read` or `refused`).
+fn environ(seen: &BTreeMap<String, String>) -> &str {
+    seen.get("environ").map_or("", String::as_str)
+}
+
+/// A server (root's, allowing daemons) with a probe agent, and a daemon token for it.
+fn daemons_server(name: &str) -> (Berth, String, String) {
+    let mut srv = Berth::new(name);
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    add_command_agent(&srv, "probe", PROBE_SERVER);
+    (srv, url, token)
+}
+
 /// A fenced agent of `berth serve` run as root holds no capability, so the kernel's
 /// ptrace rules on `/proc` hold for it as for a user's: the server's environment (a
 /// secret in it) is unreadable; so is a root daemon's (its token in it) to the agents
 /// it runs. The control: the same agent with the user's `"fence": "off"` holds root's
-/// capabilities and reads it.
+/// capabilities (`CAP_SYS_PTRACE` among them) and reads it, of the server and of the
+/// daemon.
 #[test]
 fn an_agent_of_root_holds_no_capability_and_cannot_read_the_servers_environment() {
     if !is_root() {
@@ -275,21 +316,17 @@ fn an_agent_of_root_holds_no_capability_and_cannot_read_the_servers_environment(
     b.serve();
     add_command_agent(&b, "probe", PROBE_SERVER);
 
-    let fenced = probe_server(&b, "probe");
+    let fenced = probe_server(&b, "probe", None);
     let none: Vec<(String, String)> = caps(&fenced)
         .into_iter()
         .map(|(k, _)| (k, NO_CAPS.to_owned()))
         .collect();
     assert_eq!(caps(&fenced), none, "{fenced:?}");
-    assert_eq!(fenced.get("environ").map(String::as_str), Some("refused"));
+    assert_eq!(environ(&fenced), "refused", "{fenced:?}");
 
     std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
-    let open = probe_server(&b, "probe");
-    assert_eq!(
-        open.get("environ").map(String::as_str),
-        Some("read"),
-        "{open:?}"
-    );
+    let open = probe_server(&b, "probe", None);
+    assert_eq!(environ(&open), "read", "{open:?}");
     assert_ne!(
         open.get("CapEff").map(String::as_str),
         Some(NO_CAPS),
@@ -297,39 +334,79 @@ fn an_agent_of_root_holds_no_capability_and_cannot_read_the_servers_environment(
     );
 
     // A daemon run as root: its agents, fenced, hold nothing either.
-    let mut srv = Berth::new("root-caps-srv");
-    srv.serve_with(&["--allow-daemons"]);
-    let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    add_command_agent(&srv, "probe", PROBE_SERVER);
+    let (_srv, url, token) = daemons_server("root-caps-srv");
     let mut laptop = Berth::new("root-caps-laptop");
     laptop.env("BERTH_TEST_SECRET", "s3cret-env-7f");
     laptop.daemon(&url, &token, "laptop");
-    let fenced = probe_server(&laptop, "probe");
+    let fenced = probe_server(&laptop, "probe", None);
     assert_eq!(caps(&fenced), none, "{fenced:?}");
-    assert_eq!(fenced.get("environ").map(String::as_str), Some("refused"));
+    assert_eq!(environ(&fenced), "refused", "{fenced:?}");
+    std::fs::write(
+        laptop.config.join("settings.jsonc"),
+        r#"{ "fence": "off" }"#,
+    )
+    .unwrap();
+    let open = probe_server(&laptop, "probe", None);
+    assert_eq!(environ(&open), "read", "{open:?}");
 }
 
-/// As an unprivileged user the same holds by the fence alone (Landlock refuses a
-/// fenced process the ptrace-based access to a process outside its domain), and the
-/// agent holds no capability either. The control: unfenced, the same agent of the same
-/// user reads the server's environment.
+/// A process of `uid` that holds the probe's secret in its environment and is
+/// dumpable, as any program the user runs: what an unfenced agent of that user can
+/// read, the control for Berth's own processes, which it cannot.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn new(uid: u32) -> Sleeper {
+        let child = std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "--",
+                "sleep",
+                "600",
+            ])
+            .env("BERTH_TEST_SECRET", "s3cret-env-7f")
+            .spawn()
+            .unwrap();
+        // Until setpriv has become sleep, its environment is root's to read.
+        berth_tests::eventually(30, || {
+            let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).ok()?;
+            exe.ends_with("sleep").then_some(())
+        })
+        .unwrap();
+        Sleeper(child)
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// As an unprivileged user: `berth serve`'s and `berth daemon`'s environments are
+/// unreadable to the user's agents, fenced or not, and the fenced agent holds no
+/// capability. Fenced, Landlock refuses it ptrace access to a process outside its
+/// domain; unfenced, the server and the daemon are not dumpable, so the user's own
+/// processes need `CAP_SYS_PTRACE` to read them. The control: the unfenced agent
+/// reads the environment of another process of the same user, one not Berth's.
 #[test]
-fn the_servers_environment_is_unreadable_to_an_unprivileged_users_fenced_agent() {
+fn the_servers_environment_is_unreadable_to_an_unprivileged_users_agents() {
     if !is_root() {
         return;
     }
+    let sleeper = Sleeper::new(65534);
     let mut b = Berth::new("user-environ");
     b.env("BERTH_TEST_SECRET", "s3cret-env-7f");
     b.as_user(65534);
     b.serve();
     add_command_agent(&b, "probe", PROBE_SERVER);
-    let fenced = probe_server(&b, "probe");
+    let fenced = probe_server(&b, "probe", Some(sleeper.0.id()));
+    assert_eq!(environ(&fenced), "refused", "{fenced:?}");
     assert_eq!(
-        fenced.get("environ").map(String::as_str),
+        fenced.get("other").map(String::as_str),
         Some("refused"),
         "{fenced:?}"
     );
@@ -341,9 +418,31 @@ fn the_servers_environment_is_unreadable_to_an_unprivileged_users_fenced_agent()
         );
     }
     std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
-    let open = probe_server(&b, "probe");
+    let open = probe_server(&b, "probe", Some(sleeper.0.id()));
+    assert_eq!(environ(&open), "refused", "{open:?}");
     assert_eq!(
-        open.get("environ").map(String::as_str),
+        open.get("other").map(String::as_str),
+        Some("read"),
+        "{open:?}"
+    );
+
+    // A daemon of the same user: its token is in its environment.
+    let (_srv, url, token) = daemons_server("user-environ-srv");
+    let mut laptop = Berth::new("user-environ-laptop");
+    laptop.env("BERTH_TEST_SECRET", "s3cret-env-7f");
+    laptop.as_user(65534);
+    laptop.daemon(&url, &token, "laptop");
+    let fenced = probe_server(&laptop, "probe", Some(sleeper.0.id()));
+    assert_eq!(environ(&fenced), "refused", "{fenced:?}");
+    std::fs::write(
+        laptop.config.join("settings.jsonc"),
+        r#"{ "fence": "off" }"#,
+    )
+    .unwrap();
+    let open = probe_server(&laptop, "probe", Some(sleeper.0.id()));
+    assert_eq!(environ(&open), "refused", "{open:?}");
+    assert_eq!(
+        open.get("other").map(String::as_str),
         Some("read"),
         "{open:?}"
     );

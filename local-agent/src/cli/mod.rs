@@ -5,6 +5,7 @@ mod changes;
 mod chat;
 mod client;
 mod commands;
+mod conceal;
 mod daemon;
 mod serve;
 mod service;

@@ -16,9 +16,22 @@ use std::sync::Arc;
 
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
     init_log()?;
+    sealed()?;
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
     runtime()?.block_on(run(config, args))
+}
+
+/// Makes the long-running process non-dumpable ([`super::conceal::seal`]): its
+/// environment, secrets included, is then unreadable to the user's other processes and
+/// agents. A kernel that refuses is an error: Berth does not run with its secrets open.
+pub(super) fn sealed() -> Result<(), CliError> {
+    super::conceal::seal().map_err(|e| {
+        CliError::new(
+            format!("cannot make this process's environment private (prctl PR_SET_DUMPABLE): {e}"),
+            "run berth on a Linux kernel that allows PR_SET_DUMPABLE (every supported one does)",
+        )
+    })
 }
 
 /// What the long-running commands (`serve`, `daemon`) report beyond their own lines:
