@@ -235,6 +235,40 @@ fn control_characters_in_a_path_are_printed_escaped() {
     assert_inert("trust list", &b.ok(&["trust", "list"]));
 }
 
+/// A title and an agent's words are untrusted text too: escape sequences and a
+/// right-to-left override in them print escaped wherever a person reads them (the
+/// session's creation, its header, the list, `berth send`'s stream); `--json` keeps
+/// them as they are (JSON escapes them its own way).
+#[test]
+fn control_and_bidi_characters_in_a_title_and_an_agents_text_are_printed_escaped() {
+    let mut b = Berth::new("escapes-text");
+    b.serve();
+    // The agent answers with the same characters (as octal escapes for printf).
+    add_command_agent(
+        &b,
+        "echo",
+        r"printf 'app\033[2J\033]0;owned\007\342\200\256txt\n'",
+    );
+    let out = b.ok(&["session", "new", "--agent", "echo", "--title", HOSTILE]);
+    assert_inert("session new", &out);
+    let id = out.split_whitespace().nth(2).unwrap().to_owned();
+    let show = b.ok(&["session", "show", &id]);
+    assert_inert("session show", &show);
+    assert_inert("session list", &b.ok(&["session", "list"]));
+    let listed = b.json(&["session", "list", "--json"]);
+    assert_eq!(listed[0]["title"], HOSTILE, "--json keeps the title raw");
+
+    let out = b.run(&["send", &id, "hi"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_inert("send", &String::from_utf8_lossy(&out.stdout));
+    let (_, events, _) = send_json(&b, &id, "hi");
+    let raw = events
+        .iter()
+        .filter_map(|e| e["payload"]["text"].as_str())
+        .any(|t| t.contains(HOSTILE));
+    assert!(raw, "--json keeps the agent's text raw: {events:?}");
+}
+
 /// What a command agent reports of itself and of the server that started it: its
 /// capability sets (`CapInh: 0000000000000000`, …) and whether it could read the
 /// server's environment (`environ: read` / `environ: refused`). The message is the

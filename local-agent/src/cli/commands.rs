@@ -222,7 +222,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             println!(
                 "created session {} ({})",
                 short(&s["id"]),
-                s["title"].as_str().unwrap_or("")
+                render::escape(s["title"].as_str().unwrap_or(""))
             );
             if let Some(from) = &agent_from {
                 println!(
