@@ -287,7 +287,7 @@ impl Berth {
         while Instant::now() < deadline {
             if (!serve_json || self.home.join("serve.json").exists())
                 && self.home.join("berth.sock").exists()
-                && self.run(&["agent", "list", "--json"]).status.success()
+                && self.run(&["session", "list", "--json"]).status.success()
             {
                 return;
             }

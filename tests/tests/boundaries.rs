@@ -81,6 +81,22 @@ fn a_desktop_daemons_token_is_not_the_servers_shell() {
         .filter_map(|a| a["name"].as_str())
         .collect();
     assert_eq!(names, ["rep"], "{agents}");
+    // Nor reading them: the server's agents (their commands) and projects (their
+    // directories) are the server's settings.
+    for path in ["/api/v1/agents", "/api/v1/projects"] {
+        let (st, v) = control(&laptop, "GET", path, b"");
+        assert_eq!(
+            (st, error_code(path, &v).as_str()),
+            (403, "admin_only"),
+            "GET {path}: {v}"
+        );
+    }
+    let out = laptop.run(&["agent", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("printf"),
+        "{out:?}"
+    );
     // Nor project settings.
     let (st, v) = control(&laptop, "POST", "/api/v1/projects", br#"{"name":"p"}"#);
     assert_eq!(

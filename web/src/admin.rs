@@ -244,12 +244,9 @@ fn table(rows: Vec<Vec<String>>) {
     }
 }
 
+/// A value as one line for the terminal: controls and bidirectional characters escaped.
 fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or("-")
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect()
+    berth_core::quote::escape(v.as_str().unwrap_or("-")).into_owned()
 }
 
 /// Runs an admin command against the server in `home`; prints its answer.

@@ -16,8 +16,9 @@
 //! - `fchdir` to the pinned directory's descriptor;
 //! - its `+PGID` line to the group watcher;
 //! - with a fence ([`crate::agent::fence`]): the read-only binds of its in-place layer if it
-//!   has them (`crate::agent::fence::binds`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`
-//!   and the seccomp filter, in that order (the filter last: it may refuse calls);
+//!   has them (`crate::agent::fence::binds`), the capabilities dropped
+//!   (`crate::agent::fence::caps`), `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self` and
+//!   the seccomp filter, in that order (the filter last: it may refuse calls);
 //! - every descriptor above 2 closed (`close_range`): one Berth inherited without
 //!   close-on-exec would reach the agent, past the fence (the fork path leaves that to
 //!   close-on-exec: `std` reports a failed exec through a descriptor of its own);
@@ -30,6 +31,7 @@
 //!
 //! The parent keeps a pidfd to wait for the exit (no `SIGCHLD` race, no pid reuse).
 
+use crate::agent::fence::caps;
 use rustix::process::{Pid, PidfdFlags, WaitIdOptions};
 use std::ffi::{CString, OsStr, OsString, c_int, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -137,6 +139,8 @@ struct ChildArgs {
     fprog: *const libc::sock_fprog,
     /// The fence's read-only binds, or null.
     binds: *const crate::agent::fence::binds::Binds,
+    /// The fence's capability step (applied only with a fence).
+    caps: crate::agent::fence::caps::Drop,
     /// The errno of the step that failed; 0 if the exec happened.
     error: AtomicI32,
     /// The fence's step under way ([`FenceStep`]), so its failure is named.
@@ -152,6 +156,10 @@ enum FenceStep {
     Landlock = 2,
     Seccomp = 3,
     Binds = 4,
+    Ambient = 5,
+    Securebits = 6,
+    Bounding = 7,
+    Capset = 8,
 }
 
 impl FenceStep {
@@ -161,6 +169,10 @@ impl FenceStep {
             FenceStep::Landlock,
             FenceStep::Seccomp,
             FenceStep::Binds,
+            FenceStep::Ambient,
+            FenceStep::Securebits,
+            FenceStep::Bounding,
+            FenceStep::Capset,
         ]
         .into_iter()
         .find(|s| *s as i32 == raw)
@@ -174,6 +186,20 @@ impl FenceStep {
             FenceStep::Landlock => "landlock_restrict_self",
             FenceStep::Seccomp => "prctl(PR_SET_SECCOMP)",
             FenceStep::Binds => "unshare (the mount namespace of the read-only binds)",
+            FenceStep::Ambient => caps::Step::Ambient.call(),
+            FenceStep::Securebits => caps::Step::Securebits.call(),
+            FenceStep::Bounding => caps::Step::Bounding.call(),
+            FenceStep::Capset => caps::Step::Capset.call(),
+        }
+    }
+
+    /// The step of a failed capability call.
+    fn of_caps(step: caps::Step) -> FenceStep {
+        match step {
+            caps::Step::Ambient => FenceStep::Ambient,
+            caps::Step::Securebits => FenceStep::Securebits,
+            caps::Step::Bounding => FenceStep::Bounding,
+            caps::Step::Capset => FenceStep::Capset,
         }
     }
 }
@@ -262,6 +288,7 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
             .fence
             .and_then(crate::agent::fence::Prepared::binds)
             .map_or(std::ptr::null(), std::ptr::from_ref),
+        caps: caps::Drop::of_this_process(),
         error: AtomicI32::new(0),
         fence_step: AtomicI32::new(FenceStep::None as i32),
     };
@@ -422,6 +449,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 if !(*a.binds).apply() {
                     return fail(a);
                 }
+            }
+            // After the binds (which may need CAP_SYS_ADMIN), before anything that
+            // confines: an agent of root holds no capability.
+            if let Err(s) = a.caps.apply() {
+                step(FenceStep::of_caps(s));
+                return fail(a);
             }
             step(FenceStep::NoNewPrivs);
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {

@@ -51,6 +51,7 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         | Command::Completions { .. }
         | Command::Chat(_)
         | Command::Service(_)
+        | Command::Ui { .. }
         | Command::Settings(_) => Err(CliError::usage(
             "this command does not talk to a server",
             "run it directly",
@@ -221,7 +222,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             println!(
                 "created session {} ({})",
                 short(&s["id"]),
-                s["title"].as_str().unwrap_or("")
+                render::escape(s["title"].as_str().unwrap_or(""))
             );
             if let Some(from) = &agent_from {
                 println!(

@@ -22,7 +22,18 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     if let Some(DaemonCmd::Token(cmd)) = args.command {
         return token(home, cmd);
     }
+    // First of all: the token out of /proc/PID/cmdline (only while dumpable can a
+    // user's process open its own memory), then the environment private.
+    if let Some(flag) = &args.token
+        && let Err(e) = super::conceal::scrub_command_line(flag)
+    {
+        render::warn(
+            &format!("cannot remove the daemon token from this process's command line: {e}"),
+            &format!("pass it in {TOKEN_ENV} or with --token-file FILE instead"),
+        );
+    }
     super::serve::init_log()?;
+    super::serve::sealed()?;
     let Some(server) = args.server else {
         return Err(CliError::usage(
             "berth daemon needs --server URL",
@@ -103,7 +114,7 @@ fn daemon_token(flag: Option<String>, file: Option<&Path>) -> Result<String, Cli
         (None, Some(file)) => Some(read_token_file(file)?),
         (Some(token), None) => {
             render::warn(
-                "--token puts the daemon token in this process's command line, which every local user can read (ps, /proc/PID/cmdline)",
+                "--token puts the daemon token in this process's command line, which every local user can read (ps, /proc/PID/cmdline) until berth overwrites it as it starts",
                 &format!("pass it in {TOKEN_ENV} or with --token-file FILE instead"),
             );
             Some(token)

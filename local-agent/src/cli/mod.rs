@@ -5,12 +5,14 @@ mod changes;
 mod chat;
 mod client;
 mod commands;
+mod conceal;
 mod daemon;
 mod serve;
 mod service;
 mod settings;
 mod setup;
 mod trust;
+mod ui;
 
 use berth_local_agent::front::{error, lean, render};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -85,6 +87,13 @@ pub enum Command {
     /// Run this machine as a remote executor of a Berth server, or manage the tokens
     /// daemons use (`berth daemon token ...`, on the server's machine).
     Daemon(DaemonArgs),
+    /// Print the web UI's address with its token (from the running `berth serve`'s
+    /// serve.json): `berth serve` shows the token only on a terminal.
+    Ui {
+        /// Print one JSON document (`url`, `token`, `open`) instead of the address.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start `berth serve` at login: a systemd user unit (Linux) or a launchd agent
     /// (macOS), restarted when it fails.
     #[command(subcommand)]
@@ -520,6 +529,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Settings(cmd) => settings::run(cli.home, cmd),
         Command::Chat(args) => chat::run(cli.home, args),
         Command::Service(cmd) => service::run(cli.home, cmd),
+        Command::Ui { json } => ui::run(cli.home, json),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             use std::io::Write;
@@ -561,7 +571,9 @@ impl Command {
                     )),
                 ..
             }) => *json,
-            Command::Check { json, .. } | Command::Send { json, .. } => *json,
+            Command::Check { json, .. } | Command::Send { json, .. } | Command::Ui { json } => {
+                *json
+            }
             Command::Service(
                 ServiceCmd::Install { json, .. }
                 | ServiceCmd::Uninstall { json }

@@ -10,14 +10,28 @@ use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::api::loopback_hosts;
 use berth_web::net::listener::{TlsListener, WebListener};
 use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<u8, CliError> {
     init_log()?;
+    sealed()?;
     let config = ExecutorConfig::from_env(home)
         .map_err(|e| CliError::new(e.to_string(), "pass --home DIR or set BERTH_HOME"))?;
     runtime()?.block_on(run(config, args))
+}
+
+/// Makes the long-running process non-dumpable ([`super::conceal::seal`]): its
+/// environment, secrets included, is then unreadable to the user's other processes and
+/// agents. A kernel that refuses is an error: Berth does not run with its secrets open.
+pub(super) fn sealed() -> Result<(), CliError> {
+    super::conceal::seal().map_err(|e| {
+        CliError::new(
+            format!("cannot make this process's environment private (prctl PR_SET_DUMPABLE): {e}"),
+            "run berth on a Linux kernel that allows PR_SET_DUMPABLE (every supported one does)",
+        )
+    })
 }
 
 /// What the long-running commands (`serve`, `daemon`) report beyond their own lines:
@@ -205,7 +219,13 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     println!("berth serve (pid {})", std::process::id());
     println!("  home            {}", home.display());
     println!("  control socket  {}", socket_path.display());
-    println!("  web UI          {url}/?token={token}");
+    // The token only to a terminal: anywhere else (a service's journal, a CI log) it
+    // would outlive the server in a file others may read. `berth ui` prints it.
+    if std::io::stdout().is_terminal() {
+        println!("  web UI          {url}/?token={token}");
+    } else {
+        println!("  web UI          {url}/ (its address with the token: `berth ui`)");
+    }
     println!("  token           in {}", json_path.display());
     if let Some(addr) = metrics.as_ref().and_then(|m| m.local_addr().ok()) {
         println!("  metrics         http://{addr}/metrics");

@@ -6,50 +6,14 @@ use berth_core::settings::trust::{KeyVerdict, ProjectLayerReport, Trust, Verdict
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 
-/// Removes terminal control sequences from untrusted text (agent output, titles):
-/// keeps newlines and tabs, drops every other control character.
+pub use berth_core::quote::{escape, escape_lines};
+
+/// Untrusted text of several lines (an agent's words, a title, a message) made inert for
+/// a terminal: newlines and tabs kept, every other control character and every
+/// bidirectional or invisible format character escaped (`\x1b`, `\u{202e}`), never
+/// dropped, so what is shown is what was sent ([`berth_core::quote::escape_text`]).
 pub fn inert(text: &str) -> String {
-    text.chars()
-        .filter(|c| *c == '\n' || *c == '\t' || !c.is_control())
-        .collect()
-}
-
-/// Whether `c` can move the cursor, recolour or rewrite what a terminal shows, or
-/// reorder how the text around it reads: every control character (C0, DEL, C1) and the
-/// bidirectional overrides and isolates (the "Trojan Source" characters).
-fn is_unsafe_char(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// Escapes what a terminal would act on in one line of untrusted text (a path, a
-/// name, a title): `\n`, `\t`, `\r`, and `\x1b` or `\u{202e}` for every other unsafe
-/// character, so a directory named with an escape sequence prints as its name, never as
-/// the sequence. A backslash stays as it is; text with nothing to escape is borrowed.
-pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
-    escape_but(text, '\0')
-}
-
-/// [`escape`], keeping the newlines of a message of several lines.
-pub fn escape_lines(text: &str) -> std::borrow::Cow<'_, str> {
-    escape_but(text, '\n')
-}
-
-fn escape_but(text: &str, keep: char) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c != keep && is_unsafe_char(c)) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            c if c == keep || !is_unsafe_char(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    berth_core::quote::escape_text(text).into_owned()
 }
 
 /// A warning that lets the command go on: `warning: …` and `hint: …` on stderr.
@@ -197,7 +161,7 @@ pub fn header(session: &Value, here: &str, policy: Option<&str>) {
     println!(
         "session   {}  {}",
         short(&session["id"]),
-        inert(s(&session["title"]))
+        escape(s(&session["title"]))
     );
     if b.is_null() {
         println!("directory (not bound: runs in its scratch directory)");
@@ -346,7 +310,8 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
         };
         rows.push(vec![
             short(&x["id"]),
-            inert(s(&x["title"])),
+            // A cell is escaped as one line by `table`.
+            s(&x["title"]).into(),
             s(&x["agent"]).into(),
             dir,
             mode,

@@ -82,9 +82,13 @@ pub struct Scope(pub Option<String>);
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Nothing anyone's: health, capabilities, `me`, the agent and project lists,
-    /// checking a path.
+    /// Nothing anyone's: health, capabilities, `me`, checking a path.
     Open,
+    /// The agent and project lists: the server's settings (an agent's command, a
+    /// project's directory on the server's machine). A member reads them to pick an
+    /// agent; a daemon's forwarded socket does not (`403 admin_only`): its token
+    /// crossed the network, and the machine it runs on is not the server's.
+    Settings,
     /// Lists of sessions and tasks, shown in the caller's [`Scope`].
     List,
     /// A new session, owned by the caller.
@@ -129,8 +133,11 @@ pub fn decide(action: Action, caller: &Caller, relation: Relation) -> Answer {
         return Answer::Allow;
     };
     // A daemon acts for its member, never with an admin's rights.
-    let admin = *admin && !via.starts_with("machine ");
+    let daemon = via.starts_with("machine ");
+    let admin = *admin && !daemon;
     match (action, relation) {
+        (Action::Settings, _) if daemon => Answer::AdminOnly,
+        (Action::Settings, _) => Answer::Allow,
         (Action::Open | Action::List | Action::Create | Action::Tokens, _) | (_, Relation::Own) => {
             if action == Action::Admin && !admin {
                 Answer::AdminOnly
@@ -176,7 +183,7 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/health" | "/api/v1/capabilities" | "/api/v1/me" if get => {
             (Open, Target::None, None)
         }
-        "/api/v1/agents" | "/api/v1/projects" if get => (Open, Target::None, None),
+        "/api/v1/agents" | "/api/v1/projects" if get => (Settings, Target::None, None),
         "/api/v1/check" if post => (Open, Target::None, None),
         "/api/v1/sessions" | "/api/v1/tasks" if get => (List, Target::None, None),
         "/api/v1/sessions" if post => (Create, Target::None, Some("session.create")),
@@ -545,9 +552,9 @@ mod tests {
             [A, N, A, A, N],         // read task
             [A, N, O, A, N],         // cancel
             [A, N, O, A, N],         // record an undo
-            [A, A, A, A, A],         // list agents
+            [A, A, A, Adm, Adm],     // list agents
             [Adm, Adm, A, Adm, Adm], // add agent
-            [A, A, A, A, A],         // list projects
+            [A, A, A, Adm, Adm],     // list projects
             [Adm, Adm, A, Adm, Adm], // add project
             [Adm, Adm, A, Adm, Adm], // project dir
             [A, A, A, A, A],         // check

@@ -130,6 +130,13 @@ impl Binds {
 
 /// The namespace: a mount namespace (in a user namespace of the user's own ids, for
 /// anyone but root) whose mounts are all slaves of the user's. System calls only.
+///
+/// `berth serve` and `berth daemon` are not dumpable (`cli::conceal`), and a child
+/// shares that state until its `execve` (its very memory, on the `CLONE_VM` path): its
+/// `/proc/self/uid_map` is then root's, which a user's process may not write. So the
+/// child is dumpable for the three writes only and not dumpable again right after:
+/// Berth's memory is open to the user's own processes for those few system calls, never
+/// to a fenced agent (Landlock refuses it ptrace access to anything outside its domain).
 #[allow(unsafe_code)]
 unsafe fn enter(user_ns: bool, uid_map: &CString, gid_map: &CString) -> bool {
     // SAFETY: system calls on NUL-terminated strings that outlive them.
@@ -138,12 +145,21 @@ unsafe fn enter(user_ns: bool, uid_map: &CString, gid_map: &CString) -> bool {
         if libc::unshare(flags) != 0 {
             return false;
         }
-        if user_ns
-            && !(write_file(c"/proc/self/setgroups", c"deny")
+        if user_ns {
+            let dumpable = libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0);
+            if dumpable == 0 {
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            }
+            let mapped = write_file(c"/proc/self/setgroups", c"deny")
                 && write_file(c"/proc/self/uid_map", uid_map)
-                && write_file(c"/proc/self/gid_map", gid_map))
-        {
-            return false;
+                && write_file(c"/proc/self/gid_map", gid_map);
+            if dumpable == 0 {
+                // Restored whatever the writes did; a success leaves errno alone.
+                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            }
+            if !mapped {
+                return false;
+            }
         }
         libc::mount(
             std::ptr::null(),

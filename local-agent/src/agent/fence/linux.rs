@@ -188,6 +188,7 @@ impl Prepared {
             ruleset: self.ruleset_fd(),
             filter: self.kernel.filter.clone(),
             binds: self.binds.clone(),
+            caps: super::caps::Drop::of_this_process(),
         }
     }
 }
@@ -198,6 +199,7 @@ pub struct ChildFence {
     ruleset: RawFd,
     filter: Vec<libc::sock_filter>,
     binds: Option<Binds>,
+    caps: super::caps::Drop,
 }
 
 impl std::fmt::Debug for ChildFence {
@@ -206,13 +208,15 @@ impl std::fmt::Debug for ChildFence {
             .field("ruleset", &self.ruleset)
             .field("filter_len", &self.filter.len())
             .field("binds", &self.binds)
+            .field("caps", &self.caps)
             .finish()
     }
 }
 
 impl ChildFence {
-    /// Confines the calling process: the read-only binds (if any), then
-    /// `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the seccomp filter.
+    /// Confines the calling process: the read-only binds (if any), the capabilities
+    /// dropped ([`super::caps`]), then `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset,
+    /// the seccomp filter.
     /// Async-signal-safe (system calls only, no allocation), for the child between
     /// `fork` and `exec`.
     #[allow(unsafe_code)]
@@ -225,11 +229,15 @@ impl ChildFence {
         // the ruleset's descriptor is kept open by the parent's `Prepared` across the
         // fork (the child's copy closes at exec, CLOEXEC), and `prog` points into
         // `self.filter`. `last_os_error` reads errno without allocating. The binds'
-        // contract holds: this is the forked child, single-threaded.
+        // and the capability step's contracts hold: this is the forked child,
+        // single-threaded, before its exec.
         unsafe {
             if let Some(binds) = &self.binds
                 && !binds.apply()
             {
+                return Err(std::io::Error::last_os_error());
+            }
+            if self.caps.apply().is_err() {
                 return Err(std::io::Error::last_os_error());
             }
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0

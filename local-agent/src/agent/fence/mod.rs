@@ -4,6 +4,7 @@
 //! turns it into kernel objects in the parent ([`prepare`], blocking file I/O: run it
 //! off the async threads) that the spawn applies in the child between its last own
 //! step and the `execve` (`crate::agent::spawn`, and the fork path in `crate::agent::process`):
+//! the capabilities dropped ([`caps`]: none at all when Berth runs as root),
 //! `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`, then the seccomp filter. The
 //! parent is never confined.
 //!
@@ -50,6 +51,8 @@ use std::sync::OnceLock;
 
 #[cfg(target_os = "linux")]
 pub mod binds;
+#[cfg(target_os = "linux")]
+pub mod caps;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod seatbelt;

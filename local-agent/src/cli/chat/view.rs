@@ -514,7 +514,7 @@ mod tests {
         assert_eq!(
             texts,
             [
-                (Style::You, "you › hi[2J"),
+                (Style::You, "you › hi\\x1b[2J"),
                 (Style::Dim, "waiting for the directory: in use by task t0"),
                 (Style::Denied, "DENIED Bash rm -rf /"),
                 (Style::Alert, "task t1 cancelled"),
