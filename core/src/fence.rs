@@ -12,7 +12,8 @@
 //!   directory, the agent kind's own state, and the user settings' extra paths;
 //! - reads: everything except the credential locations ([`credential_patterns`]: the
 //!   refusal table's credential rows, narrowed where the table refuses a whole folder
-//!   agents legitimately read, plus the fence's own additions), Berth's home and lock
+//!   agents legitimately read, plus the fence's own table of histories, browser and
+//!   mail profiles, keyrings and credential files, [`HIDDEN`]), Berth's home and lock
 //!   directory, and the settings' `read_deny`;
 //! - protected inside the run's directory ([`PROTECT_IN_DIR`]): `.git/hooks`,
 //!   `.git/config` and `.berth`. The kernel's allow-only rules cannot carve them out of
@@ -26,6 +27,9 @@ use crate::policy::Permissions;
 use crate::rules::{Anchor, Extent, Family, RULES};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+mod reads;
+pub use reads::{HIDDEN, Hidden, HiddenKind};
 
 /// Whether a run must be fenced: the settings' `"fence": {"mode": …}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -115,31 +119,8 @@ pub type Pattern = &'static [&'static str];
 
 /// Rows of the refusal table that the fence narrows instead of hiding whole: agents
 /// legitimately read `~/.config` (git, npm, gh's non-secret settings…) and macOS's
-/// `~/Library` (caches), so only their credential subfolders ([`FENCE_EXTRA`]) are
-/// hidden.
+/// `~/Library` (caches), so only their credential subfolders ([`HIDDEN`]) are hidden.
 pub const NARROWED: &[Pattern] = &[&[".config"], &["Library"]];
-
-/// Credential locations the fence hides beyond the refusal table's credential rows:
-/// credential files (the table refuses directories), and the credential subfolders of
-/// the [`NARROWED`] rows.
-pub const FENCE_EXTRA: &[Pattern] = &[
-    &[".netrc"],
-    &[".git-credentials"],
-    &[".npmrc"],
-    &[".pypirc"],
-    &[".cargo", "credentials"],
-    &[".cargo", "credentials.toml"],
-    &[".mozilla"],
-    &[".config", "gcloud"],
-    &[".config", "gh"],
-    &[".config", "hub"],
-    &[".config", "op"],
-    &[".config", "rclone"],
-    &[".config", "google-chrome"],
-    &[".config", "chromium"],
-    &["Library", "Keychains"],
-    &["Library", "Cookies"],
-];
 
 /// The names inside the run's directory an agent must never change: git runs hooks
 /// and reads `core.*` settings Berth's own git calls would obey, and `.berth` holds the
@@ -148,8 +129,9 @@ pub const PROTECT_IN_DIR: &[Pattern] = &[&[".git", "hooks"], &[".git", "config"]
 
 /// Every credential location the fence hides, relative to the home, for paths of
 /// `family`: the refusal table's home-anchored credential subtrees except the
-/// [`NARROWED`] ones, then [`FENCE_EXTRA`]. Derived from the table, so a row added there
-/// is hidden here too.
+/// [`NARROWED`] ones, then every row of [`HIDDEN`] (histories, browser and mail
+/// profiles, keyrings, credential files). Derived from both tables, so a row added to
+/// either is hidden here too.
 pub fn credential_patterns(family: Family) -> Vec<Pattern> {
     let mut out: Vec<Pattern> = RULES
         .iter()
@@ -162,7 +144,7 @@ pub fn credential_patterns(family: Family) -> Vec<Pattern> {
         })
         .map(|r| r.pattern)
         .collect();
-    out.extend(FENCE_EXTRA.iter().copied());
+    out.extend(HIDDEN.iter().map(|h| h.pattern));
     out
 }
 

@@ -130,6 +130,12 @@ impl World {
         write(&home.join(".ssh/id_ed25519"), SECRET);
         write(&home.join(".aws/credentials"), SECRET);
         write(&home.join(".bashrc"), "# bashrc\n");
+        // A shell history and a snap browser profile: hidden by the fence's own table.
+        write(&home.join(".bash_history"), SECRET);
+        write(
+            &home.join("snap/firefox/common/.mozilla/firefox/p.default/cookies.sqlite"),
+            SECRET,
+        );
         write(&home.join(".config/app7/conf"), "setting\n");
         // A credential directory that is a symlink: its target is hidden too.
         write(&home.join("dotfiles/kube/config"), SECRET);
@@ -342,6 +348,11 @@ const ESCAPES: &[(&str, &str)] = &[
     ),
     ("read ~/.ssh/id_ed25519", r#"cat "$HOME/.ssh/id_ed25519""#),
     ("read ~/.aws/credentials", r#"cat "$HOME/.aws/credentials""#),
+    ("read the shell's history", r#"cat "$HOME/.bash_history""#),
+    (
+        "read the snap Firefox profile's cookies",
+        r#"cat "$HOME/snap/firefox/common/.mozilla/firefox/p.default/cookies.sqlite""#,
+    ),
     (
         "read ~/.kube/config (the directory is a symlink)",
         r#"cat "$HOME/.kube/config""#,

@@ -79,25 +79,15 @@ fn the_policy_of_an_edit_run() {
         "/home/alice/.password-store",
         "/home/alice/.local/share/keyrings",
         "/home/alice/.Trash",
-        "/home/alice/.netrc",
-        "/home/alice/.git-credentials",
-        "/home/alice/.npmrc",
-        "/home/alice/.pypirc",
-        "/home/alice/.cargo/credentials",
-        "/home/alice/.cargo/credentials.toml",
-        "/home/alice/.mozilla",
-        "/home/alice/.config/gcloud",
-        "/home/alice/.config/gh",
-        "/home/alice/.config/hub",
-        "/home/alice/.config/op",
-        "/home/alice/.config/rclone",
-        "/home/alice/.config/google-chrome",
-        "/home/alice/.config/chromium",
-        "/home/alice/Library/Keychains",
-        "/home/alice/Library/Cookies",
+    ];
+    // Then the fence's own table, row by row, then Berth's places.
+    let home = p("/home/alice");
+    let mut home_deny = ps(&home_deny);
+    home_deny.extend(HIDDEN.iter().map(|h| under(&home, h.pattern).unwrap()));
+    home_deny.extend(ps(&[
         "/home/alice/.local/share/berth",
         "/run/user/1000/berth",
-    ];
+    ]));
     assert_eq!(
         got,
         FencePolicy {
@@ -110,7 +100,7 @@ fn the_policy_of_an_edit_run() {
                     WriteKind::Subtree
                 ),
             ],
-            read_deny: ps(&home_deny),
+            read_deny: home_deny,
             protect: ps(&[
                 "/home/alice/code/app/.git/hooks",
                 "/home/alice/code/app/.git/config",
@@ -278,8 +268,9 @@ fn the_fence_hides_every_credential_row_of_the_refusal_table() {
         if NARROWED.contains(&row.pattern) {
             // … the fence hides its credential subfolders, not the folder.
             assert!(!hidden(&got, inside.as_str()), "{top} is narrowed");
-            let subfolders: Vec<&Pattern> = FENCE_EXTRA
+            let subfolders: Vec<&Pattern> = HIDDEN
                 .iter()
+                .map(|h| &h.pattern)
                 .filter(|e| e.starts_with(row.pattern) && e.len() > row.pattern.len())
                 .collect();
             assert!(!subfolders.is_empty(), "{top}: narrowed to nothing");
@@ -361,4 +352,32 @@ fn modes_and_network_spellings() {
         serde_json::to_string(&WriteKind::Subtree).unwrap(),
         "\"subtree\""
     );
+}
+
+/// A history, a snap browser profile, a Flatpak mail profile and a Chromium fork's
+/// profile are hidden from the plainest run; the project and ordinary settings are not.
+#[test]
+fn histories_and_profiles_are_hidden() {
+    let got = policy(&Case::default());
+    for path in [
+        "/home/alice/.bash_history",
+        "/home/alice/.zsh_history",
+        "/home/alice/.local/share/fish/fish_history",
+        "/home/alice/snap/firefox/common/.mozilla/firefox/x.default/cookies.sqlite",
+        "/home/alice/.var/app/org.mozilla.Thunderbird/x",
+        "/home/alice/.config/BraveSoftware/Brave-Browser/Default/Cookies",
+        "/home/alice/Library/Application Support/Google/Chrome/Default/Cookies",
+        "/home/alice/Library/Mail/V10",
+    ] {
+        assert!(hidden(&got, path), "{path} is readable");
+    }
+    for path in [
+        "/home/alice/code/app/src/main.rs",
+        "/home/alice/snap/code/x",
+        "/home/alice/.config/git/config",
+        "/home/alice/.bashrc",
+        "/home/alice/Library/Application Support/Code/x",
+    ] {
+        assert!(!hidden(&got, path), "{path} is hidden");
+    }
 }
