@@ -17,6 +17,7 @@ pub mod context;
 pub mod display;
 pub mod event;
 pub mod fence;
+pub mod git;
 pub mod ids;
 pub mod path;
 pub mod platform;

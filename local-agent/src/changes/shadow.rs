@@ -7,7 +7,6 @@ use crate::git;
 use berth_web::private;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the shadow repository of `dir` lives: a hash of its path.
@@ -16,6 +15,12 @@ pub(super) fn shadow_dir(berth_home: &Path, dir: &Path) -> PathBuf {
     berth_home
         .join(SNAPSHOTS_DIR)
         .join(format!("{}.git", &key[..24]))
+}
+
+/// What git may write when it records snapshots: the shadow store, all of it (one
+/// fence for every directory's shadow repository).
+fn store_writes(berth_home: &Path) -> git::Writes {
+    git::Writes::beneath(berth_home.join(SNAPSHOTS_DIR))
 }
 
 /// The shadow repository of one bound directory.
@@ -60,8 +65,7 @@ impl Shadow {
         // `--shared=0600`: git makes every file it writes there 0600 (objects 0400)
         // and every directory 0700, whatever the umask: the snapshots hold copies of
         // the user's files, a `.env` included.
-        let mut init = git::command();
-        init.env("GIT_CONFIG_NOSYSTEM", "1");
+        let init = git::command(store_writes(berth_home));
         git::run(
             init,
             [
@@ -132,15 +136,24 @@ impl Shadow {
         ))
     }
 
-    pub(super) fn command(&self) -> Command {
-        let mut c = git::command();
+    /// Git on this shadow repository and its work tree, which may write only in the
+    /// shadow store (never the work tree or its own `.git`).
+    pub(super) fn command(&self) -> git::Git {
+        let store = self.git_dir.parent().unwrap_or(&self.git_dir);
+        let mut c = git::command(git::Writes::beneath(store));
+        // The user's own excludes file, as their git reads it (the default one,
+        // `~/.config/git/ignore`, git finds without configuration).
+        if let Some(file) = git::user().excludes_file {
+            let mut kv = std::ffi::OsString::from("core.excludesFile=");
+            kv.push(file.as_os_str());
+            c.arg("-c").arg(kv);
+        }
         c.arg("--git-dir")
             .arg(&self.git_dir)
             .arg("--work-tree")
             .arg(&self.work_tree)
             .args(["-c", "user.name=Berth", "-c", "user.email=berth@localhost"])
             .current_dir(&self.git_dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_OPTIONAL_LOCKS", "0");
         c
     }

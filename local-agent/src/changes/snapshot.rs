@@ -31,6 +31,18 @@ pub(super) struct Manifest {
     pub(super) large: Vec<(String, u64, i64)>,
 }
 
+/// The entries of a NUL-separated listing that git shows as `dir/`: nested
+/// repositories (names that are not UTF-8 or hold a newline are left out).
+pub(super) fn dirs_of(listing: &[u8]) -> Vec<String> {
+    listing
+        .split(|b| *b == 0)
+        .filter_map(|p| p.strip_suffix(b"/"))
+        .filter_map(|p| std::str::from_utf8(p).ok())
+        .filter(|p| !p.is_empty() && !p.contains('\n'))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Directories larger than this are not walked: git's own scan is then the check.
 pub(super) const WALK_LIMIT: usize = 4_000;
 
@@ -124,10 +136,38 @@ impl Shadow {
         let text = std::fs::read_to_string(self.manifest_file()).ok()?;
         let m: Manifest = serde_json::from_str(&text).ok()?;
         let now = walk_digest(&self.work_tree, m.taken_ns)?;
-        (now.0 == m.digest && now.1 == m.count).then_some(Snapshot {
+        (now.0 == m.digest && now.1 == m.count).then(|| Snapshot {
             tree: m.tree,
             large: m.large,
+            nested: self.nested(&[]),
         })
+    }
+
+    /// The file that carries the nested repositories from one snapshot to the next.
+    fn nested_file(&self) -> PathBuf {
+        self.git_dir.join("berth-nested")
+    }
+
+    /// The nested repositories now: those the last snapshots found and `found` (what
+    /// this one's listing showed as `dir/`), while each still holds a `.git`. Git lists
+    /// a nested repository as `dir/` until it is recorded as a link, never after, so
+    /// the list is carried in the shadow's directory (most directories have none: one
+    /// failed open).
+    pub(super) fn nested(&self, found: &[String]) -> Vec<String> {
+        let before = std::fs::read_to_string(self.nested_file()).unwrap_or_default();
+        let mut all: std::collections::BTreeSet<String> =
+            before.lines().map(str::to_owned).collect();
+        all.extend(found.iter().cloned());
+        all.retain(|p| std::fs::symlink_metadata(self.work_tree.join(p).join(".git")).is_ok());
+        let now: String = all.iter().map(|p| format!("{p}\n")).collect();
+        if now != before {
+            let _ = if now.is_empty() {
+                std::fs::remove_file(self.nested_file())
+            } else {
+                private::write(self.nested_file(), &now)
+            };
+        }
+        all.into_iter().collect()
     }
 
     /// How many entries the shadow index holds (its header), without running git.
@@ -237,7 +277,7 @@ impl Shadow {
             args.extend(large.iter().map(|(p, _, _)| p.clone()));
             self.git(&args)?;
         }
-        self.git(["add", "-A", "--ignore-errors"])?;
+        self.add_all(&[])?;
         // Tracked files that grew past the cap since the last snapshot.
         // The last snapshot's tree (a file, not a ref: one git process less). A tree
         // pruned since only makes the check fail, and be skipped.
@@ -275,7 +315,41 @@ impl Shadow {
             }
         }
         let tree = self.write_tree()?;
-        self.established(tree, large, started_ns)
+        let nested = self.nested(&dirs_of(&listed));
+        self.established(tree, large, nested, started_ns)
+    }
+
+    /// `git add -A --ignore-errors` (after `pre`, git's own options). A nested
+    /// repository without a commit checked out stops git whole (it has nothing to
+    /// record as a link): each one git names is left out for this snapshot (the
+    /// shadow's exclude file, rewritten by the next) and git runs again.
+    pub(super) fn add_all(&self, pre: &[&str]) -> Result<(), ChangesError> {
+        const TRIES: usize = 8;
+        let mut args: Vec<&str> = pre.to_vec();
+        args.extend(["add", "-A", "--ignore-errors"]);
+        for _ in 0..TRIES {
+            let err = match self.git(&args) {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            let text = err.to_string();
+            let empty: Vec<&str> = text
+                .split("error: '")
+                .skip(1)
+                .filter_map(|rest| rest.split_once("/' does not have a commit checked out"))
+                .map(|(path, _)| path)
+                .filter(|p| !p.is_empty() && !p.contains('\n'))
+                .collect();
+            if empty.is_empty() {
+                return Err(err);
+            }
+            let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
+            for p in empty {
+                lines.push_str(&format!("/{}/\n", escape_glob(p)));
+            }
+            private::write(self.exclude_file(), lines)?;
+        }
+        self.git(&args).map(|_| ())
     }
 
     /// `git write-tree`; a seeded shadow's trees name blobs it does not hold (see
@@ -292,10 +366,15 @@ impl Shadow {
         &self,
         tree: String,
         large: Vec<(String, u64, i64)>,
+        nested: Vec<String>,
         started_ns: u128,
     ) -> Result<Snapshot, ChangesError> {
         private::write(self.git_dir.join("berth-last"), &tree)?;
-        let snap = Snapshot { tree, large };
+        let snap = Snapshot {
+            tree,
+            large,
+            nested,
+        };
         self.note_manifest(&snap, started_ns);
         #[cfg(target_os = "linux")]
         watch::established(self, &snap);
@@ -397,6 +476,7 @@ impl Shadow {
             .collect();
         let tracked_ignored: std::collections::HashSet<&[u8]> = gone.iter().copied().collect();
         let listed: Vec<u8> = [others, changed].concat();
+        let found = dirs_of(&listed);
         let paths: std::collections::BTreeSet<&[u8]> = listed
             .split(|b| *b == 0)
             .filter(|p| !p.is_empty())
@@ -450,14 +530,9 @@ impl Shadow {
         progress.phase(Phase::Reading);
         progress.total(update.len() as u64);
         if self.feed_updates(&update, progress).is_err() {
-            // A file changed under the scan (say, became unreadable): git's own way.
-            self.git([
-                "-c",
-                "core.bigFileThreshold=1",
-                "add",
-                "-A",
-                "--ignore-errors",
-            ])?;
+            // A file changed under the scan (say, became unreadable), or a nested
+            // repository without a commit: git's own way.
+            self.add_all(&["-c", "core.bigFileThreshold=1"])?;
         }
         lap("reading");
         progress.phase(Phase::Writing);
@@ -469,7 +544,8 @@ impl Shadow {
         lap("tree pack");
         let tree = self.write_tree()?;
         lap("write-tree");
-        let snap = self.established(tree, large, started_ns);
+        let nested = self.nested(&found);
+        let snap = self.established(tree, large, nested, started_ns);
         lap("established");
         tracing::debug!(dir = %self.work_tree.display(), read = update.len(), ?phases,
             seed_ms, watch_ms, "first snapshot (ms per phase; the seed and the watch at once)");

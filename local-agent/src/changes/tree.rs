@@ -7,6 +7,10 @@ pub struct Snapshot {
     pub tree: String,
     /// Files over the cap, with their size and modification time.
     pub large: Vec<(String, u64, i64)>,
+    /// The nested repositories (work trees relative to the directory) git listed as
+    /// links, carried from one snapshot to the next while their `.git` is there: the
+    /// guard looks at their control files ([`crate::inject::sidecar::guard`]).
+    pub nested: Vec<String>,
 }
 
 pub(super) fn escape_glob(p: &str) -> String {

@@ -458,7 +458,12 @@ impl Watch {
         }
         let tree = shadow.write_tree()?;
         berth_web::private::write(shadow.git_dir.join("berth-last"), &tree)?;
-        Ok(Snapshot { tree, large })
+        let nested = shadow.nested(&[]);
+        Ok(Snapshot {
+            tree,
+            large,
+            nested,
+        })
     }
 }
 

@@ -59,7 +59,11 @@ fn task_id(task: &Value, id: &str) -> Result<TaskId, CliError> {
 
 fn git_in(dir: &str, args: &[&str]) -> Result<String, CliError> {
     use berth_local_agent::git::{self, GitError};
-    match git::run(git::in_dir(std::path::Path::new(dir)), args) {
+    // Read-only: a diff or a `rev-parse` writes nothing.
+    match git::run(
+        git::in_dir(std::path::Path::new(dir), git::Writes::Nothing),
+        args,
+    ) {
         Ok(out) => Ok(String::from_utf8_lossy(&out).into_owned()),
         Err(e @ GitError::Spawn(_)) => Err(CliError::new(e.to_string(), "install git")),
         Err(e @ GitError::Failed { .. }) => Err(CliError::new(
@@ -89,7 +93,9 @@ pub async fn diff(c: &Client, id: &str, stat: bool, json: bool) -> Result<u8, Cl
     let text = match &changes.commit {
         Some(commit) => {
             let parent = format!("{commit}^");
-            let mut args = vec!["diff", "--no-color", "-M"];
+            // No external diff and no textconv: programs the worktree's configuration
+            // could name (the fence of Berth's git would refuse them anyway).
+            let mut args = vec!["diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M"];
             if stat {
                 args.push("--stat");
             }

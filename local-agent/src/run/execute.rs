@@ -260,6 +260,7 @@ pub(super) async fn run(
         text: prepared.fence.text.clone(),
     };
     let shown = place.pinned.display().to_owned();
+    let prepared_repos = prepared.repos.take();
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let mut guarded = Vec::new();
     let (branch, mut changes, cleanup_error) = match finished {
@@ -283,6 +284,59 @@ pub(super) async fn run(
             }),
         ),
     };
+    // The tree after the agent, the sidecars gone, still under the lock; then the
+    // control files of every repository the change record knows now (a nested one
+    // the agent made included), put back where they would make git run a program.
+    let repos_before = prepared_repos;
+    if let Some((shadow, before, limits, path, identity)) = record {
+        let task_id = task.task_id.clone();
+        let summarized = blocking(move || {
+            let dir = match open_pinned(&path, identity) {
+                Ok(dir) => dir,
+                Err(e) => return (Err(e), Vec::new(), Vec::new()),
+            };
+            let after = match shadow.snapshot(&limits) {
+                Ok(after) => after,
+                Err(e) => return (Err(e), Vec::new(), Vec::new()),
+            };
+            let (put, problems) = match &repos_before {
+                Some(controls) => crate::inject::sidecar::guard::repos::check(
+                    std::os::fd::AsFd::as_fd(&dir),
+                    &path.to_string_lossy(),
+                    controls,
+                    &after.nested,
+                ),
+                None => (Vec::new(), Vec::new()),
+            };
+            (
+                shadow.record(&task_id, &before, &after, &limits),
+                put,
+                problems,
+            )
+        })
+        .await;
+        if let Ok((recorded, put, problems)) = summarized {
+            {
+                match recorded {
+                    Ok(c) => changes = Some(c),
+                    Err(e) => warn(format!(
+                        "what the agent changed could not be summarized: {e}"
+                    )),
+                }
+                for r in put {
+                    if !guarded
+                        .iter()
+                        .any(|g: &crate::inject::sidecar::guard::Restored| g.path == r.path)
+                    {
+                        guarded.push(r);
+                    }
+                }
+                for p in problems {
+                    warn(format!("the fence's guard: {p}"));
+                }
+            }
+        }
+    }
     // What the agent wrote where the fence guards, put back: denials by the fence.
     let guard_denials: Vec<Denial> = guarded
         .iter()
@@ -296,45 +350,24 @@ pub(super) async fn run(
                 tool: denial.tool.clone(),
                 target: denial.target.clone(),
                 message: Some(format!(
-                    "the agent {} {}, which the fence guards; Berth put it back as it was",
+                    "the agent {} {}{}, which the fence guards; Berth put it back as it was",
                     match r.what {
                         "added" => "created",
                         "removed" => "removed",
                         "replaced" => "replaced",
                         _ => "changed",
                     },
-                    r.path
+                    r.path,
+                    r.why
+                        .as_deref()
+                        .map(|w| format!(" (it {w})"))
+                        .unwrap_or_default(),
                 )),
                 by: denial.by.clone(),
             }));
             denial
         })
         .collect();
-    // The tree after the agent, the sidecars gone, still under the lock.
-    if let Some((shadow, before, limits, path, identity)) = record {
-        let task_id = task.task_id.clone();
-        let summarized = blocking(move || -> Result<_, crate::changes::ChangesError> {
-            let now = rustix::fs::statat(
-                rustix::fs::CWD,
-                &path,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(crate::changes::ChangesError::Unreadable)?;
-            if (crate::dir::pin::dev_of(&now), now.st_ino) != identity {
-                return Err(crate::changes::ChangesError::Replaced);
-            }
-            let after = shadow.snapshot(&limits)?;
-            shadow.record(&task_id, &before, &after, &limits)
-        })
-        .await;
-        match summarized {
-            Ok(Ok(c)) => changes = Some(c),
-            Ok(Err(e)) => warn(format!(
-                "what the agent changed could not be summarized: {e}"
-            )),
-            Err(_) => {}
-        }
-    }
     let mut out = match result {
         Err((code, msg)) => TaskOutcome::failed(code, msg),
         Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
@@ -346,7 +379,7 @@ pub(super) async fn run(
             out.status = TaskStatus::Failed;
             out.code = Some(ErrorCode::PermissionDenied);
             out.error = Some(format!(
-                "the agent wrote {} the fence guards (.git/hooks, .git/config, .berth); Berth put {} back",
+                "the agent wrote {} the fence guards (a repository's hooks or configuration, .berth); Berth put {} back",
                 if guarded.len() == 1 {
                     "a path"
                 } else {
@@ -396,4 +429,24 @@ async fn with_progress<T>(
             }
         }
     }
+}
+
+/// The directory at `path` opened again for the guard's check after the run, never
+/// through a link, and only if it is still the one pinned (`identity`).
+fn open_pinned(
+    path: &std::path::Path,
+    identity: (u64, u64),
+) -> Result<std::os::fd::OwnedFd, crate::changes::ChangesError> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(crate::changes::ChangesError::Unreadable)?;
+    let st = rustix::fs::fstat(&fd).map_err(crate::changes::ChangesError::Unreadable)?;
+    if (crate::dir::pin::dev_of(&st), st.st_ino) != identity {
+        return Err(crate::changes::ChangesError::Replaced);
+    }
+    Ok(fd)
 }

@@ -14,7 +14,13 @@ use berth_core::{ErrorCode, Permissions};
 use berth_web::executor::{ExecEvent, TaskSpec};
 use tokio::sync::mpsc;
 
-fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, Stop> {
+/// `nested`: the nested repositories the change record knows, for the guard.
+fn prepare(
+    inner: &Inner,
+    task: &TaskSpec,
+    place: &Place,
+    nested: &[String],
+) -> Result<Prepared, Stop> {
     let trust = crate::settings::trust::TrustStore::new(&inner.cfg.berth_home);
     let mut loaded = settings::load(
         &inner.ctx,
@@ -150,22 +156,24 @@ fn prepare(inner: &Inner, task: &TaskSpec, place: &Place) -> Result<Prepared, St
         // write its directory must not leave written there (.git/hooks, .git/config,
         // .berth). Read-only, the kernel refuses every write there already; a scratch
         // directory is Berth's own, and no settings are read from it.
+        let mut repos = None;
         if fence.fenced
             && policy.effective != Permissions::ReadOnly
             && place.mode != WorkMode::Scratch
         {
-            match sidecars.guard(&place.pinned, &inner.cfg.berth_home.join("guard")) {
-                Ok(()) => {}
+            match sidecars.guard(&place.pinned, &inner.cfg.berth_home.join("guard"), nested) {
+                Ok(controls) => repos = Some(controls),
                 Err(crate::inject::sidecar::SidecarError::Guard(e)) => warnings.push(format!(
-                    "the fence cannot guard .git/hooks, .git/config and .berth in this run ({e}); the agent may change them"
+                    "the fence cannot guard the directory's git control files and .berth in this run ({e}); the agent may change them"
                 )),
                 Err(e) => return Err(e),
             }
         }
-        Ok::<_, crate::inject::sidecar::SidecarError>((brief_arg, brief.text))
+        Ok::<_, crate::inject::sidecar::SidecarError>((brief_arg, brief.text, repos))
     })();
     match result {
-        Ok((brief_arg, brief_text)) => Ok(Prepared {
+        Ok((brief_arg, brief_text, repos)) => Ok(Prepared {
+            repos,
             sidecars,
             brief_arg,
             brief_text,
@@ -257,7 +265,8 @@ pub(super) fn under_lock(
     } else {
         None
     };
-    let prepared = prepare(inner, task, &place).inspect_err(|stop| {
+    let nested = record.as_ref().map_or(&[][..], |r| r.1.nested.as_slice());
+    let prepared = prepare(inner, task, &place, nested).inspect_err(|stop| {
         // A task's outcome carries no hint: the refusal's goes to its transcript.
         if let Stop::Refused(r) = stop {
             warn(events, format!("hint: {}", r.hint));

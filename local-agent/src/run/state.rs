@@ -55,6 +55,9 @@ pub(super) struct Prepared {
     pub(super) project: Option<berth_core::settings::trust::ProjectLayerReport>,
     /// The run's fence, its temporary directory, and its lines for the transcript.
     pub(super) fence: crate::run::fence::RunFence,
+    /// The repositories' control files before the agent, when the guard holds them:
+    /// checked again after the run with the nested repositories found then.
+    pub(super) repos: Option<Vec<crate::inject::sidecar::guard::repos::Control>>,
 }
 
 pub(super) enum Stop {

@@ -4,7 +4,7 @@
 //! first turn and reused after; the changes of each turn are committed on that branch,
 //! so the user's checkout is never touched and the work is one `git merge` away.
 
-use crate::git::{self, GitError};
+use crate::git::{self, GitError, Writes};
 use berth_core::{ErrorCode, Refusal, SessionId, TaskId};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -42,14 +42,64 @@ pub struct Worktree {
     /// Where the agent works: the bound directory's counterpart inside the worktree.
     pub work_dir: PathBuf,
     pub branch: String,
+    /// The repository's common git directory (objects, refs, `worktrees/`), which
+    /// the worktree's steps write.
+    pub common: PathBuf,
 }
 
-fn git<I, S>(dir: &Path, args: I) -> Result<String, WorktreeError>
+impl Worktree {
+    /// What git may write for this worktree: the worktrees' folder (the worktree
+    /// itself) and the repository's git directory.
+    fn writes(&self) -> Writes {
+        writes(&self.root, &self.common)
+    }
+}
+
+/// What a worktree step may write: the worktrees' folder holding `root`, and the
+/// repository's common git directory `common`.
+fn writes(root: &Path, common: &Path) -> Writes {
+    Writes::Beneath(vec![
+        root.parent().unwrap_or(root).to_owned(),
+        common.to_owned(),
+    ])
+}
+
+/// `git -C dir args…`, writing only as `writes` says.
+fn git<I, S>(dir: &Path, writes: &Writes, args: I) -> Result<String, WorktreeError>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    Ok(git::text(git::in_dir(dir), args)?)
+    Ok(git::text(git::in_dir(dir, writes.clone()), args)?)
+}
+
+/// The common git directory of the repository holding `dir`, absolute.
+fn common_dir(dir: &Path) -> Result<PathBuf, WorktreeError> {
+    let common = git(
+        dir,
+        &Writes::Nothing,
+        ["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )?;
+    Ok(PathBuf::from(common))
+}
+
+/// `-c user.name=… -c user.email=…` for a commit: the repository's own identity if it
+/// has one, else the user's global one, else Berth's.
+fn identity(root: &Path, writes: &Writes) -> Vec<String> {
+    let local = |key: &str| git(root, writes, ["config", "--local", key]).ok();
+    let user = git::user();
+    let name = local("user.name")
+        .or(user.name)
+        .unwrap_or_else(|| "Berth".to_owned());
+    let email = local("user.email")
+        .or(user.email)
+        .unwrap_or_else(|| "berth@localhost".to_owned());
+    vec![
+        "-c".to_owned(),
+        format!("user.name={name}"),
+        "-c".to_owned(),
+        format!("user.email={email}"),
+    ]
 }
 
 /// The branch of `session`: `berth/` and the session id's first 8 characters.
@@ -67,20 +117,24 @@ pub fn ensure(
     let not_repo = || WorktreeError::NotARepo {
         dir: bound.display().to_string(),
     };
-    let top = git(bound, ["rev-parse", "--show-toplevel"]).map_err(|_| not_repo())?;
-    let prefix = git(bound, ["rev-parse", "--show-prefix"]).map_err(|_| not_repo())?;
+    let read = Writes::Nothing;
+    let top = git(bound, &read, ["rev-parse", "--show-toplevel"]).map_err(|_| not_repo())?;
+    let prefix = git(bound, &read, ["rev-parse", "--show-prefix"]).map_err(|_| not_repo())?;
+    let common = common_dir(bound).map_err(|_| not_repo())?;
     let root = berth_home.join("worktrees").join(session);
     let branch = branch_name(session);
     let usable = root.join(".git").exists()
-        && git(&root, ["rev-parse", "--show-toplevel"]).is_ok_and(|t| Path::new(&t) == root);
+        && git(&root, &read, ["rev-parse", "--show-toplevel"]).is_ok_and(|t| Path::new(&t) == root);
     if !usable {
         if let Some(parent) = root.parent() {
             berth_web::private::dir(parent)?;
         }
+        let writes = writes(&root, &common);
         // A stale registration (the folder was deleted) would block `worktree add`.
-        let _ = git(Path::new(&top), ["worktree", "prune"]);
+        let _ = git(Path::new(&top), &writes, ["worktree", "prune"]);
         let exists = git(
             Path::new(&top),
+            &read,
             [
                 "rev-parse",
                 "--verify",
@@ -93,6 +147,7 @@ pub fn ensure(
         if exists {
             git(
                 Path::new(&top),
+                &writes,
                 [
                     OsStr::new("worktree"),
                     OsStr::new("add"),
@@ -103,6 +158,7 @@ pub fn ensure(
         } else {
             git(
                 Path::new(&top),
+                &writes,
                 [
                     OsStr::new("worktree"),
                     OsStr::new("add"),
@@ -123,27 +179,26 @@ pub fn ensure(
         root,
         work_dir,
         branch,
+        common,
     })
 }
 
 /// Commits everything changed in the worktree on its branch; `false` when there was
 /// nothing to commit.
 pub fn commit_turn(wt: &Worktree, task_id: &TaskId) -> Result<Option<String>, WorktreeError> {
-    git(&wt.root, ["add", "-A"])?;
-    if git(&wt.root, ["status", "--porcelain"])?.is_empty() {
+    let writes = wt.writes();
+    git(&wt.root, &writes, ["add", "-A"])?;
+    if git(&wt.root, &writes, ["status", "--porcelain"])?.is_empty() {
         return Ok(None);
     }
-    let mut args: Vec<String> = Vec::new();
-    if git(&wt.root, ["config", "user.email"]).is_err() {
-        args.extend(
-            ["-c", "user.name=Berth", "-c", "user.email=berth@localhost"].map(String::from),
-        );
-    }
+    let mut args = identity(&wt.root, &writes);
     args.extend(["commit", "-q", "--no-verify", "-m"].map(String::from));
     args.push(format!("berth: task {task_id}"));
-    git(&wt.root, &args)?;
+    git(&wt.root, &writes, &args)?;
     Ok(Some(
-        git(&wt.root, ["rev-parse", "HEAD"])?.trim().to_owned(),
+        git(&wt.root, &Writes::Nothing, ["rev-parse", "HEAD"])?
+            .trim()
+            .to_owned(),
     ))
 }
 
@@ -153,7 +208,7 @@ pub fn commit_changes(
     commit: &str,
 ) -> Result<berth_core::api::Changes, WorktreeError> {
     let run = |args: &[&str]| -> Result<Vec<u8>, WorktreeError> {
-        Ok(git::run(git::in_dir(&wt.root), args)?)
+        Ok(git::run(git::in_dir(&wt.root, Writes::Nothing), args)?)
     };
     let parent = format!("{commit}^");
     let status = run(&[
@@ -177,17 +232,15 @@ pub fn commit_changes(
 /// Undoes a turn on the session's branch with a revert commit. A conflict (later
 /// turns changed the same lines) is aborted and reported.
 pub fn revert(root: &Path, commit: &str) -> Result<String, WorktreeError> {
-    let mut args: Vec<String> = Vec::new();
-    if git(root, ["config", "user.email"]).is_err() {
-        args.extend(
-            ["-c", "user.name=Berth", "-c", "user.email=berth@localhost"].map(String::from),
-        );
-    }
+    let writes = writes(root, &common_dir(root)?);
+    let mut args = identity(root, &writes);
     args.extend(["revert", "--no-edit", commit].map(String::from));
-    match git(root, &args) {
-        Ok(_) => Ok(git(root, ["rev-parse", "HEAD"])?.trim().to_owned()),
+    match git(root, &writes, &args) {
+        Ok(_) => Ok(git(root, &Writes::Nothing, ["rev-parse", "HEAD"])?
+            .trim()
+            .to_owned()),
         Err(e) => {
-            let _ = git(root, ["revert", "--abort"]);
+            let _ = git(root, &writes, ["revert", "--abort"]);
             Err(e)
         }
     }
@@ -197,6 +250,7 @@ pub fn revert(root: &Path, commit: &str) -> Result<String, WorktreeError> {
 pub fn remove(repo: &Path, wt: &Worktree) -> Result<(), WorktreeError> {
     git(
         repo,
+        &wt.writes(),
         [
             OsStr::new("worktree"),
             OsStr::new("remove"),

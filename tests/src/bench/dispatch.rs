@@ -6,6 +6,7 @@ use super::{
     CAT_AGENT, Config, Goal, Row, ms_since, new_session, percentile_rows, post_message, progress,
     quantile, served, served_by, served_with, socket, succeeded,
 };
+use crate::Berth;
 use anyhow::{Context as _, Result, bail, ensure};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -359,59 +360,123 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
         served("bench-compare-this"),
         served_by("bench-compare-other", other),
     ];
-    let mut open = Vec::new();
-    for b in &servers {
-        let sock = socket(b);
-        let mut conn = Conn::connect(&sock)?;
-        let session = new_session(&mut conn, CAT_AGENT, "compare")?;
-        let sse = Sse::open(&sock, &session, 0, Duration::from_secs(60))?;
-        open.push((conn, session, sse));
-    }
-    let [(c0, s0, e0), (c1, s1, e1)] = &mut open[..] else {
-        bail!("two servers expected");
-    };
-    let [(this, fenced), (that, other_fenced)] = alternating(
-        &mut [
-            Side {
-                conn: c0,
-                session: s0,
-                sse: e0,
-            },
-            Side {
-                conn: c1,
-                session: s1,
-                sse: e1,
-            },
-        ],
-        cfg.dispatch_messages,
-        "compare",
-    )?;
-    ensure!(
-        fenced == other_fenced,
-        "the two builds fence differently here (this one: {fenced}, the other: {other_fenced}): their round trips do not compare"
-    );
-    let mut rows = percentile_rows("compare", "API round trip, this build", &this, None);
-    rows.extend(percentile_rows(
-        "compare",
-        &format!("API round trip, {}", other.display()),
-        &that,
-        None,
-    ));
-    rows.push(
-        Row::new(
-            "compare",
-            "this build − the other: p50 of the paired differences",
-            paired_p50(&this, &that),
-            "ms",
-            None,
-        )
-        .with_note(if fenced {
-            "below zero: this build is faster; both fenced"
+    let mut rows = Vec::new();
+    // A scratch session, then one bound to a git repository (the change record's git
+    // steps and the guard run at each message there).
+    for in_repo in [false, true] {
+        let mut open = Vec::new();
+        for b in &servers {
+            let sock = socket(b);
+            let mut conn = Conn::connect(&sock)?;
+            let session = if in_repo {
+                repo_session(b, &mut conn, "compare in a repository")?
+            } else {
+                new_session(&mut conn, CAT_AGENT, "compare")?
+            };
+            let sse = Sse::open(&sock, &session, 0, Duration::from_secs(60))?;
+            open.push((conn, session, sse));
+        }
+        let [(c0, s0, e0), (c1, s1, e1)] = &mut open[..] else {
+            bail!("two servers expected");
+        };
+        let n = if in_repo {
+            cfg.dispatch_messages.min(300)
         } else {
-            "below zero: this build is faster; neither fenced (no fence on this machine)"
-        }),
-    );
+            cfg.dispatch_messages
+        };
+        let [(this, fenced), (that, other_fenced)] = alternating(
+            &mut [
+                Side {
+                    conn: c0,
+                    session: s0,
+                    sse: e0,
+                },
+                Side {
+                    conn: c1,
+                    session: s1,
+                    sse: e1,
+                },
+            ],
+            n,
+            "compare",
+        )?;
+        ensure!(
+            fenced == other_fenced,
+            "the two builds fence differently here (this one: {fenced}, the other: {other_fenced}): their round trips do not compare"
+        );
+        let place = if in_repo {
+            ", in a git repository (200 files)"
+        } else {
+            ""
+        };
+        rows.extend(percentile_rows(
+            "compare",
+            &format!("API round trip{place}, this build"),
+            &this,
+            None,
+        ));
+        rows.extend(percentile_rows(
+            "compare",
+            &format!("API round trip{place}, {}", other.display()),
+            &that,
+            None,
+        ));
+        rows.push(
+            Row::new(
+                "compare",
+                &format!("this build − the other{place}: p50 of the paired differences"),
+                paired_p50(&this, &that),
+                "ms",
+                None,
+            )
+            .with_note(if fenced {
+                "below zero: this build is faster; both fenced"
+            } else {
+                "below zero: this build is faster; neither fenced (no fence on this machine)"
+            }),
+        );
+    }
     Ok(rows)
+}
+
+/// A session of `b`'s cat agent bound to a new git repository of 200 committed files
+/// in `b`'s home.
+fn repo_session(b: &Berth, conn: &mut Conn, title: &str) -> Result<String> {
+    let repo = b.user_home.join("code/repo");
+    std::fs::create_dir_all(repo.join("src"))?;
+    for i in 0..200 {
+        std::fs::write(repo.join(format!("src/f{i}.rs")), format!("// {i}\n"))?;
+    }
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=B",
+            "-c",
+            "user.email=b@b",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    ] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status()?
+            .success();
+        ensure!(ok, "git {args:?} failed in {}", repo.display());
+    }
+    let doc = conn.json(
+        "POST",
+        "/api/v1/sessions",
+        Some(&serde_json::json!({
+            "agent": CAT_AGENT,
+            "title": title,
+            "dir": repo.to_str().context("a UTF-8 path")?,
+        })),
+    )?;
+    Ok(doc["id"].as_str().context("no session id")?.to_owned())
 }
 
 pub fn run(cfg: &Config) -> Result<Vec<Row>> {

@@ -7,7 +7,8 @@
 //!
 //! `berth-bench [--json] [--quick] --compare OTHER`: only this build's API round trip
 //! against another build's (`OTHER`, a `berth` with its `berth-full` beside it), in one
-//! loop (see `bench::dispatch::compare`); writes no page.
+//! loop, in a scratch session and in a git repository (see `bench::dispatch::compare`);
+//! writes only BENCHMARKS.md's "Before and after" section, which a full run keeps.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use anyhow::{Context as _, Result, bail};
@@ -95,13 +96,22 @@ fn run() -> Result<ExitCode> {
     };
     let path = match (markdown, &only) {
         (Some(p), _) => Some(p),
-        (None, None) if compare_with.is_none() => Some(cfg.workspace.join("BENCHMARKS.md")),
-        (None, None) => None,
+        (None, None) => Some(cfg.workspace.join("BENCHMARKS.md")),
         (None, Some(_)) => None,
     };
     if let Some(path) = path {
-        std::fs::write(&path, report.markdown())
-            .with_context(|| format!("write {}", path.display()))?;
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        // A full run keeps the last `--compare`'s section; a `--compare` replaces only
+        // that section.
+        let page = if compare_with.is_some() {
+            bench::report::with_section(&old, &report.compare_section())
+        } else {
+            match bench::report::section_of(&old) {
+                Some(section) => bench::report::with_section(&report.markdown(), &section),
+                None => report.markdown(),
+            }
+        };
+        std::fs::write(&path, page).with_context(|| format!("write {}", path.display()))?;
         bench::progress(format!("wrote {}", path.display()));
     }
     if json {

@@ -63,10 +63,18 @@ fn relative(work_dir: &Path, path: &str) -> Result<String, FileError> {
     Ok(rel)
 }
 
-/// Whether `rel` is (or is inside) a name the fence protects. Compared without ASCII
-/// case: on a case-insensitive file system (the Mac's) `.GIT/HOOKS` is `.git/hooks`.
+/// Whether `rel` is (or is inside) a name the fence protects: those of
+/// [`berth_core::fence::PROTECT_IN_DIR`], and any repository's `.git` (a git
+/// directory, or the file that points at one) at any depth, where git finds the
+/// configuration and hooks the user's next `git` obeys (the guard's rules for what the
+/// agent's own tools write: [`crate::inject::sidecar::guard::repos`]). Compared
+/// without ASCII case: on a case-insensitive file system (the Mac's) `.GIT/HOOKS` is
+/// `.git/hooks`.
 fn protected(rel: &str) -> bool {
     let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    if comps.iter().any(|c| c.eq_ignore_ascii_case(".git")) {
+        return true;
+    }
     berth_core::fence::PROTECT_IN_DIR.iter().any(|pattern| {
         comps.len() >= pattern.len()
             && comps
@@ -251,6 +259,10 @@ mod tests {
             (at(".git/config"), "protected"),
             (at(".berth/settings.jsonc"), "protected"),
             (at(".GIT/Hooks/pre-commit"), "protected"),
+            (at("vendor/lib/.git/config"), "protected"),
+            (at("sub/.git"), "protected"),
+            (at("a/.git/commondir"), "protected"),
+            (at(".git/info/attributes"), "protected"),
             ("relative.txt".to_owned(), "outside"),
             (app.display().to_string(), "outside"),
         ] {

@@ -16,8 +16,11 @@
 //!   file (never through a link of the agent's), a removed one recreated. Each path put
 //!   back is reported, and the run shows it as a denial by the fence.
 //!
-//! A `.git` that did not exist is not guarded (an agent may `git init`); a `.berth`
-//! that did not exist is: the agent's new `.berth` is removed.
+//! A `.git` that did not exist is not guarded whole (an agent may `git init`); a
+//! `.berth` that did not exist is: the agent's new `.berth` is removed. Beyond these,
+//! [`repos`] judges every git control file of every repository in the directory (the
+//! top one and the nested ones the change record knows) by what it would make git
+//! run, and puts back what the agent planted.
 
 use crate::dir::fd::{at_parent, open_nofollow, read_all, sorted_names, write_all};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -86,6 +89,13 @@ pub struct Snapshot {
     /// The identity (device, inode) of `.git` when it was a directory.
     pub git: Option<(u64, u64)>,
     pub entries: Vec<Entry>,
+    /// The directory's absolute path, against which the repositories' pointers are
+    /// judged ([`repos`]); empty in a snapshot from before it was kept.
+    #[serde(default)]
+    pub root: String,
+    /// Every git control file of the top repository and the nested ones known.
+    #[serde(default)]
+    pub repos: Vec<repos::Control>,
 }
 
 /// What the guard put back, relative to the directory.
@@ -94,6 +104,8 @@ pub struct Restored {
     pub path: String,
     /// `added`, `changed`, `removed` or `replaced` (what the agent did).
     pub what: &'static str,
+    /// What git would have done with it (a repository's control file), if known.
+    pub why: Option<String>,
 }
 
 /// Why a snapshot could not be taken.
@@ -284,8 +296,10 @@ fn git_identity(dir: BorrowedFd<'_>) -> Option<(u64, u64)> {
 }
 
 impl Snapshot {
-    /// The guarded paths of the directory `dir`, as they are now.
-    pub fn take(dir: impl AsFd) -> Result<Snapshot, GuardError> {
+    /// The guarded paths of the directory `dir` (whose absolute path is `root`), and
+    /// the control files of its repositories (the top one and those `nested`, work
+    /// trees relative to it), as they are now.
+    pub fn take(dir: impl AsFd, root: &str, nested: &[String]) -> Result<Snapshot, GuardError> {
         let dir = dir.as_fd();
         let git = git_identity(dir);
         let mut budget = Budget {
@@ -301,7 +315,13 @@ impl Snapshot {
             }
             walk(dir, rel, Some(&mut budget), &mut entries)?;
         }
-        Ok(Snapshot { git, entries })
+        let repos = repos::take(dir, root, nested)?;
+        Ok(Snapshot {
+            git,
+            entries,
+            root: root.to_owned(),
+            repos,
+        })
     }
 
     /// Puts the guarded paths of `dir` back as they were, and says what the agent had
@@ -319,6 +339,7 @@ impl Snapshot {
             done.push(Restored {
                 path: ".git".to_owned(),
                 what: "replaced",
+                why: None,
             });
             if git_identity(dir).is_none() {
                 problems.push(".git is no longer a directory; Berth cannot put it back".to_owned());
@@ -338,6 +359,17 @@ impl Snapshot {
             if let Err(e) = restore_root(dir, root, &want, &mut done) {
                 problems.push(format!("{root}: {e}"));
             }
+        }
+        // The repositories' control files (those known before the run: the change
+        // record adds the nested ones it finds after it, see `repos::check`).
+        if !self.root.is_empty() {
+            let (put, failed) = repos::check(dir, &self.root, &self.repos, &[]);
+            for r in put {
+                if !done.iter().any(|d| d.path == r.path) {
+                    done.push(r);
+                }
+            }
+            problems.extend(failed);
         }
         if problems.is_empty() {
             Ok(done)
@@ -407,6 +439,7 @@ fn restore_root(
             } else {
                 "added"
             },
+            why: None,
         });
     }
     // Then what should be there, in order.
@@ -422,6 +455,7 @@ fn restore_root(
                 done.push(Restored {
                     path: entry.path.clone(),
                     what,
+                    why: None,
                 });
             }
         };
@@ -531,6 +565,8 @@ fn remove_tree(parent: &OwnedFd, name: &str, flags: AtFlags) -> Result<(), Errno
         Err(e) => Err(e),
     }
 }
+
+pub mod repos;
 
 #[cfg(test)]
 mod tests;

@@ -396,9 +396,18 @@ impl Sidecars {
 
     /// Takes the snapshot of the guarded paths of `dir` (see [`guard`]) into a file
     /// under `guard_dir` and journals it: cleanup (or the next start, after a crash)
-    /// puts them back as they are now. Called last before the agent starts.
-    pub fn guard(&mut self, dir: &PinnedDir, guard_dir: &Path) -> Result<(), SidecarError> {
-        let snap = guard::Snapshot::take(dir.fd()).map_err(SidecarError::Guard)?;
+    /// puts them back as they are now. Called last before the agent starts, with the
+    /// nested repositories the change record knows (work trees relative to `dir`).
+    /// Returns the repositories' control files as they are, for the check after the
+    /// run ([`guard::repos::check`]).
+    pub fn guard(
+        &mut self,
+        dir: &PinnedDir,
+        guard_dir: &Path,
+        nested: &[String],
+    ) -> Result<Vec<guard::repos::Control>, SidecarError> {
+        let root = dir.path().to_string_lossy().into_owned();
+        let snap = guard::Snapshot::take(dir.fd(), &root, nested).map_err(SidecarError::Guard)?;
         let file = guard_dir.join(format!(
             "{}-{}.json",
             self.task_id
@@ -418,7 +427,8 @@ impl Sidecars {
             Record::Guard {
                 snapshot: file.display().to_string(),
             },
-        )
+        )?;
+        Ok(snap.repos)
     }
 }
 

@@ -89,7 +89,7 @@ fn what_the_agent_did_to_guarded_paths_is_undone_and_named() {
     let outside = tmp("outside");
     fs::write(outside.0.join("bashrc"), "mine\n").unwrap();
     let before = tree(d);
-    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let snap = Snapshot::take(dirfd(d), "", &[]).unwrap();
 
     // The agent: plants a hook, rewrites the config, chmods the sample, hard-links the
     // project layer to a file outside, adds a symlinked hook, and a directory.
@@ -154,7 +154,7 @@ fn a_guarded_directory_swapped_for_a_symlink_is_put_back_without_writing_through
     let d = &t.0;
     let outside = tmp("target");
     fs::write(outside.0.join("keep"), "outside\n").unwrap();
-    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let snap = Snapshot::take(dirfd(d), "", &[]).unwrap();
     fs::remove_dir_all(d.join(".git/hooks")).unwrap();
     symlink(&outside.0, d.join(".git/hooks")).unwrap();
     fs::remove_dir_all(d.join(".berth")).unwrap();
@@ -197,7 +197,7 @@ fn a_project_layer_the_agent_creates_is_removed_and_a_new_repository_is_left() {
     let t = tmp("fresh");
     let d = &t.0;
     fs::write(d.join("main.rs"), "fn main() {}\n").unwrap();
-    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let snap = Snapshot::take(dirfd(d), "", &[]).unwrap();
     assert_eq!(snap.git, None);
     fs::create_dir_all(d.join(".berth")).unwrap();
     fs::write(d.join(".berth/settings.jsonc"), r#"{"fence": "off"}"#).unwrap();
@@ -216,7 +216,7 @@ fn a_project_layer_the_agent_creates_is_removed_and_a_new_repository_is_left() {
 fn a_replaced_git_directory_is_named_and_gets_the_guarded_files_back() {
     let t = repo("regit");
     let d = &t.0;
-    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let snap = Snapshot::take(dirfd(d), "", &[]).unwrap();
     fs::rename(d.join(".git"), d.join("old-git")).unwrap();
     fs::create_dir_all(d.join(".git/hooks")).unwrap();
     fs::write(d.join(".git/hooks/pre-commit"), "evil").unwrap();
@@ -225,7 +225,8 @@ fn a_replaced_git_directory_is_named_and_gets_the_guarded_files_back() {
         done[0],
         Restored {
             path: ".git".into(),
-            what: "replaced"
+            what: "replaced",
+            why: None,
         }
     );
     assert!(!d.join(".git/hooks/pre-commit").exists());
@@ -241,7 +242,7 @@ fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
     let d = &t.0;
     let big = vec![b'x'; (MAX_BYTES + 1) as usize];
     fs::write(d.join(".berth/blob"), &big).unwrap();
-    match Snapshot::take(dirfd(d)) {
+    match Snapshot::take(dirfd(d), "", &[]) {
         Err(GuardError::TooLarge { path, limit }) => {
             assert_eq!((path.as_str(), limit.as_str()), (".berth/blob", "4 MiB"))
         }
@@ -254,7 +255,7 @@ fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
         .status()
         .unwrap();
     assert!(made.success());
-    let snap = Snapshot::take(dirfd(d)).unwrap();
+    let snap = Snapshot::take(dirfd(d), "", &[]).unwrap();
     // The user's FIFO stays as it is, and is not the agent's doing.
     assert_eq!(snap.restore(dirfd(d)).unwrap(), []);
     assert!(d.join(".berth/fifo").exists());

@@ -12,6 +12,11 @@
 //! between the peer's exit and the check is judged as the new process (a small window;
 //! `SO_PEERPIDFD` would close it). A client run from inside some other sandbox that adds
 //! seccomp filters is refused too. Off Linux nothing is checked (no `/proc`).
+//!
+//! The TCP listeners (the web listener, `berth-server`'s) make the same test on the
+//! process found at the other end of each connection ([`tcp`]).
+
+pub mod tcp;
 
 use std::sync::OnceLock;
 use tokio::net::{UnixListener, UnixStream};
