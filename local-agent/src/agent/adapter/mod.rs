@@ -841,6 +841,91 @@ mod tests {
         assert_eq!(st.changes_applied, 0);
     }
 
+    /// Each tested agent's and runtime's words for the kernel's refusal, and what a
+    /// completed result may say without being one.
+    #[test]
+    fn refusals_in_every_agents_words() {
+        let cases: &[(&str, bool, bool)] = &[
+            // (text, names_a_refusal, reports_a_refusal)
+            ("touch: cannot touch 'x': Permission denied", true, true),
+            (
+                "/bin/sh: 1: cannot create /home/a/.bashrc: Permission denied",
+                true,
+                true,
+            ),
+            (
+                "rm: cannot remove '/etc/x': Operation not permitted",
+                true,
+                true,
+            ),
+            (
+                "sh: 1: cannot create .git/hooks/pre-commit: Read-only file system",
+                true,
+                true,
+            ),
+            (
+                "fatal: could not create work tree dir 'x': Permission denied  ",
+                true,
+                true,
+            ),
+            (
+                "PermissionDenied: FileSystem.writeFile (/w/app/x)",
+                true,
+                true,
+            ),
+            ("EACCES: permission denied, open '/w/app/x'", true, true),
+            ("EPERM: operation not permitted, unlink '/w/x'", true, true),
+            (
+                "EROFS: read-only file system, open '/w/.git/config'",
+                true,
+                true,
+            ),
+            ("Error: Permission denied (os error 13)", true, true),
+            (
+                "PermissionError: [Errno 13] Permission denied: '/w/x'",
+                true,
+                true,
+            ),
+            (
+                "OSError: [Errno 30] Read-only file system: '/w/.berth/x'",
+                true,
+                true,
+            ),
+            // Words in a sentence: a failed result's, not a completed one's.
+            ("Permission denied is a phrase", true, false),
+            (
+                "I got Permission denied when touching it, so I stopped.",
+                true,
+                false,
+            ),
+            (
+                "the Operation not permitted case is handled below",
+                true,
+                false,
+            ),
+            // Nothing refused.
+            (
+                "Exit code 1
+no such file",
+                false,
+                false,
+            ),
+            (
+                "touch: cannot touch 'x': No such file or directory",
+                false,
+                false,
+            ),
+            ("permission granted", false, false),
+        ];
+        for (text, names, reports) in cases {
+            assert_eq!(
+                (names_a_refusal(text), reports_a_refusal(text)),
+                (*names, *reports),
+                "{text}"
+            );
+        }
+    }
+
     /// A fenced run's failed tool result that names a refusal is a denial by the
     /// fence, once per call; other failures are not; stderr lines of a command agent
     /// likewise, listed up to the cap and counted beyond it.
@@ -883,6 +968,23 @@ mod tests {
         );
         assert_eq!(st.denials.len(), 1);
         assert!(st.all_denied());
+
+        // A completed result counts when a line is a program's refusal, never for a
+        // tool that only reads (what it returns is a file's text).
+        st.tool_names.insert("t4".into(), "Bash".into());
+        st.tool_names.insert("t5".into(), "Read".into());
+        let touch = "touch: cannot touch 'x': Permission denied\n";
+        assert_eq!(
+            st.fence_event(&result("t4", touch, false)),
+            Some(AgentEvent::Denied {
+                tool: "Bash".into(),
+                target: String::new(),
+                message: Some("touch: cannot touch 'x': Permission denied".into()),
+                by: Some("fence".into()),
+            })
+        );
+        assert_eq!(st.fence_event(&result("t5", touch, false)), None);
+        assert_eq!(st.denials.len(), 2);
 
         let mut st = TurnState::default();
         assert_eq!(st.fence_stderr("warning: slow"), None);
