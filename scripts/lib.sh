@@ -87,17 +87,18 @@ ensure_postgres() {
 
 # The coding agent CLIs that tests/tests/real_clis.rs, real_agents.rs and real_acp.rs
 # drive against fake model servers, at pinned versions (about 1 GB), in BERTH_AGENT_CLIS
-# (default ~/.cache/berth-agents): Claude Code, Codex, and two ACP agents (Gemini CLI,
-# Zed's Codex adapter). Installs only when a package is missing or has another version,
-# then exports BERTH_AGENT_CLIS for the tests.
+# (default ~/.cache/berth-agents): Claude Code, Codex, and three ACP agents (Gemini CLI,
+# Zed's Codex adapter, opencode's `opencode acp`). Installs only when a package is missing
+# or has another version, then exports BERTH_AGENT_CLIS for the tests.
 ensure_agent_clis() {
   local claude_version="2.1.332"
   local codex_version="0.171.0"
   local gemini_version="0.61.0"
   local codex_acp_version="0.16.0"
+  local opencode_version="1.18.33"
   local dir="${BERTH_AGENT_CLIS:-$HOME/.cache/berth-agents}"
   local bin="$dir/node_modules/.bin"
-  local have_claude="" have_codex="" have_gemini="" have_codex_acp=""
+  local have_claude="" have_codex="" have_gemini="" have_codex_acp="" have_opencode=""
   if [[ -x "$bin/claude" ]]; then
     have_claude=$("$bin/claude" --version 2>/dev/null | awk '{print $1}') || have_claude=""
   fi
@@ -112,16 +113,22 @@ ensure_agent_clis() {
     have_codex_acp=$(node -p 'require(process.argv[1]).version' \
       "$dir/node_modules/@zed-industries/codex-acp/package.json" 2>/dev/null) || have_codex_acp=""
   fi
+  if [[ -f "$dir/node_modules/opencode-ai/package.json" ]]; then
+    have_opencode=$(node -p 'require(process.argv[1]).version' \
+      "$dir/node_modules/opencode-ai/package.json" 2>/dev/null) || have_opencode=""
+  fi
   if [[ "$have_claude" != "$claude_version" || "$have_codex" != "$codex_version" \
-    || "$have_gemini" != "$gemini_version" || "$have_codex_acp" != "$codex_acp_version" ]]; then
+    || "$have_gemini" != "$gemini_version" || "$have_codex_acp" != "$codex_acp_version" \
+    || "$have_opencode" != "$opencode_version" ]]; then
     say "installing claude-code $claude_version, codex $codex_version, gemini-cli" \
-      "$gemini_version and codex-acp $codex_acp_version into $dir" \
-      "(found: ${have_claude:-none}, ${have_codex:-none}, ${have_gemini:-none}," \
-      "${have_codex_acp:-none})"
+      "$gemini_version, codex-acp $codex_acp_version and opencode $opencode_version" \
+      "into $dir (found: ${have_claude:-none}, ${have_codex:-none}, ${have_gemini:-none}," \
+      "${have_codex_acp:-none}, ${have_opencode:-none})"
     mkdir -p "$dir"
     npm install --no-audit --no-fund --save-exact --prefix "$dir" \
       "@anthropic-ai/claude-code@$claude_version" "@openai/codex@$codex_version" \
-      "@google/gemini-cli@$gemini_version" "@zed-industries/codex-acp@$codex_acp_version"
+      "@google/gemini-cli@$gemini_version" "@zed-industries/codex-acp@$codex_acp_version" \
+      "opencode-ai@$opencode_version"
   fi
   export BERTH_AGENT_CLIS="$dir"
 }

@@ -41,10 +41,12 @@
 //! - `berth-fake: write NAME CONTENT` writes CONTENT (the rest of the line; `\n` in it is
 //!   a newline, `\\` a backslash) to the file NAME relative to the agent's working
 //!   directory. Claude: its `Write` tool with the absolute path (the working directory
-//!   comes from the `Primary working directory:` line claude sends). Codex:
-//!   `apply_patch` when offered, else `exec_command` `{cmd}`, else `shell` `{command}`.
-//! - `berth-fake: run CMD` runs the shell command CMD. Claude: `Bash` `{command}`. Codex:
-//!   `exec_command` `{cmd}`, else `shell`.
+//!   comes from the `Primary working directory:` line claude sends). opencode (on the
+//!   Messages API): its `write` tool `{filePath, content}`, the directory from its
+//!   `Working directory:` line. Codex: `apply_patch` when offered, else
+//!   `exec_command` `{cmd}`, else `shell` `{command}`.
+//! - `berth-fake: run CMD` runs the shell command CMD. Claude: `Bash` `{command}`.
+//!   opencode: `bash` `{command}`. Codex: `exec_command` `{cmd}`, else `shell`.
 //! - `berth-fake: say TEXT` adds TEXT to the final answer.
 //! - Any other `berth-fake:` line adds `unknown directive: …` to the final answer.
 //!
@@ -265,6 +267,49 @@ impl FakeModels {
             [
                 ("GOOGLE_GEMINI_BASE_URL", self.base_url()),
                 ("GEMINI_API_KEY", "fake-gemini-key".to_owned()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        Ok(env)
+    }
+
+    /// The environment that points opencode (`opencode acp`) at this fake, with
+    /// [`home_env`]'s home: its configuration file (`OPENCODE_CONFIG`,
+    /// `home/.config/opencode/opencode.json`) makes the built-in `anthropic` provider's
+    /// `baseURL` `<base_url>/v1` (the Messages API, which the fake serves) with one model,
+    /// `fake-model`, for both its turns and its titles; no auto-update, no sharing.
+    /// `OPENCODE_DISABLE_MODELS_FETCH` keeps it from fetching its model catalogue
+    /// (models.dev), `OPENCODE_DISABLE_AUTOUPDATE` from looking for a release, so it
+    /// sends nothing elsewhere.
+    pub fn opencode_env(&self, home: &Path) -> io::Result<Vec<(String, String)>> {
+        let mut env = home_env(home)?;
+        let dir = home.join(".config/opencode");
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("opencode.json");
+        std::fs::write(
+            &config,
+            json!({
+                "model": "anthropic/fake-model",
+                "small_model": "anthropic/fake-model",
+                "autoupdate": false,
+                "share": "disabled",
+                "provider": {"anthropic": {
+                    "options": {"baseURL": format!("{}/v1", self.base_url()),
+                                "apiKey": "sk-ant-fake-key"},
+                    "models": {"fake-model": {
+                        "name": "Berth fake model",
+                        "tool_call": true,
+                        "limit": {"context": 200_000, "output": 8192},
+                    }},
+                }},
+            })
+            .to_string(),
+        )?;
+        env.extend(
+            [
+                ("OPENCODE_CONFIG", config.to_string_lossy().into_owned()),
+                ("OPENCODE_DISABLE_MODELS_FETCH", "1".to_owned()),
+                ("OPENCODE_DISABLE_AUTOUPDATE", "1".to_owned()),
             ]
             .map(|(k, v)| (k.to_owned(), v)),
         );
@@ -1131,7 +1176,8 @@ mod anthropic {
         (!texts.is_empty()).then(|| texts.join("\n"))
     }
 
-    /// The working directory claude announces ("Primary working directory: /x").
+    /// The working directory claude announces ("Primary working directory: /x"), or
+    /// opencode ("Working directory: /x").
     fn cwd(body: &Value) -> Option<String> {
         let mut texts = vec![text_of(body.get("system").unwrap_or(&Value::Null))];
         if let Some(ms) = body.get("messages").and_then(Value::as_array) {
@@ -1140,12 +1186,17 @@ mod anthropic {
                     .map(|m| text_of(m.get("content").unwrap_or(&Value::Null))),
             );
         }
-        texts.iter().find_map(|t| {
-            let at = t.find("Primary working directory:")?;
-            let rest = &t[at + "Primary working directory:".len()..];
-            let line = rest.lines().next()?.trim();
-            (!line.is_empty()).then(|| line.to_owned())
-        })
+        // Claude Code's line, else opencode's (`<env>\n  Working directory: /x`).
+        ["Primary working directory:", "Working directory:"]
+            .iter()
+            .find_map(|marker| {
+                texts.iter().find_map(|t| {
+                    let at = t.find(marker)?;
+                    let rest = &t[at + marker.len()..];
+                    let line = rest.lines().next()?.trim();
+                    (!line.is_empty()).then(|| line.to_owned())
+                })
+            })
     }
 
     fn plan(body: &Value) -> Plan {
@@ -1202,6 +1253,20 @@ mod anthropic {
             )),
             Directive::Run { cmd } if o.has("Bash") => Some((
                 "Bash".to_owned(),
+                ToolInput::Json(
+                    json!({"command": cmd, "description": "Run the requested command"}),
+                ),
+            )),
+            // opencode's tools, lower-case, its path `filePath`.
+            Directive::Write { name, content } if o.has("write") => Some((
+                "write".to_owned(),
+                ToolInput::Json(json!({
+                    "filePath": absolute(cwd.as_deref(), name),
+                    "content": content,
+                })),
+            )),
+            Directive::Run { cmd } if o.has("bash") => Some((
+                "bash".to_owned(),
                 ToolInput::Json(
                     json!({"command": cmd, "description": "Run the requested command"}),
                 ),

@@ -2,8 +2,9 @@
 //! `scripts/test.sh` installs, against a fake of its model's API on loopback
 //! (`berth_tests::fake_models`): Gemini CLI (`gemini --acp`, the fake Gemini API; it
 //! writes through Berth's `fs/write_text_file`) and Zed's Codex adapter (`codex-acp`,
-//! the fake Responses API; it asks Berth before each patch and command). Each passes
-//! [`battery`].
+//! the fake Responses API; it asks Berth before each patch and command), and opencode
+//! (`opencode acp`, the fake Messages API; it writes and runs commands itself, asking
+//! nothing, so only the fence stops it). Each passes [`battery`].
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::FakeModels;
@@ -210,4 +211,72 @@ fn real_codex_acp() {
         "approval_policy=\"untrusted\"",
     ];
     battery(&b, &fake, &command, || {});
+}
+
+/// opencode 1.18 (`opencode acp`), on the fake Messages API through its configuration.
+#[test]
+fn real_opencode_over_acp() {
+    let fake = FakeModels::start();
+    let b = berth_with("real-opencode", |home| fake.opencode_env(home));
+    let opencode = agent_cli("opencode");
+    battery(&b, &fake, &[s(&opencode), "acp"], || {});
+}
+
+/// A read-only opencode asks no permission: it writes with its own `write` tool and
+/// runs `touch` in its own shell, and the kernel refuses both. Its words for that are
+/// its own (`PermissionDenied: FileSystem.writeFile (…)` on a failed call; `touch:
+/// cannot touch '…': Permission denied` in a bash call it reports *completed*): each is
+/// a denial by the fence, and the task fails `permission_denied`. The final text
+/// quoting those words (the fake repeats each result) adds none.
+#[test]
+fn real_opencode_fence_refusals_are_denials() {
+    let fake = FakeModels::start();
+    let b = berth_with("real-opencode-fence", |home| fake.opencode_env(home));
+    let opencode = agent_cli("opencode");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    b.ok(&[
+        "agent",
+        "add",
+        "oc-ro",
+        "--kind",
+        "acp",
+        "--permissions",
+        "read-only",
+        "--command",
+        s(&opencode),
+        "acp",
+    ]);
+    let session = new_session(&b, "oc-ro", Some(&app));
+    let (code, events, task) = send(
+        &b,
+        &session,
+        "Write both.\nberth-fake: write tool.txt nope\nberth-fake: run touch touched.txt",
+    );
+    assert_eq!(code, 1, "{task}\n{events:#?}");
+    assert_eq!(
+        (&task["status"], &task["error_code"]),
+        (&Value::from("failed"), &Value::from("permission_denied")),
+        "{task}\n{events:#?}"
+    );
+    assert!(!app.join("tool.txt").exists(), "nothing went through");
+    assert!(!app.join("touched.txt").exists(), "nothing went through");
+    let denials = task["denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 2, "{task}\n{events:#?}");
+    assert!(denials.iter().all(|d| d["by"] == "fence"), "{task}");
+    assert!(
+        denials[0]["target"].as_str().unwrap().ends_with("tool.txt"),
+        "{task}"
+    );
+    // The shell call's name is its command; its target, the directory it ran in.
+    assert_eq!(denials[1]["tool"], "touch touched.txt", "{task}");
+    assert_eq!(agent_events(&events, "denied").len(), 2, "{events:#?}");
+    let results = agent_events(&events, "result");
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Permission denied"),
+        "the agent's own text quotes the refusal: {results:?}"
+    );
 }

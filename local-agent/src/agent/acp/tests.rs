@@ -588,3 +588,81 @@ fn modes_follow_the_policy() {
         None
     );
 }
+
+/// opencode's refusals, as `opencode acp` 1.18 reports them when the fence stops it: a
+/// failed `write` (`PermissionDenied: FileSystem.writeFile (…)`) and a bash call it
+/// reports *completed* whose output is `touch`'s refusal. Each is a denial by the
+/// fence. A completed read that returns a file quoting a refusal, and the agent's
+/// own message repeating one, are not.
+#[tokio::test]
+async fn opencodes_refusals_are_the_fences_denials_and_its_prose_is_not() {
+    let w = world();
+    let file = w.app.join("tool.txt").display().to_string();
+    let f = file.clone();
+    let dir = w.app.display().to_string();
+    let d = dir.clone();
+    let (conv, events) = turn(&w, Permissions::ReadOnly, None, None, |mut p| async move {
+        p.start(json!({"loadSession": true})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        p.update(json!({"sessionUpdate": "tool_call", "toolCallId": "w1", "kind": "edit",
+            "title": "write", "status": "pending", "locations": [{"path": f}],
+            "rawInput": {"filePath": f, "content": "nope"}}))
+            .await;
+        p.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "w1", "status": "failed",
+            "content": [{"type": "content", "content": {"type": "text",
+                "text": format!("PermissionDenied: FileSystem.writeFile ({f})")}}]}))
+            .await;
+        p.update(json!({"sessionUpdate": "tool_call", "toolCallId": "b1", "kind": "execute",
+            "title": "touch touched.txt", "status": "in_progress", "locations": [{"path": d}],
+            "rawInput": {"command": "touch touched.txt"}}))
+            .await;
+        p.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text",
+                "text": "touch: cannot touch 'touched.txt': Permission denied\n"}}]}))
+            .await;
+        p.update(json!({"sessionUpdate": "tool_call", "toolCallId": "r1", "kind": "read",
+            "title": "read", "status": "in_progress", "locations": [{"path": "notes.txt"}]}))
+            .await;
+        p.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "r1", "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text",
+                "text": "1: touch: cannot touch 'x': Permission denied"}}]}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text",
+            "text": "failed: tool.txt\nPermissionDenied: FileSystem.writeFile (x)\ntouch: cannot touch 'touched.txt': Permission denied\n"}}))
+            .await;
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert_eq!(
+        conv.state.denials,
+        vec![
+            Denial {
+                tool: "write".into(),
+                target: file.clone(),
+                by: Some("fence".into()),
+            },
+            Denial {
+                tool: "touch touched.txt".into(),
+                target: dir,
+                by: Some("fence".into()),
+            },
+        ]
+    );
+    let messages: Vec<Option<String>> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Denied { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        vec![
+            Some(format!("PermissionDenied: FileSystem.writeFile ({file})")),
+            Some("touch: cannot touch 'touched.txt': Permission denied".into()),
+        ]
+    );
+    assert!(conv.state.all_denied());
+}

@@ -182,15 +182,21 @@ impl View {
                         .filter(|c| c["type"] == "content")
                         .filter_map(|c| text_of(&c["content"]))
                         .collect();
-                    let result = AgentEvent::ToolResult {
-                        id: Some(t.id.clone()),
-                        output: output.join("\n"),
-                        is_error: t.status == "failed",
-                    };
+                    let output = output.join("\n");
+                    let failed = t.status == "failed";
+                    // A refusal by the fence, failed or completed (a shell call
+                    // completes whatever its commands' fate); ACP's reading kinds
+                    // return content, never their own refusal when completed.
+                    let reads = matches!(t.kind.as_str(), "read" | "search" | "fetch" | "think");
                     let denied = if fenced {
-                        st.fence_event(&result)
+                        st.fence_result(Some(&t.id), &output, failed, reads)
                     } else {
                         None
+                    };
+                    let result = AgentEvent::ToolResult {
+                        id: Some(t.id.clone()),
+                        output,
+                        is_error: failed,
                     };
                     out.push(result);
                     out.extend(denied);

@@ -93,29 +93,86 @@ pub struct TurnState {
 /// The most refusals by the fence a turn lists (a `find /` prints thousands).
 pub const MAX_FENCE_DENIALS: usize = 20;
 
-/// Whether an agent's output names an action the kernel refused: `EACCES`
+/// The words of the kernel's three refusals as `strerror` gives them: `EACCES`
 /// (`Permission denied`, Landlock's answer), `EPERM` (`Operation not permitted`, the
-/// seccomp filter's) or `EROFS` (`Read-only file system`, the in-place layer's binds of
-/// `.git/hooks`, `.git/config` and `.berth`). Only asked of a fenced run's output.
+/// seccomp filter's) and `EROFS` (`Read-only file system`, the in-place layer's binds
+/// of `.git/hooks`, `.git/config` and `.berth`).
+const STRERRORS: [&str; 3] = [
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+];
+
+/// The shapes a refusal takes in a runtime's own words, beyond `strerror`'s: the
+/// error names (Node's `EACCES: permission denied, open '…'`, Go's and Rust's
+/// `permission denied`), Rust's `(os error 13)`, Python's `[Errno 13]`, and opencode's
+/// `PermissionDenied: FileSystem.writeFile (…)` (its Effect file system's error tag).
+const RUNTIME_FORMS: [&str; 10] = [
+    "EACCES:",
+    "EPERM:",
+    "EROFS:",
+    "(os error 13)",
+    "(os error 1)",
+    "(os error 30)",
+    "[Errno 13]",
+    "[Errno 1]",
+    "[Errno 30]",
+    "PermissionDenied: FileSystem.",
+];
+
+/// Whether a failed tool result (or a fenced command agent's stderr line) names an
+/// action the kernel refused: any of [`STRERRORS`] or [`RUNTIME_FORMS`] anywhere in
+/// it. Only asked of a fenced run's output, and only of what a tool or the agent's
+/// process reported, never of the agent's prose.
 pub fn names_a_refusal(text: &str) -> bool {
-    [
-        "Permission denied",
-        "Operation not permitted",
-        "Read-only file system",
-    ]
-    .iter()
-    .any(|t| text.contains(t))
+    STRERRORS
+        .iter()
+        .chain(RUNTIME_FORMS.iter())
+        .any(|t| text.contains(t))
 }
 
-/// The line of `text` that names the refusal, for the denial's message.
+/// Whether a tool result that the agent reports as *completed* carries a refusal: a
+/// line as a program prints one, `PROGRAM: …: <strerror>` (the `strerror` text ends
+/// the line, after `": "`, as `touch: cannot touch 'x': Permission denied` does), or
+/// one of [`RUNTIME_FORMS`]. A shell call completes whatever its commands' fate (opencode
+/// reports `touch`'s refusal so), so its output is all there is; the stricter shape
+/// keeps a successful output that merely mentions the words (a file's text, a log
+/// line quoted mid-sentence) from counting.
+pub fn reports_a_refusal(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim_end();
+        STRERRORS.iter().any(|t| {
+            line.strip_suffix(t)
+                .is_some_and(|head| head.ends_with(": "))
+        }) || RUNTIME_FORMS.iter().any(|t| line.contains(t))
+    })
+}
+
+/// The line of `text` that names the refusal, for the denial's message: the first
+/// shaped as a program's refusal, else the first with a refusal's words.
 fn refusal_line(text: &str) -> String {
     let line = text
         .lines()
-        .find(|l| names_a_refusal(l))
+        .find(|l| reports_a_refusal(l))
+        .or_else(|| text.lines().find(|l| names_a_refusal(l)))
         .unwrap_or(text)
         .trim();
     cut(line, 300).to_owned()
 }
+
+/// The tools that only read (Claude Code's names; opencode's and other ACP agents'
+/// tools are told by their ACP kind instead): what they return is a file's or a
+/// page's text, so a refusal's words in a *completed* result of theirs are content,
+/// not a refusal of theirs.
+const READING_TOOLS: [&str; 7] = [
+    "Read",
+    "Grep",
+    "Glob",
+    "LS",
+    "NotebookRead",
+    "WebFetch",
+    "WebSearch",
+];
 
 impl TurnState {
     /// Records a denial once per tool-call id (every call without an id counts); the
@@ -141,8 +198,8 @@ impl TurnState {
     }
 
     /// What a fenced run's event tells of the fence: a tool call's name is kept; a
-    /// failed tool result that names a refusal becomes a denial by the fence (once per
-    /// call, at most [`MAX_FENCE_DENIALS`] a turn). Returns the event to report.
+    /// tool result goes to [`TurnState::fence_result`] (a tool of [`READING_TOOLS`]
+    /// only reads). Returns the event to report.
     pub fn fence_event(&mut self, ev: &AgentEvent) -> Option<AgentEvent> {
         match ev {
             AgentEvent::ToolUse {
@@ -154,20 +211,15 @@ impl TurnState {
             AgentEvent::ToolResult {
                 id,
                 output,
-                is_error: true,
-            } if names_a_refusal(output) => {
-                let tool = id
+                is_error,
+            } => {
+                let reads = id
                     .as_ref()
-                    .and_then(|i| self.tool_names.get(i).cloned())
-                    .unwrap_or_else(|| "tool".to_owned());
-                let target = id
-                    .as_ref()
-                    .and_then(|i| self.targets.get(i).cloned())
-                    .unwrap_or_default();
-                self.fence_deny(id.as_deref(), tool, target, output)
+                    .and_then(|i| self.tool_names.get(i))
+                    .is_some_and(|n| READING_TOOLS.contains(&n.as_str()));
+                self.fence_result(id.as_deref(), output, *is_error, reads)
             }
             AgentEvent::ToolUse { id: None, .. }
-            | AgentEvent::ToolResult { .. }
             | AgentEvent::Started { .. }
             | AgentEvent::Text { .. }
             | AgentEvent::Thinking { .. }
@@ -182,6 +234,35 @@ impl TurnState {
             | AgentEvent::Plan { .. }
             | AgentEvent::Result { .. } => None,
         }
+    }
+
+    /// A fenced run's tool result, `failed` or completed, from a tool that only
+    /// `reads` or not: a denial by the fence (once per call, at most
+    /// [`MAX_FENCE_DENIALS`] a turn) when a failed result [`names_a_refusal`], or a
+    /// completed one of a tool that does more than read [`reports_a_refusal`]. Returns
+    /// the event to report.
+    pub fn fence_result(
+        &mut self,
+        id: Option<&str>,
+        output: &str,
+        failed: bool,
+        reads: bool,
+    ) -> Option<AgentEvent> {
+        let refused = if failed {
+            names_a_refusal(output)
+        } else {
+            !reads && reports_a_refusal(output)
+        };
+        if !refused {
+            return None;
+        }
+        let tool = id
+            .and_then(|i| self.tool_names.get(i).cloned())
+            .unwrap_or_else(|| "tool".to_owned());
+        let target = id
+            .and_then(|i| self.targets.get(i).cloned())
+            .unwrap_or_default();
+        self.fence_deny(id, tool, target, output)
     }
 
     /// A line a fenced `command` agent wrote to stderr that names a refusal: a denial
@@ -318,14 +399,27 @@ impl Adapter {
                 .unwrap_or_default(),
             // What the ACP agents Berth knows keep in the home: Gemini CLI's
             // `~/.gemini` (its sessions, for `session/load`), the Codex adapter's
-            // `$CODEX_HOME`, the Claude adapter's Claude Code state. Another agent's
-            // state goes in the user settings' `"fence": {"write": [...]}`.
+            // `$CODEX_HOME`, the Claude adapter's Claude Code state, and opencode's
+            // `opencode` folder in each XDG base directory (its sessions database,
+            // logs, locks, the `.gitignore` it keeps beside its configuration and its
+            // tools cache). Another agent's state goes in the user settings'
+            // `"fence": {"write": [...]}`.
             Adapter::Acp => {
                 let mut out = Adapter::Codex.state_paths(home, var);
                 if let Some(home) = home {
                     out.push((home.join(".gemini"), WriteKind::Subtree));
                 }
                 out.extend(Adapter::Claude.state_paths(home, var));
+                for (xdg, under_home) in [
+                    ("XDG_DATA_HOME", ".local/share"),
+                    ("XDG_STATE_HOME", ".local/state"),
+                    ("XDG_CONFIG_HOME", ".config"),
+                    ("XDG_CACHE_HOME", ".cache"),
+                ] {
+                    if let Some(base) = set(xdg).or_else(|| home.map(|h| h.join(under_home))) {
+                        out.push((base.join("opencode"), WriteKind::Subtree));
+                    }
+                }
                 out
             }
         }
@@ -428,7 +522,8 @@ impl Adapter {
                     args,
                     stdin: None,
                     stdin_pipe: true,
-                    // The credentials of the agents that speak ACP today.
+                    // The credentials of the agents that speak ACP today (opencode's
+                    // `OPENCODE_CONFIG` and switches too).
                     pass_prefixes: &[
                         "GEMINI_",
                         "GOOGLE_",
@@ -436,6 +531,7 @@ impl Adapter {
                         "CODEX_",
                         "ANTHROPIC_",
                         "CLAUDE_",
+                        "OPENCODE_",
                     ],
                 })
             }
@@ -745,6 +841,91 @@ mod tests {
         assert_eq!(st.changes_applied, 0);
     }
 
+    /// Each tested agent's and runtime's words for the kernel's refusal, and what a
+    /// completed result may say without being one.
+    #[test]
+    fn refusals_in_every_agents_words() {
+        let cases: &[(&str, bool, bool)] = &[
+            // (text, names_a_refusal, reports_a_refusal)
+            ("touch: cannot touch 'x': Permission denied", true, true),
+            (
+                "/bin/sh: 1: cannot create /home/a/.bashrc: Permission denied",
+                true,
+                true,
+            ),
+            (
+                "rm: cannot remove '/etc/x': Operation not permitted",
+                true,
+                true,
+            ),
+            (
+                "sh: 1: cannot create .git/hooks/pre-commit: Read-only file system",
+                true,
+                true,
+            ),
+            (
+                "fatal: could not create work tree dir 'x': Permission denied  ",
+                true,
+                true,
+            ),
+            (
+                "PermissionDenied: FileSystem.writeFile (/w/app/x)",
+                true,
+                true,
+            ),
+            ("EACCES: permission denied, open '/w/app/x'", true, true),
+            ("EPERM: operation not permitted, unlink '/w/x'", true, true),
+            (
+                "EROFS: read-only file system, open '/w/.git/config'",
+                true,
+                true,
+            ),
+            ("Error: Permission denied (os error 13)", true, true),
+            (
+                "PermissionError: [Errno 13] Permission denied: '/w/x'",
+                true,
+                true,
+            ),
+            (
+                "OSError: [Errno 30] Read-only file system: '/w/.berth/x'",
+                true,
+                true,
+            ),
+            // Words in a sentence: a failed result's, not a completed one's.
+            ("Permission denied is a phrase", true, false),
+            (
+                "I got Permission denied when touching it, so I stopped.",
+                true,
+                false,
+            ),
+            (
+                "the Operation not permitted case is handled below",
+                true,
+                false,
+            ),
+            // Nothing refused.
+            (
+                "Exit code 1
+no such file",
+                false,
+                false,
+            ),
+            (
+                "touch: cannot touch 'x': No such file or directory",
+                false,
+                false,
+            ),
+            ("permission granted", false, false),
+        ];
+        for (text, names, reports) in cases {
+            assert_eq!(
+                (names_a_refusal(text), reports_a_refusal(text)),
+                (*names, *reports),
+                "{text}"
+            );
+        }
+    }
+
     /// A fenced run's failed tool result that names a refusal is a denial by the
     /// fence, once per call; other failures are not; stderr lines of a command agent
     /// likewise, listed up to the cap and counted beyond it.
@@ -787,6 +968,23 @@ mod tests {
         );
         assert_eq!(st.denials.len(), 1);
         assert!(st.all_denied());
+
+        // A completed result counts when a line is a program's refusal, never for a
+        // tool that only reads (what it returns is a file's text).
+        st.tool_names.insert("t4".into(), "Bash".into());
+        st.tool_names.insert("t5".into(), "Read".into());
+        let touch = "touch: cannot touch 'x': Permission denied\n";
+        assert_eq!(
+            st.fence_event(&result("t4", touch, false)),
+            Some(AgentEvent::Denied {
+                tool: "Bash".into(),
+                target: String::new(),
+                message: Some("touch: cannot touch 'x': Permission denied".into()),
+                by: Some("fence".into()),
+            })
+        );
+        assert_eq!(st.fence_event(&result("t5", touch, false)), None);
+        assert_eq!(st.denials.len(), 2);
 
         let mut st = TurnState::default();
         assert_eq!(st.fence_stderr("warning: slow"), None);
