@@ -652,9 +652,12 @@ async fn opencodes_refusals_are_the_fences_denials_and_its_prose_is_not() {
     );
     let messages: Vec<Option<String>> = events
         .iter()
-        .filter_map(|e| match e {
-            AgentEvent::Denied { message, .. } => Some(message.clone()),
-            _ => None,
+        .filter_map(|e| {
+            if let AgentEvent::Denied { message, .. } = e {
+                Some(message.clone())
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(
