@@ -323,7 +323,7 @@ impl GroupRecord {
 /// now leads another process, is just deleted.
 pub fn stop_leftovers(dir: &Path) -> StopReport {
     let mut report = StopReport::default();
-    let abandoned = crate::inject::journal::abandoned(dir, "json");
+    let abandoned = crate::dir::lock::abandoned(dir, "json");
     report.in_use = abandoned.in_use;
     for (file, _lock) in abandoned.files {
         // A torn record (a crash while writing it) names no group to stop.

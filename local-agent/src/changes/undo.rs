@@ -4,8 +4,8 @@
 
 use super::error::{ChangesError, UndoError};
 use super::shadow::Shadow;
+use crate::dir::lock::abandoned;
 use crate::dir::pin::PinnedDir;
-use crate::inject::journal::abandoned;
 use berth_core::TaskId;
 use berth_core::api::Changes;
 use berth_web::private;

@@ -308,3 +308,39 @@ fn prepare_lock_dir(dir: &Path) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+/// Files a Berth process left in a directory of per-process records (journals, agent
+/// groups), split by whether their writer is gone.
+#[derive(Debug, Default)]
+pub(crate) struct Abandoned {
+    /// Files whose writer is gone, each with its lock now held by us, in name order.
+    pub files: Vec<(PathBuf, File)>,
+    /// Files a live Berth process still holds: never touched.
+    pub in_use: Vec<PathBuf>,
+}
+
+/// Lists the `*.<ext>` files in `dir` and takes each one's flock: a writer holds it for
+/// its whole life, so a lock we can take means the writer is gone.
+pub(crate) fn abandoned(dir: &Path, ext: &str) -> Abandoned {
+    let mut out = Abandoned::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    for file in files {
+        let Ok(handle) = File::open(&file) else {
+            continue;
+        };
+        if rustix::fs::flock(&handle, FlockOperation::NonBlockingLockExclusive).is_err() {
+            out.in_use.push(file);
+        } else {
+            out.files.push((file, handle));
+        }
+    }
+    out
+}

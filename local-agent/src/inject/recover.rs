@@ -2,7 +2,8 @@
 //! its journal ([`crate::inject::journal`]) is undone at the next start, through a
 //! descriptor of the very directory it was written for.
 
-use crate::inject::journal::{Record, abandoned, unfinished_runs};
+use crate::dir::lock::abandoned;
+use crate::inject::journal::{Record, unfinished_runs};
 use crate::inject::sidecar;
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use std::path::{Path, PathBuf};
