@@ -9,13 +9,12 @@
 //!
 //! **As a non-root user.** The tests run as root here (and in CI), and root hides
 //! mistakes that depend on permissions. So the battery runs twice: as root, and as
-//! `nobody` (65534) — the world is chowned to it and each attempt is started as
-//! `setpriv --reuid=65534 --regid=65534 --clear-groups -- sh -c …`. `setpriv` runs
-//! *inside* the fence (it is what Berth spawns) and drops to the user before the
-//! attempt: nothing outside the fence runs as that user, the test binary needs no copy
-//! readable by it, and the fence is the same one a non-root Berth would apply (Landlock
-//! and seccomp do not depend on the uid). When not root, the battery runs as the
-//! current user only.
+//! `nobody` (65534): a copy of this test binary is started as that user (`setpriv`,
+//! outside any fence) and runs the battery there, so the world, `fence::prepare`, the
+//! spawn and every fence step are a non-root Berth's. (The fence of a root Berth takes
+//! every capability from the agent, so the agent could not drop to `nobody` itself.)
+//! The control runs `setpriv … -- sh -c …` unfenced. When not root, the battery runs as
+//! the current user only.
 //!
 //! A kernel without Landlock fails these tests loudly, unless
 //! `BERTH_FENCE_TESTS_SKIP=1` says that is expected.
@@ -473,14 +472,81 @@ async fn the_escape_battery_fails_every_escape() {
     battery(As::Current).await;
 }
 
+/// Set in the copy of this test binary that [`as_nobody`] runs: the battery runs there,
+/// as the unprivileged user it was started as.
+const INNER: &str = "BERTH_FENCE_BATTERY_AS_NOBODY";
+
+/// Printed by the inner run when its battery has run to the end: without it, the outer
+/// test would pass on an inner run that skipped everything.
+const RAN: &str = "battery ran as uid";
+
 #[tokio::test]
 async fn the_escape_battery_as_an_unprivileged_user() {
     let _serial = serial();
+    if std::env::var_os(INNER).is_some() {
+        if fence_available() {
+            battery(As::Current).await;
+            println!("{RAN} {}", rustix::process::getuid().as_raw());
+        }
+        return;
+    }
     if !is_root() {
         eprintln!("not root: the battery above already ran as an unprivileged user");
         return;
     }
-    battery(As::Nobody).await;
+    if !fence_available() {
+        return;
+    }
+    as_nobody("the_escape_battery_as_an_unprivileged_user");
+}
+
+/// Runs one test of this file in a copy of its binary started as `nobody`, outside any
+/// fence: the whole Berth side (the world, `fence::prepare`, the spawn and every fence
+/// step in the child) then runs as an unprivileged user, as a non-root Berth does. (A
+/// fenced agent of root holds no capability, so it could not drop to `nobody` itself.)
+/// The copy lives in a directory `nobody` can reach: the build's own may sit under a
+/// home only root enters.
+fn as_nobody(test: &str) {
+    let place = TempDir::new("fence-nobody-");
+    let root = place.path();
+    let exe = root.join("fence-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let (home, tmp) = (root.join("home"), root.join("tmp"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown_tree(&home, NOBODY);
+    chown_tree(&tmp, NOBODY);
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
+        .arg(&exe)
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(INNER, "1")
+        .env("HOME", &home)
+        .env("TMPDIR", &tmp)
+        .current_dir(&tmp)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "{test} as nobody: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!("{RAN} {NOBODY}")),
+        "{test} as nobody did not run its battery\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 }
 
 /// The control: the same attempts, spawned the same way without a fence, all succeed,
