@@ -14,7 +14,11 @@
 //!   refusal table's credential rows, narrowed where the table refuses a whole folder
 //!   agents legitimately read, plus the fence's own table of histories, browser and
 //!   mail profiles, keyrings and credential files, [`HIDDEN`]), Berth's home and lock
-//!   directory, and the settings' `read_deny`;
+//!   directory, and the settings' `read_deny`. In the strict read mode
+//!   ([`ReadScope::Directory`]) "everything" is only the run's directory, what the agent
+//!   may write, the system's directories ([`SYSTEM_LINUX`], [`SYSTEM_MACOS`]), the
+//!   toolchains under the home ([`TOOLCHAINS`]) and the settings' `fence.read` paths —
+//!   with the same holes beneath each;
 //! - protected inside the run's directory ([`PROTECT_IN_DIR`]): `.git/hooks`,
 //!   `.git/config` and `.berth`. The kernel's allow-only rules cannot carve them out of
 //!   a writable directory; the executor guards them by other means (see its module).
@@ -23,13 +27,16 @@ use crate::code::ErrorCode;
 use crate::context::Context;
 use crate::display::display;
 use crate::path::LocalPath;
+use crate::platform::Platform;
 use crate::policy::Permissions;
 use crate::rules::{Anchor, Extent, Family, RULES};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod reads;
+mod roots;
 pub use reads::{HIDDEN, Hidden, HiddenKind};
+pub use roots::{SYSTEM_LINUX, SYSTEM_MACOS, TOOLCHAINS};
 
 /// Whether a run must be fenced: the settings' `"fence": {"mode": …}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -101,6 +108,56 @@ impl fmt::Display for Network {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What a fenced agent may read: the settings' `"fence": {"read": …}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadScope {
+    /// Everything but the hidden locations (the default).
+    #[default]
+    Everywhere,
+    /// Only the run's directory, the system's directories, the agent's own state, the
+    /// toolchains and the settings' extra paths: no other project of the user's.
+    Directory,
+}
+
+impl ReadScope {
+    /// Both scopes.
+    pub const ALL: [ReadScope; 2] = [ReadScope::Everywhere, ReadScope::Directory];
+
+    /// The scope as written in settings and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReadScope::Everywhere => "everywhere",
+            ReadScope::Directory => "directory",
+        }
+    }
+
+    /// Parses the spelling of [`ReadScope::as_str`].
+    pub fn from_name(name: &str) -> Option<ReadScope> {
+        ReadScope::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl fmt::Display for ReadScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a policy lets the agent read, besides what it may write (a write rule reads
+/// too), minus the hidden locations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reads {
+    /// Everything ([`ReadScope::Everywhere`]).
+    Everywhere,
+    /// Only what lies beneath these paths ([`ReadScope::Directory`]): the run's
+    /// directory first, then the system's directories, the toolchains, the settings'
+    /// paths, each once and in that order. Paths that do not exist are kept: the
+    /// executor skips them.
+    Only(Vec<LocalPath>),
 }
 
 /// What a write rule covers.
@@ -178,6 +235,12 @@ pub struct FenceInputs<'a> {
     pub write: &'a [LocalPath],
     /// The settings' `fence.read_deny`: extra hidden locations.
     pub read_deny: &'a [LocalPath],
+    /// The settings' `fence.read`: everywhere, or the strict mode.
+    pub read: ReadScope,
+    /// The strict mode's extra readable paths (the user settings' `fence.read` list,
+    /// and the executor's own: a worktree's main repository). Unused when reading
+    /// everywhere.
+    pub read_allow: &'a [LocalPath],
     pub network: Network,
 }
 
@@ -191,6 +254,8 @@ pub struct FencePolicy {
     pub tmp: LocalPath,
     /// Where the agent may write, and how.
     pub write: Vec<(LocalPath, WriteKind)>,
+    /// What the agent may read (besides `write`), before the holes of `read_deny`.
+    pub reads: Reads,
     /// What the agent may not read, with everything beneath it.
     pub read_deny: Vec<LocalPath>,
     /// What inside the run's directory must stay as it was.
@@ -199,6 +264,9 @@ pub struct FencePolicy {
     /// Settings' write paths left out because they overlap a hidden location (writing
     /// there would also let the agent read it), for the run's event.
     pub ignored_write: Vec<LocalPath>,
+    /// Strict-mode read paths left out because they are or lie inside a hidden
+    /// location, for the run's event.
+    pub ignored_read: Vec<LocalPath>,
 }
 
 impl FencePolicy {
@@ -254,6 +322,44 @@ impl FencePolicy {
             }
         }
 
+        let inside_hidden = |p: &LocalPath| read_deny.iter().any(|d| p.starts_with(d));
+        let mut ignored_read = Vec::new();
+        let reads = match inputs.read {
+            ReadScope::Everywhere => Reads::Everywhere,
+            ReadScope::Directory => {
+                let mut roots: Vec<LocalPath> = vec![inputs.dir.clone()];
+                let mut push_root = |p: LocalPath| {
+                    if !roots.contains(&p) {
+                        roots.push(p);
+                    }
+                };
+                let system: &[&str] = match inputs.dir.platform() {
+                    Platform::Linux => SYSTEM_LINUX,
+                    Platform::Macos => SYSTEM_MACOS,
+                    Platform::Windows => &[],
+                };
+                system
+                    .iter()
+                    .filter_map(|s| LocalPath::parse(inputs.dir.platform(), s).ok())
+                    .for_each(&mut push_root);
+                if let Some(home) = inputs.home {
+                    TOOLCHAINS
+                        .iter()
+                        .filter_map(|pat| under(home, pat))
+                        .filter(|p| !inside_hidden(p))
+                        .for_each(&mut push_root);
+                }
+                for p in inputs.read_allow {
+                    if inside_hidden(p) {
+                        ignored_read.push(p.clone());
+                    } else {
+                        push_root(p.clone());
+                    }
+                }
+                Reads::Only(roots)
+            }
+        };
+
         let protect = PROTECT_IN_DIR
             .iter()
             .filter_map(|pat| under(inputs.dir, pat))
@@ -262,10 +368,20 @@ impl FencePolicy {
             dir: inputs.dir.clone(),
             tmp: inputs.tmp.clone(),
             write,
+            reads,
             read_deny,
             protect,
             network: inputs.network,
             ignored_write,
+            ignored_read,
+        }
+    }
+
+    /// The read scope the policy was made in.
+    pub fn read_scope(&self) -> ReadScope {
+        match self.reads {
+            Reads::Everywhere => ReadScope::Everywhere,
+            Reads::Only(_) => ReadScope::Directory,
         }
     }
 
@@ -275,7 +391,8 @@ impl FencePolicy {
     }
 
     /// One line for humans, privacy-stripped by core's display rule, e.g.
-    /// `~/code/app + tmp + ~/.claude · network off`.
+    /// `~/code/app + tmp + ~/.claude · network off`; the strict read mode adds
+    /// ` · reads: directory` (the default, reading everywhere, adds nothing).
     pub fn describe(&self, ctx: &Context) -> String {
         let mut out = display(ctx, &self.dir);
         if !self.dir_writable() {
@@ -290,6 +407,9 @@ impl FencePolicy {
         }
         out.push_str(" · network ");
         out.push_str(self.network.as_str());
+        if self.read_scope() == ReadScope::Directory {
+            out.push_str(" · reads: directory");
+        }
         out
     }
 }

@@ -20,6 +20,8 @@ struct Case {
     state: Vec<(LocalPath, WriteKind)>,
     write: Vec<LocalPath>,
     read_deny: Vec<LocalPath>,
+    read: ReadScope,
+    read_allow: Vec<LocalPath>,
     network: Network,
 }
 
@@ -31,6 +33,8 @@ impl Default for Case {
             state: Vec::new(),
             write: Vec::new(),
             read_deny: Vec::new(),
+            read: ReadScope::Everywhere,
+            read_allow: Vec::new(),
             network: Network::On,
         }
     }
@@ -56,6 +60,8 @@ fn policy(case: &Case) -> FencePolicy {
         state: &case.state,
         write: &case.write,
         read_deny: &case.read_deny,
+        read: case.read,
+        read_allow: &case.read_allow,
         network: case.network,
     })
 }
@@ -100,6 +106,7 @@ fn the_policy_of_an_edit_run() {
                     WriteKind::Subtree
                 ),
             ],
+            reads: Reads::Everywhere,
             read_deny: home_deny,
             protect: ps(&[
                 "/home/alice/code/app/.git/hooks",
@@ -108,6 +115,7 @@ fn the_policy_of_an_edit_run() {
             ]),
             network: Network::On,
             ignored_write: vec![],
+            ignored_read: vec![],
         }
     );
 }
@@ -313,6 +321,13 @@ fn descriptions_for_humans() {
             },
             "~/code/app read-only + tmp · network on",
         ),
+        (
+            Case {
+                read: ReadScope::Directory,
+                ..Case::default()
+            },
+            "~/code/app + tmp · network on · reads: directory",
+        ),
     ];
     for (case, want) in rows {
         assert_eq!(policy(&case).describe(&ctx()), want);
@@ -380,4 +395,201 @@ fn histories_and_profiles_are_hidden() {
     ] {
         assert!(!hidden(&got, path), "{path} is hidden");
     }
+}
+
+/// Whether `policy` lets the agent read `path`: beneath a read root or a write path,
+/// and not beneath a hidden location (a write path is readable even there: the
+/// task's tmp lies in Berth's hidden home).
+fn readable(policy: &FencePolicy, path: &str) -> bool {
+    let path = p(path);
+    if policy.write.iter().any(|(w, _)| path.starts_with(w)) {
+        return true;
+    }
+    let rooted = match &policy.reads {
+        Reads::Everywhere => true,
+        Reads::Only(roots) => roots.iter().any(|r| path.starts_with(r)),
+    };
+    rooted && !policy.read_deny.iter().any(|d| path.starts_with(d))
+}
+
+/// The strict read mode: the directory, the system, the toolchains, the agent's own
+/// state and the settings' paths, never a sibling project or the home itself; the
+/// hidden locations still hidden beneath every root. The default reads everywhere.
+#[test]
+fn the_strict_read_mode_reads_only_the_directory_the_system_and_the_toolchains() {
+    let state = vec![
+        (p("/home/alice/.claude"), WriteKind::Subtree),
+        (p("/home/alice/.claude.json"), WriteKind::File),
+    ];
+    let strict = policy(&Case {
+        read: ReadScope::Directory,
+        state: state.clone(),
+        read_allow: ps(&["/home/alice/vendor/sdk", "/home/alice/.ssh/config"]),
+        ..Case::default()
+    });
+    let everywhere = policy(&Case {
+        state,
+        ..Case::default()
+    });
+    assert_eq!(everywhere.reads, Reads::Everywhere);
+    assert_eq!(strict.read_scope(), ReadScope::Directory);
+    let Reads::Only(roots) = &strict.reads else {
+        panic!("strict: {:?}", strict.reads);
+    };
+    assert_eq!(roots[0], p("/home/alice/code/app"), "the directory first");
+    // (path, readable in strict mode, readable by default)
+    let rows = [
+        ("/home/alice/code/app/src/main.rs", true, true),
+        ("/home/alice/code/other/file.txt", false, true),
+        ("/home/alice/code", false, true),
+        ("/home/alice", false, true),
+        ("/home/alice/.bashrc", false, true),
+        ("/home/bob/code/x", false, true),
+        ("/tmp/other-project/x", false, true),
+        ("/mnt/disk/x", false, true),
+        ("/media/alice/usb/x", false, true),
+        ("/run/media/alice/usb/x", false, true),
+        ("/root/x", false, true),
+        ("/srv/x", false, true),
+        ("/var/tmp/x", false, true),
+        ("/usr/bin/env", true, true),
+        ("/etc/passwd", true, true),
+        ("/lib/x86_64-linux-gnu/libc.so.6", true, true),
+        ("/proc/self/status", true, true),
+        ("/dev/urandom", true, true),
+        ("/run/systemd/resolve/stub-resolv.conf", true, true),
+        ("/nix/store/x", true, true),
+        ("/home/alice/.cargo/bin/cargo", true, true),
+        ("/home/alice/.rustup/toolchains/x", true, true),
+        ("/home/alice/.cache/pip/x", true, true),
+        ("/home/alice/.local/bin/claude", true, true),
+        ("/home/alice/.local/share/claude/versions/1", true, true),
+        ("/home/alice/.local/share/other-app/x", false, true),
+        ("/home/alice/.gitconfig", true, true),
+        ("/home/alice/.config/git/ignore", true, true),
+        ("/home/alice/.config/app7/conf", false, true),
+        // The agent's own state, the task's tmp and the settings' extra path.
+        ("/home/alice/.claude/settings.json", true, true),
+        ("/home/alice/.claude.json", true, true),
+        ("/home/alice/.local/share/berth/tmp/t1/x", true, true),
+        ("/home/alice/vendor/sdk/lib.h", true, true),
+        ("/home/alice/vendor/other/lib.h", false, true),
+        // Hidden in both, beneath a toolchain root or not.
+        ("/home/alice/.cargo/credentials.toml", false, false),
+        ("/home/alice/.cargo/credentials", false, false),
+        ("/home/alice/.ssh/config", false, false),
+        ("/home/alice/.ssh/id_ed25519", false, false),
+        ("/home/alice/.local/share/berth/berth.db", false, false),
+        ("/run/user/1000/berth/x.lock", false, false),
+    ];
+    for (path, in_strict, by_default) in rows {
+        assert_eq!(readable(&strict, path), in_strict, "strict: {path}");
+        assert_eq!(readable(&everywhere, path), by_default, "default: {path}");
+    }
+    // A settings path inside a hidden location is left out, and said.
+    assert_eq!(strict.ignored_read, ps(&["/home/alice/.ssh/config"]));
+    assert!(everywhere.ignored_read.is_empty());
+    // The holes and the writes are the default's: only the reads differ.
+    assert_eq!(strict.read_deny, everywhere.read_deny);
+    assert_eq!(strict.write, everywhere.write);
+}
+
+/// A read-only run reads its directory in the strict mode too; a Mac's roots are its
+/// own system's; without a home no toolchain is named.
+#[test]
+fn the_strict_roots_follow_the_run_and_the_platform() {
+    let ro = policy(&Case {
+        read: ReadScope::Directory,
+        permissions: Permissions::ReadOnly,
+        ..Case::default()
+    });
+    assert!(!ro.dir_writable());
+    assert!(readable(&ro, "/home/alice/code/app/README.md"));
+    let homeless = policy(&Case {
+        read: ReadScope::Directory,
+        home: None,
+        ..Case::default()
+    });
+    assert!(!readable(&homeless, "/home/alice/.cargo/bin/cargo"));
+    assert!(readable(&homeless, "/usr/bin/env"));
+
+    let m = |s: &str| LocalPath::parse(Platform::Macos, s).unwrap();
+    let (dir, tmp, berth, locks, home) = (
+        m("/Users/alice/code/app"),
+        m("/Users/alice/Library/Application Support/berth/tmp/t1"),
+        m("/Users/alice/Library/Application Support/berth"),
+        m("/private/var/folders/xy/T/berth-locks"),
+        m("/Users/alice"),
+    );
+    let mac = FencePolicy::new(&FenceInputs {
+        dir: &dir,
+        permissions: Permissions::Edit,
+        tmp: &tmp,
+        berth_home: &berth,
+        lock_dir: &locks,
+        home: Some(&home),
+        state: &[],
+        write: &[],
+        read_deny: &[],
+        read: ReadScope::Directory,
+        read_allow: &[],
+        network: Network::On,
+    });
+    let Reads::Only(roots) = &mac.reads else {
+        panic!("{:?}", mac.reads);
+    };
+    for want in [
+        "/Users/alice/code/app",
+        "/System",
+        "/private/etc",
+        "/Users/alice/Library/Caches",
+        "/Users/alice/.cargo",
+    ] {
+        assert!(roots.contains(&m(want)), "{want}: {roots:?}");
+    }
+    assert!(!roots.contains(&m("/etc")), "Seatbelt needs /private/etc");
+    assert!(
+        !roots
+            .iter()
+            .any(|r| *r == m("/Users/alice") || *r == m("/Users"))
+    );
+}
+
+/// No root of the strict mode holds the user's projects (the mode's point), and none
+/// lies inside a location the fence hides (it would be left out, unsaid).
+#[test]
+fn no_strict_root_is_a_place_of_projects_or_hidden() {
+    let home = p("/home/alice");
+    for forbidden in [
+        "/", "/home", "/root", "/tmp", "/var/tmp", "/mnt", "/media", "/srv", "/run", "/var",
+    ] {
+        assert!(!SYSTEM_LINUX.contains(&forbidden), "{forbidden}");
+        assert!(!SYSTEM_MACOS.contains(&forbidden), "{forbidden}");
+    }
+    for row in SYSTEM_MACOS {
+        assert!(!row.starts_with("/Users"), "{row}");
+        assert!(!row.starts_with("/Volumes"), "{row}");
+    }
+    let hidden = credential_patterns(Family::Posix);
+    for row in TOOLCHAINS {
+        assert!(!row.is_empty(), "a row must not be the home itself");
+        assert!(
+            !hidden.iter().any(|h| row.starts_with(h)),
+            "{row:?} lies in a hidden location"
+        );
+        assert!(under(&home, row).is_some(), "{row:?}");
+    }
+}
+
+#[test]
+fn read_scope_spellings() {
+    for r in ReadScope::ALL {
+        assert_eq!(ReadScope::from_name(r.as_str()), Some(r));
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            format!("\"{}\"", r.as_str())
+        );
+    }
+    assert_eq!(ReadScope::default(), ReadScope::Everywhere);
+    assert_eq!(ReadScope::from_name("dir"), None);
 }

@@ -2,7 +2,7 @@
 
 use super::{Layer, PluginEntry, Settings};
 #[cfg(not(target_arch = "wasm32"))]
-use crate::fence::{FenceMode, Network};
+use crate::fence::{FenceMode, Network, ReadScope};
 
 /// Merges `layers` in order (user first, then project): a later layer overrides an
 /// earlier one key by key.
@@ -16,9 +16,9 @@ use crate::fence::{FenceMode, Network};
 /// a plugin that only some users have. Every layer's warnings are kept, in order.
 ///
 /// The fence: the first layer that names a mode sets it, and a later one can only make
-/// it stricter (`off` < `auto` < `required`); `network: "off"` from any layer wins;
-/// `write` and `read_deny` accumulate (the trust gate keeps a project layer's
-/// `write` out).
+/// it stricter (`off` < `auto` < `required`); `network: "off"` and `read: "directory"`
+/// from any layer win; `write`, `read_deny` and `read`'s paths accumulate (the trust
+/// gate keeps a project layer's `write` and `read` paths out).
 pub fn merge(layers: &[Layer]) -> Settings {
     let mut settings = Settings::default();
     #[cfg(not(target_arch = "wasm32"))]
@@ -67,6 +67,15 @@ pub fn merge(layers: &[Layer]) -> Settings {
             match fence.network {
                 Some(Network::Off) => settings.fence.network = Network::Off,
                 Some(Network::On) | None => {}
+            }
+            match fence.read {
+                Some(ReadScope::Directory) => settings.fence.read = ReadScope::Directory,
+                Some(ReadScope::Everywhere) | None => {}
+            }
+            for p in &fence.read_allow {
+                if !settings.fence.read_allow.contains(p) {
+                    settings.fence.read_allow.push(p.clone());
+                }
             }
             for p in &fence.write {
                 if !settings.fence.write.contains(p) {
@@ -202,6 +211,48 @@ mod tests {
         ]);
         assert_eq!(s.fence.write, ["/tmp/side"]);
         assert_eq!(s.fence.read_deny, ["~/a", "~/b"]);
+    }
+
+    /// `read: "directory"` from any layer wins over `"everywhere"`, in either order;
+    /// the paths of `read` lists accumulate.
+    #[test]
+    fn the_strict_read_mode_wins_and_its_paths_accumulate() {
+        use crate::fence::ReadScope::{Directory, Everywhere};
+        let cases = [
+            (r#"{}"#, r#"{}"#, Everywhere),
+            (
+                r#"{ "fence": { "read": "everywhere" } }"#,
+                r#"{}"#,
+                Everywhere,
+            ),
+            (
+                r#"{ "fence": { "read": "directory" } }"#,
+                r#"{}"#,
+                Directory,
+            ),
+            (
+                r#"{ "fence": { "read": "directory" } }"#,
+                r#"{ "fence": { "read": "everywhere" } }"#,
+                Directory,
+            ),
+            (
+                r#"{ "fence": { "read": "everywhere" } }"#,
+                r#"{ "fence": { "read": "directory" } }"#,
+                Directory,
+            ),
+            (r#"{ "fence": { "read": ["~/sdk"] } }"#, r#"{}"#, Directory),
+            (r#"{ "fence": { "read": [] } }"#, r#"{}"#, Directory),
+        ];
+        for (u, p, want) in cases {
+            let s = merge(&[user(u), project(p)]);
+            assert_eq!(s.fence.read, want, "{u} {p}");
+        }
+        let s = merge(&[
+            user(r#"{ "fence": { "read": ["~/sdk", "/opt/x"] } }"#),
+            user(r#"{ "fence": { "read": ["/opt/x", "~/docs"] } }"#),
+        ]);
+        assert_eq!(s.fence.read, Directory);
+        assert_eq!(s.fence.read_allow, ["~/sdk", "/opt/x", "~/docs"]);
     }
 
     #[test]

@@ -214,6 +214,11 @@ pub struct FenceLayer {
     pub write: Vec<String>,
     /// Extra places agents may not read.
     pub read_deny: Vec<String>,
+    /// `fence.read`: `"everywhere"`, `"directory"`, or a list of paths (the strict
+    /// mode, `Directory`, with these extra readable places in `read_allow`).
+    pub read: Option<crate::fence::ReadScope>,
+    /// The paths of a `fence.read` list (the user layer's only).
+    pub read_allow: Vec<String>,
 }
 
 impl FenceLayer {
@@ -223,15 +228,17 @@ impl FenceLayer {
     }
 }
 
-/// The fence settings in force: the strictest mode and network any layer asks for
-/// (the trust gate has removed what a project layer may not loosen), every layer's
-/// `read_deny`, and the user layer's `write`.
+/// The fence settings in force: the strictest mode, network and read scope any layer
+/// asks for (the trust gate has removed what a project layer may not loosen), every
+/// layer's `read_deny`, and the user layer's `write` and `fence.read` paths.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FenceSettings {
     pub mode: crate::fence::FenceMode,
     pub network: crate::fence::Network,
     pub write: Vec<String>,
     pub read_deny: Vec<String>,
+    pub read: crate::fence::ReadScope,
+    pub read_allow: Vec<String>,
 }
 
 /// A 1-based line and column in a settings file.

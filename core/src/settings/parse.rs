@@ -26,7 +26,7 @@ const TOP_KEYS: [&str; 9] = [
 ];
 /// The keys of the `fence` object.
 #[cfg(not(target_arch = "wasm32"))]
-const FENCE_KEYS: [&str; 4] = ["mode", "network", "write", "read_deny"];
+const FENCE_KEYS: [&str; 5] = ["mode", "network", "write", "read_deny", "read"];
 /// The keys of the `snapshots` object.
 const SNAPSHOT_KEYS: [&str; 3] = ["max_file_mb", "keep", "max_age_days"];
 /// The keys of the `prompt` object.
@@ -348,7 +348,7 @@ impl Reader<'_> {
 
     #[cfg(not(target_arch = "wasm32"))]
     /// `fence`: a mode (`"auto"`, `"required"`, `"off"`), or an object with `mode`,
-    /// `network`, `write` and `read_deny`.
+    /// `network`, `write`, `read_deny` and `read`.
     fn fence(&mut self, value: &Value<'_>, key_at: usize) {
         const MODES: [&str; 3] = ["auto", "required", "off"];
         if let Value::StringLit(_) = value {
@@ -379,7 +379,50 @@ impl Reader<'_> {
                 }
                 "write" => self.layer.fence.write = self.fence_paths(&key, value),
                 "read_deny" => self.layer.fence.read_deny = self.fence_paths(&key, value),
+                "read" => self.fence_read(&key, value),
                 _ => self.unknown(prop, "fence", &FENCE_KEYS),
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// `fence.read`: `"everywhere"`, `"directory"`, or a list of paths (the strict mode
+    /// with these extra readable places).
+    fn fence_read(&mut self, key: &str, value: &Value<'_>) {
+        use crate::fence::ReadScope;
+        match value {
+            Value::Array(_) => {
+                self.layer.fence.read = Some(ReadScope::Directory);
+                self.layer.fence.read_allow = self.fence_paths(key, value);
+            }
+            Value::StringLit(lit) => match ReadScope::from_name(&lit.value) {
+                Some(scope) => self.layer.fence.read = Some(scope),
+                None => {
+                    let names = ReadScope::ALL.map(ReadScope::as_str);
+                    let near = match suggest(&lit.value, &names) {
+                        Some(near) => format!(" (did you mean {}?)", q(near)),
+                        None => String::new(),
+                    };
+                    self.error(
+                        SettingsErrorKind::InvalidValue,
+                        value.range().start,
+                        format!(
+                            "{} is {}{near}; use \"everywhere\" (the default), \"directory\" (the agent reads only its directory, the system's and the toolchains'), or a list of paths it may read besides",
+                            q(key),
+                            q(&lit.value)
+                        ),
+                    );
+                }
+            },
+            Value::NumberLit(_)
+            | Value::BooleanLit(_)
+            | Value::Object(_)
+            | Value::NullKeyword(_) => {
+                self.wrong_type(
+                    key,
+                    "\"everywhere\", \"directory\" or an array of paths",
+                    value,
+                );
             }
         }
     }

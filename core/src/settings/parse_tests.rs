@@ -540,6 +540,48 @@ fn snapshot_limits_are_whole_positive_numbers() {
 }
 
 #[test]
+fn the_fence_read_key_as_a_scope_or_a_list() {
+    use crate::fence::ReadScope;
+    for (text, read, allow) in [
+        (
+            r#"{ "fence": { "read": "directory" } }"#,
+            Some(ReadScope::Directory),
+            vec![],
+        ),
+        (
+            r#"{ "fence": { "read": "everywhere" } }"#,
+            Some(ReadScope::Everywhere),
+            vec![],
+        ),
+        (
+            r#"{ "fence": { "read": ["~/sdk", "/opt/data"] } }"#,
+            Some(ReadScope::Directory),
+            vec!["~/sdk", "/opt/data"],
+        ),
+        (r#"{ "fence": { "mode": "auto" } }"#, None, vec![]),
+    ] {
+        let l = parse(FILE, &dir(), text).unwrap();
+        assert_eq!(l.fence.read, read, "{text}");
+        assert_eq!(l.fence.read_allow, allow, "{text}");
+    }
+    let text = "{\n  \"fence\": {\n    \"read\": \"nowhere\"\n  }\n}";
+    let err = parse(FILE, &dir(), text).unwrap_err();
+    assert_eq!(
+        (err.kind, err.line, err.column),
+        (SettingsErrorKind::InvalidValue, 3, 13),
+        "{err}"
+    );
+    let l = parse(FILE, &dir(), "{\n  \"fence\": { \"read\": [] }\n}").unwrap();
+    assert_eq!(
+        l.place("fence.read"),
+        Pos {
+            line: 2,
+            column: 14
+        }
+    );
+}
+
+#[test]
 fn the_fence_key_as_a_mode_or_an_object() {
     let l = parse(FILE, &dir(), r#"{ "fence": "required" }"#).unwrap();
     assert_eq!(l.fence.mode, Some(crate::fence::FenceMode::Required));
@@ -575,11 +617,30 @@ fn the_fence_key_as_a_mode_or_an_object() {
             r#"{ "fence": true }"#,
             "\"fence\" must be an object, found a boolean",
         ),
+        (
+            r#"{ "fence": { "read": "directroy" } }"#,
+            "\"fence.read\" is \"directroy\" (did you mean \"directory\"?); use \"everywhere\" (the default), \"directory\" (the agent reads only its directory, the system's and the toolchains'), or a list of paths it may read besides",
+        ),
+        (
+            r#"{ "fence": { "read": true } }"#,
+            "\"fence.read\" must be \"everywhere\", \"directory\" or an array of paths, found a boolean",
+        ),
+        (
+            r#"{ "fence": { "read": ["sdk"] } }"#,
+            "\"fence.read[0]\" is not an absolute path (/… or ~/…)",
+        ),
     ] {
         let err = parse(FILE, &dir(), text).unwrap_err();
         assert_eq!(err.message, want, "{text}");
     }
     let l = parse(FILE, &dir(), r#"{ "fence": { "mod": "off" } }"#).unwrap();
+    assert!(
+        l.warnings[0]
+            .message
+            .ends_with("known keys in \"fence\": mode, network, write, read_deny, read"),
+        "{:?}",
+        l.warnings
+    );
     assert!(
         l.warnings[0]
             .message

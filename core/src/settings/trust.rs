@@ -15,7 +15,7 @@
 
 use super::{Layer, PluginEntry, Pos};
 #[cfg(not(target_arch = "wasm32"))]
-use crate::fence::{FenceMode, Network};
+use crate::fence::{FenceMode, Network, ReadScope};
 use crate::quote::q;
 use serde::{Deserialize, Serialize};
 
@@ -331,6 +331,39 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
                 format!("hides {} from the agent", fence.read_deny.join(", ")),
             );
         }
+        // Strict reads narrow: a project may ask for them; the paths of a `read` list
+        // widen what strict reads allow, and `"everywhere"` would undo a user's
+        // `"directory"` (which the merge keeps anyway): both the user layer's alone.
+        match fence.read {
+            Some(ReadScope::Directory) => verdict(
+                "fence.read".into(),
+                layer.place("fence.read"),
+                Verdict::Applied,
+                "limits the agent's reads to its directory, the system's and the toolchains' (\"fence.read\": \"directory\")".into(),
+            ),
+            Some(ReadScope::Everywhere) => {
+                out.fence.read = None;
+                verdict(
+                    "fence.read".into(),
+                    layer.place("fence.read"),
+                    Verdict::UserLayerOnly,
+                    "\"fence.read\": \"everywhere\" is ignored: only your user settings can let agents read outside their directory".into(),
+                );
+            }
+            None => {}
+        }
+        if !fence.read_allow.is_empty() {
+            out.fence.read_allow.clear();
+            verdict(
+                "fence.read".into(),
+                layer.place("fence.read"),
+                Verdict::UserLayerOnly,
+                format!(
+                    "the paths of \"fence.read\" ({}) are ignored: only your user settings can let agents read outside their directory, trusted or not",
+                    fence.read_allow.join(", ")
+                ),
+            );
+        }
     }
     let project = layer.dir.parent();
     let mut kept = Vec::with_capacity(layer.plugins.len());
@@ -510,6 +543,54 @@ mod tests {
             assert_eq!(verdicts(&g), [("fence.mode", Verdict::UserLayerOnly, 1)]);
             assert_eq!(g.layer.fence.mode, None);
         }
+    }
+
+    /// A project layer may turn the strict read mode on, trusted or not; its list of
+    /// extra paths is never applied, and its `"everywhere"` is ignored.
+    #[test]
+    fn a_project_layer_may_narrow_reads_and_never_widen_them() {
+        for trust in [Trust::Untrusted, Trust::Trusted, Trust::Replaced] {
+            let g = gate(&layer(r#"{ "fence": { "read": "directory" } }"#), trust);
+            assert_eq!(verdicts(&g), [("fence.read", Verdict::Applied, 1)]);
+            assert_eq!(g.layer.fence.read, Some(ReadScope::Directory));
+
+            let g = gate(
+                &layer("{\n  \"fence\": { \"read\": [\"/home/u/code/client-a\", \"~/x\"] }\n}"),
+                trust,
+            );
+            assert_eq!(
+                verdicts(&g),
+                [
+                    ("fence.read", Verdict::Applied, 2),
+                    ("fence.read", Verdict::UserLayerOnly, 2)
+                ],
+                "{trust:?}"
+            );
+            assert_eq!(
+                g.keys[1].message,
+                "the paths of \"fence.read\" (/home/u/code/client-a, ~/x) are ignored: only your user settings can let agents read outside their directory, trusted or not"
+            );
+            assert_eq!(g.layer.fence.read, Some(ReadScope::Directory));
+            assert!(g.layer.fence.read_allow.is_empty());
+
+            let g = gate(&layer(r#"{ "fence": { "read": "everywhere" } }"#), trust);
+            assert_eq!(verdicts(&g), [("fence.read", Verdict::UserLayerOnly, 1)]);
+            assert_eq!(g.layer.fence.read, None);
+        }
+        // Merged over a user's strict mode, the project's "everywhere" changes nothing;
+        // its list turns the mode on without its paths.
+        let dir = LocalPath::parse(Platform::Linux, "/home/u/.config/berth").unwrap();
+        let user = parse("user", &dir, r#"{ "fence": { "read": "directory" } }"#).unwrap();
+        let loose = gate(
+            &layer(r#"{ "fence": { "read": "everywhere" } }"#),
+            Trust::Trusted,
+        );
+        let s = crate::settings::merge(&[user.clone(), loose.layer]);
+        assert_eq!(s.fence.read, ReadScope::Directory);
+        let listed = gate(&layer(r#"{ "fence": { "read": ["/"] } }"#), Trust::Trusted);
+        let s = crate::settings::merge(&[parse("user", &dir, "{}").unwrap(), listed.layer]);
+        assert_eq!(s.fence.read, ReadScope::Directory);
+        assert!(s.fence.read_allow.is_empty());
     }
 
     #[test]
