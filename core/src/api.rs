@@ -172,8 +172,13 @@ pub struct FenceStatus {
     pub mode: String,
     /// Whether the kernel can fence (Landlock and seccomp).
     pub available: bool,
+    /// What the user settings let agents read: `everywhere` (the default), or
+    /// `directory` (`"fence": {"read": "directory"}`). Absent from an older Berth's
+    /// answer, which read everywhere.
+    #[serde(default)]
+    pub read: crate::fence::ReadScope,
     /// One line: `on (Landlock ABI 7): every agent is fenced ("fence": "auto")`, or why
-    /// not and what happens instead.
+    /// not and what happens instead; `; reads: directory only` in the strict read mode.
     pub text: String,
 }
 

@@ -26,7 +26,7 @@
 // Landlock and seccomp are Linux's; the Mac's fence is a Seatbelt profile, tested as text.
 #![cfg(target_os = "linux")]
 
-use berth_core::fence::{FenceInputs, FencePolicy, Network, WriteKind};
+use berth_core::fence::{FenceInputs, FencePolicy, Network, ReadScope, WriteKind};
 use berth_core::{LocalPath, Permissions, Platform};
 use berth_local_agent::agent::adapter::Invocation;
 use berth_local_agent::agent::fence::{self, Prepared};
@@ -181,6 +181,8 @@ impl World {
             state: &[],
             write: &[],
             read_deny: &[],
+            read: ReadScope::Everywhere,
+            read_allow: &[],
             network,
         })
     }
@@ -787,6 +789,8 @@ async fn fence_costs() {
             state: &[],
             write: &[],
             read_deny: &[],
+            read: ReadScope::Everywhere,
+            read_allow: &[],
             network: Network::Off,
         })
     };
@@ -854,6 +858,8 @@ fn write_rules_for_missing_state_are_reported_and_missing_directories_refused() 
         state: &state,
         write: &[],
         read_deny: &[],
+        read: ReadScope::Everywhere,
+        read_allow: &[],
         network: Network::On,
     };
     let prepared = fence::prepare(&FencePolicy::new(&inputs), &[]).unwrap();
@@ -903,6 +909,8 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
         state: &state,
         write: &[],
         read_deny: &[],
+        read: ReadScope::Everywhere,
+        read_allow: &[],
         network: Network::On,
     });
     let fresh = || fence::prepare(&policy, &[]).unwrap();
@@ -979,4 +987,214 @@ async fn a_descriptor_berth_inherited_does_not_reach_a_fenced_agent() {
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# bashrc\n");
     drop(leaked);
+}
+
+/// The strict read mode (`"fence": {"read": "directory"}`): an agent in `~/code/app`
+/// cannot read, list or reach through a symlink the sibling project `~/code/other`,
+/// nor list the home or `~/code`; it reads its directory, the system, a toolchain
+/// (and runs its program), its own state (and writes it), a `fence.read` path, and
+/// git works in the directory. A toolchain's credentials stay hidden. Each attempt is
+/// run under the default (reading everywhere) too, as the control; the fences are
+/// built strict, default, strict again, so a decomposition reused across the modes
+/// (the cache keyed by the holes alone) would fail one of them.
+#[tokio::test]
+async fn the_strict_read_mode_reads_the_directory_the_system_and_the_toolchains_alone() {
+    let _serial = serial();
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("strict", None);
+    let tool = w.home.join(".cargo/bin/tool");
+    write(&tool, "#!/bin/sh\necho tool-ran\n");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(&w.home.join(".cargo/config.toml"), "[build]\n");
+    write(&w.home.join(".cargo/credentials.toml"), SECRET);
+    write(&w.home.join(".claude/notes"), "state\n");
+    write(&w.home.join("sdk/include/lib.h"), "int f(void);\n");
+    let (dir, tmp, berth, locks, home) = (
+        World::lp(&w.app),
+        World::lp(&w.tmp),
+        World::lp(&w.berth),
+        World::lp(&w.locks),
+        World::lp(&w.home),
+    );
+    let state = [(World::lp(&w.home.join(".claude")), WriteKind::Subtree)];
+    let read_allow = [World::lp(&w.home.join("sdk"))];
+    let policy = |read: ReadScope| {
+        FencePolicy::new(&FenceInputs {
+            dir: &dir,
+            permissions: Permissions::Edit,
+            tmp: &tmp,
+            berth_home: &berth,
+            lock_dir: &locks,
+            home: Some(&home),
+            state: &state,
+            write: &[],
+            read_deny: &[],
+            read,
+            read_allow: &read_allow,
+            network: Network::On,
+        })
+    };
+    let strict = fence::prepare(&policy(ReadScope::Directory), &[]).unwrap();
+    let everywhere = fence::prepare(&policy(ReadScope::Everywhere), &[]).unwrap();
+    let strict_again = fence::prepare(&policy(ReadScope::Directory), &[]).unwrap();
+    // (what, script, works in the strict mode, works by default)
+    let rows: &[(&str, &str, bool, bool)] = &[
+        (
+            "read the sibling project's file",
+            r#"cat "$HOME/code/other/file.txt""#,
+            false,
+            true,
+        ),
+        (
+            "read the sibling through a symlink in the directory",
+            r#"cat link-other/file.txt"#,
+            false,
+            true,
+        ),
+        ("list the projects", r#"ls "$HOME/code""#, false, true),
+        ("list the home", r#"ls -a "$HOME""#, false, true),
+        (
+            "read settings no table names",
+            r#"cat "$HOME/.config/app7/conf""#,
+            false,
+            true,
+        ),
+        (
+            "read the directory",
+            r#"cat README.md && ls -a . > /dev/null"#,
+            true,
+            true,
+        ),
+        (
+            "read the system",
+            r#"cat /etc/passwd > /dev/null && /usr/bin/env true && ls /usr/bin > /dev/null"#,
+            true,
+            true,
+        ),
+        (
+            "read a toolchain's settings",
+            r#"cat "$HOME/.cargo/config.toml""#,
+            true,
+            true,
+        ),
+        (
+            "run a toolchain's program",
+            r#""$HOME/.cargo/bin/tool" | grep -q tool-ran"#,
+            true,
+            true,
+        ),
+        (
+            "read and write the agent's own state",
+            r#"cat "$HOME/.claude/notes" && echo more >> "$HOME/.claude/notes""#,
+            true,
+            true,
+        ),
+        (
+            "read a fence.read path",
+            r#"cat "$HOME/sdk/include/lib.h""#,
+            true,
+            true,
+        ),
+        (
+            "git in the directory",
+            r#"git -c safe.directory='*' status --short && git -c safe.directory='*' log --oneline > /dev/null"#,
+            true,
+            true,
+        ),
+        (
+            "read a toolchain's credentials",
+            r#"cat "$HOME/.cargo/credentials.toml""#,
+            false,
+            false,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (fence, label, column) in [
+        (&strict, "strict", 0),
+        (&everywhere, "everywhere", 1),
+        (&strict_again, "strict again", 0),
+    ] {
+        for (what, script, in_strict, by_default) in rows {
+            let want = if column == 0 { *in_strict } else { *by_default };
+            let out = attempt(&w, Some(fence), As::Current, script, &[]).await;
+            let worked = out.code == Some(0);
+            if worked != want {
+                failures.push(format!(
+                    "{label}: {what}: worked {worked}, want {want}: stdout {:?}, stderr {:?}",
+                    out.stdout, out.stderr
+                ));
+            }
+            if !want && (out.stdout.contains("other") || out.stdout.contains(SECRET)) {
+                failures.push(format!("{label}: {what}: read {:?}", out.stdout));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(strict.rules(), strict_again.rules());
+}
+
+/// The strict mode's roots in their canonical form: a toolchain that is a symlink to
+/// a directory elsewhere (as a dotfiles checkout makes it) is read where it leads, and
+/// a `read_deny` on a root, or over where a root leads, hides it still; a toolchain
+/// installed between two runs is readable in the second.
+#[tokio::test]
+async fn a_symlinked_root_is_read_where_it_leads_and_a_hole_over_a_root_holds() {
+    let _serial = serial();
+    if !fence_available() {
+        return;
+    }
+    let w = World::new("strict-links", None);
+    write(&w.root.join("elsewhere/rustup/settings.toml"), "x = 1\n");
+    std::os::unix::fs::symlink(w.root.join("elsewhere/rustup"), w.home.join(".rustup")).unwrap();
+    write(&w.root.join("elsewhere/other.txt"), "other\n");
+    write(&w.home.join(".npm/_cacache/index"), "cache\n");
+    write(&w.root.join("stash/pyenv/version"), "3.12\n");
+    std::os::unix::fs::symlink(w.root.join("stash/pyenv"), w.home.join(".pyenv")).unwrap();
+    let (dir, tmp, berth, locks, home) = (
+        World::lp(&w.app),
+        World::lp(&w.tmp),
+        World::lp(&w.berth),
+        World::lp(&w.locks),
+        World::lp(&w.home),
+    );
+    let read_deny = [
+        World::lp(&w.home.join(".npm")),
+        World::lp(&w.root.join("stash")),
+    ];
+    let policy = FencePolicy::new(&FenceInputs {
+        dir: &dir,
+        permissions: Permissions::Edit,
+        tmp: &tmp,
+        berth_home: &berth,
+        lock_dir: &locks,
+        home: Some(&home),
+        state: &[],
+        write: &[],
+        read_deny: &read_deny,
+        read: ReadScope::Directory,
+        read_allow: &[],
+        network: Network::On,
+    });
+    let prepared = fence::prepare(&policy, &[]).unwrap();
+    for (script, want) in [
+        (r#"cat "$HOME/.rustup/settings.toml""#, true),
+        (r#"cat "$ROOT/elsewhere/rustup/settings.toml""#, true),
+        (r#"cat "$ROOT/elsewhere/other.txt""#, false),
+        (r#"cat "$HOME/.npm/_cacache/index""#, false),
+        (r#"cat "$HOME/.pyenv/version""#, false),
+    ] {
+        let out = attempt(&w, Some(&prepared), As::Current, script, &[]).await;
+        assert_eq!(out.code == Some(0), want, "{script}: {}", out.stderr);
+    }
+    // A toolchain installed after one run is readable from the next: the rules are
+    // made anew when a root appears (or leads elsewhere), not reused.
+    let bun = r#"cat "$HOME/.bun/bin/bun""#;
+    let out = attempt(&w, Some(&prepared), As::Current, bun, &[]).await;
+    assert_ne!(out.code, Some(0), "no ~/.bun yet");
+    write(&w.home.join(".bun/bin/bun"), "bun\n");
+    let next = fence::prepare(&policy, &[]).unwrap();
+    let out = attempt(&w, Some(&next), As::Current, bun, &[]).await;
+    assert_eq!(out.code, Some(0), "the new toolchain: {}", out.stderr);
 }

@@ -21,7 +21,7 @@
 use crate::agent::adapter::Adapter;
 use crate::agent::fence::{self, FenceError};
 use berth_core::SessionId;
-use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, Network, WriteKind};
+use berth_core::fence::{FenceInputs, FenceMode, FencePolicy, Network, ReadScope, WriteKind};
 use berth_core::settings::FenceSettings;
 use berth_core::{Context, ErrorCode, LocalPath, Permissions, Platform, Refusal, TaskId};
 use std::path::{Path, PathBuf};
@@ -298,6 +298,8 @@ struct Inputs {
     state: Vec<(LocalPath, WriteKind)>,
     write: Vec<LocalPath>,
     read_deny: Vec<LocalPath>,
+    read: ReadScope,
+    read_allow: Vec<LocalPath>,
     network: Network,
 }
 
@@ -313,6 +315,8 @@ impl Inputs {
             state: i.state.to_vec(),
             write: i.write.to_vec(),
             read_deny: i.read_deny.to_vec(),
+            read: i.read,
+            read_allow: i.read_allow.to_vec(),
             network: i.network,
         }
     }
@@ -329,6 +333,8 @@ impl Inputs {
             && self.state == i.state
             && self.write == i.write
             && self.read_deny == i.read_deny
+            && self.read == i.read
+            && self.read_allow == i.read_allow
             && self.network == i.network
     }
 }
@@ -506,13 +512,20 @@ fn build(
                 .join(", ")
         ))
     })?;
+    let mut read_allow = Vec::new();
     if let Some(root) = run.worktree_root {
-        state.extend(worktree_git(root).map_err(|e| {
+        let (writes, common) = worktree_git(root).map_err(|e| {
             failed(format!(
                 "cannot find the git files of the worktree {} for the fence: {e}",
                 root.display()
             ))
-        })?);
+        })?;
+        state.extend(writes);
+        // Strict reads: git in the worktree reads the main repository's `.git` (its
+        // config, HEAD, refs, packs).
+        if settings.read == ReadScope::Directory {
+            read_allow.push(local(&common).ok_or_else(|| unusable(&common))?);
+        }
     }
     let state: Vec<(LocalPath, WriteKind)> = state
         .iter()
@@ -537,6 +550,16 @@ fn build(
             )),
         }
     }
+    if settings.read == ReadScope::Directory {
+        for raw in &settings.read_allow {
+            match resolve(raw, home).as_deref().and_then(local) {
+                Some(p) => read_allow.push(p),
+                None => lines.push(format!(
+                    "warning: fence.read {raw} is ignored: it names no path here"
+                )),
+            }
+        }
+    }
     let tmp_l = local(tmp).ok_or_else(|| unusable(tmp))?;
     let berth_home = local(places.berth_home).ok_or_else(|| unusable(places.berth_home))?;
     let lock_dir = local(places.lock_dir).ok_or_else(|| unusable(places.lock_dir))?;
@@ -550,6 +573,8 @@ fn build(
         state: &state,
         write: &write,
         read_deny: &read_deny,
+        read: settings.read,
+        read_allow: &read_allow,
         network: settings.network,
     };
     if let Some((built, prev)) = previous
@@ -577,17 +602,24 @@ fn build(
     Ok((prepared, text, lines, Built { inputs, policy }))
 }
 
-/// The warnings of `policy`'s `fence.write` paths it ignores.
+/// The warnings of `policy`'s `fence.write` and `fence.read` paths it ignores.
 fn ignored_lines<'a>(
     ctx: &'a Context,
     policy: &'a FencePolicy,
 ) -> impl Iterator<Item = String> + 'a {
-    policy.ignored_write.iter().map(|p| {
+    let writes = policy.ignored_write.iter().map(|p| {
         format!(
             "warning: fence.write {} is ignored: it overlaps a place the fence hides",
             berth_core::display::display(ctx, p)
         )
-    })
+    });
+    let reads = policy.ignored_read.iter().map(|p| {
+        format!(
+            "warning: fence.read {} is ignored: it lies in a place the fence hides",
+            berth_core::display::display(ctx, p)
+        )
+    });
+    writes.chain(reads)
 }
 
 /// The `fence` event's text for a fenced run: core's description, the kernel's
@@ -620,12 +652,13 @@ fn describe(ctx: &Context, policy: &FencePolicy, _: &fence::Prepared) -> String 
 /// How this machine fences agents now, from the user settings' mode and the kernel's
 /// answer (see [`berth_core::api::FenceStatus`]).
 pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::FenceStatus {
-    let mode = match crate::settings::user_fence(ctx, config_dir) {
-        Ok(f) => f.mode,
+    let (mode, read) = match crate::settings::user_fence(ctx, config_dir) {
+        Ok(f) => (f.mode, f.read),
         Err(e) => {
             return berth_core::api::FenceStatus {
                 mode: "auto".to_owned(),
                 available: fence::probe().available(),
+                read: ReadScope::Everywhere,
                 text: format!("unknown: the user settings cannot be read ({e})"),
             };
         }
@@ -657,9 +690,17 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
             "UNAVAILABLE: {why_not}; every run is refused (\"fence\": \"required\", code fence_unavailable)"
         ),
     };
+    // The strict read mode, where a fence is built to hold it.
+    let text = match (read, mode, probe.available()) {
+        (ReadScope::Directory, FenceMode::Auto | FenceMode::Required, true) => format!(
+            "{text}; reads: directory only (\"fence\": {{\"read\": \"directory\"}}: its directory, the system's and the toolchains')"
+        ),
+        (ReadScope::Directory, _, _) | (ReadScope::Everywhere, _, _) => text,
+    };
     berth_core::api::FenceStatus {
         mode: mode_name.to_owned(),
         available: probe.available(),
+        read,
         text,
     }
 }
@@ -668,8 +709,9 @@ pub(crate) fn status(ctx: &Context, config_dir: &Path) -> berth_core::api::Fence
 /// `root` (docs/fence.md §3c): `objects/`, the branch prefix's `refs/heads/berth/` and
 /// `logs/refs/heads/berth/` (created if missing), and the worktree's own
 /// `worktrees/<name>/`. Nothing else of the main `.git` (its `config`, `hooks`, other
-/// branches, tags) becomes writable.
-fn worktree_git(root: &Path) -> std::io::Result<Vec<(PathBuf, WriteKind)>> {
+/// branches, tags) becomes writable. Also the main `.git` itself, which the strict read
+/// mode must let git read.
+fn worktree_git(root: &Path) -> std::io::Result<(Vec<(PathBuf, WriteKind)>, PathBuf)> {
     let pointer = std::fs::read_to_string(root.join(".git"))?;
     let gitdir = pointer
         .lines()
@@ -690,7 +732,7 @@ fn worktree_git(root: &Path) -> std::io::Result<Vec<(PathBuf, WriteKind)>> {
         out.push((p, WriteKind::Subtree));
     }
     out.push((std::fs::canonicalize(&gitdir)?, WriteKind::Subtree));
-    Ok(out)
+    Ok((out, common))
 }
 
 #[cfg(test)]

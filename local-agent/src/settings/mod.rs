@@ -583,6 +583,14 @@ pub fn explain(
             "fence.network",
         );
     }
+    if let Some(l) = last(&|l| l.fence.read == Some(fence.read)) {
+        let value = if fence.read_allow.is_empty() {
+            serde_json::json!(fence.read.as_str())
+        } else {
+            serde_json::json!(fence.read_allow)
+        };
+        set(&mut values, "fence.read".into(), value, l, "fence.read");
+    }
     for (key, list) in [
         ("fence.write", &fence.write),
         ("fence.read_deny", &fence.read_deny),

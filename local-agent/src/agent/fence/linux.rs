@@ -3,7 +3,7 @@
 use super::binds::Binds;
 use super::{FenceError, Probe, seccomp};
 use berth_core::LocalPath;
-use berth_core::fence::{FencePolicy, Network, WriteKind};
+use berth_core::fence::{FencePolicy, Network, Reads, WriteKind};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
@@ -130,7 +130,7 @@ impl Prepared {
         if super::probe().landlock_abi != k.landlock_abi {
             return None;
         }
-        if !k.reads.still(&policy.read_deny) {
+        if !k.reads.still(&policy.read_deny, &policy.reads) {
             return None;
         }
         if k.targets.iter().any(|(path, id)| identity(path) != *id) {
@@ -307,9 +307,10 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
         targets: Vec::new(),
     };
 
-    // Names everywhere; contents everywhere but the holes: the rules of the last run
-    // with the same holes while no directory it listed has changed, else anew.
-    let reads = read_rules(&policy.read_deny)?;
+    // Names everywhere; contents everywhere but the holes (or, in the strict mode,
+    // beneath each root but the holes): the rules of the last run with the same holes
+    // and roots while no directory it listed and no root has changed, else anew.
+    let reads = read_rules(&policy.read_deny, &policy.reads)?;
     // The read rules are many, on descriptors whose type is known: added by the
     // system call itself, without the crate's `fstat` of each (the crate adds a rule
     // the kernel refused, and says why).
@@ -430,7 +431,8 @@ fn add_rule_raw(ruleset: &OwnedFd, fd: &OwnedFd, access: BitFlags<AccessFs>) -> 
 }
 
 /// The read rules of the decomposition (`/`'s names, then contents everywhere but the
-/// holes), as opened descriptors, and the directories listed to find them.
+/// holes; in the strict mode, contents beneath each root but the holes), as opened
+/// descriptors, and the directories listed to find them.
 #[derive(Debug)]
 struct ReadRules {
     stamp: ReadStamp,
@@ -441,18 +443,28 @@ struct ReadRules {
 /// What a decomposition was made from: whether it still holds.
 #[derive(Debug, Clone)]
 struct ReadStamp {
-    /// The policy's `read_deny`, the key.
+    /// The policy's `read_deny` and `reads`, the key: rules made for one read scope
+    /// are a hole (everywhere's, reused for strict) or a breakage in another.
     read_deny: Vec<LocalPath>,
+    reads: Reads,
     /// Each directory that was listed, with what its `stat` said: an entry created,
     /// removed or renamed in it changes its modification and change times.
     listed: Vec<(PathBuf, Option<[i64; 6]>)>,
+    /// Each strict root as given, and the file it led to (`None`: missing): a root
+    /// that appeared, went, or leads elsewhere since (a symlink retargeted, a
+    /// directory renamed away and another put in its place) needs rules anew.
+    roots: Vec<(PathBuf, Option<Identity>)>,
 }
 
 impl ReadStamp {
-    /// Whether these are still the read rules of `read_deny`: the same holes, and no
-    /// directory listed to find them changed since.
-    fn still(&self, read_deny: &[LocalPath]) -> bool {
-        self.read_deny == read_deny && self.listed.iter().all(|(p, stamp)| dir_stamp(p) == *stamp)
+    /// Whether these are still the read rules of `read_deny` and `reads`: the same
+    /// holes and roots, no directory listed to find them changed since, and each root
+    /// still leading to the file its rule is on.
+    fn still(&self, read_deny: &[LocalPath], reads: &Reads) -> bool {
+        self.read_deny == read_deny
+            && self.reads == *reads
+            && self.listed.iter().all(|(p, stamp)| dir_stamp(p) == *stamp)
+            && self.roots.iter().all(|(p, id)| identity(p) == *id)
     }
 }
 
@@ -477,40 +489,76 @@ fn dir_stamp(path: &Path) -> Option<[i64; 6]> {
     ])
 }
 
-/// The decomposition for `read_deny` (see [`READS`]). The holes' canonical forms are
-/// reused with it: a symlink on the way to a hole lies in a listed directory, whose
-/// times change when it is replaced.
-fn read_rules(read_deny: &[LocalPath]) -> Result<std::sync::Arc<ReadRules>, FenceError> {
+/// The decomposition for `read_deny` and `reads` (see [`READS`]). The holes' canonical
+/// forms are reused with it: a symlink on the way to a hole lies in a listed
+/// directory, whose times change when it is replaced.
+///
+/// Everywhere: `/`'s names, and contents beneath `/` but the holes. Strict: contents
+/// beneath each root that exists, but the holes — no names of `/` or of the home (a
+/// sibling project's name is not listable), as Landlock does not restrict the lookup
+/// of a path, only opening what it leads to. Each root is taken in its canonical form
+/// (`/bin` → `/usr/bin` on a merged-`/usr` system, `~/.cargo` wherever a link puts
+/// it): a rule is on the file a path leads to, and [`open_rule`] never follows links.
+fn read_rules(
+    read_deny: &[LocalPath],
+    reads: &Reads,
+) -> Result<std::sync::Arc<ReadRules>, FenceError> {
     let mut cache = READS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(r) = cache.as_ref()
-        && r.stamp.still(read_deny)
+        && r.stamp.still(read_deny, reads)
     {
         return Ok(r.clone());
     }
     let holes = &holes(read_deny);
-    let mut reads = ReadRules {
+    let mut out = ReadRules {
         stamp: ReadStamp {
             read_deny: read_deny.to_vec(),
+            reads: reads.clone(),
             listed: Vec::new(),
+            roots: Vec::new(),
         },
         rules: Vec::new(),
         skipped_symlinks: 0,
     };
     // Stamped before listing: a change made while listing shows at the next run.
-    if let Some(rule) = open_rule(
-        Path::new("/"),
-        AccessFs::ReadDir.into(),
-        Follow::No,
-        &mut reads.skipped_symlinks,
-    )? {
-        reads.rules.push(rule);
+    match reads {
+        Reads::Everywhere => {
+            if let Some(rule) = open_rule(
+                Path::new("/"),
+                AccessFs::ReadDir.into(),
+                Follow::No,
+                &mut out.skipped_symlinks,
+            )? {
+                out.rules.push(rule);
+            }
+            read_except(Path::new("/"), holes, &mut out)?;
+        }
+        Reads::Only(roots) => {
+            let mut done: Vec<PathBuf> = Vec::new();
+            for root in roots {
+                let root = Path::new(root.as_str());
+                out.stamp.roots.push((root.to_owned(), identity(root)));
+                let Ok(real) = std::fs::canonicalize(root) else {
+                    continue;
+                };
+                // Beneath a root already decomposed (with the same holes): covered.
+                // Beneath a hole (a settings' `read_deny` over a system directory):
+                // hidden, as everywhere.
+                if done.iter().any(|d| real.starts_with(d))
+                    || holes.iter().any(|h| real.starts_with(h))
+                {
+                    continue;
+                }
+                read_except(&real, holes, &mut out)?;
+                done.push(real);
+            }
+        }
     }
-    read_except(Path::new("/"), holes, &mut reads)?;
-    let reads = std::sync::Arc::new(reads);
-    *cache = Some(reads.clone());
-    Ok(reads)
+    let out = std::sync::Arc::new(out);
+    *cache = Some(out.clone());
+    Ok(out)
 }
 
 /// Opens `path` for a rule (`O_PATH`) with `access`, narrowed to file rights when it

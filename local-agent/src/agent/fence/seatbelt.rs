@@ -18,9 +18,11 @@
 //!    sandbox; sysctls are readable; POSIX semaphores and shared memory, pseudo-ttys,
 //!    and a short list of system services (directory lookups, logging, notifications;
 //!    with the network on, also the TLS trust and DNS configuration services).
-//! 2. Reads everywhere, then none beneath each `read_deny` path (`subpath` matches the
-//!    path itself and what lies beneath it, so it is exact for files and directories
-//!    alike without looking at the disk).
+//! 2. Reads everywhere — or, in the strict read mode ([`Reads::Only`]), the metadata of
+//!    every path (a lookup, a `stat`: no directory's listing, no file's contents) and
+//!    reads beneath each root alone — then none beneath each `read_deny` path
+//!    (`subpath` matches the path itself and what lies beneath it, so it is exact for
+//!    files and directories alike without looking at the disk).
 //! 3. Reads and writes beneath each write path (`subpath` for [`WriteKind::Subtree`],
 //!    `literal` for [`WriteKind::File`]) — readable even inside a hidden location, as on
 //!    Linux (the task's tmp lies in Berth's hidden home) — and the devices programs
@@ -46,7 +48,7 @@
 //!   profile language as codex and Chromium use it, and is checked only as text.
 
 use berth_core::LocalPath;
-use berth_core::fence::{FencePolicy, Network, WriteKind};
+use berth_core::fence::{FencePolicy, Network, Reads, WriteKind};
 
 /// Where macOS keeps `sandbox-exec`; named absolutely, never looked up on `PATH`.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -112,6 +114,8 @@ enum Role {
     /// The task's temporary directory: `TMP`.
     Tmp,
     Write,
+    /// A root of the strict read mode.
+    Read,
     ReadDeny,
     Protect,
     /// A directory between the run's directory and a protected path.
@@ -125,6 +129,7 @@ impl Role {
             Role::Dir => "DIR",
             Role::Tmp => "TMP",
             Role::Write => "WRITE",
+            Role::Read => "READ",
             Role::ReadDeny => "READ_DENY",
             Role::Protect => "PROTECT",
             Role::ProtectParent => "PROTECT_PARENT",
@@ -212,7 +217,24 @@ impl Profile {
         let mut text = String::from(BASE);
         mach_lookup(&mut text, MACH_SERVICES);
 
-        text.push_str("(allow file-read*)\n");
+        match &policy.reads {
+            Reads::Everywhere => text.push_str("(allow file-read*)\n"),
+            Reads::Only(roots) => {
+                text.push_str("(allow file-read-metadata)\n");
+                let readable: Vec<String> = roots
+                    .iter()
+                    .map(|p| {
+                        let param = if *p == policy.dir {
+                            params.param(Role::Dir, p)
+                        } else {
+                            params.param(Role::Read, p)
+                        };
+                        format!("(subpath {param})")
+                    })
+                    .collect();
+                rule(&mut text, "allow file-read*", &readable);
+            }
+        }
         let hidden: Vec<String> = policy
             .read_deny
             .iter()

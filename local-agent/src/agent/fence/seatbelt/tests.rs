@@ -1,6 +1,6 @@
 use super::*;
 use berth_core::Platform;
-use berth_core::fence::FenceInputs;
+use berth_core::fence::{FenceInputs, ReadScope};
 use berth_core::policy::Permissions;
 
 fn p(s: &str) -> LocalPath {
@@ -26,6 +26,7 @@ fn fixed() -> FencePolicy {
             (p("/Users/alice/.claude"), WriteKind::Subtree),
             (p("/Users/alice/.claude.json"), WriteKind::File),
         ],
+        reads: Reads::Everywhere,
         read_deny: vec![
             p("/Users/alice/.ssh"),
             p("/Users/alice/.netrc"),
@@ -40,6 +41,7 @@ fn fixed() -> FencePolicy {
         ],
         network: Network::On,
         ignored_write: vec![],
+        ignored_read: vec![],
     }
 }
 
@@ -392,6 +394,47 @@ fn the_profile_table() {
             ],
         },
         Row {
+            name: "strict reads: metadata everywhere, contents beneath each root (the directory's own parameter), the holes after",
+            policy: FencePolicy {
+                reads: Reads::Only(vec![
+                    p(DIR),
+                    p("/System"),
+                    p("/usr"),
+                    p("/Users/alice/.cargo"),
+                ]),
+                ..fixed()
+            },
+            sockets: vec![p(SOCKET)],
+            added: &[
+                "(allow file-read-metadata)",
+                "(allow file-read*
+  (subpath (param \"DIR\"))
+  (subpath (param \"READ_0\"))
+  (subpath (param \"READ_1\"))
+  (subpath (param \"READ_2\")))",
+            ],
+            removed: &["(allow file-read*)"],
+            params: &[
+                "DIR",
+                "READ_0",
+                "READ_1",
+                "READ_2",
+                "READ_DENY_0",
+                "READ_DENY_1",
+                "READ_DENY_2",
+                "READ_DENY_3",
+                "READ_DENY_4",
+                "TMP",
+                "WRITE_0",
+                "WRITE_1",
+                "PROTECT_0",
+                "PROTECT_1",
+                "PROTECT_2",
+                "PROTECT_PARENT_0",
+                "CONTROL_SOCKET_0",
+            ],
+        },
+        Row {
             name: "write kinds: a File is a literal, a Subtree a subpath",
             policy: FencePolicy {
                 write: vec![
@@ -584,6 +627,8 @@ fn every_hidden_and_protected_path_is_denied_by_parameter() {
             state: &state,
             write: &[p("/Users/alice/scratch")],
             read_deny: &read_deny,
+            read: ReadScope::Everywhere,
+            read_allow: &[],
             network,
         });
         let profile = Profile::new(&policy, &[p(SOCKET)]);
