@@ -845,3 +845,88 @@ esac
     let fifth = run(&session, "keep");
     assert_ne!(fifth["tmp"], third["tmp"]);
 }
+
+/// The strict read mode through Berth (issue 51): with the user's
+/// `"fence": {"read": "directory"}`, a command agent bound to `~/code/app` cannot read
+/// the sibling project `~/code/other` nor list `~/code`, while it reads a toolchain's
+/// file and git works in its directory; the transcript's fence line and
+/// `berth agent list` say which mode is in force. The control: the same agent with the
+/// default settings reads the sibling.
+#[test]
+fn the_strict_read_mode_keeps_a_sibling_project_unreadable() {
+    let mut b = Berth::new("fence-strict");
+    let app = world(&b);
+    let cargo = b.user_home.join(".cargo/registry/index");
+    std::fs::create_dir_all(&cargo).unwrap();
+    std::fs::write(cargo.join("config.json"), "{\"dl\": \"crates\"}\n").unwrap();
+    user_settings(&b, r#"{ "fence": { "read": "directory" } }"#);
+    b.serve();
+    let script = r##"
+try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name: done"; else echo "$name: refused"; fi; }
+try sibling cat "$HOME/code/other/main.rs"
+try sibling_via_symlink cat ./to-other/main.rs
+try list_projects ls "$HOME/code"
+try toolchain grep -q crates "$HOME/.cargo/registry/index/config.json"
+try git git -c safe.directory='*' status --short
+try inside sh -c 'echo ok > inside.txt && grep -q ok inside.txt'
+"##;
+    add_command_agent(&b, "strict", script);
+    let session = new_session(&b, "strict", Some(&app));
+    let listed = b.ok(&["agent", "list"]);
+    assert!(
+        listed.lines().any(|l| l.starts_with("fence: on (")
+            && l.contains("(\"fence\": \"auto\"); reads: directory only")),
+        "agent list says the read mode: {listed}"
+    );
+    let (_, events, task) = send_json(&b, &session, "go");
+    let (results, berth) = outcomes(&events);
+    assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
+    let want: BTreeMap<String, String> = [
+        ("sibling", "refused"),
+        ("sibling_via_symlink", "refused"),
+        ("list_projects", "refused"),
+        ("toolchain", "done"),
+        ("git", "done"),
+        ("inside", "done"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(results, want, "{berth:?}");
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: fenced: ~/code/app + tmp")
+                && l.contains("· network on · reads: directory")),
+        "the transcript says the read mode: {berth:?}"
+    );
+
+    // The control: by default the same agent reads the sibling, and nothing says
+    // "reads".
+    user_settings(&b, "{}");
+    let listed = b.ok(&["agent", "list"]);
+    assert!(
+        listed.lines().any(|l| l.starts_with("fence: on (")) && !listed.contains("reads:"),
+        "{listed}"
+    );
+    let (_, events, _) = send_json(&b, &session, "again");
+    let (results, berth) = outcomes(&events);
+    for name in [
+        "sibling",
+        "sibling_via_symlink",
+        "list_projects",
+        "toolchain",
+    ] {
+        assert_eq!(
+            results.get(name).map(String::as_str),
+            Some("done"),
+            "by default, {name} works: {results:?}"
+        );
+    }
+    assert!(
+        berth
+            .iter()
+            .any(|l| l.starts_with("berth: fenced: ~/code/app + tmp") && !l.contains("reads:")),
+        "{berth:?}"
+    );
+}
