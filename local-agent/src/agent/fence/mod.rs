@@ -22,6 +22,11 @@
 //!   link, a hard link or `/proc/<pid>/root` leads nowhere hidden. Directory *names*
 //!   are listable everywhere (`READ_DIR` on `/`): an agent that cannot list `~` or `/tmp`
 //!   breaks, and names are a small leak beside contents.
+//!   In the strict read mode (`"fence": {"read": "directory"}`,
+//!   [`berth_core::fence::Reads::Only`]) the same decomposition runs beneath each root
+//!   of the policy instead of `/` (each in its canonical form; one beneath a hidden
+//!   path gets none), and no name of `/` or the home is listable: another project can
+//!   be neither read nor listed.
 //! - **Network off**: `socket()` for every family but `AF_UNIX` is refused by seccomp,
 //!   and Landlock (ABI ≥ 4) refuses every TCP bind and connect as a second wall.
 //! - **Always** a seccomp filter (see `seccomp`), the mark [`peer_is_fenced`] reads, and
