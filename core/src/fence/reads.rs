@@ -66,6 +66,10 @@ pub const HIDDEN: &[Hidden] = &[
     row(Credential, &[".pypirc"]),
     row(Credential, &[".cargo", "credentials"]),
     row(Credential, &[".cargo", "credentials.toml"]),
+    // Maven's and Gradle's repository passwords and signing keys.
+    row(Credential, &[".m2", "settings.xml"]),
+    row(Credential, &[".m2", "settings-security.xml"]),
+    row(Credential, &[".gradle", "gradle.properties"]),
     row(Credential, &[".config", "gcloud"]),
     row(Credential, &[".config", "gh"]),
     row(Credential, &[".config", "hub"]),

@@ -383,6 +383,8 @@ fn histories_and_profiles_are_hidden() {
         "/home/alice/.config/BraveSoftware/Brave-Browser/Default/Cookies",
         "/home/alice/Library/Application Support/Google/Chrome/Default/Cookies",
         "/home/alice/Library/Mail/V10",
+        "/home/alice/.m2/settings.xml",
+        "/home/alice/.gradle/gradle.properties",
     ] {
         assert!(hidden(&got, path), "{path} is readable");
     }
@@ -392,6 +394,8 @@ fn histories_and_profiles_are_hidden() {
         "/home/alice/.config/git/config",
         "/home/alice/.bashrc",
         "/home/alice/Library/Application Support/Code/x",
+        "/home/alice/.m2/repository/org/x.jar",
+        "/home/alice/.gradle/caches/x",
     ] {
         assert!(!hidden(&got, path), "{path} is hidden");
     }
