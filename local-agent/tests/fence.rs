@@ -1000,9 +1000,29 @@ async fn a_descriptor_berth_inherited_does_not_reach_a_fenced_agent() {
 #[tokio::test]
 async fn the_strict_read_mode_reads_the_directory_the_system_and_the_toolchains_alone() {
     let _serial = serial();
-    if !fence_available() {
+    if fence_available() {
+        strict_reads().await;
+    }
+}
+
+/// The same as an unprivileged user: a non-root Berth builds the strict rules from
+/// what it may list itself.
+#[tokio::test]
+async fn the_strict_read_mode_as_an_unprivileged_user() {
+    let _serial = serial();
+    if std::env::var_os(INNER).is_some() {
+        if fence_available() {
+            strict_reads().await;
+            println!("{RAN} {}", rustix::process::getuid().as_raw());
+        }
         return;
     }
+    if is_root() && fence_available() {
+        as_nobody("the_strict_read_mode_as_an_unprivileged_user");
+    }
+}
+
+async fn strict_reads() {
     let w = World::new("strict", None);
     let tool = w.home.join(".cargo/bin/tool");
     write(&tool, "#!/bin/sh\necho tool-ran\n");
