@@ -49,6 +49,23 @@ impl Context {
         self
     }
 
+    /// The display context for paths of another machine, whose user's home is `home`
+    /// (`None`: not known), as this machine serves them: that home shows as `~`, this
+    /// context's home gets no rule (on the other machine it names some other
+    /// directory, and `~` there would be a wrong label), and this context's account
+    /// name and other users' homes stay masked as everywhere.
+    ///
+    /// The name is kept explicitly: a name taken from this context's home would
+    /// otherwise be lost with it, and the other home's last component put in its place.
+    pub fn for_machine(&self, home: Option<LocalPath>) -> Context {
+        Context {
+            platform: home.as_ref().map_or(self.platform, LocalPath::platform),
+            home,
+            user: self.user_name().map(str::to_owned),
+            berth_state: Vec::new(),
+        }
+    }
+
     /// The account name to keep out of every display: the explicit one, else the home
     /// directory's last component. `None` when neither is known or the name is empty.
     pub fn user_name(&self) -> Option<&str> {
@@ -56,5 +73,68 @@ impl Context {
             .as_deref()
             .or_else(|| self.home.as_ref().and_then(LocalPath::file_name))
             .filter(|n| !n.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::display::redact_text;
+
+    fn path(p: &str) -> LocalPath {
+        LocalPath::parse(Platform::Linux, p).unwrap()
+    }
+
+    #[test]
+    fn another_machines_paths_show_by_its_home_or_raw_never_by_this_ones() {
+        let server = Context::new(Platform::Linux).with_home(path("/srv/sam"));
+        let laptop = server.for_machine(Some(path("/home/alice")));
+        let unknown = server.for_machine(None);
+        assert_eq!(laptop.home, Some(path("/home/alice")));
+        assert_eq!(unknown.home, None);
+        for ctx in [&laptop, &unknown] {
+            assert_eq!(
+                ctx.user_name(),
+                Some("sam"),
+                "the server's name stays masked"
+            );
+        }
+        // (text, by the laptop's home, by no home)
+        let cases = [
+            ("/srv/berth/proj", "/srv/berth/proj", "/srv/berth/proj"),
+            ("/srv/sam/proj", "/srv/…/proj", "/srv/…/proj"),
+            (
+                "cwd=/home/alice/code/app",
+                "cwd=~/code/app",
+                "cwd=/home/…/code/app",
+            ),
+            (
+                "/home/bob/x and /tmp/y",
+                "/home/…/x and /tmp/y",
+                "/home/…/x and /tmp/y",
+            ),
+        ];
+        for (text, by_laptop, by_none) in cases {
+            assert_eq!(redact_text(&laptop, text), by_laptop, "{text}");
+            assert_eq!(redact_text(&unknown, text), by_none, "{text}");
+        }
+    }
+
+    #[test]
+    fn an_explicit_name_is_kept_and_the_other_homes_platform_taken() {
+        let server = Context::new(Platform::Linux)
+            .with_home(path("/srv/berth"))
+            .with_user("sam")
+            .with_berth_state(path("/srv/berth/.local/share/berth"));
+        let home = LocalPath::parse(Platform::Windows, r"C:\Users\ann").unwrap();
+        assert_eq!(
+            server.for_machine(Some(home.clone())),
+            Context {
+                platform: Platform::Windows,
+                home: Some(home),
+                user: Some("sam".to_owned()),
+                berth_state: Vec::new(),
+            }
+        );
     }
 }

@@ -6,12 +6,14 @@
 //! - break 2: a daemon's token is not the server's shell: its forwarded control socket
 //!   registers no agent and reaches only its own sessions;
 //! - break 7: the daemon's paths show by its own home on the web listener;
+//! - issue 51: and by no other home: a daemon's path that lies under the server
+//!   user's home (outside the daemon's) shows raw, never as `~/…`;
 //! - break 11b: a query value that does not parse answers the JSON error;
 //! - break 11c: two `Host` headers, or an absolute-form target, are refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-use berth_tests::Berth;
 use berth_tests::steps::{add_command_agent, control, error_code, s, send_json};
+use berth_tests::{Berth, FAKE_USER};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::time::Duration;
@@ -226,6 +228,119 @@ fn a_daemons_paths_show_by_its_own_home_on_the_web_listener() {
     let (_, sessions) = srv.web_get("/api/v1/sessions");
     for text in [&events, &sessions] {
         assert!(!text.contains(&home), "the laptop's home is shown: {text}");
+    }
+}
+
+/// A session on `on` (the laptop through its daemon, or the desktop itself) bound to
+/// `dir`, after one message to `rep`: its id and its task's id.
+fn worked_in(on: &Berth, dir: &std::path::Path) -> (String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let id = on.json(&[
+        "session",
+        "new",
+        "--agent",
+        "rep",
+        "--dir",
+        s(dir),
+        "--json",
+    ]);
+    let id = id["id"].as_str().unwrap().to_owned();
+    let (code, _, task) = send_json(on, &id, "where");
+    assert_eq!(code, 0, "{task}");
+    let canonical = std::fs::canonicalize(dir).unwrap();
+    assert_eq!(task["work_dir"], s(&canonical), "the CLI keeps real paths");
+    (id, task["id"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn a_daemons_path_outside_its_home_shows_raw_never_by_the_servers_home() {
+    let (srv, laptop) = desktop_and_laptop("raw");
+    add_command_agent(&srv, "rep", r#"cat >/dev/null; printf 'cwd=%s\n' "$PWD""#);
+    // On the laptop, a directory under the desktop user's home: a path of the laptop,
+    // outside the laptop's home, which the desktop's home rule must not shorten.
+    let outside = std::fs::canonicalize(&srv.user_home).unwrap().join("proj");
+    let inside = laptop.user_home.join("code/app");
+    let (far, far_task) = worked_in(&laptop, &outside);
+    let (near, near_task) = worked_in(&laptop, &inside);
+    // And a desktop session in a directory under the laptop's home: a path of the
+    // desktop, which the laptop's home rule must not shorten either.
+    let theirs = std::fs::canonicalize(&laptop.user_home)
+        .unwrap()
+        .join("shared");
+    let (mine, _) = worked_in(&srv, &theirs);
+    // Raw: no home rule, only the account name masked (as on every path served).
+    let raw = |p: &std::path::Path| s(p).replace(FAKE_USER, "…");
+    let (far_shown, theirs_shown) = (raw(&outside), raw(&theirs));
+    let laptop_home = std::fs::canonicalize(&laptop.user_home).unwrap();
+    assert!(
+        !outside.starts_with(&laptop_home) && !far_shown.starts_with('~'),
+        "{outside:?}"
+    );
+
+    // The task documents.
+    for (task, want) in [(&far_task, far_shown.as_str()), (&near_task, "~/code/app")] {
+        let (st, t) = srv.web_get(&format!("/api/v1/tasks/{task}"));
+        assert_eq!(st, 200, "{t}");
+        let t: Value = serde_json::from_str(&t).unwrap();
+        assert_eq!(t["work_dir"], want, "{t}");
+    }
+    let (st, tasks) = srv.web_get("/api/v1/tasks");
+    assert_eq!(st, 200, "{tasks}");
+    let tasks: Value = serde_json::from_str(&tasks).unwrap();
+    let work_dirs: std::collections::BTreeMap<&str, &str> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap(), t["work_dir"].as_str().unwrap()))
+        .filter(|(id, _)| *id == far_task || *id == near_task)
+        .collect();
+    let want = [
+        (far_task.as_str(), far_shown.as_str()),
+        (near_task.as_str(), "~/code/app"),
+    ];
+    assert_eq!(work_dirs, want.into_iter().collect(), "{tasks}");
+
+    // The session documents, one by one and in the list.
+    let (st, list) = srv.web_get("/api/v1/sessions");
+    assert_eq!(st, 200, "{list}");
+    let list: Value = serde_json::from_str(&list).unwrap();
+    for (id, want) in [
+        (&far, far_shown.as_str()),
+        (&near, "~/code/app"),
+        (&mine, theirs_shown.as_str()),
+    ] {
+        let (st, one) = srv.web_get(&format!("/api/v1/sessions/{id}"));
+        assert_eq!(st, 200, "{one}");
+        let one: Value = serde_json::from_str(&one).unwrap();
+        let listed = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} is not listed: {list}"));
+        for doc in [&one, listed] {
+            let shown = (doc["work_dir"].as_str(), doc["binding"]["display"].as_str());
+            assert_eq!(shown, (Some(want), Some(want)), "{doc}");
+        }
+    }
+
+    // The events: what the agent printed, and the finished task's `work_dir`.
+    for (id, want) in [
+        (&far, far_shown.as_str()),
+        (&near, "~/code/app"),
+        (&mine, theirs_shown.as_str()),
+    ] {
+        let (st, events) = srv.web_get(&format!("/api/v1/sessions/{id}/events"));
+        assert_eq!(st, 200, "{events}");
+        assert!(events.contains(&format!("cwd={want}")), "{want}: {events}");
+        assert!(
+            events.contains(&format!(r#""work_dir":"{want}""#)),
+            "{want}: {events}"
+        );
+        assert!(
+            !events.contains("cwd=~/proj") && !events.contains("cwd=~/shared"),
+            "{events}"
+        );
     }
 }
 

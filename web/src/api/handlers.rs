@@ -4,7 +4,8 @@
 
 use super::access::{Caller, NamedSession, NamedTask, Scope};
 use super::daemons::Via;
-use super::views::{SessionDoc, session_doc, task_doc};
+use super::redact::Displays;
+use super::views::{session_doc, task_doc};
 use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
 use crate::http::{ApiError, JsonBody, QueryArgs};
@@ -151,18 +152,29 @@ pub(crate) async fn list_sessions(
     State(ctx): State<Ctx>,
     scope: Option<axum::Extension<Scope>>,
 ) -> Result<Response, ApiError> {
-    let (surface, display) = (ctx.surface, ctx.app.display.clone());
+    let surface = ctx.surface;
+    let displays = Displays::of(&ctx.app);
+    let items = displays.items();
     let owner = scope.and_then(|axum::Extension(s)| s.0);
     let body = ctx
         .app
         .store
-        // One process, one display context: the surface names the documents.
+        // The surface names the documents; each is shown by its own machine's context
+        // (see `super::redact`), on the web listener right here.
         .sessions_json(owner, surface.as_str(), move |out, row| {
-            super::views::write_session_doc(surface, &display, out, row)
+            let bound = row.binding.map(|b| b.machine);
+            let shown = displays.session(bound, row.owner);
+            let start = out.len();
+            super::views::write_session_doc(surface, &shown, out, row)
+                .and_then(|()| match surface {
+                    Surface::Web => super::redact::redact_written(&shown, out, start),
+                    Surface::Control | Surface::Cloud => Ok(()),
+                })
                 .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))
         })
         .await?;
     Ok((
+        items,
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         body,
     )
@@ -172,9 +184,26 @@ pub(crate) async fn list_sessions(
 pub(crate) async fn get_session(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
-) -> Result<Json<SessionDoc>, ApiError> {
+) -> Result<Response, ApiError> {
     let row = ctx.app.store.session(id.as_str()).await?;
-    Ok(Json(session_doc(ctx.surface, &ctx.app.display, &row)))
+    let shown = Displays::of(&ctx.app).of_row(&row);
+    let doc = session_doc(ctx.surface, &shown, &row);
+    Ok((Displays::shown_by(shown), Json(doc)).into_response())
+}
+
+/// The display context of one session's text (see [`super::redact`]); the control
+/// socket's real text needs none, so it reads nothing for it.
+pub(crate) async fn session_display(
+    ctx: &Ctx,
+    session: &str,
+) -> Result<std::sync::Arc<berth_core::Context>, ApiError> {
+    match ctx.surface {
+        Surface::Control => Ok(ctx.app.display.clone()),
+        Surface::Web | Surface::Cloud => {
+            let row = ctx.app.store.session(session).await?;
+            Ok(Displays::of(&ctx.app).of_row(&row))
+        }
+    }
 }
 
 pub(crate) async fn create_session(
@@ -251,6 +280,7 @@ pub(crate) async fn post_message(
             message: "the message text is empty".into(),
         });
     }
+    let shown = session_display(&ctx, id.as_str()).await?;
     let store = &ctx.app.store;
     let origin = ctx.surface.origin();
     let (task, seq, message) = if q.stream {
@@ -268,10 +298,10 @@ pub(crate) async fn post_message(
     // `sse::feed_from`).
     let events = q
         .stream
-        .then(|| super::sse::feed_from(&ctx, task.session_id.clone(), seq - 1, message));
+        .then(|| super::sse::feed_from(&ctx, &shown, task.session_id.clone(), seq - 1, message));
     ctx.app.scheduler.notify(&task.session_id);
     let reply = TaskReply {
-        task: task_doc(ctx.surface, &ctx.app.display, &task),
+        task: task_doc(ctx.surface, &shown, &task),
         message_seq: Some(seq),
     };
     let Some(events) = events else {
@@ -288,26 +318,49 @@ pub(crate) async fn post_message(
         .into_response())
 }
 
+/// Every task (of one session with `?session=`), each shown by its own session's
+/// machine (see [`super::redact`]).
 pub(crate) async fn list_tasks(
     State(ctx): State<Ctx>,
     scope: Option<axum::Extension<Scope>>,
     QueryArgs(q): QueryArgs<TaskQuery>,
-) -> Result<Json<Vec<Task>>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = scope.and_then(|axum::Extension(s)| s.0);
     let rows = ctx.app.store.list_tasks(q.session, owner).await?;
-    Ok(Json(
-        rows.iter()
-            .map(|t| task_doc(ctx.surface, &ctx.app.display, t))
-            .collect(),
-    ))
+    let displays = Displays::of(&ctx.app);
+    let mut shown: std::collections::HashMap<String, std::sync::Arc<berth_core::Context>> =
+        std::collections::HashMap::new();
+    let mut docs = Vec::with_capacity(rows.len());
+    for t in &rows {
+        let session = t.session_id.as_str();
+        let display = match (ctx.surface, shown.get(session)) {
+            (Surface::Control, _) => ctx.app.display.clone(),
+            (Surface::Web | Surface::Cloud, Some(display)) => display.clone(),
+            (Surface::Web | Surface::Cloud, None) => {
+                let row = ctx.app.store.session(session).await?;
+                let display = displays.of_row(&row);
+                shown.insert(session.to_owned(), display.clone());
+                display
+            }
+        };
+        let mut doc = serde_json::to_value(task_doc(ctx.surface, &display, t))
+            .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
+        if ctx.surface == Surface::Web {
+            berth_core::display::redact_json(&display, &mut doc);
+        }
+        docs.push(doc);
+    }
+    Ok((displays.items(), Json(docs)).into_response())
 }
 
 pub(crate) async fn get_task(
     State(ctx): State<Ctx>,
     NamedTask(id): NamedTask,
-) -> Result<Json<Task>, ApiError> {
+) -> Result<Response, ApiError> {
     let row = ctx.app.store.task(id.as_str()).await?;
-    Ok(Json(task_doc(ctx.surface, &ctx.app.display, &row)))
+    let shown = session_display(&ctx, row.session_id.as_str()).await?;
+    let doc = task_doc(ctx.surface, &shown, &row);
+    Ok((Displays::shown_by(shown), Json(doc)).into_response())
 }
 
 pub(crate) async fn cancel_task(
@@ -315,8 +368,9 @@ pub(crate) async fn cancel_task(
     NamedTask(id): NamedTask,
 ) -> Result<Json<TaskReply>, ApiError> {
     let row = ctx.app.scheduler.cancel(id.as_str()).await?;
+    let shown = session_display(&ctx, row.session_id.as_str()).await?;
     Ok(Json(TaskReply {
-        task: task_doc(ctx.surface, &ctx.app.display, &row),
+        task: task_doc(ctx.surface, &shown, &row),
         message_seq: None,
     }))
 }
@@ -407,25 +461,38 @@ pub(crate) async fn add_agent(
 
 /// `GET projects`: real directories on the control socket only, and through a
 /// daemon's forwarded socket only that machine's own (another machine's, the server's
-/// included, show their display form alone).
+/// included, show their display form alone, on the web listener by that machine's
+/// home: see [`super::redact`]).
 pub(crate) async fn list_projects(
     State(ctx): State<Ctx>,
     via: Option<axum::Extension<Via>>,
-) -> Result<Json<Vec<ProjectRow>>, ApiError> {
+) -> Result<Response, ApiError> {
     let mut projects = ctx.app.store.list_projects().await?;
     let shown = |machine: &berth_core::binding::MachineId| match (ctx.surface, &via) {
         (Surface::Web | Surface::Cloud, _) => false,
         (Surface::Control, Some(axum::Extension(via))) => *machine == via.machine,
         (Surface::Control, None) => true,
     };
+    let displays = Displays::of(&ctx.app);
+    let redact = |ctx: &berth_core::Context, text: &mut String| {
+        if let std::borrow::Cow::Owned(r) = berth_core::display::redact_text(ctx, text) {
+            *text = r;
+        }
+    };
     for p in &mut projects {
+        if ctx.surface == Surface::Web {
+            redact(&ctx.app.display, &mut p.name);
+        }
         for d in &mut p.dirs {
             if !shown(&d.machine) {
                 d.dir.clear();
             }
+            if ctx.surface == Surface::Web {
+                redact(&displays.machine(d.machine.as_str()), &mut d.display);
+            }
         }
     }
-    Ok(Json(projects))
+    Ok((displays.items(), Json(projects)).into_response())
 }
 
 pub(crate) async fn add_project(

@@ -7,11 +7,13 @@
 //!   so no write handler is reachable. **Contract extension:** session and task JSON on
 //!   this surface never carry a real path: `binding` is the read view
 //!   (`{display, daemon, daemon_name, mode, state}`, no `dir`) and `work_dir` is the
-//!   privacy-stripped display form.
+//!   privacy-stripped display form, by the home of the machine the path is on
+//!   (`redact`).
 //! - [`cloud_router`]: every route, on `berth-server`'s TCP listener; writes need
 //!   `Authorization: Bearer <token>`, reads the token as bearer or cookie. Origin `api`.
 //!   **Contract extension:** `work_dir` here is the display form too, as the machine
-//!   that ran the task made it, and a daemon's home shows as `~` in event text.
+//!   that ran the task made it, and in a session's event text the home of the
+//!   machine it runs on shows as `~` (no other machine's: see `redact`).
 //!
 //! The web listener and `berth-server`'s listener also serve the chat webhooks
 //! `POST /hooks/slack` and `POST /hooks/lark` ([`crate::hooks`]) *outside* the guard:

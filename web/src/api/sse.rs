@@ -45,9 +45,8 @@ struct Feed {
     behind: bool,
     live: broadcast::Receiver<Arc<TranscriptEvent>>,
     surface: Surface,
+    /// The display context of the session's machine (see `super::redact`).
     display: Arc<Context>,
-    /// The remote machines, whose homes the display shows as `~`.
-    daemons: crate::daemon::Daemons,
     closing: tokio::sync::watch::Receiver<bool>,
     /// The server is shutting down and the last word (the `retry:` hint) was sent.
     ended: bool,
@@ -88,14 +87,13 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
     });
     match feed.surface {
         Surface::Control => {}
-        // A remote machine's home, wherever it lies, shows as `~` (see
-        // `wire::Register::home`); on the web listener, then the display rule on
-        // every string (see `super::redact`).
-        Surface::Web | Surface::Cloud => {
-            berth_core::display::replace_homes_json(&feed.daemons.homes(), &mut data);
-            if feed.surface == Surface::Web {
-                berth_core::display::redact_json(&feed.display, &mut data);
-            }
+        // On the web listener the display rule on every string, by the session's
+        // machine (see `super::redact`).
+        Surface::Web => berth_core::display::redact_json(&feed.display, &mut data),
+        // The session's machine's home, wherever it lies, shows as `~` (see
+        // `wire::Register::home`); no other machine's.
+        Surface::Cloud => {
+            berth_core::display::replace_homes_json(feed.display.home.as_slice(), &mut data);
         }
     }
     Event::default()
@@ -164,30 +162,26 @@ pub(crate) async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = ctx.app.store.session(id.as_str()).await?;
+    let display = super::redact::Displays::of(&ctx.app).of_row(&session);
     let header = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok());
     let after = header.or(q.after).unwrap_or(0).max(0);
-    Ok(Sse::new(feed(&ctx, session.id, after)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(Sse::new(feed_from(&ctx, &display, session.id, after, None))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
-/// The session's events after `after`, then live.
-pub(crate) fn feed(
-    ctx: &Ctx,
-    session: SessionId,
-    after: i64,
-) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
-    feed_from(ctx, session, after, None)
-}
-
-/// [`feed`], when the caller holds the event right after `after` (`first`, its `seq`
-/// is `after + 1`): the stream starts with it and reads the store only if a live event
-/// shows a gap (one stored between that event and this subscription, or by another
-/// process), never to fetch what it was handed. Without `first`, or with an event
-/// that is not the next one, it reads the backlog as [`feed`] does.
+/// The session's events after `after`, then live, shown by `display` (the context of
+/// the session's machine, see `super::redact`). When the caller holds the event right
+/// after `after` (`first`, its `seq` is `after + 1`), the stream starts with it and
+/// reads the store only if a live event shows a gap (one stored between that event
+/// and this subscription, or by another process), never to fetch what it was handed.
+/// Without `first`, or with an event that is not the next one, it reads the backlog
+/// first.
 pub(crate) fn feed_from(
     ctx: &Ctx,
+    display: &Arc<Context>,
     session: SessionId,
     after: i64,
     first: Option<TranscriptEvent>,
@@ -204,8 +198,7 @@ pub(crate) fn feed_from(
         behind,
         live,
         surface: ctx.surface,
-        display: ctx.app.display.clone(),
-        daemons: ctx.app.daemons.clone(),
+        display: display.clone(),
         closing: ctx.app.closing.clone(),
         ended: false,
         _client: ctx.app.metrics.sse_client(),

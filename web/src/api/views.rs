@@ -59,8 +59,8 @@ pub(crate) fn session_doc(surface: Surface, ctx: &Context, row: &SessionRow) -> 
 }
 
 /// Where a session's last run worked, as the surfaces without real paths show it: the
-/// display form the machine that ran it made (a daemon strips its own home), else this
-/// server's.
+/// display form the machine that ran it made (a daemon strips its own home), else by
+/// `ctx`, the context of the session's machine (see `super::redact`).
 fn shown_work_dir<'a>(
     ctx: &Context,
     display: Option<&'a str>,

@@ -4,7 +4,7 @@ mod registry;
 pub mod wire;
 
 pub use crate::secret::token_hash;
-pub use registry::{AuthError, Caller, Daemons, Finished, Gone, TaskCallError};
+pub use registry::{AuthError, Caller, Daemons, Finished, Gone, MachineHome, TaskCallError};
 
 use std::time::Duration;
 

@@ -131,6 +131,8 @@ pub struct SessionCols<'a> {
     pub binding: Option<BindingCols<'a>>,
     pub work_dir: Option<&'a str>,
     pub work_dir_display: Option<&'a str>,
+    /// The member who owns it (see [`SessionRow::owner`]): which machines run it.
+    pub owner: Option<&'a str>,
 }
 
 /// A listed session's binding, borrowed: everything but its (device, inode).
@@ -180,6 +182,7 @@ impl<'a> SessionCols<'a> {
             binding,
             work_dir: r.str_at(12)?,
             work_dir_display: r.str_at(13)?,
+            owner: r.str_at(14)?,
         })
     }
 
@@ -203,6 +206,7 @@ impl<'a> SessionCols<'a> {
             }),
             work_dir: row.work_dir.as_deref(),
             work_dir_display: row.work_dir_display.as_deref(),
+            owner: row.owner.as_deref(),
         }
     }
 
@@ -302,7 +306,7 @@ pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.pr
 /// something per session).
 pub(crate) const LIST_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
-    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display";
+    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 

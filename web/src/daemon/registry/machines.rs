@@ -14,13 +14,18 @@ use berth_core::binding::MachineId;
 use std::time::{Duration, Instant};
 
 impl Daemons {
-    /// The homes of the machines that registered with this process and said theirs:
-    /// what the display rule shows as `~` in text that came from them.
-    pub fn homes(&self) -> Vec<berth_core::LocalPath> {
+    /// Every machine registered with this process: whose it is and its user's home as
+    /// its daemon said it. What the display rule needs to show each machine's paths by
+    /// its own home (see `api::redact`).
+    pub fn homes(&self) -> Vec<MachineHome> {
         lock(&self.inner.state)
             .machines
-            .values()
-            .filter_map(|m| m.home.clone())
+            .iter()
+            .map(|(id, m)| MachineHome {
+                machine: id.clone(),
+                member: m.member.clone(),
+                home: m.home.clone(),
+            })
             .collect()
     }
 
@@ -273,6 +278,16 @@ impl Daemons {
         }
         Ok(())
     }
+}
+
+/// A machine as the display rule knows it ([`Daemons::homes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineHome {
+    pub machine: MachineId,
+    /// The member of its token (`None` on `berth serve`: see `store::owner_name`).
+    pub member: Option<String>,
+    /// Its user's home, if its daemon said it (see `wire::Register::home`).
+    pub home: Option<berth_core::LocalPath>,
 }
 
 /// The caller's machine as its current process (`instance`) may use it, marked seen:

@@ -24,6 +24,7 @@ mod remote;
 mod runs;
 mod tokens;
 
+pub use machines::MachineHome;
 pub use runs::{Finished, Gone, TaskCallError};
 pub use tokens::{AuthError, Caller};
 
