@@ -25,10 +25,29 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// The agent: for each target of `targets.json` (in its directory), the request, and
-/// a line `NAME: STATUS` (`closed` when no answer came).
+/// Where the tokens also lie, as a user leaves them: a shell history with the
+/// documented `BERTH_DAEMON_TOKEN=… berth daemon` line, and a snap Firefox profile's
+/// cookies (the web token). Hidden by the fence's table (`fence::HIDDEN`).
+const PLANTED: [(&str, &str); 2] = [
+    ("history", "~/.bash_history"),
+    (
+        "snap_profile",
+        "~/snap/firefox/common/.mozilla/firefox/p.default/cookies.sqlite",
+    ),
+];
+
+/// The agent: first whether it can read each [`PLANTED`] file (a line `NAME: read` or
+/// `NAME: refused`), then for each target of `targets.json` (in its directory), the
+/// request, and a line `NAME: STATUS` (`closed` when no answer came).
 const PROBE: &str = r#"
-import json, socket, ssl, sys
+import json, os, socket, ssl, sys
+for name, path in PLANTED:
+    try:
+        open(os.path.expanduser(path)).read()
+        print("%s: read" % name, flush=True)
+    except Exception as e:
+        print("%s: %r" % (name, e), file=sys.stderr)
+        print("%s: refused" % name, flush=True)
 for t in json.load(open("targets.json")):
     try:
         if "unix" in t:
@@ -221,15 +240,52 @@ fn a_fenced_agent_holding_the_real_tokens_gets_nowhere_on_any_listener() {
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect("a python3 for the raw requests");
-    add_command_agent(&b, "thief", &format!("exec {python} -c '{PROBE}'"));
+    for (i, (_, path)) in PLANTED.iter().enumerate() {
+        let file = b.user_home.join(path.trim_start_matches("~/"));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let line = if i == 0 {
+            format!(
+                "BERTH_DAEMON_TOKEN={} berth daemon --server https://127.0.0.1:{}\n",
+                cloud_tls.token, cloud_tls.port
+            )
+        } else {
+            format!(
+                "127.0.0.1\tFALSE\t/\tFALSE\t0\tberth_token\t{}\n",
+                web(&b).1
+            )
+        };
+        std::fs::write(&file, line).unwrap();
+    }
+    let probe = PROBE.replacen(
+        "PLANTED",
+        &format!(
+            "[{}]",
+            PLANTED
+                .iter()
+                .map(|(name, path)| format!("(\"{name}\", \"{path}\")"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        1,
+    );
+    add_command_agent(&b, "thief", &format!("exec {python} -c '{probe}'"));
     let session = new_session(&b, "thief", Some(&app));
     let (_, events, task) = send_json(&b, &session, "go");
     assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
-    let closed: BTreeMap<String, String> =
-        ["web", "web_tls", "cloud", "cloud_tls", "control_socket"]
-            .into_iter()
-            .map(|n| (n.to_owned(), "closed".to_owned()))
-            .collect();
+    let listeners = ["web", "web_tls", "cloud", "cloud_tls", "control_socket"];
+    // What the agent should see: each planted file, each listener.
+    let seen = |file: &str, listener: &str| -> BTreeMap<String, String> {
+        PLANTED
+            .iter()
+            .map(|(n, _)| ((*n).to_owned(), file.to_owned()))
+            .chain(
+                listeners
+                    .iter()
+                    .map(|n| ((*n).to_owned(), listener.to_owned())),
+            )
+            .collect()
+    };
+    let closed = seen("refused", "closed");
     assert_eq!(statuses(&events), closed, "{events:?}");
     // Each server closed it for what it is: a fenced peer.
     for (name, log) in [
@@ -252,9 +308,5 @@ fn a_fenced_agent_holding_the_real_tokens_gets_nowhere_on_any_listener() {
     std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
     let (_, events, task) = send_json(&b, &session, "again");
     assert_eq!(task["status"], "succeeded", "{task}\n{events:?}");
-    let open: BTreeMap<String, String> = closed
-        .keys()
-        .map(|n| (n.clone(), "200".to_owned()))
-        .collect();
-    assert_eq!(statuses(&events), open, "{events:?}");
+    assert_eq!(statuses(&events), seen("read", "200"), "{events:?}");
 }
