@@ -535,3 +535,45 @@ fn sigterm_stops_agents_restores_and_marks_interrupted() {
     let tasks = b.json(&["task", "list", "--session", &id, "--json"]);
     assert_eq!(tasks[0]["status"], "interrupted", "{tasks}");
 }
+
+/// A `~` the shell left alone (quoted, or after `--dir=`) is the home, in every
+/// command that takes a directory, as in `berth check`: never `~/~/code/app`.
+#[test]
+fn a_tilde_the_shell_left_alone_is_the_home_everywhere() {
+    let mut b = Berth::new("tilde");
+    let app = b.user_home.join("code/app");
+    let other = b.user_home.join("code/other");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "cat",
+        "--kind",
+        "command",
+        "--command",
+        "cat",
+    ]);
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap().display().to_string();
+    for args in [
+        &["--dir", "~/code/app"][..],
+        &["--dir=~/code/app"][..],
+        &["--dir", "~//code/app"][..],
+    ] {
+        let mut cmd = vec!["session", "new", "--agent", "cat", "--json"];
+        cmd.extend_from_slice(args);
+        let s = b.json(&cmd);
+        assert_eq!(s["binding"]["dir"], real(&app), "{args:?}: {s}");
+        // And linking elsewhere the same way.
+        let id = s["id"].as_str().unwrap();
+        let linked = b.json(&["session", "link", id, "~/code/other", "--json"]);
+        assert_eq!(linked["binding"]["dir"], real(&other), "{linked}");
+    }
+    // Another user's `~name` is refused by name with a hint, not read as a relative
+    // directory called `~nobody` here.
+    let out = b.run(&["session", "new", "--agent", "cat", "--dir", "~nobody/x"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("~nobody/x") && err.contains("hint: "), "{err}");
+}
