@@ -80,7 +80,7 @@ fn chat_links_from_where_you_stand_and_follows_a_relink_from_elsewhere() {
     let t = Tmux::berth(
         &b,
         &app,
-        &["chat", "--agent", "echo", "--title", "work"],
+        &["chat", "--agent", "echo", "--title", "work", "--no-dir"],
         80,
         24,
     );
@@ -417,4 +417,65 @@ fn chat_through_a_daemon_and_a_machine_going_offline() {
     t.wait(20, "the wait for the machine", |s| {
         header(s)[2].contains("waits for machine laptop-a")
     });
+}
+
+/// A newcomer's first chat: started in their project, a new session is bound there
+/// (the agent edits the checkout, as `claude` and `codex` would); started in the home,
+/// which the rules refuse, it stays unbound and says why; `--no-dir` keeps it unbound.
+#[test]
+fn a_new_chat_binds_the_directory_it_was_started_in() {
+    let mut b = Berth::new("chat-here");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    b.serve();
+    add_agent(&b, "echo");
+    let real = std::fs::canonicalize(&app).unwrap();
+
+    let out = piped(&b, &app, &["chat", "--agent", "echo"], "hello\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("binding the current directory ~/code/app"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("directory ~/code/app"),
+        "the header: {stdout}"
+    );
+    let sessions = b.json(&["session", "list", "--json"]);
+    assert_eq!(sessions[0]["binding"]["dir"], s(&real), "{sessions}");
+    let tasks = b.json(&["task", "list", "--json"]);
+    assert_eq!(
+        tasks[0]["work_dir"],
+        s(&real),
+        "the agent ran there: {tasks}"
+    );
+
+    // In the home: refused by the rules, so unbound, saying so.
+    let out = piped(&b, &b.user_home, &["chat", "--agent", "echo"], "hi\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stderr.contains("not bound: "), "{stderr}");
+    assert!(stderr.contains("scratch directory"), "{stderr}");
+    // --no-dir, in the project: unbound.
+    let out = piped(&b, &app, &["chat", "--agent", "echo", "--no-dir"], "hi\n");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let sessions = b.json(&["session", "list", "--json"]);
+    let sessions = sessions.as_array().unwrap();
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    assert!(sessions[1]["binding"].is_null(), "{:?}", sessions[1]);
+    assert!(sessions[2]["binding"].is_null(), "{:?}", sessions[2]);
+    // --mode asks for the binding: in the home it is the command's error.
+    let out = piped(
+        &b,
+        &b.user_home,
+        &["chat", "--agent", "echo", "--mode", "in-place"],
+        "hi\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("hint: "),
+        "{out:?}"
+    );
 }

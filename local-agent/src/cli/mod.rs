@@ -139,11 +139,16 @@ pub struct ChatArgs {
     /// For a new session: its title.
     #[arg(long, conflicts_with = "session")]
     pub title: Option<String>,
-    /// For a new session: bind it to this directory (or `/link` later).
+    /// For a new session: bind it to this directory (default: the current directory,
+    /// when Berth's rules accept it; `/link` later).
     #[arg(long, value_name = "PATH", conflicts_with = "session")]
     pub dir: Option<PathBuf>,
-    /// For a new session with --dir: in-place (the default) or worktree.
-    #[arg(long, value_enum, requires = "dir")]
+    /// For a new session: keep it unbound (its agent works in a scratch directory),
+    /// even where the current directory could be bound.
+    #[arg(long, conflicts_with_all = ["session", "dir", "mode"])]
+    pub no_dir: bool,
+    /// For a new session's directory: in-place (the default) or worktree.
+    #[arg(long, value_enum, conflicts_with = "session")]
     pub mode: Option<Mode>,
     /// The plain line mode even on a terminal: a message or /command per line.
     #[arg(long)]

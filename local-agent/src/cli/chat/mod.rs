@@ -43,6 +43,52 @@ pub fn run(home: Option<PathBuf>, args: ChatArgs) -> Result<u8, CliError> {
     })
 }
 
+/// Whether a new chat session binds the current directory: `Some` when Berth's rules
+/// accept it (`berth check`'s validation, the read/write probe included), with the
+/// line that says so; else `None` and why it stays unbound. With `--mode` the binding
+/// was asked for, so a refusal is the command's error.
+fn where_you_are(
+    config: &ExecutorConfig,
+    cwd: &std::path::Path,
+    asked: bool,
+) -> Result<(Option<PathBuf>, String), CliError> {
+    let input = cwd.to_str().ok_or_else(|| {
+        CliError::usage(
+            format!("{} is not valid UTF-8", cwd.display()),
+            "Berth handles UTF-8 paths only; pass --dir PATH or --no-dir",
+        )
+    })?;
+    let report = berth_local_agent::check_with(config, input, cwd);
+    let shown = report
+        .display
+        .clone()
+        .unwrap_or_else(|| String::from("here"));
+    if report.ok {
+        let note =
+            format!("binding the current directory {shown} (--no-dir keeps a new session unbound)");
+        return Ok((Some(cwd.to_owned()), note));
+    }
+    let why = match &report.code {
+        Some(code) => format!("{} ({code})", report.message),
+        None => report.message.clone(),
+    };
+    if asked {
+        return Err(CliError {
+            message: why,
+            hint: report
+                .hint
+                .clone()
+                .unwrap_or_else(|| String::from("cd into your project, or pass --dir PATH")),
+            code: report.code.as_ref().map(ToString::to_string),
+            exit: 1,
+        });
+    }
+    Ok((
+        None,
+        format!("not bound: {why}; the agent works in a scratch directory (/link PATH binds one)"),
+    ))
+}
+
 /// The session being chatted in, and what acts on it.
 #[derive(Debug)]
 pub struct Chat {
@@ -79,11 +125,22 @@ impl Chat {
                     .await?
             }
             None => {
+                // Like `claude` and `codex`, a new chat works where it was started:
+                // the current directory, when the rules accept it.
+                let dir = match (&args.dir, args.no_dir) {
+                    (Some(dir), _) => Some(dir.clone()),
+                    (None, true) => None,
+                    (None, false) => {
+                        let (dir, note) = where_you_are(&config, &cwd, args.mode.is_some())?;
+                        said.push((Style::Info, note));
+                        dir
+                    }
+                };
                 let (s, agent_from) = create_session(
                     &client,
                     args.agent.clone(),
                     args.title.clone(),
-                    args.dir.as_deref(),
+                    dir.as_deref(),
                     args.mode,
                     None,
                 )
