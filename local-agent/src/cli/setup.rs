@@ -70,6 +70,18 @@ fn expand_tilde(path: &Path, home: Option<&Path>) -> Result<PathBuf, CliError> {
     })
 }
 
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot start the async runtime: {e}"),
+                "check the system's limits (ulimit -n)",
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::expand_tilde;
@@ -97,16 +109,4 @@ mod tests {
         assert!(err.message.contains("HOME"), "{}", err.message);
         assert!(expand_tilde(Path::new("~/x"), Some(Path::new("rel"))).is_err());
     }
-}
-
-pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                format!("cannot start the async runtime: {e}"),
-                "check the system's limits (ulimit -n)",
-            )
-        })
 }
