@@ -10,7 +10,7 @@ use berth_tests::tmux::Tmux;
 use berth_tests::{Berth, FAKE_USER, eventually};
 use serde_json::Value;
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 /// An agent that answers `got: <first line>`; a message starting with `slow` makes it
 /// record its pid in `$PIDFILE_DIR/pid` and sleep a minute.
@@ -478,4 +478,188 @@ fn a_new_chat_binds_the_directory_it_was_started_in() {
         String::from_utf8_lossy(&out.stderr).contains("hint: "),
         "{out:?}"
     );
+}
+
+/// Ctrl-C on `berth send` cancels its task and says so (the agent stops, the task ends
+/// `cancelled`, exit 130) instead of leaving the agent running; `--detach` prints how
+/// to follow and cancel; `task cancel` waits for the end and says it once.
+#[test]
+fn ctrl_c_on_send_cancels_its_task_and_detach_says_how_to_follow() {
+    let mut b = Berth::new("send-cancel");
+    berth_tests::steps::side_channel(&b);
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    b.serve();
+    add_agent(&b, "echo");
+    let id = b.json(&["session", "new", "--agent", "echo", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pid_file = b.root.path().join("side/pid");
+
+    let child = b
+        .cmd()
+        .args(["send", &id, "slow one"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent: i32 = eventually(20, || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    })
+    .expect("the agent started");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(stderr.contains("berth: cancelling task "), "{stderr}");
+    assert!(stderr.contains(" cancelled"), "{stdout}\n{stderr}");
+    let tasks = b.json(&["task", "list", "--json"]);
+    assert_eq!(tasks[0]["status"], "cancelled", "{tasks}");
+    // Gone (a zombie on its way to being reaped counts as gone).
+    let gone = eventually(20, || {
+        let stat = std::fs::read_to_string(format!("/proc/{agent}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        matches!(state, None | Some('Z')).then_some(())
+    });
+    assert!(gone.is_some(), "the agent {agent} still runs");
+
+    // --detach: the id, and the commands to follow and cancel it.
+    std::fs::remove_file(&pid_file).unwrap();
+    let out = b.ok(&["send", &id, "slow two", "--detach"]);
+    let task_id = out
+        .split_whitespace()
+        .nth(1)
+        .expect("task ID queued …")
+        .to_owned();
+    assert!(
+        out.contains(&format!("berth task cancel {task_id}")),
+        "{out}"
+    );
+    assert!(out.contains("berth session log "), "{out}");
+    eventually(20, || pid_file.exists().then_some(())).expect("the agent started");
+    // `task cancel` waits for the end: one line, the final status.
+    let out = b.ok(&["task", "cancel", &task_id]);
+    assert_eq!(out, format!("task {task_id} is cancelled\n"));
+}
+
+/// `berth session log` prints the transcript as the chat shows it and ends; `--json`
+/// prints the session, then one event a line; `--follow` prints what comes next.
+#[test]
+fn session_log_prints_the_transcript_and_follows_it() {
+    let mut b = Berth::new("session-log");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    b.serve();
+    add_agent(&b, "echo");
+    let id = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "echo",
+        "--dir",
+        s(&app),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    b.ok(&["send", &id, "first question"]);
+    b.ok(&["send", &id, "second question"]);
+
+    let out = b.ok(&["session", "log", &id[..8]]);
+    assert!(out.contains("directory ~/code/app"), "the header: {out}");
+    let first = out.find("you › first question").expect(&out);
+    let answer = out.find("got: first question").expect(&out);
+    let second = out.find("you › second question").expect(&out);
+    assert!(first < answer && answer < second, "in order: {out}");
+    assert!(out.contains("got: second question"), "{out}");
+    assert_eq!(
+        out.matches(" succeeded").count(),
+        2,
+        "each task's end: {out}"
+    );
+    assert!(!out.contains(FAKE_USER), "{out}");
+
+    let out = b.ok(&["session", "log", &id, "--json"]);
+    let docs: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(docs[0]["session"]["id"], id.as_str());
+    let kinds: Vec<&str> = docs[1..]
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "message").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "task").count(),
+        2,
+        "{kinds:?}"
+    );
+    let seqs: Vec<i64> = docs[1..]
+        .iter()
+        .map(|d| d["seq"].as_i64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    // --follow: the stored transcript, then a message sent meanwhile.
+    let mut follower = b
+        .cmd()
+        .args(["session", "log", &id, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(&mut stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("no line with {needle:?}: {e}"),
+            }
+        }
+    };
+    wait_for("got: second question");
+    b.ok(&["send", &id, "third question"]);
+    wait_for("you › third question");
+    wait_for("got: third question");
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "--follow ended by itself"
+    );
+    follower.kill().unwrap();
+    let _ = follower.wait();
 }

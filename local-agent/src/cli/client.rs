@@ -145,7 +145,7 @@ impl Client {
     }
 
     /// A request answered by an event stream (200), or the server's error.
-    async fn stream(
+    pub(super) async fn stream(
         &self,
         method: Method,
         path: &str,

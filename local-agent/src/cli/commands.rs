@@ -150,14 +150,20 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             let reply = c
                 .post(&format!("/api/v1/tasks/{}/cancel", encode(&id)), &json!({}))
                 .await?;
+            let task = until_final(c, reply["task"].clone(), json).await?;
             if json {
-                print_json(&reply["task"]);
+                print_json(&task);
             } else {
-                println!(
-                    "task {} is {}",
-                    short(&reply["task"]["id"]),
-                    reply["task"]["status"].as_str().unwrap_or("?")
-                );
+                let status = task["status"].as_str().unwrap_or("?");
+                if is_final(&task) {
+                    println!("task {} is {status}", short(&task["id"]));
+                } else {
+                    println!(
+                        "task {} is still {status}: the cancel stands, and its agent is \
+                         stopped after the grace period",
+                        short(&task["id"])
+                    );
+                }
             }
             Ok(0)
         }
@@ -239,6 +245,10 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             Ok(0)
         }
         SessionCmd::List { json } => lean(c, Request::SessionList { json }),
+        SessionCmd::Log { .. } => Err(CliError::usage(
+            "session log is run by the chat's code",
+            "run it as `berth session log ID`",
+        )),
         SessionCmd::Show { id, json } => {
             let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
             add_project_layer(c, &mut s);
@@ -527,3 +537,31 @@ pub(super) async fn agent_policy(c: &Client, session: &Value) -> Option<String> 
 }
 
 pub use super::render::short;
+
+/// Whether a task document's status is final.
+fn is_final(task: &Value) -> bool {
+    serde_json::from_value::<berth_core::api::TaskStatus>(task["status"].clone())
+        .is_ok_and(berth_core::api::TaskStatus::is_final)
+}
+
+/// A cancelled task, once it has ended: the cancel only asks (an agent gets its grace
+/// period), so `task cancel` waits up to [`CANCEL_WAIT`] for the end instead of printing
+/// "is running" and leaving the user to ask again. Says once that it waits.
+async fn until_final(c: &Client, mut task: Value, json: bool) -> Result<Value, CliError> {
+    let deadline = std::time::Instant::now() + CANCEL_WAIT;
+    let id = task["id"].as_str().unwrap_or_default().to_owned();
+    let mut said = false;
+    while !is_final(&task) && std::time::Instant::now() < deadline {
+        if !said && !json {
+            eprintln!("cancelling task {}…", short(&task["id"]));
+            said = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        task = c.get(&format!("/api/v1/tasks/{}", encode(&id))).await?;
+    }
+    Ok(task)
+}
+
+/// How long `task cancel` waits for the task to end: the agents' grace period is
+/// shorter, so only a machine that does not answer is left waiting this long.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -424,6 +424,18 @@ pub enum SessionCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a session's transcript, as `berth chat` shows it.
+    Log {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// Keep printing new events as they come (until Ctrl-C).
+        #[arg(long, short)]
+        follow: bool,
+        /// One JSON document a line: the session, then each event as the stream
+        /// carries it.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bind a session to a directory (default: the current directory).
     Link {
         /// The session: its id or a unique prefix of it.
@@ -533,6 +545,9 @@ pub fn run(cli: Cli) -> u8 {
         Command::Trust(args) => trust::run(cli.home, args),
         Command::Settings(cmd) => settings::run(cli.home, cmd),
         Command::Chat(args) => chat::run(cli.home, args),
+        Command::Session(SessionCmd::Log { id, follow, json }) => {
+            chat::log::main(cli.home, &id, follow, json)
+        }
         Command::Service(cmd) => service::run(cli.home, cmd),
         Command::Ui { json } => ui::run(cli.home, json),
         Command::Completions { shell } => {
@@ -598,6 +613,7 @@ impl Command {
                 SessionCmd::New { json, .. }
                 | SessionCmd::List { json }
                 | SessionCmd::Show { json, .. }
+                | SessionCmd::Log { json, .. }
                 | SessionCmd::Link { json, .. }
                 | SessionCmd::Unlink { json, .. },
             )

@@ -270,14 +270,22 @@ fn send(c: &mut Socket, id: &str, text: String, detach: bool, json: bool) -> Res
         if json {
             println!("{}", json!({"task": task}));
         } else {
-            println!(
-                "task {} queued in session {}",
+            let (t, s) = (
                 render::short(&task["id"]),
-                render::short(&task["session_id"])
+                render::short(&task["session_id"]),
             );
+            println!("task {t} queued in session {s}");
+            println!("  follow it: berth session log {s} --follow");
+            println!("  cancel it: berth task cancel {t}");
         }
         return Ok(0);
     }
+    // Ctrl-C from here on cancels the task instead of leaving it running.
+    let home = c.home.clone();
+    let interrupt = super::interrupt::Interrupt::install(Box::new(move |task| {
+        let path = format!("/api/v1/tasks/{}/cancel", encode(task));
+        Socket::new(&home).post(&path, &json!({})).map(drop)
+    }));
     let path = format!("/api/v1/sessions/{}/messages?stream=true", encode(id));
     let mut stream = c.stream("POST", &path, Some(&body))?;
     let reply: Value = match stream.next_event()? {
@@ -295,6 +303,9 @@ fn send(c: &mut Socket, id: &str, text: String, detach: bool, json: bool) -> Res
         }
     };
     let task_id = reply["task"]["id"].as_str().unwrap_or_default().to_owned();
+    if let Some(i) = &interrupt {
+        i.task(&task_id);
+    }
     let mut view = render::Stream::new(json);
     let final_task = loop {
         let Some(ev) = stream.next_event()? else {
@@ -315,6 +326,8 @@ fn send(c: &mut Socket, id: &str, text: String, detach: bool, json: bool) -> Res
     view.finish(&final_task);
     Ok(if final_task["status"] == "succeeded" {
         0
+    } else if interrupt.as_ref().is_some_and(|i| i.pressed()) {
+        130
     } else {
         1
     })

@@ -7,6 +7,7 @@
 //! the same whichever of them ran it.
 
 pub mod error;
+pub mod interrupt;
 pub mod lean;
 pub mod render;
 pub mod wire;

@@ -298,7 +298,7 @@ pub(crate) async fn post_message(
     // `sse::feed_from`).
     let events = q
         .stream
-        .then(|| super::sse::feed_from(&ctx, &shown, task.session_id.clone(), seq - 1, message));
+        .then(|| super::sse::stream_from(&ctx, &shown, task.session_id.clone(), seq - 1, message));
     ctx.app.scheduler.notify(&task.session_id);
     let reply = TaskReply {
         task: task_doc(ctx.surface, &shown, &task),

@@ -34,6 +34,9 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct EventsQuery {
     after: Option<i64>,
+    /// `false`: the stream ends after the events stored when it was asked for (what
+    /// `berth session log` prints); by default it goes on with live ones.
+    follow: Option<bool>,
 }
 
 struct Feed {
@@ -50,6 +53,8 @@ struct Feed {
     closing: tokio::sync::watch::Receiver<bool>,
     /// The server is shutting down and the last word (the `retry:` hint) was sent.
     ended: bool,
+    /// Whether live events follow the stored ones (`?follow=false` ends after those).
+    follow: bool,
     /// Counts the stream in `berth_sse_clients` while it lives.
     _client: crate::metrics::SseClient,
 }
@@ -133,6 +138,9 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
             }
             continue;
         }
+        if !feed.follow {
+            return None;
+        }
         let received = tokio::select! {
             r = feed.live.recv() => Some(r),
             _ = feed.closing.wait_for(|c| *c) => None,
@@ -168,7 +176,9 @@ pub(crate) async fn events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok());
     let after = header.or(q.after).unwrap_or(0).max(0);
-    Ok(Sse::new(feed_from(&ctx, &display, session.id, after, None))
+    let mut feed = feed_from(&ctx, &display, session.id, after, None);
+    feed.follow = q.follow.unwrap_or(true);
+    Ok(Sse::new(futures_util::stream::unfold(feed, next))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
@@ -179,18 +189,29 @@ pub(crate) async fn events(
 /// and this subscription, or by another process), never to fetch what it was handed.
 /// Without `first`, or with an event that is not the next one, it reads the backlog
 /// first.
-pub(crate) fn feed_from(
+pub(crate) fn stream_from(
     ctx: &Ctx,
     display: &Arc<Context>,
     session: SessionId,
     after: i64,
     first: Option<TranscriptEvent>,
 ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
+    futures_util::stream::unfold(feed_from(ctx, display, session, after, first), next)
+}
+
+/// The feed behind [`stream_from`], following live events.
+fn feed_from(
+    ctx: &Ctx,
+    display: &Arc<Context>,
+    session: SessionId,
+    after: i64,
+    first: Option<TranscriptEvent>,
+) -> Feed {
     // Subscribe first: whatever is stored after this point is also delivered live.
     let live = ctx.app.store.hub().subscribe(&session);
     let first = first.filter(|ev| ev.seq == after + 1 && ev.session_id == session);
     let behind = first.is_none();
-    let feed = Feed {
+    Feed {
         store: ctx.app.store.clone(),
         session,
         last: after,
@@ -201,7 +222,7 @@ pub(crate) fn feed_from(
         display: display.clone(),
         closing: ctx.app.closing.clone(),
         ended: false,
+        follow: true,
         _client: ctx.app.metrics.sse_client(),
-    };
-    futures_util::stream::unfold(feed, next)
+    }
 }

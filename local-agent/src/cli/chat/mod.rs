@@ -9,6 +9,7 @@
 
 mod editor;
 mod line;
+pub mod log;
 mod slash;
 mod tty;
 mod view;
