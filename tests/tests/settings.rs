@@ -153,6 +153,61 @@ fn settings_check_reports_line_and_column_and_fails_on_errors() {
     assert_eq!(places, [(2, 17), (3, 18)]);
 }
 
+/// A newcomer with no settings file: `settings check` says so and exits 0, `settings
+/// show` lists the defaults Berth falls back to (a key set in a file leaves the list);
+/// the help names what a command group holds.
+#[test]
+fn no_settings_is_fine_and_the_defaults_are_listed() {
+    let b = Berth::new("settings-none");
+    let _ = std::fs::remove_file(b.config.join("settings.jsonc"));
+    let out = b.run(&["settings", "check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text.starts_with("ok: no user settings ("), "{text}");
+    assert!(text.contains("Berth uses its defaults"), "{text}");
+    let doc = b.json(&["settings", "check", "--json"]);
+    assert_eq!(
+        (doc["ok"].clone(), doc["exists"].clone()),
+        (true.into(), false.into())
+    );
+    // A file named on the command line that is missing is still an error.
+    let out = b.run(&["settings", "check", "/nonexistent/settings.jsonc"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+
+    let text = b.ok(&["settings", "show"]);
+    assert!(text.contains("defaults (set in no file):"), "{text}");
+    assert!(text.contains("  fence.mode     auto"), "{text}");
+    assert!(text.contains("  permissions    the agent's own"), "{text}");
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        "{ \"permissions\": \"read-only\" }",
+    )
+    .unwrap();
+    let doc = b.json(&["settings", "show", "--json"]);
+    let keys: Vec<&str> = doc["defaults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["key"].as_str().unwrap())
+        .collect();
+    assert!(
+        keys.contains(&"fence.mode") && !keys.contains(&"permissions"),
+        "{keys:?}"
+    );
+
+    let help = b.ok(&["task", "--help"]);
+    assert!(help.contains("diff") && help.contains("undo"), "{help}");
+    let help = b.ok(&["send", "--help"]);
+    let json_line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--json"))
+        .unwrap_or_default();
+    assert!(
+        json_line.ends_with("One JSON event per line; the last is `{\"task\": {...}}`"),
+        "one sentence for --json: {help}"
+    );
+}
+
 /// What bash offers after `words` (the last one being completed).
 fn bash_complete(b: &Berth, words: &[&str]) -> Vec<String> {
     let script = b.ok(&["completions", "bash"]);

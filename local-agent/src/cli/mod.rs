@@ -56,15 +56,15 @@ pub enum Command {
         id: String,
         /// The message for the agent.
         message: String,
-        /// Return as soon as the task is accepted.
+        /// Return as soon as the task is accepted, printing its id (and how to follow
+        /// or cancel it).
         #[arg(long)]
         detach: bool,
         /// One JSON event per line; the last is `{"task": {...}}`.
-        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// List and cancel tasks.
+    /// Tasks: list them, cancel one, see what one changed (diff) and put it back (undo).
     #[command(subcommand)]
     Task(TaskCmd),
     /// Projects and their directories.

@@ -126,13 +126,49 @@ fn show(cfg: &ExecutorConfig, session: Option<&str>, json: bool) -> Result<u8, C
     let (bound, what) = bound_dir(cfg, session)?;
     let explained = explained(cfg, bound.as_ref())?;
     if json {
-        print_json(&json!({"for": what, "settings": explained}));
+        let defaults: Vec<Value> = defaults(&explained)
+            .map(|(key, value)| json!({"key": key, "value": value}))
+            .collect();
+        print_json(&json!({"for": what, "settings": explained, "defaults": defaults}));
     } else {
         for line in explained_lines(&what, &explained) {
             println!("{line}");
         }
     }
     Ok(0)
+}
+
+/// What Berth falls back to for a key no settings file sets, as people read it.
+const DEFAULTS: [(&str, &str); 7] = [
+    (
+        "agent",
+        "the only agent registered, else the server's default",
+    ),
+    (
+        "permissions",
+        "the agent's own, as registered (berth agent list)",
+    ),
+    (
+        "fence.mode",
+        "auto: fenced where the kernel can, said where not",
+    ),
+    ("fence.network", "on"),
+    (
+        "fence.read",
+        "everywhere but credentials, histories and profiles",
+    ),
+    (
+        "snapshots",
+        "files up to 10 MiB, 200 tasks a directory, 30 days",
+    ),
+    ("ca_file", "the system's roots ($BERTH_CA_FILE)"),
+];
+
+/// The [`DEFAULTS`] in force: those of keys no file set.
+fn defaults(e: &Explained) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+    DEFAULTS
+        .into_iter()
+        .filter(|(key, _)| !e.values.iter().any(|v| v.key == *key))
 }
 
 fn explained_lines(what: &str, e: &Explained) -> Vec<String> {
@@ -176,6 +212,14 @@ fn explained_lines(what: &str, e: &Explained) -> Vec<String> {
     if let Some(report) = &e.project_layer {
         out.extend(project_layer_lines(report, false));
     }
+    let defaults: Vec<_> = defaults(e).collect();
+    if !defaults.is_empty() {
+        out.push(String::from("defaults (set in no file):"));
+        let width = defaults.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (key, value) in defaults {
+            out.push(format!("  {key:<width$}  {value}"));
+        }
+    }
     for w in &e.warnings {
         out.push(format!("warning: {}", inert(w)));
     }
@@ -202,6 +246,21 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
     let local = LocalPath::parse(Platform::native(), text_path)
         .map_err(|r| CliError::usage(r.message.clone(), r.hint.clone()))?;
     let shown = display(&ctx, &local);
+    // No user settings is not a problem: Berth runs on its defaults.
+    if file.is_none() && !path.exists() && std::fs::symlink_metadata(&path).is_err() {
+        if json {
+            print_json(&json!({
+                "file": shown, "ok": true, "exists": false, "diagnostics": [],
+            }));
+        } else {
+            println!(
+                "ok: no user settings ({} does not exist): Berth uses its defaults; \
+                 berth settings show lists them",
+                escape(&shown)
+            );
+        }
+        return Ok(0);
+    }
     // Bounded like every settings read: `settings check /dev/zero` answers at once.
     let text = input::read(&path, &shown, Limit::Whole(MAX_SETTINGS))
         .and_then(|read| read.into_text(&shown))
