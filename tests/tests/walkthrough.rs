@@ -577,3 +577,88 @@ fn a_tilde_the_shell_left_alone_is_the_home_everywhere() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("~nobody/x") && err.contains("hint: "), "{err}");
 }
+
+/// Every failure a newcomer meets has a hint that names the next command: a worktree
+/// asked for on a directory in no repository is refused when the session is made
+/// (nothing is created), a directory replaced since it was linked says how to link it
+/// again, and an agent whose program is missing says how to install or repoint it.
+#[test]
+fn every_failure_names_the_next_command() {
+    let mut b = Berth::new("hints");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    b.serve();
+    b.ok(&[
+        "agent",
+        "add",
+        "cat",
+        "--kind",
+        "command",
+        "--command",
+        "cat",
+    ]);
+
+    let out = b.run(&[
+        "session",
+        "new",
+        "--agent",
+        "cat",
+        "--dir",
+        "~/code/app",
+        "--mode",
+        "worktree",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not inside a git repository"), "{err}");
+    assert!(
+        err.contains("hint: link it in place (--mode in-place)"),
+        "{err}"
+    );
+    let sessions = b.json(&["session", "list", "--json"]);
+    assert_eq!(sessions, serde_json::json!([]), "nothing was created");
+
+    // A directory replaced after it was linked.
+    let id = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "cat",
+        "--dir",
+        "~/code/app",
+        "--json",
+    ]);
+    let id = id["id"].as_str().unwrap().to_owned();
+    std::fs::rename(&app, b.user_home.join("code/app-old")).unwrap();
+    std::fs::create_dir_all(&app).unwrap();
+    let out = b.run(&["send", &id, "hello"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "then link it again: berth session link {} DIR",
+            &id[..8]
+        )),
+        "{err}"
+    );
+
+    // An agent whose program is not there.
+    b.ok(&[
+        "agent",
+        "add",
+        "gone",
+        "--kind",
+        "command",
+        "--command",
+        "/nonexistent/agent",
+    ]);
+    let s = b.json(&["session", "new", "--agent", "gone", "--json"]);
+    let out = b.run(&["send", s["id"].as_str().unwrap(), "hello"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("[agent_not_found]"), "{err}");
+    assert!(
+        err.contains("berth agent edit NAME --command PATH"),
+        "{err}"
+    );
+}

@@ -302,6 +302,7 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             json,
         } => {
             let dir = absolute(&path.unwrap_or_else(|| PathBuf::from(".")))?;
+            worktree_needs_a_repository(&dir, mode)?;
             let body = json!({"dir": dir, "mode": mode.map(Mode::as_str)});
             let mut s = c
                 .call(
@@ -340,6 +341,9 @@ pub(super) async fn create_session(
         ));
     }
     let dir = dir.map(absolute).transpose()?;
+    if let Some(dir) = &dir {
+        worktree_needs_a_repository(dir, mode)?;
+    }
     // No --agent: the settings' `agent` (the directory's project layer may pick
     // one of the registered agents), else the server's default.
     let (agent, agent_from) = match agent {
@@ -565,3 +569,25 @@ async fn until_final(c: &Client, mut task: Value, json: bool) -> Result<Value, C
 /// How long `task cancel` waits for the task to end: the agents' grace period is
 /// shorter, so only a machine that does not answer is left waiting this long.
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `--mode worktree` on a directory that is in no git repository is refused when the
+/// session is made or linked, not at its first message: a worktree needs a repository.
+/// Judged here, on the machine that holds the directory (the CLI's), by looking for a
+/// `.git` in it or above it, as git does.
+fn worktree_needs_a_repository(dir: &str, mode: Option<Mode>) -> Result<(), CliError> {
+    if !matches!(mode, Some(Mode::Worktree)) {
+        return Ok(());
+    }
+    let path = Path::new(dir);
+    if path.ancestors().any(|a| a.join(".git").exists()) || !path.exists() {
+        // A missing directory is the server's to refuse, with its own code.
+        return Ok(());
+    }
+    Err(CliError {
+        code: Some(berth_core::ErrorCode::NotAGitRepo.as_str().to_owned()),
+        ..CliError::new(
+            format!("{dir} is not inside a git repository, so it cannot have a worktree"),
+            "link it in place (--mode in-place), or run `git init` there first",
+        )
+    })
+}

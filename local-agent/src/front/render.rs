@@ -505,6 +505,9 @@ impl Stream {
             self.note(&line);
         } else {
             eprintln!("{line}");
+            if let Some(hint) = task_hint(task) {
+                eprintln!("hint: {hint}");
+            }
         }
         for l in changes_lines(task) {
             eprintln!("{l}");
@@ -538,6 +541,23 @@ pub fn fence_line(p: &Value) -> (bool, String) {
         (true, format!("berth: fenced: {text}"))
     } else {
         (false, format!("berth: warning: unfenced: {text}"))
+    }
+}
+
+/// What to do about a task that failed with a code the user can act on, beyond its
+/// message: `path_changed` names the command that links the session again, and a
+/// missing agent program how to install or repoint it.
+pub fn task_hint(task: &Value) -> Option<String> {
+    match task["error_code"].as_str()? {
+        "path_changed" | "not_found" => Some(format!(
+            "check what happened to the directory, then link it again: berth session link {} DIR",
+            short(&task["session_id"])
+        )),
+        "agent_not_found" => Some(String::from(
+            "install the agent's program, or point the agent at it: berth agent edit NAME \
+             --command PATH (berth agent list shows each agent's command)",
+        )),
+        _ => None,
     }
 }
 

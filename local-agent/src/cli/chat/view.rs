@@ -404,6 +404,9 @@ impl View {
             Style::Alert
         };
         self.push(style, render::task_line(task));
+        if let Some(hint) = render::task_hint(task) {
+            self.push(Style::Info, format!("hint: {hint}"));
+        }
         for l in render::changes_lines(task) {
             self.push(Style::Info, l);
         }
