@@ -447,16 +447,29 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
         "{hint:?}"
     );
 
-    // A command agent's policy cannot be enforced, and the run says so.
+    // A command agent asks no permissions: fenced, the fence holds it and the run says
+    // nothing more; unfenced, nothing does, and the run says so.
     let script = sb.script("ok.sh", "#!/bin/sh\necho ok\n");
     let mut spec = agent(AgentKind::Command, &[&script]);
     spec.permissions = Some(Full);
     std::fs::remove_file(project.join("settings.jsonc")).unwrap();
-    let (_, events) = run(&exec, task("t4", "s4", spec, "x", in_place(&dir))).await;
+    let unenforced = "permissions full are not enforced for the command agent \"test\"";
+    let (_, events) = run(&exec, task("t4", "s4", spec.clone(), "x", in_place(&dir))).await;
     assert!(
-        diagnostics(&events).iter().any(|l| l.contains(
-            "permissions full are not enforced for the command agent \"test\""
-        )),
+        !diagnostics(&events).iter().any(|l| l.contains(unenforced)),
+        "fenced: {:?}",
+        diagnostics(&events)
+    );
+    std::fs::write(
+        config.join("settings.jsonc"),
+        r#"{ "permissions": "read-only", "fence": "off" }"#,
+    )
+    .unwrap();
+    let (_, events) = run(&exec, task("t5", "s5", spec, "x", in_place(&dir))).await;
+    assert!(
+        diagnostics(&events)
+            .iter()
+            .any(|l| l.contains(unenforced) && l.contains("this run is unfenced")),
         "{:?}",
         diagnostics(&events)
     );

@@ -443,6 +443,11 @@ fn a_new_chat_binds_the_directory_it_was_started_in() {
         stdout.contains("directory ~/code/app"),
         "the header: {stdout}"
     );
+    // What the agent may do, told as what holds: the fence, not "not restricted".
+    assert!(
+        stdout.contains("edits ~/code/app only (fenced; no permission prompts)"),
+        "the header: {stdout}"
+    );
     let sessions = b.json(&["session", "list", "--json"]);
     assert_eq!(sessions[0]["binding"]["dir"], s(&real), "{sessions}");
     let tasks = b.json(&["task", "list", "--json"]);

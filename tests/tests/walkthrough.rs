@@ -588,7 +588,7 @@ fn every_failure_names_the_next_command() {
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
     b.serve();
-    b.ok(&[
+    let added = b.ok(&[
         "agent",
         "add",
         "cat",
@@ -597,6 +597,12 @@ fn every_failure_names_the_next_command() {
         "--command",
         "cat",
     ]);
+    assert!(
+        added.contains("where the fence is on it edits its directory only"),
+        "{added}"
+    );
+    let list = b.ok(&["agent", "list"]);
+    assert!(list.contains("edit (by the fence)"), "{list}");
 
     let out = b.run(&[
         "session",

@@ -108,9 +108,10 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
                 } else {
                     " (the default; the user settings' \"permissions\" may change it)"
                 };
+                let fenced = fences(c).await;
                 let unenforced = serde_json::from_value(agent.clone())
                     .ok()
-                    .and_then(|spec| adapter.unenforced(&spec, shown));
+                    .and_then(|spec| adapter.unenforced(&spec, shown, fenced));
                 match unenforced {
                     Some(note) => eprintln!("warning: {note}"),
                     None => println!(
@@ -531,13 +532,40 @@ pub(super) async fn agent_policy(c: &Client, session: &Value) -> Option<String> 
     let agent = agents.as_array()?.iter().find(|a| a["name"] == name)?;
     Some(
         match (agent["kind"].as_str(), agent["permissions"].as_str()) {
-            (Some("command"), _) => {
-                "anything its command does (a command agent is not restricted)".to_owned()
-            }
+            (Some("command"), permissions) => command_policy(session, permissions, fences(c).await),
             (_, Some(p)) => p.to_owned(),
             (_, None) => format!("{} (default)", berth_core::Permissions::DEFAULT),
         },
     )
+}
+
+/// Whether the server's machine fences its agents now (`GET capabilities`' fence: on
+/// and available).
+async fn fences(c: &Client) -> bool {
+    let Ok(caps) = c.get("/api/v1/capabilities").await else {
+        return false;
+    };
+    caps["fence"]["available"] == true && caps["fence"]["mode"] != "off"
+}
+
+/// What a command agent may do, said as what holds: it has no permission prompts, so
+/// the fence is what keeps it (or nothing, unfenced). One story with the fence line.
+fn command_policy(session: &Value, permissions: Option<&str>, fenced: bool) -> String {
+    if !fenced {
+        return String::from(
+            "anything its command does (unfenced; a command agent asks no permissions)",
+        );
+    }
+    let b = &session["binding"];
+    let dir = b["display"].as_str().map_or_else(
+        || String::from("its scratch directory"),
+        |d| render::escape(d).into_owned(),
+    );
+    if permissions == Some("read-only") {
+        format!("reads; writes nothing in {dir} (fenced; no permission prompts)")
+    } else {
+        format!("edits {dir} only (fenced; no permission prompts)")
+    }
 }
 
 pub use super::render::short;

@@ -268,7 +268,10 @@ pub fn agents(agents: &Value) {
             .filter_map(Value::as_str)
             .collect();
         let permissions = match (a["kind"].as_str(), a["permissions"].as_str()) {
-            (Some("command"), _) => "(not enforced)".to_owned(),
+            (Some("command"), p) => format!(
+                "{} (by the fence)",
+                p.unwrap_or(berth_core::Permissions::DEFAULT.as_str())
+            ),
             (_, Some(p)) => p.to_owned(),
             (_, None) => format!("{} (default)", berth_core::Permissions::DEFAULT),
         };

@@ -132,7 +132,11 @@ pub(super) async fn run(
             prepared.policy.requested
         ));
     }
-    if let Some(note) = adapter.unenforced(&task.agent, prepared.policy.effective) {
+    if let Some(note) = adapter.unenforced(
+        &task.agent,
+        prepared.policy.effective,
+        prepared.fence.fenced,
+    ) {
         warn(note);
     }
     let work_dir = place.pinned.canonical().as_str().to_owned();

@@ -465,9 +465,14 @@ impl Adapter {
         match self {
             Adapter::Claude => claude::policy_note(permissions),
             Adapter::Codex => codex::policy_note(permissions),
-            Adapter::Command => {
-                "not enforced: a command agent has no permission system of its own and can do whatever its program does"
-            }
+            Adapter::Command => match permissions {
+                Permissions::ReadOnly => {
+                    "no permission prompts (a command agent has none); where the fence is on it writes nothing but its tmp, and unfenced whatever its program does"
+                }
+                Permissions::Edit | Permissions::Full => {
+                    "no permission prompts (a command agent has none); where the fence is on it edits its directory only, and unfenced whatever its program does"
+                }
+            },
             Adapter::Acp => match permissions {
                 Permissions::ReadOnly => {
                     "Berth answers the agent's permission requests: reading and searching only; its file writes through Berth are refused"
@@ -481,14 +486,21 @@ impl Adapter {
     }
 
     /// Why `permissions` will not be honoured for `spec`, if it will not: a command
-    /// agent has no permission system, and an agent whose own arguments choose its
-    /// permissions keeps them.
-    pub fn unenforced(self, spec: &AgentSpec, permissions: Permissions) -> Option<String> {
+    /// agent has no permission system, so unfenced nothing holds it (fenced, the fence
+    /// does: a read-only run's directory is unwritable, an edit run writes it alone);
+    /// and an agent whose own arguments choose its permissions keeps them.
+    pub fn unenforced(
+        self,
+        spec: &AgentSpec,
+        permissions: Permissions,
+        fenced: bool,
+    ) -> Option<String> {
         let (_, extra) = program(spec, "");
         match self {
+            Adapter::Command if fenced => None,
             Adapter::Command => spec.permissions.map(|p| {
                 format!(
-                    "permissions {p} are not enforced for the command agent {:?}: it has no permission system of its own",
+                    "permissions {p} are not enforced for the command agent {:?}: it has no permission system of its own, and this run is unfenced",
                     spec.name
                 )
             }),
