@@ -203,7 +203,25 @@ fn exact(repo: bool) {
         std::fs::read(dir.join("new.txt")).unwrap(),
         b"the user's own edit\n"
     );
-    b.ok(&["task", "undo", &tid, "--force"]);
+    let undid = b.ok(&["task", "undo", &tid, "--force"]);
+    // Five changes, the rename one of them.
+    assert!(
+        undid.starts_with(&format!(
+            "undid task {}: 5 files put back as before it\n",
+            &tid[..8]
+        )),
+        "{undid}"
+    );
+    assert!(
+        undid.contains("renamed back  moved.txt \u{2192} keep.txt"),
+        "{undid}"
+    );
+    // The log (as the chat) shows the undo.
+    let log = b.ok(&["session", "log", &id]);
+    assert!(
+        log.contains(&format!("undone: task {}: 5 files put back", &tid[..8])),
+        "{log}"
+    );
 
     // Byte for byte as before; what was never tracked stays, and says so above.
     let mut now = files(&dir);

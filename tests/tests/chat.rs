@@ -668,3 +668,37 @@ fn session_log_prints_the_transcript_and_follows_it() {
     follower.kill().unwrap();
     let _ = follower.wait();
 }
+
+/// `/undo` in the chat puts back what the last task changed and says so, a file a line.
+#[test]
+fn undo_in_the_chat_puts_back_the_last_task() {
+    let mut b = Berth::new("chat-undo");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(app.join("notes.md"), "before\n").unwrap();
+    b.serve();
+    add_command_agent(
+        &b,
+        "writer",
+        "read m; echo \"$m\" > notes.md; echo new > added.txt",
+    );
+    let out = piped(&b, &app, &["chat", "--agent", "writer"], "after\n/undo\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(": 2 files put back as before it"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  restored      notes.md"), "{stdout}");
+    assert!(stdout.contains("  removed       added.txt"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(app.join("notes.md")).unwrap(),
+        "before\n"
+    );
+    assert!(!app.join("added.txt").exists());
+    // Nothing left to undo: said, not a crash.
+    let out = piped(&b, &app, &["chat", &session_id(&b), "--line"], "/undo\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already undone"), "{stderr}");
+}

@@ -129,6 +129,35 @@ pub async fn diff(c: &Client, id: &str, stat: bool, json: bool) -> Result<u8, Cl
 }
 
 pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, CliError> {
+    let undone = undo_task(c, id, force).await?;
+    if json {
+        print_json(&json!({"task": undone.task_id, "restored": undone.restored}));
+    } else {
+        for line in &undone.lines {
+            println!("{line}");
+        }
+    }
+    if let Some(w) = &undone.warning {
+        eprintln!("warning: {w}");
+    }
+    Ok(0)
+}
+
+/// What an undo did, for the CLI and the chat's `/undo`.
+#[derive(Debug)]
+pub struct Undone {
+    pub task_id: TaskId,
+    /// Every path written back (a rename: both its paths).
+    pub restored: Vec<String>,
+    /// For people: one line for the task, then one per file it changed (a rename is one).
+    pub lines: Vec<String>,
+    /// The files are back, but something after that did not work.
+    pub warning: Option<String>,
+}
+
+/// Undoes task `id` (a prefix): its files as they were before it, or a revert commit
+/// in worktree mode; the transcript records it.
+pub async fn undo_task(c: &Client, id: &str, force: bool) -> Result<Undone, CliError> {
     let (task, changes, work_dir) = task_changes(c, id).await?;
     let task_id = task_id(&task, id)?;
     let tid = short(&task["id"]);
@@ -188,31 +217,38 @@ pub async fn undo(c: &Client, id: &str, force: bool, json: bool) -> Result<u8, C
             )
         }
     };
+    // The transcript names the task's files, one per change (a rename once).
+    let changed: Vec<&str> = changes.files.iter().map(|f| f.path.as_str()).collect();
     let recorded = c
         .post(
             &format!("/api/v1/tasks/{}/undone", encode(task_id.as_str())),
-            &json!({"files": files, "forced": force, "commit": revert}),
+            &json!({"files": changed, "forced": force, "commit": revert}),
         )
         .await;
-    if json {
-        print_json(&json!({"task": task_id, "restored": files}));
-    } else {
-        println!(
-            "undid task {tid}: {} file{} put back as before it",
-            files.len(),
-            if files.len() == 1 { "" } else { "s" }
-        );
-        for f in &files {
-            println!("  {}", inert(f));
-        }
+    let n = changes.files.len();
+    let mut lines = vec![format!(
+        "undid task {tid}: {n} file{} put back as before it",
+        if n == 1 { "" } else { "s" }
+    )];
+    for f in &changes.files {
+        let path = inert(&f.path);
+        lines.push(match (f.status.as_str(), &f.from) {
+            ("added", _) => format!("  removed       {path}"),
+            ("renamed", Some(from)) => format!("  renamed back  {path} \u{2192} {}", inert(from)),
+            _ => format!("  restored      {path}"),
+        });
     }
-    if let Err(e) = recorded {
-        eprintln!(
-            "warning: the files are back, but the transcript could not record it: {}",
-            e.message
-        );
-    }
-    Ok(0)
+    Ok(Undone {
+        task_id,
+        restored: files,
+        lines,
+        warning: recorded.err().map(|e| {
+            format!(
+                "the files are back, but the transcript could not record it: {}",
+                e.message
+            )
+        }),
+    })
 }
 
 async fn lock_dir(

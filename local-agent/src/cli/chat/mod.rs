@@ -284,6 +284,40 @@ impl Chat {
                 )])
             }
             Slash::Cancel => self.cancel().await,
+            Slash::Undo => {
+                let tasks = self
+                    .client
+                    .get(&format!("/api/v1/tasks?session={}", encode(&id)))
+                    .await?;
+                // Tasks come oldest first: the last one that ended.
+                let last = tasks
+                    .as_array()
+                    .and_then(|t| {
+                        t.iter().rev().find(|t| {
+                            serde_json::from_value::<berth_core::api::TaskStatus>(
+                                t["status"].clone(),
+                            )
+                            .is_ok_and(berth_core::api::TaskStatus::is_final)
+                        })
+                    })
+                    .and_then(|t| t["id"].as_str())
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        CliError::usage(
+                            "this session has no finished task to undo",
+                            "send a message first",
+                        )
+                    })?;
+                let undone = super::changes::undo_task(&self.client, &last, false).await?;
+                if undone.warning.is_none() {
+                    self.view.own_undos += 1;
+                }
+                let mut said: Said = undone.lines.into_iter().map(|l| (Style::Info, l)).collect();
+                if let Some(w) = undone.warning {
+                    said.push((Style::Alert, format!("warning: {w}")));
+                }
+                Ok(said)
+            }
             Slash::Tasks => {
                 let tasks = self
                     .client

@@ -11,6 +11,8 @@ pub enum Slash {
     /// `/mode in-place|worktree`.
     Mode(String),
     Cancel,
+    /// `/undo`: put back what the session's last task changed.
+    Undo,
     Tasks,
     Settings,
     /// `/new [TITLE]`: a new session with this one's agent and directory.
@@ -40,6 +42,11 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
         "/cancel",
         "",
         "cancel the running task (the directory is restored)",
+    ),
+    (
+        "/undo",
+        "",
+        "put back the files the last task changed, as they were before it",
     ),
     ("/tasks", "", "this session's tasks"),
     (
@@ -80,6 +87,7 @@ pub fn parse(line: &str) -> Option<Result<Slash, String>> {
             _ => Err(String::from("/mode takes in-place or worktree")),
         },
         "/cancel" => none(Slash::Cancel),
+        "/undo" => none(Slash::Undo),
         "/tasks" => none(Slash::Tasks),
         "/settings" => none(Slash::Settings),
         "/new" => Ok(Slash::New(arg)),

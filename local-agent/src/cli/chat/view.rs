@@ -86,6 +86,9 @@ pub struct View {
     pub relinked_until: Option<std::time::Instant>,
     /// Binding changes this composer made and whose event has not come back yet.
     pub own_changes: usize,
+    /// Undos this composer made (`/undo`, which said what it put back) whose event has
+    /// not come back yet.
+    pub own_undos: usize,
     /// The session's `updated_at` when it was opened: a binding change stamped no later
     /// happened before (a replay), not from another terminal now.
     pub opened_at: String,
@@ -293,6 +296,27 @@ impl View {
             "task" => {
                 self.active.remove(&task);
                 self.finish(&p["task"]);
+            }
+            // An undo made elsewhere (`berth task undo`, another terminal), or replayed.
+            "undo" => {
+                if self.own_undos > 0 {
+                    self.own_undos -= 1;
+                } else {
+                    let n = p["files"].as_array().map_or(0, Vec::len);
+                    let commit = if p["commit"].is_string() {
+                        " (a revert commit)"
+                    } else {
+                        ""
+                    };
+                    self.push(
+                        Style::Info,
+                        format!(
+                            "undone: task {}: {n} file{} put back as before it{commit}",
+                            render::short(&data["task_id"]),
+                            if n == 1 { "" } else { "s" }
+                        ),
+                    );
+                }
             }
             "binding_changed" => {
                 let from = p["from"].as_str().map(inert);
