@@ -77,6 +77,7 @@ fn arg_range(stat: &str) -> Option<(u64, u64)> {
 
 /// Replaces every occurrence of `secret` in `args` with `*` bytes; whether there was one.
 /// An empty secret matches nothing.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn mask(args: &mut [u8], secret: &[u8]) -> bool {
     if secret.is_empty() {
         return false;
