@@ -534,3 +534,114 @@ fn the_web_token_is_printed_only_to_a_terminal_and_by_berth_ui() {
         "{screen}"
     );
 }
+
+/// One request to `berth serve`'s web listener with these headers; the whole answer.
+fn web_request(
+    b: &Berth,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> berth_test_support::http::Answer {
+    use berth_test_support::http::{Request, read_answer};
+    let (url, _) = b.serve_info();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    let mut req = Request::get(path).close();
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    req.write_to(&mut s, &addr).unwrap();
+    read_answer(&mut std::io::BufReader::new(s)).unwrap()
+}
+
+/// The web UI is easy to come back to: the token outlasts a restart until `berth ui
+/// --rotate`, which the running listener takes at once (the old token and its cookie
+/// stop working); the cookie lasts a month; a browser without the token gets a page
+/// saying how to get in, the API its JSON 401; `--open` hands the address to the
+/// desktop's opener.
+#[test]
+fn the_web_token_lasts_until_rotated_and_a_browser_without_it_is_told_how_to_get_in() {
+    let mut b = Berth::new("ui-rotate");
+    b.serve();
+    let (_, first) = b.serve_info();
+    let signed_in = web_request(&b, &format!("/?token={first}"), &[]);
+    assert_eq!(signed_in.status, 200);
+    let cookie = signed_in
+        .header("set-cookie")
+        .unwrap_or_default()
+        .to_owned();
+    assert!(cookie.contains("Max-Age=2592000"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+
+    // A restart keeps the token: the browser's cookie still works.
+    b.stop("-TERM");
+    b.serve();
+    let (_, again) = b.serve_info();
+    assert_eq!(again, first, "a restart made a new token");
+    let with_cookie = format!("berth_token={first}");
+    let a = web_request(&b, "/api/v1/sessions", &[("Cookie", &with_cookie)]);
+    assert_eq!(a.status, 200, "{}", a.text());
+
+    // Without a token: a page for a browser, JSON for the API.
+    let page = web_request(&b, "/", &[("Accept", "text/html,application/xhtml+xml")]);
+    assert_eq!(page.status, 401);
+    assert!(
+        page.header("content-type")
+            .unwrap_or_default()
+            .starts_with("text/html")
+    );
+    assert!(
+        page.text().contains("<code>berth ui</code>"),
+        "{}",
+        page.text()
+    );
+    assert!(!page.text().contains("<script"), "{}", page.text());
+    let api = web_request(&b, "/api/v1/sessions", &[("Accept", "text/html")]);
+    assert_eq!(api.status, 401);
+    assert_eq!(
+        api.json()["error"]["code"],
+        "unauthorized",
+        "{}",
+        api.text()
+    );
+
+    // --rotate: a new token, in force at once; the old one and its cookie no longer.
+    let rotated = b.json(&["ui", "--rotate", "--json"]);
+    let second = rotated["token"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(b.serve_info().1, second, "serve.json names the new token");
+    let a = web_request(&b, "/api/v1/sessions", &[("Cookie", &with_cookie)]);
+    assert_eq!(a.status, 401, "the old cookie still works");
+    let a = web_request(&b, &format!("/api/v1/sessions?token={second}"), &[]);
+    assert_eq!(a.status, 200, "{}", a.text());
+    // And the next start keeps the rotated one.
+    b.stop("-TERM");
+    b.serve();
+    assert_eq!(b.serve_info().1, second);
+
+    // --open: the address goes to the desktop's opener.
+    let bin = b.root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opened = b.root.path().join("opened");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" > {}\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    b.env("PATH", &path);
+    let printed = b.ok(&["ui", "--open"]);
+    let got = berth_tests::eventually(10, || std::fs::read_to_string(&opened).ok()).unwrap();
+    assert_eq!(got, printed, "the opener got the printed address");
+}

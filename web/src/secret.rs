@@ -15,6 +15,14 @@ pub fn new_token() -> io::Result<String> {
     Ok(hex::encode(bytes))
 }
 
+/// Whether `text` has the shape [`new_token`] gives: 64 lowercase hex digits.
+pub fn is_token(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// `buf` filled from the operating system's random source.
 pub fn random(buf: &mut [u8]) -> io::Result<()> {
     getrandom::fill(buf).map_err(|e| io::Error::other(format!("no randomness from the OS: {e}")))

@@ -590,7 +590,7 @@ impl Server {
     pub async fn serve_web(
         &self,
         listener: WebListener,
-        token: String,
+        token: impl Into<crate::api::WebToken>,
         allowed_hosts: Vec<String>,
     ) -> io::Result<()> {
         let tls = matches!(listener, WebListener::Tls(_));

@@ -383,7 +383,7 @@ async fn the_web_listener_is_read_only_guarded_and_path_free() {
     let cookie = r.headers["set-cookie"].to_str().unwrap().to_owned();
     assert_eq!(
         cookie,
-        format!("berth_token={token}; HttpOnly; SameSite=Strict; Path=/")
+        format!("berth_token={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000")
     );
     let jar = format!("berth_token={token}");
     let with_cookie = [("host", h), ("cookie", jar.as_str())];

@@ -90,6 +90,13 @@ pub enum Command {
     /// Print the web UI's address with its token (from the running `berth serve`'s
     /// serve.json): `berth serve` shows the token only on a terminal.
     Ui {
+        /// Open the address in the browser as well (xdg-open, or open on macOS).
+        #[arg(long)]
+        open: bool,
+        /// Make a new token: the old one, and every browser signed in with it, stops
+        /// working at once (the running server takes the new one at its next request).
+        #[arg(long)]
+        rotate: bool,
         /// Print one JSON document (`url`, `token`, `open`) instead of the address.
         #[arg(long)]
         json: bool,
@@ -549,7 +556,7 @@ pub fn run(cli: Cli) -> u8 {
             chat::log::main(cli.home, &id, follow, json)
         }
         Command::Service(cmd) => service::run(cli.home, cmd),
-        Command::Ui { json } => ui::run(cli.home, json),
+        Command::Ui { open, rotate, json } => ui::run(cli.home, open, rotate, json),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             use std::io::Write;
@@ -591,7 +598,7 @@ impl Command {
                     )),
                 ..
             }) => *json,
-            Command::Check { json, .. } | Command::Send { json, .. } | Command::Ui { json } => {
+            Command::Check { json, .. } | Command::Send { json, .. } | Command::Ui { json, .. } => {
                 *json
             }
             Command::Service(

@@ -9,7 +9,7 @@ use super::error::CliError;
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
 use berth_web::api::loopback_hosts;
 use berth_web::net::listener::{TlsListener, WebListener};
-use berth_web::server::{ServeInfo, Server, ServerOptions, new_token};
+use berth_web::server::{ServeInfo, Server, ServerOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -202,12 +202,10 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         })?),
         None => None,
     };
-    let token = new_token().map_err(|e| {
-        CliError::new(
-            format!("cannot make a token: {e}"),
-            "the operating system gave no randomness; check /dev/urandom",
-        )
-    })?;
+    // The web token outlasts a restart (the browser's cookie keeps working) until
+    // `berth ui --rotate` writes a new one, which the listener takes at once.
+    let token_file = home.join(super::ui::WEB_TOKEN);
+    let token = super::ui::web_token(&token_file)?;
     let url = format!("{}://{addr}", listener.scheme());
     let info = ServeInfo {
         url: Some(url.clone()),
@@ -270,7 +268,10 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     });
     let web = tokio::spawn({
         let server = server.clone();
-        async move { server.serve_web(listener, token, hosts).await }
+        async move {
+            let token = berth_web::api::WebToken::in_file(token, token_file);
+            server.serve_web(listener, token, hosts).await
+        }
     });
     if let Some(m) = metrics {
         let server = server.clone();

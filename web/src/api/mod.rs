@@ -36,7 +36,7 @@ mod views;
 
 pub use crate::http::{ApiError, BODY_LIMIT, JsonBody, refusal_status};
 pub use access::{AuditTarget, Caller, Scope};
-pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
+pub use auth::{COOKIE_MAX_AGE_SECS, TOKEN_COOKIE, WebToken, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use daemons::Via;
@@ -207,9 +207,14 @@ fn daemon_routes(app: &AppState) -> Router {
 /// [`loopback_hosts`]), and the token must come as `?token=` (answered with an
 /// HttpOnly SameSite=Strict cookie, `Secure` when `tls`) or that cookie. Writes answer
 /// 405.
-pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls: bool) -> Router {
+pub fn web_router(
+    app: AppState,
+    token: impl Into<auth::WebToken>,
+    allowed_hosts: Vec<String>,
+    tls: bool,
+) -> Router {
     let guard = Arc::new(Guard {
-        token,
+        token: token.into(),
         allowed_hosts: Some(allowed_hosts),
         writes: false,
         tls,
@@ -237,7 +242,7 @@ pub fn web_router(app: AppState, token: String, allowed_hosts: Vec<String>, tls:
 /// the member's sessions (all of them to an admin).
 pub fn cloud_router(app: AppState, token: String, tls: bool) -> Router {
     let guard = Arc::new(Guard {
-        token,
+        token: token.into(),
         allowed_hosts: None,
         writes: true,
         tls,

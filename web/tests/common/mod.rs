@@ -189,7 +189,7 @@ impl TestServer {
         tokio::spawn(async move {
             s.serve_web(
                 berth_web::net::listener::WebListener::Plain(listener),
-                "web-token".into(),
+                String::from("web-token"),
                 vec![addr.to_string()],
             )
             .await
