@@ -624,6 +624,30 @@ fn every_failure_names_the_next_command() {
     let sessions = b.json(&["session", "list", "--json"]);
     assert_eq!(sessions, serde_json::json!([]), "nothing was created");
 
+    // A directory that is gone is flagged in the session list.
+    let gone_dir = b.user_home.join("code/gone");
+    std::fs::create_dir_all(&gone_dir).unwrap();
+    let gone = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "cat",
+        "--dir",
+        "~/code/gone",
+        "--json",
+    ]);
+    std::fs::remove_dir(&gone_dir).unwrap();
+    let list = b.ok(&["session", "list"]);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with(&gone["id"].as_str().unwrap()[..8]))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        row.contains("~/code/gone (missing: link it again)"),
+        "{list}"
+    );
+
     // A directory replaced after it was linked.
     let id = b.json(&[
         "session",

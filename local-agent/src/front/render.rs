@@ -309,7 +309,11 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
         let (dir, mode) = if b.is_null() {
             ("(scratch)".to_owned(), "-".to_owned())
         } else {
-            (s(&b["display"]).to_owned(), s(&b["mode"]).to_owned())
+            let mut dir = s(&b["display"]).to_owned();
+            if let Some(flag) = binding_flag(b) {
+                dir.push_str(&format!(" ({flag})"));
+            }
+            (dir, s(&b["mode"]).to_owned())
         };
         rows.push(vec![
             short(&x["id"]),
@@ -322,6 +326,23 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
         ]);
     }
     table(rows);
+}
+
+/// Why a binding does not hold, for the session list: the state the server recorded
+/// when it is not `ok`, or, for a directory on this machine (the local server's own,
+/// `daemon: "local"`), one that is gone now. `None` when it holds as far as is known.
+fn binding_flag(b: &Value) -> Option<String> {
+    let state = s(&b["state"]);
+    if !state.is_empty() && state != "ok" {
+        return Some(state.replace('_', " "));
+    }
+    let here = b["daemon"] == "local";
+    match b["dir"].as_str() {
+        Some(dir) if here && !std::path::Path::new(dir).is_dir() => {
+            Some(String::from("missing: link it again"))
+        }
+        _ => None,
+    }
 }
 
 pub fn tasks(tasks: &Value) {
