@@ -236,6 +236,12 @@ fn ctrl_c_cancels_the_running_task_and_lock_waits_show_the_holder() {
         s.contains("you › earlier question") && s.contains("got: earlier question")
     });
     assert!(header(&screen)[1].starts_with("dir ~/code/app"), "{screen}");
+    // At 80 columns, the fence comes before anything that may be cut.
+    let first = header(&screen)[0].to_owned();
+    assert!(
+        first.starts_with(&format!("session {} · fenced · agent echo", &id[..8])),
+        "{screen}"
+    );
 
     // A long task; Ctrl-C cancels it.
     t.type_text("slow work please");

@@ -189,13 +189,15 @@ impl View {
             t => format!(" {t}"),
         };
         let policy = self.policy.as_deref().unwrap_or("?");
+        // Before anything a narrow terminal may cut (the title is at most 40 columns):
+        // the transcript's `berth: fenced: …` line has the details.
         let fence = match &self.fence {
-            Some((true, text)) => format!(" · fenced: {}", one_line(&render::escape(text), 60)),
-            Some((false, _)) => String::from(" · UNFENCED"),
-            None => String::new(),
+            Some((true, _)) => " · fenced",
+            Some((false, _)) => " · UNFENCED",
+            None => "",
         };
         let first = format!(
-            "session {id}{title} · agent {} · may {policy}{fence}",
+            "session {id}{title}{fence} · agent {} · may {policy}",
             s(&sess["agent"]),
         );
         let b = self.binding();
@@ -568,7 +570,7 @@ mod tests {
             &fence(1, true, "~/code/app + tmp · network on (Landlock ABI 7)"),
         );
         assert!(
-            v.header()[0].ends_with(" · fenced: ~/code/app + tmp · network on (Landlock ABI 7)"),
+            v.header()[0].starts_with("session s · fenced · agent a"),
             "{:?}",
             v.header()
         );
@@ -581,7 +583,11 @@ mod tests {
             "agent",
             &fence(2, false, "your settings turn the fence off"),
         );
-        assert!(v.header()[0].ends_with(" · UNFENCED"), "{:?}", v.header());
+        assert!(
+            v.header()[0].starts_with("session s · UNFENCED · agent a"),
+            "{:?}",
+            v.header()
+        );
     }
 
     #[test]
