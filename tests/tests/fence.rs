@@ -490,7 +490,7 @@ fn without_the_in_place_layer_the_guard_puts_the_protected_paths_back() {
     let out = b.run(&["send", &session, "once more"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     for want in [
-        "warning: the fence denied 3 actions: write ~/code/app/",
+        "warning: the fence denied 3 actions (shown above)",
         "denied by the fence: write ~/code/app/.git/hooks/pre-commit",
         "hint: the fence keeps an agent",
         "berth: fenced: ~/code/app + tmp",
@@ -929,4 +929,44 @@ try inside sh -c 'echo ok > inside.txt && grep -q ok inside.txt'
             .any(|l| l.starts_with("berth: fenced: ~/code/app + tmp") && !l.contains("reads:")),
         "{berth:?}"
     );
+}
+
+/// A denial is said once, and by its cause: a fenced command agent's refused write is
+/// its own stderr line, then `denied by the fence: the line above`, then a count; when
+/// the run was read-only because a project's `"permissions": "read-only"` narrowed it,
+/// the hint names that setting, not `"fence": "off"`.
+#[test]
+fn a_denial_is_said_once_and_a_read_only_one_names_the_permissions() {
+    let mut b = Berth::new("fence-once");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(app.join(".berth")).unwrap();
+    std::fs::write(
+        app.join(".berth/settings.jsonc"),
+        r#"{ "permissions": "read-only" }"#,
+    )
+    .unwrap();
+    b.serve();
+    add_command_agent(&b, "writer", "cat >/dev/null; echo hi > f.txt; echo done");
+    let session = new_session(&b, "writer", Some(&app));
+    let out = b.run(&["send", &session, "go"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("cannot create f.txt").count(),
+        1,
+        "the refusal's text once: {stderr}"
+    );
+    assert!(
+        stderr.contains("denied by the fence: the line above"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: the fence denied 1 action (shown above)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: this run was read-only: the \"permissions\" in force"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("\"fence\": \"off\""), "{stderr}");
+    assert!(!app.join("f.txt").exists());
 }

@@ -393,6 +393,9 @@ pub struct Stream {
     json: bool,
     waiting: bool,
     color: bool,
+    /// The agent's last stderr line shown: a denial naming that very line points at it
+    /// instead of printing it again.
+    last_stderr: Option<String>,
 }
 
 impl Stream {
@@ -401,6 +404,7 @@ impl Stream {
             json,
             waiting: false,
             color: std::io::stderr().is_terminal(),
+            last_stderr: None,
         }
     }
 
@@ -480,7 +484,10 @@ impl Stream {
                     };
                     self.note(&format!("{mark} {}", inert(&out)));
                 }
-                "stderr" => self.note(&inert(s(&p["line"]))),
+                "stderr" => {
+                    self.note(&inert(s(&p["line"])));
+                    self.last_stderr = Some(s(&p["line"]).to_owned());
+                }
                 // Berth's own wait before the agent starts, and how far it is.
                 "progress" => self.note(&inert(s(&p["text"]))),
                 "fence" => match fence_line(p) {
@@ -502,14 +509,21 @@ impl Stream {
                     } else {
                         ""
                     };
-                    let mut line = format!(
-                        "denied{by}: {} {}",
-                        inert(s(&p["tool"])),
-                        inert(s(&p["target"]))
-                    );
-                    if let Some(m) = p["message"].as_str().filter(|_| !by.is_empty()) {
-                        line.push_str(&format!(" ({})", inert(m)));
-                    }
+                    let target = s(&p["target"]);
+                    // Said once: a command agent's denial is its stderr line, just shown.
+                    let line = if self.last_stderr.as_deref() == Some(target) {
+                        format!("denied{by}: the line above")
+                    } else {
+                        let mut line =
+                            format!("denied{by}: {} {}", inert(s(&p["tool"])), inert(target));
+                        if let Some(m) = p["message"]
+                            .as_str()
+                            .filter(|m| !by.is_empty() && !target.contains(m))
+                        {
+                            line.push_str(&format!(" ({})", inert(m)));
+                        }
+                        line
+                    };
                     self.alert(&line);
                 }
                 _ => {}
@@ -538,7 +552,7 @@ impl Stream {
         }
         for (denied, hint) in denials_lines(task) {
             self.alert(&format!("warning: {denied}"));
-            self.alert(hint);
+            self.alert(&hint);
         }
     }
 }
@@ -602,41 +616,48 @@ pub fn task_line(task: &Value) -> String {
 
 /// What was denied during a task, in sentences, each with its hint: what the agent's
 /// permission system denied, then what the fence put back. Nothing when nothing was.
-pub fn denials_lines(task: &Value) -> Vec<(String, &'static str)> {
+pub fn denials_lines(task: &Value) -> Vec<(String, String)> {
     let denials: Vec<&Value> = task["denials"].as_array().into_iter().flatten().collect();
+    // A read-only run's directory is unwritable by the policy in force, not by the
+    // fence's own rules: the setting to look at is `permissions`, not `fence`.
+    let read_only = task["fence"]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains(" read-only + tmp"));
+    let fence_hint = if read_only {
+        format!(
+            "hint: this run was read-only: the \"permissions\" in force leave the directory unwritable (berth settings show --session {} names the file that set them)",
+            short(&task["session_id"])
+        )
+    } else {
+        String::from(FENCE_HINT)
+    };
     [
         (
             false,
             "the agent's permission system",
             "hint: to allow them, register the agent with a wider policy (berth agent add NAME --kind KIND --permissions edit|full) and use it in a new session, or set \"permissions\" in your user settings",
         ),
-        (
-            true,
-            "the fence",
-            "hint: the fence keeps an agent to its directory and off its .git/hooks, .git/config and .berth; make such changes in your own shell, or set \"fence\": \"off\" in your user settings to run agents unfenced",
-        ),
+        (true, "the fence", fence_hint.as_str()),
     ]
     .into_iter()
     .filter_map(|(by_fence, who, hint)| {
-        let what: Vec<String> = denials
+        let n = denials
             .iter()
             .filter(|d| (d["by"] == "fence") == by_fence)
-            .map(|d| inert(format!("{} {}", s(&d["tool"]), s(&d["target"])).trim_end()))
-            .collect();
-        (!what.is_empty()).then(|| {
+            .count();
+        // Each was shown as it happened: the count, not the text again.
+        (n > 0).then(|| {
             (
-                format!(
-                    "{who} denied {} action{}: {}",
-                    what.len(),
-                    if what.len() == 1 { "" } else { "s" },
-                    what.join("; ")
-                ),
-                hint,
+                format!("{who} denied {n} action{} (shown above)", if n == 1 { "" } else { "s" }),
+                hint.to_owned(),
             )
         })
     })
     .collect()
 }
+
+/// What to do about a denial by the fence's own rules.
+const FENCE_HINT: &str = "hint: the fence keeps an agent to its directory and off its .git/hooks, .git/config and .berth; make such changes in your own shell, or set \"fence\": \"off\" in your user settings to run agents unfenced";
 
 /// A task's change summary: one line (`3 files changed, +20 −4`), then one per file.
 /// Nothing for a task without a record (scratch runs, tasks that did not run).

@@ -98,6 +98,8 @@ pub struct View {
     pub state: String,
     /// How the last run was fenced (from its `fence` event): fenced, and the text.
     pub fence: Option<(bool, String)>,
+    /// The agent's last stderr line: a denial naming it points at it.
+    pub last_stderr: Option<String>,
     pub lines: Vec<Line>,
 }
 
@@ -379,7 +381,10 @@ impl View {
                     format!("  {mark} {}", one_line(s(&p["output"]), 100)),
                 );
             }
-            "stderr" => self.push(Style::Dim, one_line(s(&p["line"]), 400)),
+            "stderr" => {
+                self.last_stderr = Some(s(&p["line"]).to_owned());
+                self.push(Style::Dim, one_line(s(&p["line"]), 400));
+            }
             "progress" => {
                 // One line, brought up to date: `recording ~/x: 41,000 of 100,000 files`.
                 let text = one_line(s(&p["text"]), 200);
@@ -402,15 +407,21 @@ impl View {
                 }
             }
             "error" => self.push(Style::Alert, format!("error: {}", inert(s(&p["message"])))),
-            "denied" => self.push(
-                Style::Denied,
-                format!(
-                    "DENIED{} {} {}",
-                    if p["by"] == "fence" { " (fence)" } else { "" },
-                    one_line(s(&p["tool"]), 40),
-                    one_line(s(&p["target"]), 120)
-                ),
-            ),
+            "denied" => {
+                let by = if p["by"] == "fence" { " (fence)" } else { "" };
+                // Said once: a command agent's denial is its stderr line, just shown.
+                let said = self.last_stderr.as_deref() == p["target"].as_str();
+                let line = if said {
+                    format!("DENIED{by}: the line above")
+                } else {
+                    format!(
+                        "DENIED{by} {} {}",
+                        one_line(s(&p["tool"]), 40),
+                        one_line(s(&p["target"]), 120)
+                    )
+                };
+                self.push(Style::Denied, line);
+            }
             "ignored" => match serde_json::from_value::<ProjectLayerReport>(p.clone()) {
                 Ok(report) => {
                     for line in ignored_lines(&report) {
