@@ -835,7 +835,8 @@ async fn projects_bindings_and_listing(place: Place) {
         serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     let all: Vec<serde_json::Value> =
-        serde_json::from_slice(&store.sessions_json(None, "test", doc).await.unwrap()).unwrap();
+        serde_json::from_slice(&store.sessions_json(None, false, "test", doc).await.unwrap())
+            .unwrap();
     // Each listed document is the one a single read gives.
     for d in &all {
         let one = store.session(d["id"].as_str().unwrap()).await.unwrap();
@@ -847,19 +848,19 @@ async fn projects_bindings_and_listing(place: Place) {
         assert_eq!(all[1]["binding"]["daemon_name"], "laptop-2", "{all:?}");
     }
     assert_eq!(
-        ids(store.sessions_json(None, "test", doc).await.unwrap()),
+        ids(store.sessions_json(None, false, "test", doc).await.unwrap()),
         [s.id.clone(), other.id.clone()]
     );
     assert_eq!(
         ids(store
-            .sessions_json(Some("ann".into()), "test", doc)
+            .sessions_json(Some("ann".into()), false, "test", doc)
             .await
             .unwrap()),
         std::slice::from_ref(&s.id)
     );
     assert!(
         ids(store
-            .sessions_json(Some("bob".into()), "test", doc)
+            .sessions_json(Some("bob".into()), false, "test", doc)
             .await
             .unwrap())
         .is_empty()
@@ -922,7 +923,9 @@ fn bench_list_10000_sessions() {
         assert_eq!(rows.len(), 10_000);
         // The API's own path: rows streamed into the JSON answer.
         let start = std::time::Instant::now();
-        let json = rt.block_on(store.sessions_json(None, "test", doc)).unwrap();
+        let json = rt
+            .block_on(store.sessions_json(None, false, "test", doc))
+            .unwrap();
         total.push(start.elapsed());
         assert!(json.len() > 10_000);
     }
@@ -1390,7 +1393,7 @@ fn counted_doc(
 async fn titles(store: &Store) -> (bool, std::collections::BTreeMap<String, String>) {
     let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let body = store
-        .sessions_json(None, "test", counted_doc(&written))
+        .sessions_json(None, false, "test", counted_doc(&written))
         .await
         .unwrap();
     let docs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
@@ -1602,7 +1605,7 @@ async fn bench_postgres_list_10000_sessions() {
         raw.push(t.elapsed());
         assert_eq!(rows.len(), 10_000);
         let t = std::time::Instant::now();
-        let json = store.sessions_json(None, "test", doc).await.unwrap();
+        let json = store.sessions_json(None, false, "test", doc).await.unwrap();
         total.push(t.elapsed());
         assert!(json.len() > 10_000);
     }

@@ -40,7 +40,10 @@ pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use daemons::Via;
-pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
+pub use handlers::{
+    AgentPatch, Capabilities, DeletedReply, Health, NewAgent, NewMessage, NewProject, SessionPatch,
+    TaskReply,
+};
 pub use members::{Me, MemberToken, NewMember};
 pub use views::{SessionDoc, WebSession, strip_path};
 
@@ -137,7 +140,15 @@ fn all_routes() -> Router<Ctx> {
         )
         .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
         .route("/api/v1/tasks/{id}/undone", post(handlers::task_undone))
+        .route(
+            "/api/v1/sessions/{id}",
+            axum::routing::patch(handlers::patch_session).delete(handlers::delete_session),
+        )
         .route("/api/v1/agents", post(handlers::add_agent))
+        .route(
+            "/api/v1/agents/{name}",
+            axum::routing::patch(handlers::edit_agent).delete(handlers::remove_agent),
+        )
         .route("/api/v1/projects", post(handlers::add_project))
         .route(
             crate::daemon::wire::TOKENS,
