@@ -836,9 +836,9 @@ fn a_member_mends_only_their_own_sessions_and_an_admin_the_agents() {
     let (_, listed) = team.api(&ann, "GET", "/api/v1/sessions", "");
     assert_eq!(ids(&listed), Vec::<String>::new());
     let (_, listed) = team.api(&ann, "GET", "/api/v1/sessions?all=true", "");
-    assert_eq!(ids(&listed), [ann_s.clone()]);
+    assert_eq!(ids(&listed), vec![ann_s.clone()]);
     let (_, listed) = team.api(&bob, "GET", "/api/v1/sessions?all=true", "");
-    assert_eq!(ids(&listed), [bob_s.clone()]);
+    assert_eq!(ids(&listed), vec![bob_s.clone()]);
     let (_, listed) = team.api(&admin, "GET", "/api/v1/sessions?all=true", "");
     assert_eq!(ids(&listed), [ann_s.clone(), bob_s.clone()]);
     let (st, v) = team.api(&ann, "PATCH", &path, r#"{"title":"  "}"#);

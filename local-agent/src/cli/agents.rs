@@ -178,16 +178,11 @@ pub(super) async fn edit(
     if !words.is_empty() {
         println!("command: {}", super::render::escape(&words.join(" ")));
     }
-    let adapter = match agent["kind"].as_str() {
-        Some("claude") => berth_local_agent::agent::adapter::Adapter::Claude,
-        Some("codex") => berth_local_agent::agent::adapter::Adapter::Codex,
-        Some("acp") => berth_local_agent::agent::adapter::Adapter::Acp,
-        _ => berth_local_agent::agent::adapter::Adapter::Command,
-    };
-    let stored = agent["permissions"]
-        .as_str()
-        .and_then(berth_core::Permissions::from_name);
-    permissions_note(&agent, adapter, stored);
+    let spec: Option<berth_web::executor::AgentSpec> = serde_json::from_value(agent.clone()).ok();
+    if let Some(spec) = spec {
+        let adapter = berth_local_agent::agent::adapter::Adapter::for_kind(spec.kind);
+        permissions_note(&agent, adapter, spec.permissions);
+    }
     Ok(0)
 }
 

@@ -237,6 +237,7 @@ mod tests {
             work_dir_display: None,
             resume_id: Some("r-1".into()),
             owner: Some("ann".into()),
+            archived_at: None,
         };
         let mut worked = plain.clone();
         worked.origin = Origin::Channel;
@@ -256,7 +257,9 @@ mod tests {
             mode: berth_core::binding::BindMode::Worktree,
             state: berth_core::binding::BindingState::MachineOffline,
         });
-        vec![plain, worked, shown, odd, bound]
+        let mut archived = bound.clone();
+        archived.archived_at = Some("2026-12-02T08:00:00.000Z".into());
+        vec![plain, worked, shown, odd, bound, archived]
     }
 
     #[test]

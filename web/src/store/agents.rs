@@ -57,14 +57,13 @@ impl AgentEdit {
     }
 
     /// The agent as changed.
-    pub(crate) fn apply(&self, spec: &mut AgentSpec) -> Result<(), StoreError> {
+    pub(crate) fn apply(&self, spec: &mut AgentSpec) {
         if let Some(command) = &self.command {
             spec.command.clone_from(command);
         }
         if let Some(permissions) = self.permissions {
             spec.permissions = permissions;
         }
-        Ok(())
     }
 }
 
@@ -198,7 +197,7 @@ impl Store {
         on_pg!(self, pg => pg.edit_agent(edit));
         self.write(move |tx, _| {
             let mut spec = get_agent(tx, &edit.name)?;
-            edit.apply(&mut spec)?;
+            edit.apply(&mut spec);
             tx.execute(
                 "UPDATE agents SET command = ?2, permissions = ?3 WHERE name = ?1",
                 params![

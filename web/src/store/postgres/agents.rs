@@ -117,7 +117,7 @@ impl Pg {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         let mut spec = get_agent(&mut w.q(), &edit.name).await?;
-        edit.apply(&mut spec)?;
+        edit.apply(&mut spec);
         w.q()
             .exec(
                 "UPDATE agents SET command = $2, permissions = $3 WHERE name = $1",
