@@ -824,3 +824,45 @@ fn mistakes_can_be_mended() {
         .collect();
     assert_eq!(names, [serde_json::json!("slow")]);
 }
+
+/// `berth session delete` on a terminal asks first: "n" keeps the session, "y"
+/// deletes it.
+#[test]
+fn session_delete_asks_on_a_terminal() {
+    use berth_tests::tmux::Tmux;
+    let mut b = Berth::new("mend-tty");
+    b.serve();
+    b.ok(&["agent", "add", "a", "--kind", "command", "--command", "cat"]);
+    let id = berth_tests::steps::new_session(&b, "a", None);
+    let ask = |answer: &str| {
+        // A directory per terminal: it names the terminal's tmux server.
+        let dir = b.root.path().join(format!("tty-{answer}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Tmux::berth(&b, &dir, &["session", "delete", &id[..8]], 120, 10);
+        let screen = t.wait(20, "the question", |s| s.contains("[y/N]"));
+        assert!(
+            screen.contains(&format!(
+                "delete session {} (session {}) with its 0 tasks",
+                &id[..8],
+                &id[..8]
+            )),
+            "{screen}"
+        );
+        t.type_text(answer);
+        t.keys(&["Enter"]);
+        t.wait(20, "the end", |s| s.contains("EXIT="))
+    };
+    let screen = ask("n");
+    assert!(
+        screen.contains("was not deleted") && screen.contains("EXIT=1"),
+        "{screen}"
+    );
+    b.ok(&["session", "show", &id]);
+    let screen = ask("y");
+    assert!(
+        screen.contains("deleted session") && screen.contains("EXIT=0"),
+        "{screen}"
+    );
+    let out = b.run(&["session", "show", &id]);
+    assert_eq!(out.status.code(), Some(1));
+}
