@@ -595,29 +595,6 @@ fn refused(b: &Berth, args: &[&str], exit: i32) -> (String, String) {
     (code, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// The task refs in every shadow repository of the home.
-fn recorded_tasks(b: &Berth) -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(dirs) = std::fs::read_dir(b.home.join("snapshots")) else {
-        return out;
-    };
-    for d in dirs {
-        let git_dir = d.unwrap().path();
-        let refs = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&git_dir)
-            .args(["for-each-ref", "--format=%(refname)", "refs/berth/"])
-            .output()
-            .unwrap();
-        out.extend(
-            String::from_utf8_lossy(&refs.stdout)
-                .lines()
-                .map(str::to_owned),
-        );
-    }
-    out
-}
-
 /// Issue 52, "mistakes can be mended": an option `--command` swallowed is refused with
 /// the hint; `agent edit` applies at the next message; `agent remove` waits until no
 /// session uses the agent; `session rename`, `archive` (left out of the list, `--all`
@@ -759,7 +736,11 @@ fn mistakes_can_be_mended() {
     assert_eq!(listed(false), [("the real title".to_owned(), false)]);
 
     // Delete: never without asking, never under a running task.
-    assert_eq!(recorded_tasks(&b).len(), 4, "two tasks' before and after");
+    assert_eq!(
+        berth_tests::steps::shadow_refs(&b).len(),
+        4,
+        "two tasks' before and after"
+    );
     let (code, err) = refused(&b, &["session", "delete", &bound[..8], "--json"], 2);
     assert_eq!(code, "confirmation_needed");
     assert!(err.contains("hint: pass --yes"), "{err}");
@@ -802,7 +783,7 @@ fn mistakes_can_be_mended() {
         (&gone["records_removed"], &gone["records_elsewhere"]),
         (&serde_json::json!(2), &serde_json::json!(0))
     );
-    assert_eq!(recorded_tasks(&b), Vec::<String>::new());
+    assert_eq!(berth_tests::steps::shadow_refs(&b), Vec::<String>::new());
     let (code, _) = refused(&b, &["session", "show", &bound, "--json"], 1);
     assert_eq!(code, "unknown_session");
     let (code, _) = refused(&b, &["task", "list", "--session", &bound, "--json"], 1);

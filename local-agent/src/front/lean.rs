@@ -543,6 +543,16 @@ mod tests {
             )
         );
         assert_eq!(
+            parse_line(&["session", "list", "--all"]),
+            run_of(
+                None,
+                Request::SessionList {
+                    all: true,
+                    json: false
+                }
+            )
+        );
+        assert_eq!(
             parse_line(&["task", "list", "--session", "3f9c"]),
             run_of(
                 None,
@@ -592,6 +602,8 @@ mod tests {
             &["session", "--json", "list"],
             &["session", "list", "extra"],
             &["session", "list", "--detach"],
+            &["session", "list", "--all", "--all"],
+            &["task", "list", "--all"],
             &["session", "show", "3f9c"],
             &["session", "new"],
             &["task", "list", "--session"],
