@@ -28,6 +28,7 @@ mod daemons;
 mod forward;
 mod handlers;
 pub mod health;
+mod lifecycle;
 mod members;
 mod redact;
 mod sse;
@@ -40,10 +41,8 @@ pub use auth::{TOKEN_COOKIE, loopback_hosts, one_target};
 #[cfg(feature = "local-binding")]
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use daemons::Via;
-pub use handlers::{
-    AgentPatch, Capabilities, DeletedReply, Health, NewAgent, NewMessage, NewProject, SessionPatch,
-    TaskReply,
-};
+pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
+pub use lifecycle::{AgentPatch, DeletedReply, SessionPatch};
 pub use members::{Me, MemberToken, NewMember};
 pub use views::{SessionDoc, WebSession, strip_path};
 
@@ -142,12 +141,12 @@ fn all_routes() -> Router<Ctx> {
         .route("/api/v1/tasks/{id}/undone", post(handlers::task_undone))
         .route(
             "/api/v1/sessions/{id}",
-            axum::routing::patch(handlers::patch_session).delete(handlers::delete_session),
+            axum::routing::patch(lifecycle::patch_session).delete(lifecycle::delete_session),
         )
         .route("/api/v1/agents", post(handlers::add_agent))
         .route(
             "/api/v1/agents/{name}",
-            axum::routing::patch(handlers::edit_agent).delete(handlers::remove_agent),
+            axum::routing::patch(lifecycle::edit_agent).delete(lifecycle::remove_agent),
         )
         .route("/api/v1/projects", post(handlers::add_project))
         .route(
