@@ -29,6 +29,11 @@ pub struct Session {
     /// Extends the contract; older documents without it read as empty.
     #[serde(default)]
     pub updated_at: String,
+    /// Archived: left out of `GET sessions` unless `?all=true`, kept whole (its
+    /// transcript, tasks and binding). Extends the contract; older documents without
+    /// it read as not archived.
+    #[serde(default)]
+    pub archived: bool,
     /// The explicit binding, kept apart from `work_dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<SessionBinding>,

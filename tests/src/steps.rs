@@ -232,3 +232,27 @@ pub fn agent_events<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
         .map(|e| &e["payload"])
         .collect()
 }
+
+/// The task records (`refs/berth/<task>/{before,after}`) in every shadow repository of
+/// `b`'s home: the change records `berth task diff` and `undo` read.
+pub fn shadow_refs(b: &Berth) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(b.home.join("snapshots")) else {
+        return out;
+    };
+    for d in dirs.flatten() {
+        let refs = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(d.path())
+            .args(["for-each-ref", "--format=%(refname)", "refs/berth/"])
+            .output()
+            .expect("run git");
+        out.extend(
+            String::from_utf8_lossy(&refs.stdout)
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    out.sort();
+    out
+}

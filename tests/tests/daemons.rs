@@ -16,7 +16,7 @@ use berth_tests::steps::{
     write_script,
 };
 use berth_tests::{Berth, eventually};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -256,6 +256,40 @@ fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(net: Net) {
         "two ran before three ended: {list}"
     );
     assert_eq!(session(&srv, &id)["binding"]["state"], "ok");
+
+    // Deleting a session bound on B from the server's machine: B keeps its task's
+    // change record (pruned there in time), and the answer says so.
+    let on_b_id = on_b["id"].as_str().unwrap();
+    let tb1_id = tb1["id"].as_str().unwrap();
+    let b_refs = |who: &Berth| {
+        berth_tests::steps::shadow_refs(who)
+            .into_iter()
+            .filter(|r| r.contains(tb1_id))
+            .count()
+    };
+    assert_eq!(b_refs(&b), 2, "tb1's record is on B");
+    let gone = srv.json(&["session", "delete", on_b_id, "--yes", "--json"]);
+    assert_eq!(
+        (&gone["records_removed"], &gone["records_elsewhere"]),
+        (&json!(0), &json!(1)),
+        "{gone}"
+    );
+    assert_eq!(b_refs(&b), 2, "B's record stays");
+    // Deleted through A's own CLI (its daemon's socket), A's records go with it.
+    let mine = |who: &Berth| {
+        berth_tests::steps::shadow_refs(who)
+            .into_iter()
+            .filter(|r| order.iter().any(|t| r.contains(t)))
+            .count()
+    };
+    assert_eq!(mine(&a), 6, "three tasks' records on A");
+    let gone = a.json(&["session", "delete", &id, "--yes", "--json"]);
+    assert_eq!(
+        (&gone["records_removed"], &gone["records_elsewhere"]),
+        (&json!(3), &json!(0)),
+        "{gone}"
+    );
+    assert_eq!(mine(&a), 0);
 }
 
 /// A raw daemon call to the server's listener.

@@ -789,3 +789,143 @@ fn a_members_view_shows_a_daemons_paths_by_its_own_home() {
         [format!("{home}/.local/share/berth/scratch/{session}")]
     );
 }
+
+/// Issue 52's mending on a team server: a member renames, archives and deletes only
+/// their own sessions (another's answers 404, to an admin `owner_only`); editing and
+/// removing agents is an admin's, like adding one; each change is in the audit trail.
+#[test]
+fn a_member_mends_only_their_own_sessions_and_an_admin_the_agents() {
+    let team = Team::start();
+    let admin = team.admin.clone();
+    let member = |name: &str| {
+        team.admin_json(&["member", "add", name])["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (ann, bob) = (member("ann"), member("bob"));
+    let agent = json!({"name": "rep", "kind": "command", "command": ["true"]}).to_string();
+    assert_eq!(team.api(&admin, "POST", "/api/v1/agents", &agent).0, 201);
+    let new_session = |token: &str| {
+        let (st, v) = team.api(token, "POST", "/api/v1/sessions", r#"{"agent":"rep"}"#);
+        assert_eq!(st, 201, "{v}");
+        v["id"].as_str().unwrap().to_owned()
+    };
+    let (ann_s, bob_s) = (new_session(&ann), new_session(&bob));
+    let path = format!("/api/v1/sessions/{ann_s}");
+    let rename = r#"{"title":"renamed"}"#;
+
+    // Bob: as if it did not exist. The admin: seen, not changed.
+    for (token, method, body, want) in [
+        (&bob, "PATCH", rename, (404, "unknown_session")),
+        (&bob, "DELETE", "", (404, "unknown_session")),
+        (&admin, "PATCH", rename, (403, "owner_only")),
+        (&admin, "DELETE", "", (403, "owner_only")),
+    ] {
+        let (st, v) = team.api(token, method, &path, body);
+        assert_eq!((st, code(&v)), want, "{method} {v}");
+    }
+    let (_, v) = team.api(&ann, "GET", &path, "");
+    assert_eq!(v["title"], format!("session {}", &ann_s[..8]), "unchanged");
+
+    // Ann: her own.
+    let (st, v) = team.api(&ann, "PATCH", &path, rename);
+    assert_eq!((st, &v["title"]), (200, &json!("renamed")), "{v}");
+    let (st, v) = team.api(&ann, "PATCH", &path, r#"{"archived":true}"#);
+    assert_eq!((st, &v["archived"]), (200, &json!(true)), "{v}");
+    let (_, listed) = team.api(&ann, "GET", "/api/v1/sessions", "");
+    assert_eq!(ids(&listed), Vec::<String>::new());
+    let (_, listed) = team.api(&ann, "GET", "/api/v1/sessions?all=true", "");
+    assert_eq!(ids(&listed), vec![ann_s.clone()]);
+    let (_, listed) = team.api(&bob, "GET", "/api/v1/sessions?all=true", "");
+    assert_eq!(ids(&listed), vec![bob_s.clone()]);
+    let (_, listed) = team.api(&admin, "GET", "/api/v1/sessions?all=true", "");
+    assert_eq!(ids(&listed), [ann_s.clone(), bob_s.clone()]);
+    let (st, v) = team.api(&ann, "PATCH", &path, r#"{"title":"  "}"#);
+    assert_eq!((st, code(&v)), (400, "bad_request"), "{v}");
+
+    // No machine is online, so her message waits: the session is busy.
+    let (st, v) = team.api(
+        &ann,
+        "POST",
+        &format!("{path}/messages"),
+        r#"{"text":"hi"}"#,
+    );
+    assert_eq!(st, 202, "{v}");
+    let waiting = v["task"]["id"].as_str().unwrap().to_owned();
+    let (st, v) = team.api(&ann, "DELETE", &path, "");
+    assert_eq!((st, code(&v)), (409, "session_busy"), "{v}");
+    assert_eq!(
+        v["error"]["hint"],
+        format!("cancel it first: berth task cancel {}", &waiting[..8])
+    );
+    let (st, _) = team.api(
+        &ann,
+        "POST",
+        &format!("/api/v1/tasks/{waiting}/cancel"),
+        "{}",
+    );
+    assert_eq!(st, 200);
+    let (st, v) = team.api(&ann, "DELETE", &path, "");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["tasks"], json!([waiting]));
+    let (st, v) = team.api(&ann, "GET", &path, "");
+    assert_eq!((st, code(&v)), (404, "unknown_session"));
+
+    // Agents: an admin's to change.
+    let agent_path = "/api/v1/agents/rep";
+    for (method, body) in [("PATCH", r#"{"permissions":"read-only"}"#), ("DELETE", "")] {
+        for token in [&ann, &bob] {
+            let (st, v) = team.api(token, method, agent_path, body);
+            assert_eq!((st, code(&v)), (403, "admin_only"), "{method} {v}");
+        }
+    }
+    let (st, v) = team.api(
+        &admin,
+        "PATCH",
+        agent_path,
+        r#"{"permissions":"read-only"}"#,
+    );
+    assert_eq!((st, &v["permissions"]), (200, &json!("read-only")), "{v}");
+    let (st, v) = team.api(&admin, "DELETE", agent_path, "");
+    assert_eq!(
+        (st, code(&v)),
+        (409, "agent_in_use"),
+        "bob's session uses it: {v}"
+    );
+    let (st, _) = team.api(&bob, "DELETE", &format!("/api/v1/sessions/{bob_s}"), "");
+    assert_eq!(st, 200);
+    let (st, v) = team.api(&admin, "DELETE", agent_path, "");
+    assert_eq!((st, &v["name"]), (200, &json!("rep")), "{v}");
+
+    let trail = team.admin_json(&["audit"]);
+    let steps: Vec<(String, String)> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            let action = a["action"].as_str().unwrap();
+            action.starts_with("session.") && action != "session.create"
+                || action.starts_with("agent.") && action != "agent.add"
+        })
+        .map(|a| {
+            (
+                a["member"].as_str().unwrap().to_owned(),
+                a["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let step = |m: &str, a: &str| (m.to_owned(), a.to_owned());
+    assert_eq!(
+        steps,
+        [
+            step("ann", "session.change"),
+            step("ann", "session.change"),
+            step("ann", "session.delete"),
+            step("admin", "agent.edit"),
+            step("bob", "session.delete"),
+            step("admin", "agent.remove"),
+        ],
+        "refused requests are no changes"
+    );
+}

@@ -672,8 +672,8 @@ fn every_failure_names_the_next_command() {
         "{err}"
     );
 
-    // An agent whose program is not there.
-    b.ok(&[
+    // An agent whose program is not there: said at once, then at the first message.
+    let out = b.run(&[
         "agent",
         "add",
         "gone",
@@ -682,6 +682,15 @@ fn every_failure_names_the_next_command() {
         "--command",
         "/nonexistent/agent",
     ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: /nonexistent/agent is not installed here")
+            && err.contains(
+                "hint: install it, or point the agent at it: berth agent edit gone --command PATH"
+            ),
+        "{err}"
+    );
     let s = b.json(&["session", "new", "--agent", "gone", "--json"]);
     let out = b.run(&["send", s["id"].as_str().unwrap(), "hello"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -691,4 +700,274 @@ fn every_failure_names_the_next_command() {
         err.contains("berth agent edit NAME --command PATH"),
         "{err}"
     );
+}
+
+/// `berth ARGS` that must fail with `exit`: its `--json` error document's code, and
+/// its stderr.
+fn refused(b: &Berth, args: &[&str], exit: i32) -> (String, String) {
+    let out = b.run(args);
+    assert_eq!(
+        out.status.code(),
+        Some(exit),
+        "berth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let code = serde_json::from_str::<Value>(&stdout)
+        .map(|v| v["error"]["code"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Issue 52, "mistakes can be mended": an option `--command` swallowed is refused with
+/// the hint; `agent edit` applies at the next message; `agent remove` waits until no
+/// session uses the agent; `session rename`, `archive` (left out of the list, `--all`
+/// shows it, `unarchive` brings it back) and `delete`: refused without a terminal or
+/// `--yes`, refused while a task runs, then gone with its tasks, transcript, change
+/// records and scratch directory.
+#[test]
+fn mistakes_can_be_mended() {
+    let mut b = Berth::new("mend");
+    b.serve();
+
+    // `--kind` after `--command` would be the agent's own argument: refused, nothing
+    // registered; after `--` it is the agent's, as asked.
+    let out = b.run(&["agent", "add", "x", "--command", "cat", "--kind", "command"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: --kind came after --command"), "{err}");
+    assert!(err.contains("hint: put --command last"), "{err}");
+    let swallowed = |args: &str| refused(&b, &args.split(' ').collect::<Vec<_>>(), 2);
+    let (_, err) = swallowed("agent add x --kind command --command cat --json");
+    assert!(err.contains("error: --json came after --command"), "{err}");
+    let (code, _) = swallowed("agent add x --json --kind command --command cat --permissions=full");
+    assert_eq!(code, "option_in_command");
+    assert_eq!(b.json(&["agent", "list", "--json"]), serde_json::json!([]));
+    let kept = b.json(&[
+        "agent",
+        "add",
+        "literal",
+        "--kind",
+        "command",
+        "--json",
+        "--command",
+        "--",
+        "cat",
+        "--json",
+    ]);
+    assert_eq!(kept["command"], serde_json::json!(["cat", "--json"]));
+    b.ok(&["agent", "remove", "literal"]);
+
+    // An agent that leaves a mark in its directory, then edited: the next message runs
+    // the new command.
+    let dir = b.user_home.join("code").join("mend");
+    std::fs::create_dir_all(&dir).unwrap();
+    b.ok(&[
+        "agent",
+        "add",
+        "marker",
+        "--kind",
+        "command",
+        "--command",
+        "sh",
+        "-c",
+        "echo v1 > mark.txt; echo v1",
+    ]);
+    let bound = b.json(&[
+        "session",
+        "new",
+        "--agent",
+        "marker",
+        "--title",
+        "typo",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    let bound = bound["id"].as_str().unwrap().to_owned();
+    let (events, task) = send(&b, &bound, "go");
+    assert_eq!(task["status"], "succeeded");
+    assert_eq!(texts(&events), ["v1"]);
+    let edited = b.json(&[
+        "agent",
+        "edit",
+        "marker",
+        "--permissions",
+        "full",
+        "--json",
+        "--command",
+        "sh",
+        "-c",
+        "echo v2 > mark.txt; echo v2",
+    ]);
+    assert_eq!(
+        (&edited["command"][2], &edited["permissions"]),
+        (
+            &serde_json::json!("echo v2 > mark.txt; echo v2"),
+            &serde_json::json!("full")
+        )
+    );
+    let (events, _) = send(&b, &bound, "again");
+    assert_eq!(texts(&events), ["v2"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("mark.txt")).unwrap(),
+        "v2\n"
+    );
+    let (code, _) = refused(&b, &["agent", "edit", "marker", "--json"], 2);
+    assert_eq!(code, "");
+    let (code, err) = refused(&b, &["agent", "remove", "marker", "--json"], 1);
+    assert_eq!(code, "agent_in_use");
+    assert!(err.contains(&bound), "names the session: {err}");
+    assert!(err.contains("hint: delete those sessions first"), "{err}");
+
+    // Rename and archive.
+    let renamed = b.json(&["session", "rename", &bound[..8], "the real title", "--json"]);
+    assert_eq!(renamed["title"], "the real title");
+    assert_eq!(renamed["archived"], false);
+    let archived = b.json(&["session", "archive", &bound[..8], "--json"]);
+    assert_eq!(archived["archived"], true);
+    let listed = |all: bool| -> Vec<(String, bool)> {
+        let mut args = vec!["session", "list", "--json"];
+        if all {
+            args.push("--all");
+        }
+        b.json(&args)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["title"].as_str().unwrap().to_owned(),
+                    s["archived"] == true,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(listed(false), []);
+    assert_eq!(listed(true), [("the real title".to_owned(), true)]);
+    assert!(
+        b.ok(&["session", "list", "--all"])
+            .contains("the real title (archived)"),
+        "the human list marks it"
+    );
+    let (status, body) = b.web_get("/api/v1/sessions");
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "[]"),
+        "the web list leaves it out"
+    );
+    b.ok(&["session", "unarchive", &bound[..8]]);
+    assert_eq!(listed(false), [("the real title".to_owned(), false)]);
+
+    // Delete: never without asking, never under a running task.
+    assert_eq!(
+        berth_tests::steps::shadow_refs(&b).len(),
+        4,
+        "two tasks' before and after"
+    );
+    let (code, err) = refused(&b, &["session", "delete", &bound[..8], "--json"], 2);
+    assert_eq!(code, "confirmation_needed");
+    assert!(err.contains("hint: pass --yes"), "{err}");
+    b.ok(&[
+        "agent",
+        "add",
+        "slow",
+        "--kind",
+        "command",
+        "--command",
+        "sleep",
+        "30",
+    ]);
+    let busy = berth_tests::steps::new_session(&b, "slow", None);
+    let running = berth_tests::steps::send_detached(&b, &busy, "wait");
+    eventually(10, || {
+        (berth_tests::steps::task(&b, &busy, &running)?["status"] == "running").then_some(())
+    })
+    .expect("the slow task runs");
+    assert!(b.home.join("scratch").join(&busy).is_dir());
+    let (code, err) = refused(&b, &["session", "delete", &busy, "--yes", "--json"], 1);
+    assert_eq!(code, "session_busy");
+    assert!(
+        err.contains(&format!(
+            "hint: cancel it first: berth task cancel {}",
+            &running[..8]
+        )),
+        "{err}"
+    );
+    b.ok(&["task", "cancel", &running]);
+    let gone = b.json(&["session", "delete", &busy, "--yes", "--json"]);
+    assert_eq!(gone["tasks"], serde_json::json!([running]));
+    assert_eq!(gone["scratch_removed"], true);
+    assert!(!b.home.join("scratch").join(&busy).exists());
+
+    let gone = b.json(&["session", "delete", &bound, "--yes", "--json"]);
+    assert_eq!(gone["session"]["title"], "the real title");
+    assert_eq!(gone["tasks"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        (&gone["records_removed"], &gone["records_elsewhere"]),
+        (&serde_json::json!(2), &serde_json::json!(0))
+    );
+    assert_eq!(berth_tests::steps::shadow_refs(&b), Vec::<String>::new());
+    let (code, _) = refused(&b, &["session", "show", &bound, "--json"], 1);
+    assert_eq!(code, "unknown_session");
+    let (code, _) = refused(&b, &["task", "list", "--session", &bound, "--json"], 1);
+    assert_eq!(code, "unknown_session");
+    assert_eq!(listed(true), []);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("mark.txt")).unwrap(),
+        "v2\n"
+    );
+
+    // No session uses it now.
+    b.ok(&["agent", "remove", "marker"]);
+    let names: Vec<Value> = b
+        .json(&["agent", "list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].clone())
+        .collect();
+    assert_eq!(names, [serde_json::json!("slow")]);
+}
+
+/// `berth session delete` on a terminal asks first: "n" keeps the session, "y"
+/// deletes it.
+#[test]
+fn session_delete_asks_on_a_terminal() {
+    use berth_tests::tmux::Tmux;
+    let mut b = Berth::new("mend-tty");
+    b.serve();
+    b.ok(&["agent", "add", "a", "--kind", "command", "--command", "cat"]);
+    let id = berth_tests::steps::new_session(&b, "a", None);
+    let ask = |answer: &str| {
+        // A directory per terminal: it names the terminal's tmux server.
+        let dir = b.root.path().join(format!("tty-{answer}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Tmux::berth(&b, &dir, &["session", "delete", &id[..8]], 120, 10);
+        let screen = t.wait(20, "the question", |s| s.contains("[y/N]"));
+        assert!(
+            screen.contains(&format!(
+                "delete session {} (session {}) with its 0 tasks",
+                &id[..8],
+                &id[..8]
+            )),
+            "{screen}"
+        );
+        t.type_text(answer);
+        t.keys(&["Enter"]);
+        t.wait(20, "the end", |s| s.contains("EXIT="))
+    };
+    let screen = ask("n");
+    assert!(
+        screen.contains("was not deleted") && screen.contains("EXIT=1"),
+        "{screen}"
+    );
+    b.ok(&["session", "show", &id]);
+    let screen = ask("y");
+    assert!(
+        screen.contains("deleted session") && screen.contains("EXIT=0"),
+        "{screen}"
+    );
+    let out = b.run(&["session", "show", &id]);
+    assert_eq!(out.status.code(), Some(1));
 }

@@ -14,9 +14,9 @@ use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
 use berth_web::executor::{AgentKind, AgentSpec};
 use berth_web::store::{
-    AuditEntry, ChannelIntake, ChannelThread, FIRST_ADMIN, Finish, MemberChange, MemberRow,
-    NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord, Store, StoreError,
-    StoredBinding, TokenChange, TokenRow,
+    AgentEdit, AuditEntry, ChannelIntake, ChannelThread, Deleted, FIRST_ADMIN, Finish,
+    MemberChange, MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord,
+    SessionChange, Store, StoreError, StoredBinding, TokenChange, TokenRow,
 };
 use common::TempDir;
 
@@ -84,6 +84,7 @@ on_both!(
     members_tokens_and_the_audit_trail,
     channel_messages_are_taken_in_once,
     projects_bindings_and_listing,
+    sessions_and_agents_are_mended,
 );
 
 async fn everything_accepted_survives_a_restart_and_running_tasks_become_interrupted(place: Place) {
@@ -835,7 +836,8 @@ async fn projects_bindings_and_listing(place: Place) {
         serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
     let all: Vec<serde_json::Value> =
-        serde_json::from_slice(&store.sessions_json(None, "test", doc).await.unwrap()).unwrap();
+        serde_json::from_slice(&store.sessions_json(None, false, "test", doc).await.unwrap())
+            .unwrap();
     // Each listed document is the one a single read gives.
     for d in &all {
         let one = store.session(d["id"].as_str().unwrap()).await.unwrap();
@@ -847,19 +849,19 @@ async fn projects_bindings_and_listing(place: Place) {
         assert_eq!(all[1]["binding"]["daemon_name"], "laptop-2", "{all:?}");
     }
     assert_eq!(
-        ids(store.sessions_json(None, "test", doc).await.unwrap()),
+        ids(store.sessions_json(None, false, "test", doc).await.unwrap()),
         [s.id.clone(), other.id.clone()]
     );
     assert_eq!(
         ids(store
-            .sessions_json(Some("ann".into()), "test", doc)
+            .sessions_json(Some("ann".into()), false, "test", doc)
             .await
             .unwrap()),
         std::slice::from_ref(&s.id)
     );
     assert!(
         ids(store
-            .sessions_json(Some("bob".into()), "test", doc)
+            .sessions_json(Some("bob".into()), false, "test", doc)
             .await
             .unwrap())
         .is_empty()
@@ -922,7 +924,9 @@ fn bench_list_10000_sessions() {
         assert_eq!(rows.len(), 10_000);
         // The API's own path: rows streamed into the JSON answer.
         let start = std::time::Instant::now();
-        let json = rt.block_on(store.sessions_json(None, "test", doc)).unwrap();
+        let json = rt
+            .block_on(store.sessions_json(None, false, "test", doc))
+            .unwrap();
         total.push(start.elapsed());
         assert!(json.len() > 10_000);
     }
@@ -1275,7 +1279,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let s = store.session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store
@@ -1390,7 +1394,7 @@ fn counted_doc(
 async fn titles(store: &Store) -> (bool, std::collections::BTreeMap<String, String>) {
     let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let body = store
-        .sessions_json(None, "test", counted_doc(&written))
+        .sessions_json(None, false, "test", counted_doc(&written))
         .await
         .unwrap();
     let docs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
@@ -1602,7 +1606,7 @@ async fn bench_postgres_list_10000_sessions() {
         raw.push(t.elapsed());
         assert_eq!(rows.len(), 10_000);
         let t = std::time::Instant::now();
-        let json = store.sessions_json(None, "test", doc).await.unwrap();
+        let json = store.sessions_json(None, false, "test", doc).await.unwrap();
         total.push(t.elapsed());
         assert!(json.len() > 10_000);
     }
@@ -1626,4 +1630,161 @@ async fn bench_postgres_list_10000_sessions() {
         raw[raw.len() / 2],
         total[total.len() / 2]
     );
+}
+
+/// Issue 52: rename, archive (the list leaves it out unless asked), delete (refused
+/// while a task waits; then the tasks and the transcript go too), and agents edited or
+/// removed (refused while a session names one).
+async fn sessions_and_agents_are_mended(place: Place) {
+    let store = place.open().await;
+    store.add_agent(agent()).await.unwrap();
+    let one = store.create_session(unbound("one")).await.unwrap();
+    let two = store.create_session(unbound("two")).await.unwrap();
+    let change = |title: Option<&str>, archived: Option<bool>| SessionChange {
+        title: title.map(str::to_owned),
+        archived,
+    };
+    let renamed = store
+        .change_session(one.id.clone(), change(Some("  better  "), None))
+        .await
+        .unwrap();
+    assert_eq!(
+        (renamed.title.as_str(), &renamed.archived_at),
+        ("better", &None)
+    );
+    let archived = store
+        .change_session(one.id.clone(), change(None, Some(true)))
+        .await
+        .unwrap();
+    let at = archived.archived_at.clone().expect("archived");
+    let again = store
+        .change_session(one.id.clone(), change(None, Some(true)))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.archived_at,
+        Some(at),
+        "archived once, at the first time"
+    );
+    assert!(again.to_api().archived);
+    for nothing in [change(None, None), change(Some(" "), Some(false))] {
+        assert!(matches!(
+            store.change_session(one.id.clone(), nothing).await,
+            Err(StoreError::BadChange(_))
+        ));
+    }
+    let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
+        serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
+    };
+    let listed = |all: bool| {
+        let store = store.clone();
+        async move {
+            let json = store.sessions_json(None, all, "test", doc).await.unwrap();
+            let v: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
+            v.into_iter()
+                .map(|d| {
+                    (
+                        d["title"].as_str().unwrap().to_owned(),
+                        d["archived"] == true,
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let t = |s: &str, a: bool| (s.to_owned(), a);
+    assert_eq!(listed(false).await, [t("two", false)]);
+    assert_eq!(listed(true).await, [t("better", true), t("two", false)]);
+    store
+        .change_session(one.id.clone(), change(None, Some(false)))
+        .await
+        .unwrap();
+    assert_eq!(listed(false).await, [t("better", false), t("two", false)]);
+
+    // A waiting task keeps the session.
+    let (task, _) = store
+        .add_message(one.id.to_string(), Origin::Desktop, "hi".into())
+        .await
+        .unwrap();
+    match store.delete_session(one.id.clone()).await {
+        Err(StoreError::SessionBusy { id, tasks }) => {
+            assert_eq!((id, tasks), (one.id.to_string(), vec![task.id.to_string()]));
+        }
+        other => panic!("not refused as busy: {other:?}"),
+    }
+    store.cancel_waiting(task.id.clone()).await.unwrap();
+    let deleted = store.delete_session(one.id.clone()).await.unwrap();
+    assert_eq!(
+        deleted,
+        Deleted {
+            session: one.id.clone(),
+            tasks: vec![task.id.clone()],
+            // The message, and the task's end.
+            events: 2,
+        }
+    );
+    assert!(matches!(
+        store.session(one.id.as_str()).await,
+        Err(StoreError::UnknownSession { .. })
+    ));
+    assert!(
+        store
+            .events_after(one.id.clone(), 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let left: Vec<TaskId> = store
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(left, Vec::<TaskId>::new());
+    assert_eq!(listed(true).await, [t("two", false)]);
+
+    // Agents: edited in place; removed only once no session names them.
+    let edited = store
+        .edit_agent(AgentEdit {
+            name: "echo".into(),
+            command: Some(vec!["sh".into(), "-c".into(), "cat".into()]),
+            permissions: Some(Some(berth_core::Permissions::ReadOnly)),
+        })
+        .await
+        .unwrap();
+    let want = AgentSpec {
+        command: vec!["sh".into(), "-c".into(), "cat".into()],
+        permissions: Some(berth_core::Permissions::ReadOnly),
+        ..agent()
+    };
+    assert_eq!(edited, want);
+    assert_eq!(store.list_agents().await.unwrap(), vec![want.clone()]);
+    let reset = store
+        .edit_agent(AgentEdit {
+            name: "echo".into(),
+            command: None,
+            permissions: Some(None),
+        })
+        .await
+        .unwrap();
+    assert_eq!(reset.permissions, None);
+    match store.remove_agent("echo".into()).await {
+        Err(StoreError::AgentInUse { name, sessions }) => {
+            assert_eq!(
+                (name.as_str(), sessions),
+                ("echo", vec![two.id.to_string()])
+            );
+        }
+        other => panic!("not refused as in use: {other:?}"),
+    }
+    store.delete_session(two.id.clone()).await.unwrap();
+    assert_eq!(
+        store.remove_agent("echo".into()).await.unwrap().name,
+        "echo"
+    );
+    assert_eq!(store.list_agents().await.unwrap(), vec![]);
+    assert!(matches!(
+        store.remove_agent("echo".into()).await,
+        Err(StoreError::UnknownAgent { .. })
+    ));
 }

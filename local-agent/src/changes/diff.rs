@@ -142,6 +142,48 @@ impl Shadow {
         Ok(changes)
     }
 
+    /// Drops the records of `tasks` (a deleted session's): their refs and their log
+    /// entries; the objects only they held go with the next prune. Returns how many
+    /// of them had a record here.
+    pub fn forget(&self, tasks: &[TaskId]) -> Result<usize, ChangesError> {
+        let here: Vec<&TaskId> = tasks
+            .iter()
+            .filter(|t| self.task_trees(t).is_some())
+            .collect();
+        let log = self.log();
+        let kept: Vec<Entry> = log
+            .iter()
+            .filter(|e| !tasks.contains(&e.task))
+            .cloned()
+            .collect();
+        if here.is_empty() && kept.len() == log.len() {
+            return Ok(0);
+        }
+        let mut input = String::new();
+        for t in &here {
+            for which in ["before", "after"] {
+                input.push_str(&format!("delete refs/berth/{t}/{which}\n"));
+            }
+        }
+        let mut child = self
+            .command()
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut s) = child.stdin.take() {
+            use std::io::Write;
+            s.write_all(input.as_bytes())?;
+        }
+        crate::git::check(child.wait_with_output()?, "update-ref --stdin")?;
+        private::write(
+            self.git_dir.join("berth-log.json"),
+            serde_json::to_string(&kept).unwrap_or_default(),
+        )?;
+        Ok(here.len())
+    }
+
     /// The summary of two trees: status and line counts per file, renames found.
     pub fn diff_trees(&self, before: &str, after: &str) -> Result<Changes, ChangesError> {
         // The two passes run side by side.

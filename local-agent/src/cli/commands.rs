@@ -5,7 +5,7 @@ use super::error::CliError;
 use super::lean::Request;
 use super::render::{self, print_json};
 use super::setup::{absolute, berth_home, runtime};
-use super::{AgentCmd, Command, Kind, Mode, ProjectCmd, SessionCmd, TaskCmd};
+use super::{AgentCmd, Command, Mode, ProjectCmd, SessionCmd, TaskCmd};
 use berth_local_agent::ExecutorConfig;
 use hyper::Method;
 use serde_json::{Value, json};
@@ -62,65 +62,15 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             permissions,
             command,
             json,
-        }) => {
-            let adapter = match kind {
-                Kind::Claude => berth_local_agent::agent::adapter::Adapter::Claude,
-                Kind::Codex => berth_local_agent::agent::adapter::Adapter::Codex,
-                Kind::Command => berth_local_agent::agent::adapter::Adapter::Command,
-                Kind::Acp => berth_local_agent::agent::adapter::Adapter::Acp,
-            };
-            let kind = match kind {
-                Kind::Claude => "claude",
-                Kind::Codex => "codex",
-                Kind::Command => "command",
-                Kind::Acp => "acp",
-            };
-            let permissions = permissions.map(super::Policy::permissions);
-            if kind == "command" && command.is_empty() {
-                return Err(CliError::usage(
-                    "a command agent needs --command CMD [ARG...]",
-                    "e.g. berth agent add echo --kind command --command sh -c 'cat'",
-                ));
-            }
-            if kind == "acp" && command.is_empty() {
-                return Err(CliError::usage(
-                    "an ACP agent needs --command CMD [ARG...]: how to start it speaking ACP",
-                    "e.g. berth agent add gemini --kind acp --command gemini --acp",
-                ));
-            }
-            let agent = c
-                .post(
-                    "/api/v1/agents",
-                    &json!({"name": name, "kind": kind, "command": command,
-                            "permissions": permissions.map(|p| p.as_str())}),
-                )
-                .await?;
-            if json {
-                print_json(&agent);
-            } else {
-                println!(
-                    "added agent {} ({kind})",
-                    agent["name"].as_str().unwrap_or(&name)
-                );
-                let shown = permissions.unwrap_or(berth_core::Permissions::DEFAULT);
-                let origin = if permissions.is_some() {
-                    ""
-                } else {
-                    " (the default; the user settings' \"permissions\" may change it)"
-                };
-                let fenced = fences(c).await;
-                let unenforced = serde_json::from_value(agent.clone())
-                    .ok()
-                    .and_then(|spec| adapter.unenforced(&spec, shown, fenced));
-                match unenforced {
-                    Some(note) => eprintln!("warning: {note}"),
-                    None => println!(
-                        "permissions {shown}{origin}: {}",
-                        adapter.policy_note(shown)
-                    ),
-                }
-            }
-            Ok(0)
+        }) => super::agents::add(c, name, kind, permissions, command, json).await,
+        Command::Agent(AgentCmd::Edit {
+            name,
+            permissions,
+            command,
+            json,
+        }) => super::agents::edit(c, name, permissions, command, json).await,
+        Command::Agent(AgentCmd::Remove { name, json }) => {
+            super::agents::remove(c, name, json).await
         }
         Command::Send {
             id,
@@ -245,7 +195,13 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        SessionCmd::List { json } => lean(c, Request::SessionList { json }),
+        SessionCmd::List { all, json } => lean(c, Request::SessionList { all, json }),
+        SessionCmd::Rename { id, title, json } => {
+            super::lifecycle::rename(c, &id, &title, json).await
+        }
+        SessionCmd::Archive { id, json } => super::lifecycle::archive(c, &id, true, json).await,
+        SessionCmd::Unarchive { id, json } => super::lifecycle::archive(c, &id, false, json).await,
+        SessionCmd::Delete { id, yes, json } => super::lifecycle::delete(c, &id, yes, json).await,
         SessionCmd::Log { .. } => Err(CliError::usage(
             "session log is run by the chat's code",
             "run it as `berth session log ID`",
@@ -532,20 +488,13 @@ pub(super) async fn agent_policy(c: &Client, session: &Value) -> Option<String> 
     let agent = agents.as_array()?.iter().find(|a| a["name"] == name)?;
     Some(
         match (agent["kind"].as_str(), agent["permissions"].as_str()) {
-            (Some("command"), permissions) => command_policy(session, permissions, fences(c).await),
+            (Some("command"), permissions) => {
+                command_policy(session, permissions, super::agents::fences(c).await)
+            }
             (_, Some(p)) => p.to_owned(),
             (_, None) => format!("{} (default)", berth_core::Permissions::DEFAULT),
         },
     )
-}
-
-/// Whether the server's machine fences its agents now (`GET capabilities`' fence: on
-/// and available).
-async fn fences(c: &Client) -> bool {
-    let Ok(caps) = c.get("/api/v1/capabilities").await else {
-        return false;
-    };
-    caps["fence"]["available"] == true && caps["fence"]["mode"] != "off"
 }
 
 /// What a command agent may do, said as what holds: it has no permission prompts, so

@@ -1,12 +1,14 @@
 //! The `berth` command line: DESIGN.md's contract, human output by default and one JSON
 //! document with `--json`.
 
+mod agents;
 mod changes;
 mod chat;
 mod client;
 mod commands;
 mod conceal;
 mod daemon;
+mod lifecycle;
 mod serve;
 mod service;
 mod settings;
@@ -367,9 +369,10 @@ pub enum AgentCmd {
     Add {
         /// The agent's name, used by `session new --agent` (1-64 letters, digits, `-`, `_`).
         name: String,
-        /// Which CLI drives it: claude (Claude Code), codex (Codex), or any command.
+        /// Which CLI drives it: claude (Claude Code), codex (Codex), or any command
+        /// (required).
         #[arg(long, value_enum)]
-        kind: Kind,
+        kind: Option<Kind>,
         /// What the agent may do: read-only, edit (the default, or the user settings'
         /// `permissions`) or full. Mapped onto the agent's own controls.
         #[arg(long, value_enum)]
@@ -387,6 +390,53 @@ pub enum AgentCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Change an agent's command or permissions; it applies at the next message of
+    /// every session that uses it.
+    Edit {
+        /// The agent's name.
+        name: String,
+        /// What the agent may do: read-only, edit, full, or default (the user
+        /// settings' `permissions`, else edit).
+        #[arg(long, value_enum)]
+        permissions: Option<EditPolicy>,
+        /// The new program and its arguments (everything after --command: put it last).
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "CMD")]
+        command: Vec<String>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an agent. Refused while a session uses it (archived ones too): delete
+    /// those sessions first, or change the agent with `agent edit`.
+    Remove {
+        /// The agent's name.
+        name: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `agent edit --permissions`: a policy, or back to the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EditPolicy {
+    ReadOnly,
+    Edit,
+    Full,
+    /// The user settings' `permissions`, else edit.
+    Default,
+}
+
+impl EditPolicy {
+    /// The policy to store; `None`: the default.
+    pub fn permissions(self) -> Option<berth_core::Permissions> {
+        match self {
+            EditPolicy::ReadOnly => Some(berth_core::Permissions::ReadOnly),
+            EditPolicy::Edit => Some(berth_core::Permissions::Edit),
+            EditPolicy::Full => Some(berth_core::Permissions::Full),
+            EditPolicy::Default => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -417,8 +467,51 @@ pub enum SessionCmd {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions.
+    /// List sessions (not the archived ones unless --all).
     List {
+        /// Archived sessions too, marked so.
+        #[arg(long)]
+        all: bool,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a session a new title.
+    Rename {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// The new title.
+        title: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Archive a session: left out of `session list` and the web UI's list, kept whole
+    /// (`session list --all` shows it; `session unarchive` brings it back).
+    Archive {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring an archived session back into the list.
+    Unarchive {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a session: its tasks, its transcript, and its tasks' change records on
+    /// this machine. Asks first on a terminal; refused while a task of it is queued or
+    /// running.
+    Delete {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// Delete without asking (needed where stdin is not a terminal).
+        #[arg(long, short)]
+        yes: bool,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
@@ -615,10 +708,19 @@ impl Command {
             Command::Settings(SettingsCmd::Show { json, .. } | SettingsCmd::Check { json, .. }) => {
                 *json
             }
-            Command::Agent(AgentCmd::Add { json, .. } | AgentCmd::List { json })
+            Command::Agent(
+                AgentCmd::Add { json, .. }
+                | AgentCmd::List { json }
+                | AgentCmd::Edit { json, .. }
+                | AgentCmd::Remove { json, .. },
+            )
             | Command::Session(
                 SessionCmd::New { json, .. }
-                | SessionCmd::List { json }
+                | SessionCmd::List { json, .. }
+                | SessionCmd::Rename { json, .. }
+                | SessionCmd::Archive { json, .. }
+                | SessionCmd::Unarchive { json, .. }
+                | SessionCmd::Delete { json, .. }
                 | SessionCmd::Show { json, .. }
                 | SessionCmd::Log { json, .. }
                 | SessionCmd::Link { json, .. }

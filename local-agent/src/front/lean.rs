@@ -38,8 +38,8 @@ pub enum Request {
         detach: bool,
         json: bool,
     },
-    /// `berth session list [--json]`.
-    SessionList { json: bool },
+    /// `berth session list [--all] [--json]`.
+    SessionList { all: bool, json: bool },
     /// `berth task list [--session ID] [--json]`.
     TaskList { session: Option<String>, json: bool },
     /// `berth agent list [--json]`.
@@ -50,7 +50,7 @@ impl Request {
     fn json(&self) -> bool {
         match self {
             Request::Send { json, .. }
-            | Request::SessionList { json }
+            | Request::SessionList { json, .. }
             | Request::TaskList { json, .. }
             | Request::AgentList { json } => *json,
         }
@@ -127,7 +127,7 @@ pub fn parse(args: &[OsString]) -> Option<Parsed> {
     }
     let mut home = None;
     let mut words: Vec<&str> = Vec::new();
-    let (mut json, mut detach, mut session) = (false, false, None);
+    let (mut json, mut detach, mut session, mut all) = (false, false, None, false);
     let mut rest = args.iter().copied();
     while let Some(a) = rest.next() {
         if a == "--home" {
@@ -140,6 +140,7 @@ pub fn parse(args: &[OsString]) -> Option<Parsed> {
             match (known, a) {
                 (_, "--json") => flag(&mut json)?,
                 (Known::Send, "--detach") => flag(&mut detach)?,
+                (Known::SessionList, "--all") => flag(&mut all)?,
                 (Known::TaskList, "--session") => once(&mut session, rest.next()?)?,
                 (Known::TaskList, s) if s.starts_with("--session=") => {
                     once(&mut session, &s["--session=".len()..])?;
@@ -159,7 +160,7 @@ pub fn parse(args: &[OsString]) -> Option<Parsed> {
             detach,
             json,
         },
-        (Known::SessionList, [_, _]) => Request::SessionList { json },
+        (Known::SessionList, [_, _]) => Request::SessionList { all, json },
         (Known::TaskList, [_, _]) => Request::TaskList {
             session: session.map(str::to_owned),
             json,
@@ -215,8 +216,12 @@ fn execute(c: &mut Socket, request: Request) -> Result<u8, CliError> {
             detach,
             json,
         } => send(c, &id, message, detach, json),
-        Request::SessionList { json } => {
-            let sessions = c.get("/api/v1/sessions")?;
+        Request::SessionList { all, json } => {
+            let sessions = c.get(if all {
+                "/api/v1/sessions?all=true"
+            } else {
+                "/api/v1/sessions"
+            })?;
             if json {
                 render::print_json(&sessions);
             } else {
@@ -529,7 +534,23 @@ mod tests {
         );
         assert_eq!(
             parse_line(&["session", "list", "--json"]),
-            run_of(None, Request::SessionList { json: true })
+            run_of(
+                None,
+                Request::SessionList {
+                    all: false,
+                    json: true
+                }
+            )
+        );
+        assert_eq!(
+            parse_line(&["session", "list", "--all"]),
+            run_of(
+                None,
+                Request::SessionList {
+                    all: true,
+                    json: false
+                }
+            )
         );
         assert_eq!(
             parse_line(&["task", "list", "--session", "3f9c"]),
@@ -581,6 +602,8 @@ mod tests {
             &["session", "--json", "list"],
             &["session", "list", "extra"],
             &["session", "list", "--detach"],
+            &["session", "list", "--all", "--all"],
+            &["task", "list", "--all"],
             &["session", "show", "3f9c"],
             &["session", "new"],
             &["task", "list", "--session"],

@@ -315,10 +315,15 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
             }
             (dir, s(&b["mode"]).to_owned())
         };
+        // A cell is escaped as one line by `table`.
+        let title = if x["archived"].as_bool() == Some(true) {
+            format!("{} (archived)", s(&x["title"]))
+        } else {
+            s(&x["title"]).to_owned()
+        };
         rows.push(vec![
             short(&x["id"]),
-            // A cell is escaped as one line by `table`.
-            s(&x["title"]).into(),
+            title,
             s(&x["agent"]).into(),
             dir,
             mode,

@@ -15,3 +15,13 @@ pub fn ensure(berth_home: &Path, session: &SessionId) -> std::io::Result<PathBuf
         .create(&dir)?;
     Ok(dir)
 }
+
+/// Removes the scratch directory of `session` (a deleted session's); `false` when
+/// there was none.
+pub fn remove(berth_home: &Path, session: &SessionId) -> std::io::Result<bool> {
+    match std::fs::remove_dir_all(berth_home.join("scratch").join(session)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}

@@ -99,6 +99,8 @@ pub enum Action {
     Send,
     /// Change where a session runs.
     Bind,
+    /// Rename, archive or delete a session: its owner's alone, as making it run is.
+    Change,
     Cancel,
     /// Daemon tokens: the handlers keep a member to their own.
     Tokens,
@@ -153,11 +155,18 @@ pub fn decide(action: Action, caller: &Caller, relation: Relation) -> Answer {
             }
         }
         (Action::ReadSession | Action::ReadTask, Relation::Other) if admin => Answer::Allow,
-        (Action::Send | Action::Bind | Action::Cancel, Relation::Other) if admin => {
+        (Action::Send | Action::Bind | Action::Cancel | Action::Change, Relation::Other)
+            if admin =>
+        {
             Answer::OwnerOnly
         }
         (
-            Action::ReadSession | Action::ReadTask | Action::Send | Action::Bind | Action::Cancel,
+            Action::ReadSession
+            | Action::ReadTask
+            | Action::Send
+            | Action::Bind
+            | Action::Cancel
+            | Action::Change,
             Relation::Other | Relation::None,
         ) => Answer::NotFound,
     }
@@ -179,6 +188,7 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
     let post = method == Method::POST;
     let put = method == Method::PUT;
     let delete = method == Method::DELETE;
+    let patch = method == Method::PATCH;
     Some(match route {
         "/api/v1/health" | "/api/v1/capabilities" | "/api/v1/me" if get => {
             (Open, Target::None, None)
@@ -193,6 +203,8 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/sessions/{id}/messages" if post => (Send, Target::Session, Some("send")),
         "/api/v1/sessions/{id}/binding" if put => (Bind, Target::Session, Some("link")),
         "/api/v1/sessions/{id}/binding" if delete => (Bind, Target::Session, Some("unlink")),
+        "/api/v1/sessions/{id}" if patch => (Change, Target::Session, Some("session.change")),
+        "/api/v1/sessions/{id}" if delete => (Change, Target::Session, Some("session.delete")),
         "/api/v1/tasks/{id}" if get => (ReadTask, Target::Task, None),
         "/api/v1/tasks/{id}/cancel" if post => (Cancel, Target::Task, Some("cancel")),
         "/api/v1/tasks/{id}/undone" if post => (Cancel, Target::Task, Some("undo")),
@@ -200,6 +212,8 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/daemon/tokens" if post => (Tokens, Target::None, Some("token.create")),
         "/api/v1/daemon/tokens/{name}" if delete => (Tokens, Target::None, Some("token.revoke")),
         "/api/v1/agents" if post => (Admin, Target::None, Some("agent.add")),
+        "/api/v1/agents/{name}" if patch => (Admin, Target::None, Some("agent.edit")),
+        "/api/v1/agents/{name}" if delete => (Admin, Target::None, Some("agent.remove")),
         "/api/v1/projects" if post => (Admin, Target::None, Some("project.add")),
         "/api/v1/projects/{name}/dir" if put => (Admin, Target::None, Some("project.dir")),
         "/api/v1/members" if get => (Admin, Target::None, None),
@@ -386,6 +400,8 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
                                         "cancel its tasks"
                                     } else if action == Action::Bind {
                                         "change its directory"
+                                    } else if action == Action::Change {
+                                        "rename, archive or delete it"
                                     } else {
                                         "send to it"
                                     },
@@ -498,12 +514,16 @@ mod tests {
         ("POST", "/api/v1/sessions/{id}/messages"),
         ("PUT", "/api/v1/sessions/{id}/binding"),
         ("DELETE", "/api/v1/sessions/{id}/binding"),
+        ("PATCH", "/api/v1/sessions/{id}"),
+        ("DELETE", "/api/v1/sessions/{id}"),
         ("GET", "/api/v1/tasks"),
         ("GET", "/api/v1/tasks/{id}"),
         ("POST", "/api/v1/tasks/{id}/cancel"),
         ("POST", "/api/v1/tasks/{id}/undone"),
         ("GET", "/api/v1/agents"),
         ("POST", "/api/v1/agents"),
+        ("PATCH", "/api/v1/agents/{name}"),
+        ("DELETE", "/api/v1/agents/{name}"),
         ("GET", "/api/v1/projects"),
         ("POST", "/api/v1/projects"),
         ("PUT", "/api/v1/projects/{name}/dir"),
@@ -548,12 +568,16 @@ mod tests {
             [A, N, O, A, N],         // send
             [A, N, O, A, N],         // link
             [A, N, O, A, N],         // unlink
+            [A, N, O, A, N],         // rename or archive a session
+            [A, N, O, A, N],         // delete a session
             [A, A, A, A, A],         // list tasks (scoped)
             [A, N, A, A, N],         // read task
             [A, N, O, A, N],         // cancel
             [A, N, O, A, N],         // record an undo
             [A, A, A, Adm, Adm],     // list agents
             [Adm, Adm, A, Adm, Adm], // add agent
+            [Adm, Adm, A, Adm, Adm], // edit agent
+            [Adm, Adm, A, Adm, Adm], // remove agent
             [A, A, A, Adm, Adm],     // list projects
             [Adm, Adm, A, Adm, Adm], // add project
             [Adm, Adm, A, Adm, Adm], // project dir
@@ -593,7 +617,7 @@ mod tests {
 
     #[test]
     fn unknown_routes_are_unclassified_and_ids_are_rewritten_in_place() {
-        assert_eq!(classify(&Method::PATCH, "/api/v1/sessions/{id}"), None);
+        assert_eq!(classify(&Method::PATCH, "/api/v1/tasks/{id}"), None);
         assert_eq!(classify(&Method::GET, "/api/v1/nothing"), None);
         assert_eq!(
             with_segment("/api/v1/sessions/ab12/messages", 4, "ab12-full"),

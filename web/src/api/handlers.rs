@@ -146,11 +146,20 @@ pub(crate) async fn capabilities(
     })
 }
 
-/// Every session, serialized on the store's blocking thread straight from the rows
-/// into one buffer: a long list costs the async threads nothing.
+/// `GET sessions?all=true`: archived sessions too.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Every session (not archived unless `?all=true`), serialized on the store's
+/// blocking thread straight from the rows into one buffer: a long list costs the
+/// async threads nothing.
 pub(crate) async fn list_sessions(
     State(ctx): State<Ctx>,
     scope: Option<axum::Extension<Scope>>,
+    QueryArgs(q): QueryArgs<ListQuery>,
 ) -> Result<Response, ApiError> {
     let surface = ctx.surface;
     let displays = Displays::of(&ctx.app);
@@ -161,7 +170,7 @@ pub(crate) async fn list_sessions(
         .store
         // The surface names the documents; each is shown by its own machine's context
         // (see `super::redact`), on the web listener right here.
-        .sessions_json(owner, surface.as_str(), move |out, row| {
+        .sessions_json(owner, q.all, surface.as_str(), move |out, row| {
             let bound = row.binding.map(|b| b.machine);
             let shown = displays.session(bound, row.owner);
             let start = out.len();

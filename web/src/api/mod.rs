@@ -28,6 +28,7 @@ mod daemons;
 mod forward;
 mod handlers;
 pub mod health;
+mod lifecycle;
 mod members;
 mod redact;
 mod sse;
@@ -41,6 +42,7 @@ pub use auth::{COOKIE_MAX_AGE_SECS, TOKEN_COOKIE, WebToken, loopback_hosts, one_
 pub use binding::{CheckReply, CheckRequest, ProjectDirRequest};
 pub use daemons::Via;
 pub use handlers::{Capabilities, Health, NewAgent, NewMessage, NewProject, TaskReply};
+pub use lifecycle::{AgentPatch, DeletedReply, SessionPatch};
 pub use members::{Me, MemberToken, NewMember};
 pub use views::{SessionDoc, WebSession, strip_path};
 
@@ -137,7 +139,15 @@ fn all_routes() -> Router<Ctx> {
         )
         .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
         .route("/api/v1/tasks/{id}/undone", post(handlers::task_undone))
+        .route(
+            "/api/v1/sessions/{id}",
+            axum::routing::patch(lifecycle::patch_session).delete(lifecycle::delete_session),
+        )
         .route("/api/v1/agents", post(handlers::add_agent))
+        .route(
+            "/api/v1/agents/{name}",
+            axum::routing::patch(lifecycle::edit_agent).delete(lifecycle::remove_agent),
+        )
         .route("/api/v1/projects", post(handlers::add_project))
         .route(
             crate::daemon::wire::TOKENS,

@@ -20,6 +20,8 @@ pub struct WebSession {
     pub work_dir: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Archived: listed only when asked for (see `berth_core::api::Session`).
+    pub archived: bool,
     /// The binding's read view: display, machine, mode, state; never `dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<berth_core::binding::BindingView>,
@@ -95,6 +97,7 @@ pub(crate) fn write_session_doc(
         work_dir: shown,
         created_at: s.created_at,
         updated_at: s.updated_at,
+        archived: s.archived,
         #[cfg(feature = "local-binding")]
         binding: s.binding.map(|b| match surface {
             Surface::Control | Surface::Cloud => BindingDoc::Full(BindingRef {
@@ -129,6 +132,7 @@ struct SessionRef<'a> {
     work_dir: Option<std::borrow::Cow<'a, str>>,
     created_at: &'a str,
     updated_at: &'a str,
+    archived: bool,
     #[cfg(feature = "local-binding")]
     binding: Option<BindingDoc<'a>>,
 }
@@ -183,6 +187,7 @@ fn web_session(ctx: &Context, row: &SessionRow) -> SessionDoc {
         .map(std::borrow::Cow::into_owned),
         created_at: row.created_at.clone(),
         updated_at: row.updated_at.clone(),
+        archived: row.archived_at.is_some(),
         #[cfg(feature = "local-binding")]
         binding: row.binding_view(),
     })
@@ -232,6 +237,7 @@ mod tests {
             work_dir_display: None,
             resume_id: Some("r-1".into()),
             owner: Some("ann".into()),
+            archived_at: None,
         };
         let mut worked = plain.clone();
         worked.origin = Origin::Channel;
@@ -251,7 +257,9 @@ mod tests {
             mode: berth_core::binding::BindMode::Worktree,
             state: berth_core::binding::BindingState::MachineOffline,
         });
-        vec![plain, worked, shown, odd, bound]
+        let mut archived = bound.clone();
+        archived.archived_at = Some("2026-12-02T08:00:00.000Z".into());
+        vec![plain, worked, shown, odd, bound, archived]
     }
 
     #[test]

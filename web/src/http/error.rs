@@ -304,6 +304,34 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
             "project_exists",
             "choose another name".into(),
         ),
+        StoreError::AgentInUse { name, sessions } => (
+            StatusCode::CONFLICT,
+            "agent_in_use",
+            format!(
+                "delete those sessions first (`berth session delete ID`; an archived session \
+                 still names its agent), or change the agent in place with \
+                 `berth agent edit {name} --command ...`{}",
+                if sessions.len() > 1 {
+                    " (it applies to all of them)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        StoreError::SessionBusy { tasks, .. } => (
+            StatusCode::CONFLICT,
+            "session_busy",
+            format!(
+                "cancel it first: berth task cancel {}",
+                tasks.first().map_or("ID", |t| &t[..t.len().min(8)])
+            ),
+        ),
+        StoreError::BadChange(_) => (
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "give at least one change: a non-empty title, archived, a command or permissions"
+                .into(),
+        ),
         StoreError::Unavailable(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",

@@ -158,6 +158,7 @@ mod tests {
             work_dir_display: None,
             resume_id: None,
             owner: None,
+            archived_at: None,
         }
     }
 

@@ -26,6 +26,47 @@ pub struct ProjectRow {
     pub dirs: Vec<ProjectDirRow>,
 }
 
+/// A change to a registered agent (see [`Store::edit_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentEdit {
+    pub name: String,
+    /// The program and its arguments.
+    pub command: Option<Vec<String>>,
+    /// `Some(None)`: back to the user settings' default.
+    pub permissions: Option<Option<berth_core::Permissions>>,
+}
+
+impl AgentEdit {
+    /// Refuses a change of nothing, and an empty command.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        if self.command.is_none() && self.permissions.is_none() {
+            return Err(StoreError::BadChange(
+                "the change names neither `command` nor `permissions`".into(),
+            ));
+        }
+        if self
+            .command
+            .as_ref()
+            .is_some_and(|c| c.first().is_none_or(String::is_empty))
+        {
+            return Err(StoreError::BadChange(
+                "the new command is empty: give the program and its arguments".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The agent as changed.
+    pub(crate) fn apply(&self, spec: &mut AgentSpec) {
+        if let Some(command) = &self.command {
+            spec.command.clone_from(command);
+        }
+        if let Some(permissions) = self.permissions {
+            spec.permissions = permissions;
+        }
+    }
+}
+
 pub(crate) fn kind_str(kind: AgentKind) -> &'static str {
     match kind {
         AgentKind::Claude => "claude",
@@ -126,6 +167,45 @@ impl Store {
             if inserted == 0 {
                 return Err(StoreError::AgentExists { name: spec.name });
             }
+            Ok(spec)
+        })
+        .await
+    }
+
+    /// Removes an agent, unless sessions name it ([`StoreError::AgentInUse`], with
+    /// their ids): each session keeps the agent it was made with.
+    pub async fn remove_agent(&self, name: String) -> Result<AgentSpec, StoreError> {
+        on_pg!(self, pg => pg.remove_agent(name));
+        self.write(move |tx, _| {
+            let spec = get_agent(tx, &name)?;
+            let users = tx
+                .prepare_cached("SELECT id FROM sessions WHERE agent = ?1 ORDER BY created_at, id")?
+                .query_map([&name], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            rules::unused(&name, users)?;
+            tx.execute("DELETE FROM agents WHERE name = ?1", [&name])?;
+            Ok(spec)
+        })
+        .await
+    }
+
+    /// Changes an agent's command or permissions (`None`: unchanged; permissions
+    /// `Some(None)`: back to the default). Runs read the agent when they start, so it
+    /// applies from the next message on.
+    pub async fn edit_agent(&self, edit: AgentEdit) -> Result<AgentSpec, StoreError> {
+        edit.check()?;
+        on_pg!(self, pg => pg.edit_agent(edit));
+        self.write(move |tx, _| {
+            let mut spec = get_agent(tx, &edit.name)?;
+            edit.apply(&mut spec);
+            tx.execute(
+                "UPDATE agents SET command = ?2, permissions = ?3 WHERE name = ?1",
+                params![
+                    spec.name,
+                    json_text(&spec.command)?,
+                    spec.permissions.map(|p| p.as_str())
+                ],
+            )?;
             Ok(spec)
         })
         .await

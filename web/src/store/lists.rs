@@ -9,8 +9,9 @@
 //! A list must show every write that finished before it was asked for, whichever replica
 //! took the write (a client creates a session through one replica and lists through
 //! another). Three parts give that:
-//! - **Changes announce themselves.** Triggers (migration V4) `NOTIFY` [`CHANGED`] in
-//!   every transaction that writes a listed column of `sessions`, or a machine's name:
+//! - **Changes announce themselves.** Triggers (migration V4; V7 adds `archived_at`)
+//!   `NOTIFY` [`CHANGED`] in every transaction that writes a listed column of
+//!   `sessions`, or a machine's name:
 //!   whichever code or person wrote it, delivered at its commit, and every listener
 //!   receives notifications in commit order. Each one counts up [`Lists::generation`].
 //! - **A cached body names the generation it was read at**, loaded before the read's

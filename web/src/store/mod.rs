@@ -50,12 +50,13 @@ pub mod schema;
 mod sessions;
 mod tasks;
 
-pub use agents::{ProjectDirRow, ProjectRow};
+pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
 pub use rows::{
-    BindingCols, Finish, NewSessionRow, RunRecord, SessionCols, SessionRow, StoredBinding, TaskRow,
+    BindingCols, Deleted, Finish, NewSessionRow, RunRecord, SessionChange, SessionCols, SessionRow,
+    StoredBinding, TaskRow,
 };
 pub use sessions::list_sessions;
 pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
@@ -122,6 +123,19 @@ pub enum StoreError {
     UnknownProject { name: String },
     #[error("a project named {name:?} already exists")]
     ProjectExists { name: String },
+    /// An agent that sessions still name cannot go: their next message would have no
+    /// agent to run (`agent_in_use`).
+    #[error("the agent {name:?} is used by {} session{}: {}", sessions.len(),
+        if sessions.len() == 1 { "" } else { "s" }, sessions.join(", "))]
+    AgentInUse { name: String, sessions: Vec<String> },
+    /// A session whose task is still queued or running cannot be deleted under it
+    /// (`session_busy`).
+    #[error("session {id} has {} task{} not finished: {}", tasks.len(),
+        if tasks.len() == 1 { "" } else { "s" }, tasks.join(", "))]
+    SessionBusy { id: String, tasks: Vec<String> },
+    /// A change that changes nothing, or a title that is empty.
+    #[error("{0}")]
+    BadChange(String),
     #[error("the store's worker thread failed: {0}")]
     Worker(String),
     /// The database file could not be made private (see [`crate::private`]).
@@ -169,7 +183,10 @@ impl StoreError {
             | StoreError::UnknownAgent { .. }
             | StoreError::AgentExists { .. }
             | StoreError::UnknownProject { .. }
-            | StoreError::ProjectExists { .. } => None,
+            | StoreError::ProjectExists { .. }
+            | StoreError::AgentInUse { .. }
+            | StoreError::SessionBusy { .. }
+            | StoreError::BadChange(_) => None,
         }
     }
 

@@ -114,6 +114,39 @@ pub struct SessionRow {
     pub resume_id: Option<String>,
     /// The member who owns it (`berth-server`); `None` on `berth serve` (one user).
     pub owner: Option<String>,
+    /// When it was archived: hidden from the list unless asked for, kept whole.
+    pub archived_at: Option<String>,
+}
+
+/// A change to a session: a new title, archived or back (`None`: unchanged).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionChange {
+    pub title: Option<String>,
+    pub archived: Option<bool>,
+}
+
+impl SessionChange {
+    /// Refuses a change of nothing, and an empty title.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        if self.title.is_none() && self.archived.is_none() {
+            return Err(StoreError::BadChange(
+                "the change names neither `title` nor `archived`".into(),
+            ));
+        }
+        if self.title.as_ref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(StoreError::BadChange("the new title is empty".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What deleting a session removed with it: its tasks (whose change records live on
+/// the machines that ran them) and its transcript.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Deleted {
+    pub session: SessionId,
+    pub tasks: Vec<TaskId>,
+    pub events: i64,
 }
 
 /// A listed session's columns, borrowed from its result row: what its documents need,
@@ -133,6 +166,8 @@ pub struct SessionCols<'a> {
     pub work_dir_display: Option<&'a str>,
     /// The member who owns it (see [`SessionRow::owner`]): which machines run it.
     pub owner: Option<&'a str>,
+    /// Whether it is archived (see [`SessionRow::archived_at`]).
+    pub archived: bool,
 }
 
 /// A listed session's binding, borrowed: everything but its (device, inode).
@@ -183,6 +218,7 @@ impl<'a> SessionCols<'a> {
             work_dir: r.str_at(12)?,
             work_dir_display: r.str_at(13)?,
             owner: r.str_at(14)?,
+            archived: r.str_at(15)?.is_some(),
         })
     }
 
@@ -207,6 +243,7 @@ impl<'a> SessionCols<'a> {
             work_dir: row.work_dir.as_deref(),
             work_dir_display: row.work_dir_display.as_deref(),
             owner: row.owner.as_deref(),
+            archived: row.archived_at.is_some(),
         }
     }
 
@@ -223,6 +260,7 @@ impl<'a> SessionCols<'a> {
             work_dir: self.work_dir.map(str::to_owned),
             created_at: self.created_at.to_owned(),
             updated_at: self.updated_at.to_owned(),
+            archived: self.archived,
             #[cfg(feature = "local-binding")]
             binding: match self.binding {
                 None => None,
@@ -299,14 +337,14 @@ pub struct RunRecord {
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
-    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner";
+    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner, s.archived_at";
 
 /// What a listed session's documents need, in [`SessionCols::from_row`]'s order: the
 /// list reads no more (on PostgreSQL, every column costs the server and the wire
 /// something per session).
 pub(crate) const LIST_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
-    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner";
+    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner, s.archived_at";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -373,6 +411,7 @@ impl SessionRow {
             work_dir_display: r.opt_text(18)?,
             resume_id: r.opt_text(14)?,
             owner: r.opt_text(19)?,
+            archived_at: r.opt_text(20)?,
         })
     }
 
@@ -388,6 +427,7 @@ impl SessionRow {
             work_dir: self.work_dir.clone(),
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
+            archived: self.archived_at.is_some(),
             #[cfg(feature = "local-binding")]
             binding: self
                 .binding

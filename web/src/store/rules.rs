@@ -279,3 +279,59 @@ pub(crate) fn online_change(online: bool) -> (&'static str, &'static str) {
 pub(crate) fn json_text<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
+
+/// The SQL list of the task statuses that are not final
+/// ([`berth_core::api::TaskStatus::is_final`]): a session with such a task is busy.
+pub(crate) const UNFINISHED: &str = "('queued', 'waiting_lock', 'waiting_daemon', 'running')";
+
+/// Refuses to delete session `id` while `tasks` (its unfinished ones) exist.
+pub(crate) fn idle(id: &SessionId, tasks: Vec<String>) -> Result<(), StoreError> {
+    if tasks.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::SessionBusy {
+            id: id.to_string(),
+            tasks,
+        })
+    }
+}
+
+/// Refuses to remove agent `name` while `sessions` name it.
+pub(crate) fn unused(name: &str, sessions: Vec<String>) -> Result<(), StoreError> {
+    if sessions.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::AgentInUse {
+            name: name.to_owned(),
+            sessions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod unfinished_tests {
+    use berth_core::api::TaskStatus;
+
+    #[test]
+    fn unfinished_names_exactly_the_statuses_that_are_not_final() {
+        let all = [
+            "queued",
+            "waiting_lock",
+            "waiting_daemon",
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "interrupted",
+            "refused",
+        ];
+        for s in all {
+            let status: TaskStatus = crate::store::parse_enum(s).unwrap();
+            assert_eq!(
+                super::UNFINISHED.contains(&format!("'{s}'")),
+                !status.is_final(),
+                "{s}"
+            );
+        }
+    }
+}

@@ -196,6 +196,11 @@ const V11: &str = r#"
 ALTER TABLE tasks ADD COLUMN usage TEXT;
 "#;
 
+/// Archived sessions: kept whole, left out of the list unless asked for.
+const V12: &str = r#"
+ALTER TABLE sessions ADD COLUMN archived_at TEXT;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -210,6 +215,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V9),
         M::up(V10),
         M::up(V11),
+        M::up(V12),
     ])
 }
 

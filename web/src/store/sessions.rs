@@ -4,7 +4,10 @@ use super::agents::{agent_names, get_agent, require_project};
 use super::rows::SessionCols;
 use super::rows::{LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, event_from, identity_columns};
 use super::rules::{self, Minted};
-use super::{NewSessionRow, Outbox, SessionRow, Store, StoreError, StoredBinding, resolve_session};
+use super::{
+    Deleted, NewSessionRow, Outbox, SessionChange, SessionRow, Store, StoreError, StoredBinding,
+    resolve_session,
+};
 use crate::clock;
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
@@ -189,6 +192,78 @@ impl Store {
         .await
     }
 
+    /// Renames a session, archives it or brings it back ([`SessionChange`]); the
+    /// title is trimmed. Archiving keeps everything: only the list leaves it out.
+    pub async fn change_session(
+        &self,
+        id: SessionId,
+        change: SessionChange,
+    ) -> Result<SessionRow, StoreError> {
+        change.check()?;
+        on_pg!(self, pg => pg.change_session(id, change));
+        self.write(move |tx, _| {
+            get_session(tx, &id)?;
+            let now = clock::now();
+            if let Some(title) = &change.title {
+                tx.prepare_cached("UPDATE sessions SET title = ?2, updated_at = ?3 WHERE id = ?1")?
+                    .execute(params![id.as_str(), title.trim(), now])?;
+            }
+            match change.archived {
+                // Archived once: a second archive keeps the first time.
+                Some(true) => tx.prepare_cached(
+                    "UPDATE sessions SET archived_at = COALESCE(archived_at, ?2), updated_at = ?2
+                     WHERE id = ?1",
+                )?,
+                Some(false) => tx.prepare_cached(
+                    "UPDATE sessions SET archived_at = NULL, updated_at = ?2 WHERE id = ?1",
+                )?,
+                None => return get_session(tx, &id),
+            }
+            .execute(params![id.as_str(), now])?;
+            get_session(tx, &id)
+        })
+        .await
+    }
+
+    /// Deletes a session with its tasks, messages and transcript, unless a task of
+    /// it is not finished ([`StoreError::SessionBusy`]): that one would run, or go on
+    /// running, for a session that is gone. Returns what went with it.
+    pub async fn delete_session(&self, id: SessionId) -> Result<Deleted, StoreError> {
+        on_pg!(self, pg => pg.delete_session(id));
+        self.write(move |tx, _| {
+            get_session(tx, &id)?;
+            let busy = tx
+                .prepare_cached(&format!(
+                    "SELECT id FROM tasks WHERE session_id = ?1 AND status IN {} ORDER BY seq",
+                    rules::UNFINISHED
+                ))?
+                .query_map([id.as_str()], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            rules::idle(&id, busy)?;
+            let tasks = tx
+                .prepare_cached("SELECT id FROM tasks WHERE session_id = ?1 ORDER BY seq")?
+                .query_map([id.as_str()], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?
+                .into_iter()
+                .map(TaskId::try_from)
+                .collect::<Result<Vec<_>, _>>()?;
+            let events = tx.execute("DELETE FROM events WHERE session_id = ?1", [id.as_str()])?;
+            for table in ["tasks", "messages", "channel_threads"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE session_id = ?1"),
+                    [id.as_str()],
+                )?;
+            }
+            tx.execute("DELETE FROM sessions WHERE id = ?1", [id.as_str()])?;
+            Ok(Deleted {
+                session: id,
+                tasks,
+                events: events as i64,
+            })
+        })
+        .await
+    }
+
     /// Up to `limit` transcript events after `after`, in order.
     pub async fn events_after(
         &self,
@@ -203,9 +278,9 @@ impl Store {
 }
 
 impl Store {
-    /// Every session (only `owner`'s when given), oldest first, as one JSON array of
-    /// the documents `doc` writes, built off the async threads: a long list costs them
-    /// nothing.
+    /// Every session (only `owner`'s when given; archived ones only with `archived`),
+    /// oldest first, as one JSON array of the documents `doc` writes, built off the
+    /// async threads: a long list costs them nothing.
     ///
     /// `view` names `doc`: the same name must mean the same documents for the same
     /// rows, for as long as the process lives. On PostgreSQL a replica keeps each
@@ -213,13 +288,14 @@ impl Store {
     pub async fn sessions_json<F>(
         &self,
         owner: Option<String>,
+        archived: bool,
         view: &'static str,
         doc: F,
     ) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        on_pg!(self, pg => pg.sessions_json((view, owner), doc));
+        on_pg!(self, pg => pg.sessions_json((view, owner), archived, doc));
         // SQLite keeps no list (one process reads it; see `super::lists`).
         let _ = view;
         self.read(move |conn| {
@@ -227,11 +303,15 @@ impl Store {
             out.push(b'[');
             let mut first = true;
             each_listed(conn, LIST_COLUMNS, owner.as_deref(), |r, names| {
+                let cols = SessionCols::from_row(r, names)?;
+                if cols.archived && !archived {
+                    return Ok(());
+                }
                 if !first {
                     out.push(b',');
                 }
                 first = false;
-                doc(&mut out, &SessionCols::from_row(r, names)?)
+                doc(&mut out, &cols)
             })?;
             out.push(b']');
             Ok(Bytes::from(out))

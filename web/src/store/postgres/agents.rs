@@ -7,7 +7,7 @@ use crate::executor::AgentSpec;
 use crate::store::agents::{agent_from_row, kind_str, project_dir_from};
 use crate::store::rows::Cols;
 use crate::store::rules::{self, json_text};
-use crate::store::{ProjectDirRow, ProjectRow, StoreError};
+use crate::store::{AgentEdit, ProjectDirRow, ProjectRow, StoreError};
 use berth_core::binding::MachineId;
 use tokio_postgres::GenericClient;
 
@@ -87,6 +87,47 @@ impl Pg {
         if inserted == 0 {
             return Err(StoreError::AgentExists { name: spec.name });
         }
+        self.publish(w).await?;
+        Ok(spec)
+    }
+
+    pub(crate) async fn remove_agent(&self, name: String) -> Result<AgentSpec, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let spec = get_agent(&mut w.q(), &name).await?;
+        let users = w
+            .q()
+            .rows(
+                "SELECT id FROM sessions WHERE agent = $1 ORDER BY created_at, id",
+                &[&name],
+            )
+            .await?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules::unused(&name, users)?;
+        w.q()
+            .exec("DELETE FROM agents WHERE name = $1", &[&name])
+            .await?;
+        self.publish(w).await?;
+        Ok(spec)
+    }
+
+    pub(crate) async fn edit_agent(&self, edit: AgentEdit) -> Result<AgentSpec, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        let mut spec = get_agent(&mut w.q(), &edit.name).await?;
+        edit.apply(&mut spec);
+        w.q()
+            .exec(
+                "UPDATE agents SET command = $2, permissions = $3 WHERE name = $1",
+                &[
+                    &spec.name,
+                    &json_text(&spec.command)?,
+                    &spec.permissions.map(|p| p.as_str()),
+                ],
+            )
+            .await?;
         self.publish(w).await?;
         Ok(spec)
     }

@@ -11,7 +11,7 @@ const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6, V7];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -177,6 +177,17 @@ ALTER TABLE tasks ADD COLUMN fence TEXT;
 /// Each task's token usage, as its agent reported it (JSON).
 const V6: &str = r#"
 ALTER TABLE tasks ADD COLUMN usage TEXT;
+"#;
+
+/// Archived sessions (SQLite's version 12); the list's trigger hears the new column.
+const V7: &str = r#"
+ALTER TABLE sessions ADD COLUMN archived_at TEXT;
+DROP TRIGGER sessions_listed ON sessions;
+CREATE TRIGGER sessions_listed
+    AFTER INSERT OR DELETE OR UPDATE OF id, title, agent, origin, project, created_at,
+        updated_at, binding_dir, binding_display, binding_machine, binding_mode,
+        binding_state, work_dir, work_dir_display, owner, archived_at
+    ON sessions FOR EACH STATEMENT EXECUTE FUNCTION berth_sessions_changed();
 "#;
 
 impl Pg {

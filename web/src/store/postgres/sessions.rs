@@ -9,7 +9,7 @@ use crate::store::rows::{
     Cols, LIST_COLUMNS, SESSION_COLUMNS, SESSION_FROM, SessionCols, event_from, identity_columns,
 };
 use crate::store::rules::{self, IdPrefix, Minted, Scoped};
-use crate::store::{NewSessionRow, SessionRow, StoreError, StoredBinding};
+use crate::store::{Deleted, NewSessionRow, SessionChange, SessionRow, StoreError, StoredBinding};
 use crate::transcript::{EventKind, TranscriptEvent};
 use axum::body::Bytes;
 use berth_core::{SessionId, TaskId};
@@ -227,6 +227,101 @@ impl Pg {
         Ok(row)
     }
 
+    pub(crate) async fn change_session(
+        &self,
+        id: SessionId,
+        change: SessionChange,
+    ) -> Result<SessionRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        get_session(&mut w.q(), &id).await?;
+        let now = clock::now();
+        if let Some(title) = &change.title {
+            w.q()
+                .exec(
+                    "UPDATE sessions SET title = $2, updated_at = $3 WHERE id = $1",
+                    &[&id.as_str(), &title.trim(), &now],
+                )
+                .await?;
+        }
+        let archive = match change.archived {
+            Some(true) => Some(
+                "UPDATE sessions SET archived_at = COALESCE(archived_at, $2), updated_at = $2
+                 WHERE id = $1",
+            ),
+            Some(false) => {
+                Some("UPDATE sessions SET archived_at = NULL, updated_at = $2 WHERE id = $1")
+            }
+            None => None,
+        };
+        if let Some(sql) = archive {
+            w.q().exec(sql, &[&id.as_str(), &now]).await?;
+        }
+        let row = get_session(&mut w.q(), &id).await?;
+        self.publish(w).await?;
+        Ok(row)
+    }
+
+    pub(crate) async fn delete_session(&self, id: SessionId) -> Result<Deleted, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut w = lease.begin().await?;
+        // Locked as a message's transcript event locks it: no task joins meanwhile.
+        w.q()
+            .opt(
+                "SELECT id FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&id.as_str()],
+            )
+            .await?
+            .ok_or_else(|| StoreError::UnknownSession {
+                prefix: id.to_string(),
+            })?;
+        let busy = w
+            .q()
+            .rows(
+                &format!(
+                    "SELECT id FROM tasks WHERE session_id = $1 AND status IN {} ORDER BY seq",
+                    rules::UNFINISHED
+                ),
+                &[&id.as_str()],
+            )
+            .await?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules::idle(&id, busy)?;
+        let tasks = w
+            .q()
+            .rows(
+                "SELECT id FROM tasks WHERE session_id = $1 ORDER BY seq",
+                &[&id.as_str()],
+            )
+            .await?
+            .iter()
+            .map(|r| r.id::<TaskId>(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let events = w
+            .q()
+            .exec("DELETE FROM events WHERE session_id = $1", &[&id.as_str()])
+            .await?;
+        for table in ["tasks", "messages", "channel_threads"] {
+            w.q()
+                .exec(
+                    &format!("DELETE FROM {table} WHERE session_id = $1"),
+                    &[&id.as_str()],
+                )
+                .await?;
+        }
+        w.q()
+            .exec("DELETE FROM sessions WHERE id = $1", &[&id.as_str()])
+            .await?;
+        self.publish(w).await?;
+        Ok(Deleted {
+            session: id,
+            tasks,
+            events: events as i64,
+        })
+    }
+
     pub(crate) async fn events_after(
         &self,
         session_id: SessionId,
@@ -247,10 +342,21 @@ impl Pg {
     /// replica (see [`crate::store::lists`]), else read and kept.
     ///
     /// [`Store::sessions_json`]: crate::store::Store::sessions_json
-    pub(crate) async fn sessions_json<F>(&self, key: Key, doc: F) -> Result<Bytes, StoreError>
+    /// A list with the archived sessions is read each time (it is asked for rarely).
+    pub(crate) async fn sessions_json<F>(
+        &self,
+        key: Key,
+        archived: bool,
+        doc: F,
+    ) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
+        if archived {
+            return Ok(Bytes::from(
+                self.read_sessions_json(key.1.as_deref(), true, doc).await?,
+            ));
+        }
         if let Some((generation, body)) = self.lists.kept(&key)
             && self.caught_up().await?
             && self.lists.generation() == Some(generation)
@@ -259,7 +365,10 @@ impl Pg {
         }
         // Loaded before the read's snapshot: the read shows at least what it counts.
         let generation = self.lists.generation();
-        let body = Bytes::from(self.read_sessions_json(key.1.as_deref(), doc).await?);
+        let body = Bytes::from(
+            self.read_sessions_json(key.1.as_deref(), false, doc)
+                .await?,
+        );
         if let Some(generation) = generation {
             self.lists.keep(key, generation, body.clone());
         }
@@ -286,6 +395,7 @@ impl Pg {
     async fn read_sessions_json<F>(
         &self,
         owner: Option<&str>,
+        archived: bool,
         doc: F,
     ) -> Result<Vec<u8>, StoreError>
     where
@@ -312,6 +422,7 @@ impl Pg {
                 .iter()
                 .map(|r| SessionCols::from_row(r, &names))
                 .collect::<Result<Vec<_>, _>>()?;
+            listed.retain(|s| archived || !s.archived);
             listed.sort_unstable_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
             let mut out = Vec::with_capacity(64 * 1024);
             out.push(b'[');
