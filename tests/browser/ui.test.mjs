@@ -518,7 +518,7 @@ uiTest("a session bound on a machine that went offline shows it waiting for that
     stdio: "ignore",
   });
   process.once("exit", () => daemon.exitCode == null && daemon.kill("SIGKILL"));
-  await waitFor("the daemon to register", () => berth(["agent", "list", "--json"], 5000, daemonEnv).then(() => true, () => false));
+  await waitFor("the daemon to register", () => berth(["session", "list", "--json"], 5000, daemonEnv).then(() => true, () => false));
   // Bound through that machine's CLI: validated there, bound there.
   const id = JSON.parse(
     await berth(["session", "new", "--agent", "tick", "--title", "On laptop-b", "--dir", path.join(home, "code/remote"), "--json"], 30000, daemonEnv),
