@@ -211,6 +211,10 @@ pub struct Changes {
     /// writes to the user's files.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fenced: bool,
+    /// When the task's changes were put back (`berth task undo`): its files are as
+    /// they were before it, as far as this record goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undone_at: Option<String>,
 }
 
 /// One file a task added, modified, deleted or renamed.
@@ -249,6 +253,9 @@ impl Changes {
         };
         if !self.skipped.is_empty() {
             s.push_str(&format!(" ({} not tracked: too large)", self.skipped.len()));
+        }
+        if self.undone_at.is_some() {
+            s.push_str(" · undone");
         }
         s
     }

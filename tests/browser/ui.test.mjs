@@ -963,6 +963,11 @@ printf 'a\\nb\\n' > new.txt`,
   const fits = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
   assert.ok(fits <= 0, `the page does not scroll sideways (${fits} px too wide)`);
   await page.screenshot({ path: path.join(ARTIFACTS, "session-diffstat.png"), fullPage: true });
+  // Undone: the row says so.
+  await berth(["task", "undo", task.id]);
+  await page.reload();
+  await cell.waitFor();
+  assert.equal(await cell.textContent(), "3 files +4 −2 · undone");
   assert.deepEqual(errors, []);
   await page.close();
 });

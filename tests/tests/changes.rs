@@ -216,6 +216,14 @@ fn exact(repo: bool) {
         undid.contains("renamed back  moved.txt \u{2192} keep.txt"),
         "{undid}"
     );
+    // The task says it was undone, in the list and in its document.
+    let list = b.ok(&["task", "list"]);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with(&tid[..8]))
+        .unwrap_or_default();
+    assert!(row.ends_with("undone"), "{list}");
+    assert!(last_task(&b, &id)["changes"]["undone_at"].is_string());
     // The log (as the chat) shows the undo.
     let log = b.ok(&["session", "log", &id]);
     assert!(

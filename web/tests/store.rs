@@ -360,6 +360,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         tool: "Bash".into(),
         target: "rm -rf /".into(),
     }];
+    fin.changes = Some(berth_core::api::Changes::default());
     fin.record = Some(RunRecord {
         binding_rev: s.binding_rev,
         work_dir: Some("/srv/work".into()),
@@ -424,6 +425,15 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         )
         .await
         .unwrap();
+    // The task itself says it was undone.
+    let undone = store.task(t1.id.as_str()).await.unwrap();
+    assert!(
+        undone
+            .changes
+            .as_ref()
+            .is_some_and(|c| c.undone_at.is_some()),
+        "{undone:?}"
+    );
 
     // The transcript: numbered 1, 2, 3… without a gap, every kind in place.
     let events = transcript(&store, &s.id).await;

@@ -116,6 +116,7 @@ function diffstat(changes) {
     return `${f.status} ${f.from ? `${f.from} → ` : ""}${f.path} ${counts}`;
   });
   for (const s of changes.skipped ?? []) lines.push(`not tracked ${s.path} (${s.reason})`);
+  if (changes.undone_at) lines.push(`undone ${changes.undone_at}: the files are back as they were before it`);
   return h(
     "div",
     { class: "changes", data: { testid: "diffstat" }, attrs: { title: lines.join("\n") } },
@@ -123,6 +124,7 @@ function diffstat(changes) {
     h("span", { class: "add", text: `+${added}` }),
     h("span", { text: " " }),
     h("span", { class: "del", text: `−${removed}` }),
+    changes.undone_at ? h("span", { class: "muted", data: { testid: "undone" }, text: " · undone" }) : null,
   );
 }
 

@@ -109,6 +109,7 @@ impl Shadow {
                 skipped: Vec::new(),
                 commit: None,
                 fenced: false,
+                undone_at: None,
             }
         } else {
             self.diff_trees(&before.tree, &after.tree)?
@@ -207,6 +208,7 @@ impl Shadow {
             skipped: Vec::new(),
             commit: None,
             fenced: false,
+            undone_at: None,
         })
     }
 

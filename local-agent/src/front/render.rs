@@ -371,6 +371,16 @@ pub fn tasks_lines(tasks: &Value) -> Vec<String> {
             .map(str::to_owned)
             .or_else(|| t["exit_code"].as_i64().map(|c| format!("exit {c}")))
             .unwrap_or_default();
+        // An undone task says so: its files are back as they were before it.
+        let detail = if t["changes"]["undone_at"].is_string() {
+            if detail.is_empty() {
+                String::from("undone")
+            } else {
+                format!("{detail} · undone")
+            }
+        } else {
+            detail
+        };
         rows.push(vec![
             short(&t["id"]),
             short(&t["session_id"]),

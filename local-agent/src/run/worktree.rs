@@ -226,6 +226,7 @@ pub fn commit_changes(
         skipped: Vec::new(),
         commit: Some(commit.to_owned()),
         fenced: false,
+        undone_at: None,
     })
 }
 

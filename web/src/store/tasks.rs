@@ -555,6 +555,15 @@ impl Store {
         on_pg!(self, pg => pg.record_undo(task_id, payload));
         self.write(move |tx, outbox| {
             let task = get_task(tx, &task_id)?;
+            // The task says it was undone (its record, as every surface shows it).
+            if let Some(mut changes) = task.changes.clone() {
+                changes.undone_at = Some(clock::now());
+                tx.prepare_cached("UPDATE tasks SET changes = ?2 WHERE id = ?1")?
+                    .execute(params![
+                        task.id.as_str(),
+                        serde_json::to_string(&changes).unwrap_or_default()
+                    ])?;
+            }
             append_event(
                 tx,
                 outbox,

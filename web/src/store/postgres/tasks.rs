@@ -521,6 +521,17 @@ impl Pg {
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         let task = get_task(&mut w.q(), &task_id).await?;
+        // The task says it was undone (its record, as every surface shows it).
+        if let Some(mut changes) = task.changes.clone() {
+            changes.undone_at = Some(clock::now());
+            let text = serde_json::to_string(&changes).unwrap_or_default();
+            w.q()
+                .exec(
+                    "UPDATE tasks SET changes = $2 WHERE id = $1",
+                    &[&task.id.as_str(), &text],
+                )
+                .await?;
+        }
         let seq = w
             .append(&task.session_id, Some(&task.id), EventKind::Undo, payload)
             .await?;
