@@ -968,6 +968,8 @@ printf 'a\\nb\\n' > new.txt`,
   await page.reload();
   await cell.waitFor();
   assert.equal(await cell.textContent(), "3 files +4 −2 · undone");
+  // And the transcript shows the undo as a line of its own.
+  await page.locator(".ev-undo", { hasText: `task ${task.id.slice(0, 8)} undone: 3 files put back as before it` }).first().waitFor();
   assert.deepEqual(errors, []);
   await page.close();
 });

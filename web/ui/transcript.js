@@ -106,6 +106,15 @@ function describe(ev) {
       if (t.denials?.length) bits.push(`${t.denials.length} action${t.denials.length === 1 ? "" : "s"} denied`);
       return { cls: `task tone-${t.status === "succeeded" ? "ok" : "bad"}`, who: "task", parts: [bits.join(" · ")] };
     }
+    case "undo": {
+      const n = Array.isArray(p.files) ? p.files.length : 0;
+      const how = p.commit ? " (a revert commit)" : "";
+      return {
+        cls: "undo",
+        who: "undo",
+        parts: [`task ${short(ev.task_id ?? p.task_id)} undone: ${n} file${n === 1 ? "" : "s"} put back as before it${how}`],
+      };
+    }
     case "binding_changed":
       return {
         cls: "binding-changed",
