@@ -77,6 +77,24 @@ struct World {
 }
 
 fn world(b: &mut Berth, unprivileged: bool, fence_off: bool) -> World {
+    let (app, plain, marks) = directories(b, fence_off);
+    if unprivileged {
+        b.as_user(65534);
+    }
+    b.serve();
+    add_agents(b, &marks);
+    World {
+        app_session: new_session(b, "planter", Some(&app)),
+        plain_session: new_session(b, "fresh", Some(&plain)),
+        app,
+        plain,
+        marks,
+    }
+}
+
+/// The project (a repository) and the plain directory in `b`'s home, and the marks
+/// directory a trap that runs writes to.
+fn directories(b: &Berth, fence_off: bool) -> (PathBuf, PathBuf, PathBuf) {
     let app = b.user_home.join("code/app");
     let plain = b.user_home.join("code/plain");
     let marks = b.root.path().join("marks");
@@ -91,20 +109,14 @@ fn world(b: &mut Berth, unprivileged: bool, fence_off: bool) -> World {
     if fence_off {
         std::fs::write(b.config.join("settings.jsonc"), r#"{ "fence": "off" }"#).unwrap();
     }
-    if unprivileged {
-        b.as_user(65534);
-    }
-    b.serve();
-    let env = format!("export M='{}'\n", s(&marks));
+    (app, plain, marks)
+}
+
+/// The two agents, registered on the server `b`.
+fn add_agents(b: &Berth, marks: &Path) {
+    let env = format!("export M='{}'\n", s(marks));
     add_command_agent(b, "planter", &format!("{env}{TRAPS}"));
     add_command_agent(b, "fresh", &format!("{env}{FRESH}"));
-    World {
-        app_session: new_session(b, "planter", Some(&app)),
-        plain_session: new_session(b, "fresh", Some(&plain)),
-        app,
-        plain,
-        marks,
-    }
 }
 
 /// The user's own git, as the user Berth runs as (git refuses a repository another
@@ -203,7 +215,13 @@ fn fenced_battery(unprivileged: bool) {
         "traps"
     });
     let w = world(&mut b, unprivileged, false);
-    let (app, plain) = plant(&b, &w);
+    all_put_back_and_none_runs(&b, &w);
+}
+
+/// The traps planted through `b` (a server, or a daemon's machine) are put back, and
+/// neither Berth's next message nor the user's git runs one.
+fn all_put_back_and_none_runs(b: &Berth, w: &World) {
+    let (app, plain) = plant(b, w);
     assert_eq!(app["status"], "failed", "{app}");
     assert_eq!(app["error_code"], "permission_denied", "{app}");
     let got = denied(&app);
@@ -215,7 +233,7 @@ fn fenced_battery(unprivileged: bool) {
     }
     assert_eq!(plain["error_code"], "permission_denied", "{plain}");
     assert_eq!(denied(&plain), ["~/code/plain/.git/config"], "{plain}");
-    assert_eq!(then_git_runs(&b, &w), Vec::<String>::new(), "a trap ran");
+    assert_eq!(then_git_runs(b, w), Vec::<String>::new(), "a trap ran");
     // What the agent did that runs nothing stays: its repositories and files.
     assert!(w.app.join("t1/.git/HEAD").exists());
     assert!(w.app.join("t6/f").exists());
@@ -235,6 +253,32 @@ fn no_trap_runs_through_berth_serve_run_by_an_unprivileged_user() {
         return;
     }
     fenced_battery(true);
+}
+
+/// On a daemon's machine, as on the server's: the agent runs there, and so do the
+/// guard and Berth's own git steps.
+#[test]
+fn no_trap_runs_through_a_daemon() {
+    let mut srv = Berth::new("traps-srv");
+    srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut laptop = Berth::new("traps-laptop");
+    let (app, plain, marks) = directories(&laptop, false);
+    laptop.daemon(&url, &token, "laptop");
+    add_agents(&srv, &marks);
+    let w = World {
+        app_session: new_session(&laptop, "planter", Some(&app)),
+        plain_session: new_session(&laptop, "fresh", Some(&plain)),
+        app,
+        plain,
+        marks,
+    };
+    all_put_back_and_none_runs(&laptop, &w);
 }
 
 #[test]
