@@ -59,23 +59,8 @@ impl Shadow {
                 input.push_str(&format!("delete refs/berth/{}/{which}\n", e.task));
             }
         }
-        let mut child = self
-            .command()
-            .args(["update-ref", "--stdin"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if let Some(mut s) = child.stdin.take() {
-            use std::io::Write;
-            s.write_all(input.as_bytes())?;
-        }
-        crate::git::check(child.wait_with_output()?, "update-ref --stdin")?;
         let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
-        private::write(
-            self.git_dir.join("berth-log.json"),
-            serde_json::to_string(&kept).unwrap_or_default(),
-        )?;
+        self.drop_refs(&input, &kept)?;
         // The objects only the dropped records held go in batches: a prune reads
         // every object, which would otherwise cost each task past the limit as much
         // as a full scan.
@@ -166,6 +151,13 @@ impl Shadow {
                 input.push_str(&format!("delete refs/berth/{t}/{which}\n"));
             }
         }
+        self.drop_refs(&input, &kept)?;
+        Ok(here.len())
+    }
+
+    /// Deletes the refs `input` names (`update-ref --stdin` lines) and writes the log
+    /// of the records `kept`: what pruning and forgetting a record share.
+    fn drop_refs(&self, input: &str, kept: &[Entry]) -> Result<(), ChangesError> {
         let mut child = self
             .command()
             .args(["update-ref", "--stdin"])
@@ -180,9 +172,9 @@ impl Shadow {
         crate::git::check(child.wait_with_output()?, "update-ref --stdin")?;
         private::write(
             self.git_dir.join("berth-log.json"),
-            serde_json::to_string(&kept).unwrap_or_default(),
+            serde_json::to_string(kept).unwrap_or_default(),
         )?;
-        Ok(here.len())
+        Ok(())
     }
 
     /// The summary of two trees: status and line counts per file, renames found.

@@ -560,11 +560,11 @@ fn worktree_needs_a_repository(dir: &str, mode: Option<Mode>) -> Result<(), CliE
         // A missing directory is the server's to refuse, with its own code.
         return Ok(());
     }
-    Err(CliError {
-        code: Some(berth_core::ErrorCode::NotAGitRepo.as_str().to_owned()),
-        ..CliError::new(
-            format!("{dir} is not inside a git repository, so it cannot have a worktree"),
-            "link it in place (--mode in-place), or run `git init` there first",
-        )
-    })
+    let not_a_repo = berth_local_agent::run::worktree::WorktreeError::NotARepo {
+        dir: dir.to_owned(),
+    };
+    Err(not_a_repo.refusal(dir).map_or_else(
+        || CliError::new(not_a_repo.to_string(), ""),
+        CliError::from_refusal,
+    ))
 }
