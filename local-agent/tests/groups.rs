@@ -60,6 +60,20 @@ fn record(dir: &Path, pgid: i32, start: u64) -> GroupRecord {
     .unwrap()
 }
 
+/// `stop_leftovers` once no record is held by a process that only borrowed it:
+/// another test of this binary spawning a process can hold a copy of a record's
+/// descriptor between its fork and its exec (microseconds), so a record seen in use
+/// is looked at again, for up to two seconds.
+fn settled(dir: &Path) -> StopReport {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut report = stop_leftovers(dir);
+    while !report.in_use.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        report = stop_leftovers(dir);
+    }
+    report
+}
+
 #[test]
 fn a_left_group_is_stopped_unless_its_berth_still_holds_it() {
     let sb = Sandbox::new();
@@ -73,18 +87,10 @@ fn a_left_group_is_stopped_unless_its_berth_still_holds_it() {
     assert_eq!(report.stopped, Vec::<(String, usize)>::new());
     assert_eq!(members(pgid).len(), 2);
 
-    // Its Berth died: the whole group is stopped, the record deleted. (Another test
-    // of this binary spawning a process can hold a copy of the record's descriptor
-    // between its fork and its exec; that lasts microseconds, so look again.)
+    // Its Berth died: the whole group is stopped, the record deleted.
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut report = stop_leftovers(&dir);
-    while !report.in_use.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        report = stop_leftovers(&dir);
-    }
     assert_eq!(
-        report,
+        settled(&dir),
         StopReport {
             stopped: vec![("~/code/app".into(), 2)],
             in_use: vec![],
@@ -111,7 +117,7 @@ fn a_reused_or_vanished_pgid_and_a_torn_record_are_only_deleted() {
     // A record torn by a crash while it was written.
     std::fs::write(dir.join("1-2.json"), "{\"pgid\":").unwrap();
 
-    assert_eq!(stop_leftovers(&dir), StopReport::default());
+    assert_eq!(settled(&dir), StopReport::default());
     assert_eq!(members(pgid).len(), 2, "another process's group was killed");
     assert_eq!(files(&dir), Vec::<String>::new());
     let _ = Command::new("kill")

@@ -182,6 +182,8 @@ fn comparing_two_builds_gives_both_round_trips_and_their_difference() {
         "API round trip, this build p50 (n=3)",
         other.as_str(),
         "this build − the other: p50 of the paired differences",
+        "this build − the other, in a git repository (200 files): p50 of the paired differences",
+        "this build − the other, in a git repository of 500 files (the change record's steady state): p50 of the paired differences",
     ] {
         assert!(metrics.contains(&wanted), "no {wanted:?} in {metrics:?}");
     }

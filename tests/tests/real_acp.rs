@@ -182,15 +182,17 @@ fn battery(b: &Berth, fake: &FakeModels, command: &[&str], settle: impl Fn()) {
 fn real_gemini_cli_over_acp() {
     let fake = FakeModels::start();
     let b = berth_with("real-gemini", |home| fake.gemini_env(home));
-    let started = minute();
     let gemini = agent_cli("gemini");
     battery(&b, &fake, &[s(&gemini), "--acp"], || {
         // Gemini CLI 0.61 names a session's record by the minute it (re)opens it, and
         // `session/load` first writes a fresh record: in the same minute as the
         // session's start, that overwrites the conversation it is about to load ("No
         // previous sessions found"; Berth then starts afresh and says so). A user's next
-        // message is seldom that quick; the test waits for the next minute.
-        while minute() == started {
+        // message is seldom that quick; the test waits for the minute after the first
+        // turn ended (the session's record may be named by any minute up to now: one
+        // taken before the first message is not enough when its turn crossed a minute).
+        let ended = minute();
+        while minute() == ended {
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
     });

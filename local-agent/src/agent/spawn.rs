@@ -135,6 +135,8 @@ struct ChildArgs {
     parent: libc::pid_t,
     /// The fence's Landlock ruleset, or -1 for no fence.
     ruleset: RawFd,
+    /// `landlock_restrict_self`'s flags.
+    restrict_flags: u32,
     /// The fence's seccomp program (set whenever `ruleset` is).
     fprog: *const libc::sock_fprog,
     /// The fence's read-only binds, or null.
@@ -283,6 +285,9 @@ pub fn spawn(req: &Request<'_>) -> std::io::Result<Spawned> {
         ruleset: req
             .fence
             .map_or(-1, crate::agent::fence::Prepared::ruleset_fd),
+        restrict_flags: req
+            .fence
+            .map_or(0, crate::agent::fence::Prepared::restrict_flags),
         fprog: fprog.as_ref().map_or(std::ptr::null(), std::ptr::from_ref),
         binds: req
             .fence
@@ -461,7 +466,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 return fail(a);
             }
             step(FenceStep::Landlock);
-            if libc::syscall(libc::SYS_landlock_restrict_self, a.ruleset, 0u32) != 0 {
+            if libc::syscall(libc::SYS_landlock_restrict_self, a.ruleset, a.restrict_flags) != 0 {
                 return fail(a);
             }
             step(FenceStep::Seccomp);

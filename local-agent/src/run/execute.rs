@@ -207,6 +207,13 @@ pub(super) async fn run(
                 warn(line.clone());
             }
         }
+        // Where the kernel reports the fence's denials itself, they are read from it.
+        #[cfg(target_os = "linux")]
+        let audit = prepared
+            .fence
+            .prepared
+            .as_mut()
+            .and_then(crate::agent::fence::listen_for_denials);
         let proc = match process::spawn_fenced(
             &inv,
             place.pinned.fd(),
@@ -224,6 +231,8 @@ pub(super) async fn run(
                 break;
             }
         };
+        #[cfg(target_os = "linux")]
+        let agent_pid = proc.pgid();
         let ran = if adapter == Adapter::Acp {
             let ctx = crate::agent::acp::TurnCtx {
                 turn,
@@ -242,6 +251,17 @@ pub(super) async fn run(
             )
             .await
         };
+        #[cfg(target_os = "linux")]
+        let mut ran = ran;
+        #[cfg(target_os = "linux")]
+        if let (Some(listener), Some(pid)) = (audit, agent_pid) {
+            let denied = blocking(move || listener.finish(pid)).await.unwrap_or_default();
+            for d in denied {
+                if let Some(ev) = ran.state.audited_denial(d.blockers, d.target) {
+                    let _ = events.send(ExecEvent::Agent(ev));
+                }
+            }
+        }
         if ran.state.stale_resume && !ran.cancelled && resume.is_some() {
             warn(format!(
                 "the agent no longer knows session {}; starting a fresh conversation",

@@ -361,15 +361,18 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
         served_by("bench-compare-other", other),
     ];
     let mut rows = Vec::new();
-    // A scratch session, then one bound to a git repository (the change record's git
-    // steps and the guard run at each message there).
-    for in_repo in [false, true] {
+    // A scratch session, then one bound to a git repository of 200 files (the change
+    // record's git steps and the guard run at each message there), then one of 20k
+    // files: the change record's steady state, what it costs at every message in a
+    // big repository where nothing changed.
+    for files in [0, 200, cfg.compare_big_files] {
+        let in_repo = files > 0;
         let mut open = Vec::new();
         for b in &servers {
             let sock = socket(b);
             let mut conn = Conn::connect(&sock)?;
             let session = if in_repo {
-                repo_session(b, &mut conn, "compare in a repository")?
+                repo_session(b, &mut conn, "compare in a repository", files)?
             } else {
                 new_session(&mut conn, CAT_AGENT, "compare")?
             };
@@ -379,10 +382,15 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
         let [(c0, s0, e0), (c1, s1, e1)] = &mut open[..] else {
             bail!("two servers expected");
         };
-        let n = if in_repo {
-            cfg.dispatch_messages.min(300)
+        let n = match files {
+            0 => cfg.dispatch_messages,
+            200 => cfg.dispatch_messages.min(300),
+            _ => cfg.dispatch_messages.min(100),
+        };
+        let size = if files >= 1000 {
+            format!("{}k", files / 1000)
         } else {
-            cfg.dispatch_messages
+            files.to_string()
         };
         let [(this, fenced), (that, other_fenced)] = alternating(
             &mut [
@@ -404,10 +412,10 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
             fenced == other_fenced,
             "the two builds fence differently here (this one: {fenced}, the other: {other_fenced}): their round trips do not compare"
         );
-        let place = if in_repo {
-            ", in a git repository (200 files)"
-        } else {
-            ""
+        let place = match files {
+            0 => String::new(),
+            200 => ", in a git repository (200 files)".to_owned(),
+            _ => format!(", in a git repository of {size} files (the change record's steady state)"),
         };
         rows.extend(percentile_rows(
             "compare",
@@ -439,13 +447,16 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// A session of `b`'s cat agent bound to a new git repository of 200 committed files
-/// in `b`'s home.
-fn repo_session(b: &Berth, conn: &mut Conn, title: &str) -> Result<String> {
-    let repo = b.user_home.join("code/repo");
-    std::fs::create_dir_all(repo.join("src"))?;
-    for i in 0..200 {
-        std::fs::write(repo.join(format!("src/f{i}.rs")), format!("// {i}\n"))?;
+/// A session of `b`'s cat agent bound to a new git repository of `files` committed
+/// files (a hundred a directory) in `b`'s home.
+fn repo_session(b: &Berth, conn: &mut Conn, title: &str, files: usize) -> Result<String> {
+    let repo = b.user_home.join(format!("code/repo{files}"));
+    for i in 0..files {
+        let dir = repo.join(format!("src/d{:03}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir)?;
+        }
+        std::fs::write(dir.join(format!("f{i}.rs")), format!("// {i}\n"))?;
     }
     for args in [
         &["init", "-q"][..],

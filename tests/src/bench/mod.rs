@@ -56,6 +56,8 @@ pub struct Config {
     /// (the largest also as a plain directory), and fresh servers per size.
     pub first_files: Vec<usize>,
     pub first_reps: usize,
+    /// `--compare`'s big repository, in files: the change record's steady state.
+    pub compare_big_files: usize,
     /// The workspace root (Cargo.toml, target/, web/ui/pkg).
     pub workspace: PathBuf,
 }
@@ -96,6 +98,7 @@ impl Config {
                 big_worktree: true,
             }),
             first_files: vec![1_000, 10_000, 100_000],
+            compare_big_files: 20_000,
             first_reps: 3,
             workspace: workspace_root(),
         }
@@ -122,6 +125,7 @@ impl Config {
                 big_worktree: false,
             }),
             first_files: vec![1_000, 10_000],
+            compare_big_files: 20_000,
             first_reps: 1,
             ..Config::full()
         }
@@ -146,6 +150,7 @@ impl Config {
             pg_messages: 2,
             criterion: None,
             first_files: vec![20, 200],
+            compare_big_files: 500,
             first_reps: 1,
             workspace: workspace_root(),
         }
@@ -395,7 +400,12 @@ pub fn compare(cfg: &Config, command: &str, other: &Path) -> Report {
             "**compare**: this build and the other, each a `berth serve` with one session \
              of the `cat` agent, their API round trips (as in dispatch) alternating in one \
              loop, each going first every other time: the second of a pair pays for the \
-             first's tail. The last row is the median of the per-iteration differences."
+             first's tail. Three places, each its own loop: a scratch session, a session \
+             bound in place to a git repository of 200 files (Berth's own git steps and the \
+             guard at every message), and one of 20k files, where a message's round trip \
+             is mostly the change record's steady state (the tree before and after, \
+             nothing changed). The last row of each is the median of the per-iteration \
+             differences."
                 .to_owned(),
         ],
     }

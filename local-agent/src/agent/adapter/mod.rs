@@ -301,6 +301,29 @@ impl TurnState {
         )
     }
 
+    /// A denial the kernel's audit reported (`fence::audit`): `blockers` as Landlock
+    /// names the access (`fs.write_file`), `target` its path. Listed unless a denial by
+    /// the fence read from the agent's output names that path already.
+    pub fn audited_denial(&mut self, blockers: String, target: String) -> Option<AgentEvent> {
+        let fence = |d: &&Denial| d.by.as_deref() == Some("fence");
+        if target.len() > 1 && self.denials.iter().filter(fence).any(|d| d.target.contains(&target)) {
+            return None;
+        }
+        if self.denials.iter().filter(fence).count() >= MAX_FENCE_DENIALS {
+            self.fence_denials_dropped += 1;
+            return None;
+        }
+        self.deny(
+            None,
+            Denial {
+                tool: blockers,
+                target,
+                by: Some("fence".to_owned()),
+            },
+            Some("the kernel's audit record of the fence's refusal".to_owned()),
+        )
+    }
+
     /// Whether every action that could have changed something was denied: a turn that
     /// must not look like a clean success.
     pub fn all_denied(&self) -> bool {

@@ -70,6 +70,8 @@ pub(super) fn kernel_probe() -> Probe {
 pub struct Prepared {
     kernel: Arc<Kernel>,
     binds: Option<Binds>,
+    /// `landlock_restrict_self`'s flags for this run ([`Prepared::log_denials`]).
+    restrict_flags: u32,
 }
 
 /// The kernel objects of a fence, and what they were built on: shared by the runs that
@@ -139,6 +141,7 @@ impl Prepared {
         Some(Prepared {
             kernel: k.clone(),
             binds: binds_of(policy),
+            restrict_flags: 0,
         })
     }
 
@@ -173,6 +176,22 @@ impl Prepared {
         self.binds.as_ref()
     }
 
+    /// Whether the kernel logs this run's denials to its audit (for an
+    /// [`super::audit::Listener`]): `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`, where the
+    /// ABI has it.
+    pub fn log_denials(&mut self, on: bool) {
+        self.restrict_flags = if on && self.kernel.landlock_abi >= super::audit::FIRST_ABI {
+            super::audit::LOG_NEW_EXEC_ON
+        } else {
+            0
+        };
+    }
+
+    /// `landlock_restrict_self`'s flags for this run.
+    pub(crate) fn restrict_flags(&self) -> u32 {
+        self.restrict_flags
+    }
+
     pub(crate) fn ruleset_fd(&self) -> RawFd {
         self.kernel.ruleset.as_raw_fd()
     }
@@ -189,6 +208,7 @@ impl Prepared {
             filter: self.kernel.filter.clone(),
             binds: self.binds.clone(),
             caps: super::caps::Drop::of_this_process(),
+            restrict_flags: self.restrict_flags,
         }
     }
 }
@@ -200,6 +220,7 @@ pub struct ChildFence {
     filter: Vec<libc::sock_filter>,
     binds: Option<Binds>,
     caps: super::caps::Drop,
+    restrict_flags: u32,
 }
 
 impl std::fmt::Debug for ChildFence {
@@ -241,7 +262,11 @@ impl ChildFence {
                 return Err(std::io::Error::last_os_error());
             }
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::syscall(libc::SYS_landlock_restrict_self, self.ruleset, 0u32) != 0
+                || libc::syscall(
+                    libc::SYS_landlock_restrict_self,
+                    self.ruleset,
+                    self.restrict_flags,
+                ) != 0
                 || libc::prctl(
                     libc::PR_SET_SECCOMP,
                     libc::SECCOMP_MODE_FILTER,
@@ -386,6 +411,7 @@ pub fn prepare(policy: &FencePolicy, _sockets: &[LocalPath]) -> Result<Prepared,
             targets,
         }),
         binds: binds_of(policy),
+        restrict_flags: 0,
     })
 }
 

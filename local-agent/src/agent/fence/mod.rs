@@ -55,6 +55,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 #[cfg(target_os = "linux")]
+pub mod audit;
+#[cfg(target_os = "linux")]
 pub mod binds;
 #[cfg(target_os = "linux")]
 pub mod caps;
@@ -66,6 +68,15 @@ mod seccomp;
 
 #[cfg(target_os = "linux")]
 pub use linux::{ChildFence, Prepared, prepare};
+
+/// Opens the kernel's reports of the denials of `prepared`'s next agent where it gives
+/// them ([`audit`]), and has the ruleset applied so that it does; `None` elsewhere.
+#[cfg(target_os = "linux")]
+pub fn listen_for_denials(prepared: &mut Prepared) -> Option<audit::Listener> {
+    let listener = audit::Listener::open(prepared.landlock_abi());
+    prepared.log_denials(listener.is_some());
+    listener
+}
 
 /// A test hook, read once per process: `BERTH_FENCE_PROBE=unavailable` makes [`probe`]
 /// report a kernel without the fence, so "fence required but unavailable" can be tested
