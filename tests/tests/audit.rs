@@ -85,7 +85,10 @@ fn landlock_abi() -> i64 {
         ])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 fn fence_denials(task: &Value) -> Vec<(String, String)> {
@@ -118,7 +121,7 @@ fn a_refusal_the_agent_hides_is_read_from_the_kernels_audit() {
     add_command_agent(
         &b,
         "quiet",
-        "echo pwn >> \"$HOME/notes.txt\" 2>/dev/null; echo pwn > \"$HOME/planted.txt\" 2>/dev/null; \
+        "{ echo pwn >> \"$HOME/notes.txt\"; echo pwn > \"$HOME/planted.txt\"; } 2>/dev/null; \
          echo ok > inside.txt; echo finished",
     );
     let session = new_session(&b, "quiet", Some(&app));

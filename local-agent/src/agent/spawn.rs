@@ -466,7 +466,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 return fail(a);
             }
             step(FenceStep::Landlock);
-            if libc::syscall(libc::SYS_landlock_restrict_self, a.ruleset, a.restrict_flags) != 0 {
+            if libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                a.ruleset,
+                a.restrict_flags,
+            ) != 0
+            {
                 return fail(a);
             }
             step(FenceStep::Seccomp);

@@ -255,11 +255,12 @@ pub(super) async fn run(
         let mut ran = ran;
         #[cfg(target_os = "linux")]
         if let (Some(listener), Some(pid)) = (audit, agent_pid) {
-            let denied = blocking(move || listener.finish(pid)).await.unwrap_or_default();
-            for d in denied {
-                if let Some(ev) = ran.state.audited_denial(d.blockers, d.target) {
-                    let _ = events.send(ExecEvent::Agent(ev));
-                }
+            let denied = blocking(move || listener.finish(pid))
+                .await
+                .unwrap_or_default();
+            let denied = denied.into_iter().map(|d| (d.blockers, d.target)).collect();
+            for ev in ran.state.audited_denials(denied) {
+                let _ = events.send(ExecEvent::Agent(ev));
             }
         }
         if ran.state.stale_resume && !ran.cancelled && resume.is_some() {

@@ -415,7 +415,9 @@ pub fn compare(cfg: &Config, other: &Path) -> Result<Vec<Row>> {
         let place = match files {
             0 => String::new(),
             200 => ", in a git repository (200 files)".to_owned(),
-            _ => format!(", in a git repository of {size} files (the change record's steady state)"),
+            _ => {
+                format!(", in a git repository of {size} files (the change record's steady state)")
+            }
         };
         rows.extend(percentile_rows(
             "compare",

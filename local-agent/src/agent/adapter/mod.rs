@@ -90,6 +90,19 @@ pub struct TurnState {
     pub usage: Option<serde_json::Value>,
 }
 
+/// Whether `text` names `path` (a whole path, not the start of a longer name), or,
+/// with `entry`, something in the directory `path`.
+fn names_path(text: &str, path: &str, entry: bool) -> bool {
+    text.match_indices(path).any(|(at, _)| {
+        let next = text[at + path.len()..].chars().next();
+        if entry {
+            next == Some('/')
+        } else {
+            !next.is_some_and(|c| c == '/' || c.is_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    })
+}
+
 /// The most refusals by the fence a turn lists (a `find /` prints thousands).
 pub const MAX_FENCE_DENIALS: usize = 20;
 
@@ -301,27 +314,45 @@ impl TurnState {
         )
     }
 
-    /// A denial the kernel's audit reported (`fence::audit`): `blockers` as Landlock
-    /// names the access (`fs.write_file`), `target` its path. Listed unless a denial by
-    /// the fence read from the agent's output names that path already.
-    pub fn audited_denial(&mut self, blockers: String, target: String) -> Option<AgentEvent> {
-        let fence = |d: &&Denial| d.by.as_deref() == Some("fence");
-        if target.len() > 1 && self.denials.iter().filter(fence).any(|d| d.target.contains(&target)) {
-            return None;
+    /// The denials the kernel's audit reported (`fence::audit`): `(blockers, target)`,
+    /// Landlock's name of the access (`fs.write_file`) and its path. Each is listed
+    /// unless a denial by the fence read from the agent's output names that path
+    /// already. Returns the events to report.
+    pub fn audited_denials(&mut self, denied: Vec<(String, String)>) -> Vec<AgentEvent> {
+        let read: Vec<String> = self
+            .denials
+            .iter()
+            .filter(|d| d.by.as_deref() == Some("fence"))
+            .map(|d| d.target.clone())
+            .collect();
+        let mut events = Vec::new();
+        for (blockers, target) in denied {
+            // A new entry's record names its directory (`fs.make_reg` in `/h`): the
+            // output names the entry (`cannot create /h/x`).
+            let entry = blockers.starts_with("fs.make_");
+            if target.len() > 1 && read.iter().any(|r| names_path(r, &target, entry)) {
+                continue;
+            }
+            let listed = self
+                .denials
+                .iter()
+                .filter(|d| d.by.as_deref() == Some("fence"))
+                .count();
+            if listed >= MAX_FENCE_DENIALS {
+                self.fence_denials_dropped += 1;
+                continue;
+            }
+            events.extend(self.deny(
+                None,
+                Denial {
+                    tool: blockers,
+                    target,
+                    by: Some("fence".to_owned()),
+                },
+                Some("the kernel's audit record of the fence's refusal".to_owned()),
+            ));
         }
-        if self.denials.iter().filter(fence).count() >= MAX_FENCE_DENIALS {
-            self.fence_denials_dropped += 1;
-            return None;
-        }
-        self.deny(
-            None,
-            Denial {
-                tool: blockers,
-                target,
-                by: Some("fence".to_owned()),
-            },
-            Some("the kernel's audit record of the fence's refusal".to_owned()),
-        )
+        events
     }
 
     /// Whether every action that could have changed something was denied: a turn that
@@ -1039,5 +1070,33 @@ no such file",
             st.denials[0].target,
             "rm: cannot remove '/etc/x0': Operation not permitted"
         );
+    }
+
+    #[test]
+    fn the_kernels_denials_are_listed_once_beside_those_the_output_named() {
+        let mut st = TurnState::default();
+        st.fence_stderr("sh: 1: cannot create /h/notes.txt: Permission denied");
+        st.fence_stderr("sh: 1: cannot create /h/new.txt: Permission denied");
+        let events = st.audited_denials(vec![
+            // Named by the output already: the file, and a new entry's directory.
+            ("fs.write_file".into(), "/h/notes.txt".into()),
+            ("fs.make_reg".into(), "/h".into()),
+            // Not named: a longer name, and what the agent hid.
+            ("fs.write_file".into(), "/h/notes".into()),
+            ("fs.read_file".into(), "/h/.ssh/id_ed25519".into()),
+        ]);
+        let listed: Vec<(&str, &str)> = st.denials[2..]
+            .iter()
+            .map(|d| (d.tool.as_str(), d.target.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("fs.write_file", "/h/notes"),
+                ("fs.read_file", "/h/.ssh/id_ed25519")
+            ]
+        );
+        assert_eq!(events.len(), 2);
+        assert!(st.denials.iter().all(|d| d.by.as_deref() == Some("fence")));
     }
 }

@@ -258,8 +258,7 @@ fn read(fd: &OwnedFd, seen: &Mutex<Seen>, stop: &AtomicBool) {
         };
         let mut at = 0;
         while at + NLMSG_HDRLEN <= n {
-            let len = u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-                as usize;
+            let len = u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
             let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
             if len < NLMSG_HDRLEN || at + len > n {
                 // Audit's records come one a datagram, with a length that may not
@@ -414,7 +413,8 @@ mod tests {
             })
         );
         // A path audit gives in hex (it holds a space).
-        let hex = "audit(1.2:3): domain=1 blockers=fs.make_reg path=2F746D702F6120622F dev=\"vda\" ino=2";
+        let hex =
+            "audit(1.2:3): domain=1 blockers=fs.make_reg path=2F746D702F6120622F dev=\"vda\" ino=2";
         let Some(Record::Access { denied, .. }) = parse(AUDIT_LANDLOCK_ACCESS, hex) else {
             panic!("not read");
         };
