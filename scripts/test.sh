@@ -24,6 +24,8 @@ say "formatting"
 cargo fmt --all -- --check
 say "no import circles between modules (issue 35)"
 python3 scripts/module-cycles.py
+say "every relative link and #anchor in the README and docs/ resolves"
+python3 scripts/check-links.py
 
 # The browser bundle is checked in (web/ui/pkg) and embedded by berth-web as it is:
 # rebuild it from core/ and wasm/ into a temporary directory and fail unless it matches
@@ -41,7 +43,7 @@ cargo clippy -p berth-wasm --target wasm32-unknown-unknown --all-targets --locke
 
 # macOS: built (linked, not only checked) and clippy-clean for both Apple targets, in
 # both feature sets. In a target directory of its own, so the host build is not
-# rebuilt. Nothing runs there: see the README's "Berth on the Mac".
+# rebuilt. Nothing runs there: see docs/mac.md, "What is tested where".
 ensure_macos_cross
 mac_target="${CARGO_TARGET_DIR:-target}-macos"
 say "macOS: clippy (aarch64-apple-darwin), default features and without local-binding"

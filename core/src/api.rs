@@ -1,4 +1,4 @@
-//! The JSON documents of Berth's contract (DESIGN.md, "Contract"), defined once.
+//! The JSON documents of Berth's contract (docs/api.md, "The contract"), defined once.
 //!
 //! The CLI, the server and the browser all read and write these types, so a field
 //! cannot drift between surfaces. Documents that carry a local path exist only with

@@ -1,7 +1,7 @@
 //! The fence: what an agent may touch while it runs, as data.
 //!
-//! Every agent Berth starts is untrusted while it runs (DESIGN.md, "Surfaces and
-//! trust"). The kernel confines it — Landlock and seccomp on Linux, Seatbelt on macOS —
+//! Every agent Berth starts is untrusted while it runs (docs/architecture.md,
+//! "The trust model"). The kernel confines it — Landlock and seccomp on Linux, Seatbelt on macOS —
 //! from one [`FencePolicy`], built here without I/O so that every surface (the
 //! executor, the server, the browser) describes the same fence the same way. The
 //! executor's `fence` module turns the policy into kernel objects.

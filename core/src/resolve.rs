@@ -235,7 +235,7 @@ fn placed<D>(dir: D, machine: MachineId, mode: BindMode, why: Reason) -> Resolut
     }
 }
 
-/// Decides where a task runs, in DESIGN.md's order:
+/// Decides where a task runs, in docs/architecture.md's order:
 ///
 /// 1. a web or channel origin, or the cloud runtime, never reaches a local path: a bound
 ///    session refuses (`origin_cannot_bind`), an unbound one runs in scratch;

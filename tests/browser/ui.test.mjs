@@ -1,6 +1,6 @@
 // Berth's web UI in a real browser (headless Chromium driven by playwright-core):
 // `berth serve` with fake `command` agents, sessions made and messages sent through
-// the CLI, and the page checked for what DESIGN.md's "Surfaces and trust" promises.
+// the CLI, and the page checked for what docs/architecture.md's trust model promises.
 //
 // Run: scripts/test-browser.sh (builds what it needs), or, with the binary and the
 // wasm bundle built: cd tests/browser && node --test ui.test.mjs
@@ -700,7 +700,7 @@ echo "in $HOME/code/where and $(pwd)/file.txt" >&2
     assert.equal(d.status, 200, `${d.url}: ${d.body}`);
     assert.match(d.type, /^application\/json/, d.url);
     const doc = JSON.parse(d.body);
-    // Capabilities' `home` is the one place the page is told the home (README,
+    // Capabilities' `home` is the one place the page is told the home (docs/api.md,
     // "Contract extensions"): the preview's path check needs it. Nothing else may.
     if (d.url === "/api/v1/capabilities") delete doc.home;
     assertPrivate(`GET ${d.url}`, JSON.stringify(doc));

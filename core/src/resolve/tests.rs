@@ -1,7 +1,7 @@
 //! Resolution's precedence, over every combination of its inputs.
 //!
 //! The table below is the specification in rows: each row says, for a class of inputs,
-//! which outcome DESIGN.md requires. The test enumerates every concrete combination of
+//! which outcome docs/architecture.md requires. The test enumerates every concrete combination of
 //! origin, runtime, binding (none, or on the claimer or another machine, in each mode),
 //! claimer, online set and project directories, finds the first row that describes it
 //! and checks the whole resolution against it; every row must describe at least one.

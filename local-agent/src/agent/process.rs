@@ -29,7 +29,7 @@ pub type Output = Box<dyn AsyncRead + Send + Unpin>;
 
 /// Variables passed through from Berth's environment to every agent: the basics of a
 /// login, and how to reach the network (proxies, and the CA bundles that a company
-/// proxy's certificate needs). README lists them; keep the two in step.
+/// proxy's certificate needs). docs/agents.md lists them; keep the two in step.
 const PASS: [&str; 23] = [
     "PATH",
     "USER",

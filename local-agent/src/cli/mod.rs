@@ -1,4 +1,4 @@
-//! The `berth` command line: DESIGN.md's contract, human output by default and one JSON
+//! The `berth` command line: docs/api.md's contract, human output by default and one JSON
 //! document with `--json`.
 
 mod agents;

@@ -180,7 +180,7 @@ async fn handle(d: &Daemon, req: Request<Incoming>) -> Response<Body> {
             StatusCode::NOT_FOUND,
             "not_found_route",
             format!("no route for {}", req.uri().path()),
-            "see DESIGN.md for the routes under /api/v1",
+            "see docs/api.md for the routes under /api/v1",
         );
     };
     match route(req.method(), req.uri().path()) {

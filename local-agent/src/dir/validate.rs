@@ -1,6 +1,6 @@
 //! Native validation: everything the lexical rules cannot know.
 //!
-//! Order (DESIGN.md): lexical rules → exists, is a directory → canonicalize → the
+//! Order (docs/architecture.md): lexical rules → exists, is a directory → canonicalize → the
 //! refusal table again on the canonical form → pin (open without following) → owned by
 //! the current user → read/write probe. Nothing is written into a directory before it
 //! has passed every rule; the probe is the only write, and it is removed at once.

@@ -10,7 +10,7 @@
 //! left it empty: then the session keeps it and the fence built on it for its next
 //! run ([`SessionFences`]).
 //!
-//! Modes (README, "The fence"):
+//! Modes (docs/fence.md, "Modes"):
 //!
 //! - `auto` (the default): fenced where the kernel can; elsewhere unfenced, and the
 //!   transcript's `fence` event says so (`unfenced: …`);

@@ -140,7 +140,7 @@ impl ApiError {
             ApiError::NoRoute { .. } => (
                 StatusCode::NOT_FOUND,
                 "not_found_route",
-                "see DESIGN.md for the routes under /api/v1".into(),
+                "see docs/api.md for the routes under /api/v1".into(),
             ),
             ApiError::ForbiddenHost { .. } => (
                 StatusCode::FORBIDDEN,

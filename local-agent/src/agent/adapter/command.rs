@@ -1,4 +1,4 @@
-//! The `command` agent (DESIGN.md): `CMD ARG...` in the working directory, the
+//! The `command` agent (docs/api.md): `CMD ARG...` in the working directory, the
 //! prompt on stdin, the `BERTH_*` variables in its environment, stdout lines as
 //! output, exit 0 as success.
 

@@ -33,7 +33,8 @@
 //!   the Landlock scopes (ABI ≥ 6): no signals to, and no abstract unix sockets of,
 //!   processes outside the fence.
 //!
-//! What it does **not** guarantee (DESIGN.md's promise needs the wiring step too):
+//! What it does **not** guarantee (docs/architecture.md's promise, "The trust model",
+//! needs the wiring step too):
 //!
 //! - `.git/hooks`, `.git/config` and `.berth` inside a writable run directory
 //!   (`FencePolicy::protect`) are not protected by Landlock, whose rights pass to
