@@ -6,7 +6,7 @@ use super::finish::{finish, kept_note};
 use super::outcome::{outcome, ran_outcome, stopped};
 use super::place::place;
 use super::prepare::under_lock;
-use super::state::{Inner, Locked, Staged, Stop, blocking, warn};
+use super::state::{Inner, Locked, Place, Prepared, Staged, Stop, blocking, warn};
 use crate::agent::adapter::cut;
 use crate::agent::adapter::{Adapter, Turn};
 use crate::agent::process::{self, MAX_ENV_BRIEF};
@@ -27,22 +27,74 @@ pub(super) async fn run(
     mut cancel: watch::Receiver<bool>,
 ) -> TaskOutcome {
     let task = Arc::new(task);
-    let warn = |line: String| warn(&events, line);
-    // Everything before the agent starts, in one go while the directory is free (the
-    // usual case): the placement, the lock, and what runs under it. A directory in use
-    // is waited for here, and the rest runs after. In a bound directory or a worktree
-    // that work can be long (the change record's snapshot, git): it goes to a blocking
-    // thread. A scratch session's is short and bounded (its own directory, the
-    // settings, the fence: a few hundred microseconds): it runs here, without the two
-    // hand-offs between threads, which cost about as much again.
+    // 1 and 2: placed, locked, prepared.
+    let Locked {
+        place,
+        lock: _lock,
+        record,
+        mut prepared,
+    } = *match acquire(&inner, &task, &events, &mut cancel).await {
+        Ok(locked) => locked,
+        Err(out) => return out,
+    };
+    let adapter = Adapter::for_kind(task.agent.kind);
+    announce(&task, adapter, &prepared, &events);
+    if let Err(r) = place.pinned.recheck() {
+        // Swapped while the sidecars were written: undo them through the descriptor.
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return TaskOutcome::refused(&r);
+    }
+    if *cancel.borrow() {
+        let _ = finish(place, prepared.sidecars, &task.task_id).await;
+        return outcome(TaskStatus::Cancelled, None);
+    }
+    // 3: the agent's turn.
+    let work_dir = place.pinned.canonical().as_str().to_owned();
+    let (result, resume) = execute(
+        &inner,
+        &task,
+        adapter,
+        &place,
+        &mut prepared,
+        &work_dir,
+        &events,
+        &mut cancel,
+    )
+    .await;
+    // 4: the directory restored, what changed recorded, the outcome.
+    let settled = settle(&inner, &task, place, prepared, record, &events).await;
+    let out = match result {
+        Err((code, msg)) => TaskOutcome::failed(code, msg),
+        Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
+    };
+    conclude(out, settled, work_dir, &events)
+}
+
+/// Stages 1 and 2: the task placed ([`place`]), its directory locked, and what runs
+/// under the lock ([`under_lock`]). `Err` is the task's outcome when it ends here.
+///
+/// Everything before the agent starts, in one go while the directory is free (the
+/// usual case). A directory in use is waited for here, and the rest runs after. In a
+/// bound directory or a worktree that work can be long (the change record's snapshot,
+/// git): it goes to a blocking thread. A scratch session's is short and bounded (its
+/// own directory, the settings, the fence: a few hundred microseconds): it runs here,
+/// without the two hand-offs between threads, which cost about as much again.
+async fn acquire(
+    inner: &Arc<Inner>,
+    task: &Arc<TaskSpec>,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<Box<Locked>, TaskOutcome> {
     let staged = {
         let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
         let scratch = matches!(task.placement, Placement::Scratch);
         let stage = move || -> Result<Staged, Stop> {
+            // The user settings, read once for the whole run.
+            let user = crate::settings::UserLayer::read(&inner.ctx, &inner.cfg.config_dir);
             if matches!(task.placement, Placement::Worktree { .. })
-                && let Some(r) = crate::run::fence::refused_early(&inner.ctx, &inner.cfg.config_dir)
+                && let Some(r) = crate::run::fence::refused_early(&user)
             {
-                self::warn(&events, format!("hint: {}", r.hint));
+                warn(&events, format!("hint: {}", r.hint));
                 return Err(Stop::Refused(r));
             }
             let place = place(&inner, &task)?;
@@ -51,9 +103,9 @@ pub(super) async fn run(
                 .try_acquire(place.pinned.canonical(), task.task_id.as_str())
             {
                 Ok(Some(lock)) => Ok(Staged::Locked(under_lock(
-                    &inner, &task, place, lock, &events,
+                    &inner, &task, place, lock, user, &events,
                 )?)),
-                Ok(None) => Ok(Staged::Placed(Box::new(place))),
+                Ok(None) => Ok(Staged::Placed(Box::new((place, user)))),
                 Err(e) => Err(Stop::Failed(ErrorCode::LockFailed, e.to_string())),
             }
         };
@@ -63,10 +115,11 @@ pub(super) async fn run(
             blocking(stage).await
         }
     };
-    let locked = match staged.and_then(|r| r) {
-        Err(stop) => return stopped(stop),
-        Ok(Staged::Locked(locked)) => locked,
-        Ok(Staged::Placed(place)) => {
+    match staged.and_then(|r| r) {
+        Err(stop) => Err(stopped(stop)),
+        Ok(Staged::Locked(locked)) => Ok(locked),
+        Ok(Staged::Placed(placed)) => {
+            let (place, user) = *placed;
             let acquiring = inner.locks.acquire(
                 place.pinned.canonical(),
                 task.task_id.as_str(),
@@ -76,39 +129,42 @@ pub(super) async fn run(
                         wait_reason: Some(reason),
                     });
                 },
-                &mut cancel,
+                cancel,
             );
             // The holder may be the directory's first snapshot: how far it is, said.
             let lock = with_progress(
                 acquiring,
                 place.pinned.path(),
                 place.pinned.display(),
-                &events,
+                events,
             )
             .await;
             let lock = match lock {
                 Ok(l) => l,
-                Err(LockError::Cancelled) => return outcome(TaskStatus::Cancelled, None),
-                Err(e) => return TaskOutcome::failed(ErrorCode::LockFailed, e.to_string()),
+                Err(LockError::Cancelled) => return Err(outcome(TaskStatus::Cancelled, None)),
+                Err(e) => return Err(TaskOutcome::failed(ErrorCode::LockFailed, e.to_string())),
             };
             let (inner, task, events) = (inner.clone(), task.clone(), events.clone());
-            let locked = blocking(move || under_lock(&inner, &task, *place, lock, &events)).await;
-            match locked.and_then(|r| r) {
-                Ok(locked) => locked,
-                Err(stop) => return stopped(stop),
-            }
+            let locked =
+                blocking(move || under_lock(&inner, &task, place, lock, user, &events)).await;
+            locked.and_then(|r| r).map_err(stopped)
         }
-    };
-    let Locked {
-        place,
-        lock: _lock,
-        record,
-        mut prepared,
-    } = *locked;
+    }
+}
+
+/// What the preparation found that the transcript must say before the agent starts:
+/// its warnings, the project settings it ignored, permissions narrowed or widened,
+/// and what no policy enforces.
+fn announce(
+    task: &TaskSpec,
+    adapter: Adapter,
+    prepared: &Prepared,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+) {
+    let warn = |line: String| warn(events, line);
     for w in &prepared.warnings {
         warn(format!("warning: {w}"));
     }
-    let adapter = Adapter::for_kind(task.agent.kind);
     if let Some(report) = &prepared.project
         && (report.trust == Trust::Replaced || report.ignored().next().is_some())
     {
@@ -139,17 +195,24 @@ pub(super) async fn run(
     ) {
         warn(note);
     }
-    let work_dir = place.pinned.canonical().as_str().to_owned();
+}
+
+/// Stage 3: the agent started in its fence and its turn streamed; started afresh once
+/// when it no longer knows the session it was asked to resume. Returns the turn, and
+/// the resume id it ended with.
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    inner: &Inner,
+    task: &TaskSpec,
+    adapter: Adapter,
+    place: &Place,
+    prepared: &mut Prepared,
+    work_dir: &str,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+    cancel: &mut watch::Receiver<bool>,
+) -> (Result<Ran, (ErrorCode, String)>, Option<String>) {
+    let warn = |line: String| warn(events, line);
     let mut resume = task.resume_id.clone();
-    if let Err(r) = place.pinned.recheck() {
-        // Swapped while the sidecars were written: undo them through the descriptor.
-        let _ = finish(place, prepared.sidecars, &task.task_id).await;
-        return TaskOutcome::refused(&r);
-    }
-    if *cancel.borrow() {
-        let _ = finish(place, prepared.sidecars, &task.task_id).await;
-        return outcome(TaskStatus::Cancelled, None);
-    }
     let mut result: Result<Ran, (ErrorCode, String)> = Err((
         ErrorCode::AgentStartFailed,
         "the agent did not start".to_owned(),
@@ -173,7 +236,7 @@ pub(super) async fn run(
         let berth_env = [
             ("BERTH_SESSION_ID", task.session.id.to_string()),
             ("BERTH_TASK_ID", task.task_id.to_string()),
-            ("BERTH_WORK_DIR", work_dir.clone()),
+            ("BERTH_WORK_DIR", work_dir.to_owned()),
             (
                 "BERTH_BRIEF",
                 cut(&prepared.brief_text, MAX_ENV_BRIEF).to_owned(),
@@ -238,14 +301,14 @@ pub(super) async fn run(
                 turn,
                 dir: place.pinned.fd(),
             };
-            crate::agent::acp::drive(proc, &ctx, &events, &mut cancel, inner.cfg.grace).await
+            crate::agent::acp::drive(proc, &ctx, events, cancel, inner.cfg.grace).await
         } else {
             stream(
                 adapter,
                 proc,
                 resume.is_some(),
-                &events,
-                &mut cancel,
+                events,
+                cancel,
                 inner.cfg.grace,
                 prepared.fence.fenced,
             )
@@ -274,6 +337,33 @@ pub(super) async fn run(
         result = Ok(ran);
         break;
     }
+    (result, resume)
+}
+
+/// What stage 4 leaves for the outcome.
+struct Settled {
+    branch: Option<String>,
+    changes: Option<berth_core::api::Changes>,
+    cleanup_error: Option<String>,
+    /// What the agent wrote where the fence guards, put back.
+    guarded: Vec<crate::inject::sidecar::guard::Restored>,
+    fence: berth_core::api::FenceNote,
+    /// The directory as shown.
+    shown: String,
+}
+
+/// Stage 4: the agent's temporary directory, the directory restored ([`finish`]), and
+/// the tree after the agent recorded and its repositories' control files checked,
+/// still under the lock.
+async fn settle(
+    inner: &Inner,
+    task: &TaskSpec,
+    place: Place,
+    mut prepared: Prepared,
+    record: Option<super::state::Record>,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+) -> Settled {
+    let warn = |line: String| warn(events, line);
     // The agent's group is gone (the turn released it): its temporary directory goes,
     // or stays for the session's next run if the agent left it empty.
     if let Some(problem) = prepared.fence.end(&inner.tmps).await {
@@ -362,6 +452,35 @@ pub(super) async fn run(
             }
         }
     }
+    if let Some(c) = &mut changes {
+        c.fenced = fenced;
+    }
+    Settled {
+        branch,
+        changes,
+        cleanup_error,
+        guarded,
+        fence: fence_note,
+        shown,
+    }
+}
+
+/// The task's outcome from the turn's and what stage 4 found: the guard's put-backs
+/// are denials by the fence, and a success they undid part of is not one.
+fn conclude(
+    mut out: TaskOutcome,
+    settled: Settled,
+    work_dir: String,
+    events: &mpsc::UnboundedSender<ExecEvent>,
+) -> TaskOutcome {
+    let Settled {
+        branch,
+        changes,
+        cleanup_error,
+        guarded,
+        fence: fence_note,
+        shown,
+    } = settled;
     // What the agent wrote where the fence guards, put back: denials by the fence.
     let guard_denials: Vec<Denial> = guarded
         .iter()
@@ -393,10 +512,6 @@ pub(super) async fn run(
             denial
         })
         .collect();
-    let mut out = match result {
-        Err((code, msg)) => TaskOutcome::failed(code, msg),
-        Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
-    };
     if !guard_denials.is_empty() {
         out.denials.extend(guard_denials);
         if out.status == TaskStatus::Succeeded {
@@ -416,9 +531,6 @@ pub(super) async fn run(
     }
     out.work_dir = Some(work_dir);
     out.branch = branch;
-    if let Some(c) = &mut changes {
-        c.fenced = fenced;
-    }
     out.fence = Some(fence_note);
     out.changes = changes;
     if let (Some(e), None) = (cleanup_error, &out.error) {

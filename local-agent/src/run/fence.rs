@@ -435,19 +435,19 @@ fn why_unavailable(probe: fence::Probe) -> String {
 /// one, known before anything is placed: a worktree run checks it before it adds its
 /// worktree to the user's repository. (A project layer that turns `required` on is
 /// known only once the directory is read; the run is refused then.)
-pub(crate) fn refused_early(ctx: &Context, config_dir: &Path) -> Option<Refusal> {
+pub(crate) fn refused_early(user: &crate::settings::UserLayer) -> Option<Refusal> {
     let probe = fence::probe();
     if probe.available() {
         return None;
     }
-    match crate::settings::user_fence(ctx, config_dir) {
-        Ok(f) if f.mode == FenceMode::Required => {
-            match unavailable(f.mode, &why_unavailable(probe)) {
+    match user.fence_mode() {
+        Some(FenceMode::Required) => {
+            match unavailable(FenceMode::Required, &why_unavailable(probe)) {
                 Err(FenceStop::Refused(r)) => Some(r),
                 Err(FenceStop::Failed(_)) | Ok(_) => None,
             }
         }
-        Ok(_) | Err(_) => None,
+        Some(_) | None => None,
     }
 }
 

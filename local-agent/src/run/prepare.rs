@@ -19,16 +19,12 @@ fn prepare(
     inner: &Inner,
     task: &TaskSpec,
     place: &Place,
+    user: settings::UserLayer,
     nested: &[String],
 ) -> Result<Prepared, Stop> {
     let trust = crate::settings::trust::TrustStore::new(&inner.cfg.berth_home);
-    let mut loaded = settings::load(
-        &inner.ctx,
-        &inner.cfg.config_dir,
-        place.bound.as_ref(),
-        &trust,
-    )
-    .map_err(|e| Stop::Failed(ErrorCode::PrepareFailed, e.to_string()))?;
+    let mut loaded = settings::load_with(&inner.ctx, user, place.bound.as_ref(), &trust)
+        .map_err(|e| Stop::Failed(ErrorCode::PrepareFailed, e.to_string()))?;
     let mut warnings: Vec<String> = loaded
         .settings
         .warnings
@@ -210,11 +206,13 @@ pub(super) fn under_lock(
     task: &TaskSpec,
     place: Place,
     lock: DirLock,
+    user: settings::UserLayer,
     events: &mpsc::UnboundedSender<ExecEvent>,
 ) -> Result<Box<Locked>, Stop> {
     place.pinned.recheck().map_err(Stop::Refused)?;
     let record = if place.mode == WorkMode::InPlace {
-        let limits = settings::user_snapshots(&inner.cfg)
+        let limits = user
+            .snapshots()
             .map_or_else(crate::changes::Limits::default, |s| {
                 crate::changes::Limits::from_settings(&s)
             });
@@ -266,7 +264,7 @@ pub(super) fn under_lock(
         None
     };
     let nested = record.as_ref().map_or(&[][..], |r| r.1.nested.as_slice());
-    let prepared = prepare(inner, task, &place, nested).inspect_err(|stop| {
+    let prepared = prepare(inner, task, &place, user, nested).inspect_err(|stop| {
         // A task's outcome carries no hint: the refusal's goes to its transcript.
         if let Stop::Refused(r) = stop {
             warn(events, format!("hint: {}", r.hint));

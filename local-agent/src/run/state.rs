@@ -85,7 +85,10 @@ pub(super) type Record = (
 /// placed, its lock held by someone else.
 pub(super) enum Staged {
     Locked(Box<Locked>),
-    Placed(Box<Place>),
+    /// Placed, its directory held by another run: the lock is waited for, then
+    /// [`under_lock`](super::prepare::under_lock) runs with the user layer read at
+    /// placement.
+    Placed(Box<(Place, crate::settings::UserLayer)>),
 }
 
 /// A run ready to start its agent: its directory, held, recorded and prepared.

@@ -123,20 +123,57 @@ pub(crate) fn user_fence(
     ctx: &Context,
     config_dir: &Path,
 ) -> Result<berth_core::settings::FenceSettings, SettingsLoadError> {
-    let layers: Vec<Layer> = user_layer(ctx, config_dir)?.into_iter().collect();
-    Ok(settings::merge(&layers).fence)
+    UserLayer::read(ctx, config_dir).fence()
+}
+
+/// The user layer as a run reads it: once, when the task is placed; its snapshot
+/// limits, its fence and the merged settings all come from that one reading.
+#[derive(Debug)]
+pub struct UserLayer(Result<Option<Layer>, SettingsLoadError>);
+
+impl UserLayer {
+    /// Reads `settings.jsonc` in `config_dir` (a missing file is no layer).
+    pub fn read(ctx: &Context, config_dir: &Path) -> UserLayer {
+        UserLayer(user_layer(ctx, config_dir))
+    }
+
+    /// Its `snapshots` (`None` when the file is missing or cannot be read: the run
+    /// reports that problem itself, from [`load_with`]).
+    pub fn snapshots(&self) -> Option<berth_core::settings::SnapshotLimits> {
+        match &self.0 {
+            Ok(Some(layer)) => Some(layer.snapshots),
+            Ok(None) | Err(_) => None,
+        }
+    }
+
+    /// Its fence settings, as the user layer alone sets them.
+    pub fn fence(self) -> Result<berth_core::settings::FenceSettings, SettingsLoadError> {
+        let layers: Vec<Layer> = self.0?.into_iter().collect();
+        Ok(settings::merge(&layers).fence)
+    }
+
+    /// Its fence mode, if it can be read.
+    pub fn fence_mode(&self) -> Option<berth_core::fence::FenceMode> {
+        match &self.0 {
+            Ok(layer) => {
+                let layers: Vec<Layer> = layer.iter().cloned().collect();
+                Some(settings::merge(&layers).fence.mode)
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 /// Reads both layers for `bound` (none for scratch runs): the first existing project
 /// candidate, sorted under the trust `trust` records for its directory.
 fn read_layers(
     ctx: &Context,
-    config_dir: &Path,
+    user: UserLayer,
     bound: Option<&LocalPath>,
     trust: &TrustStore,
 ) -> Result<Layers, SettingsLoadError> {
     let mut layers = Layers {
-        user: user_layer(ctx, config_dir)?,
+        user: user.0?,
         ..Layers::default()
     };
     if let Some(bound) = bound {
@@ -220,7 +257,17 @@ pub fn load(
     bound: Option<&LocalPath>,
     trust: &TrustStore,
 ) -> Result<Loaded, SettingsLoadError> {
-    let layers = read_layers(ctx, config_dir, bound, trust)?;
+    load_with(ctx, UserLayer::read(ctx, config_dir), bound, trust)
+}
+
+/// [`load`] with the user layer a run read already.
+pub fn load_with(
+    ctx: &Context,
+    user: UserLayer,
+    bound: Option<&LocalPath>,
+    trust: &TrustStore,
+) -> Result<Loaded, SettingsLoadError> {
+    let layers = read_layers(ctx, user, bound, trust)?;
     let mut merged = settings::merge(&layers.in_order());
     // The user layer sets a default; a project layer narrows it, or, trusted, sets it
     // (core's Policy).
@@ -407,10 +454,7 @@ pub fn user_ca_file(
 pub fn user_snapshots(
     cfg: &crate::config::ExecutorConfig,
 ) -> Option<berth_core::settings::SnapshotLimits> {
-    match user_layer(&cfg.context(), &cfg.config_dir) {
-        Ok(Some(layer)) => Some(layer.snapshots),
-        Ok(None) | Err(_) => None,
-    }
+    UserLayer::read(&cfg.context(), &cfg.config_dir).snapshots()
 }
 
 /// One value in force, and where it was written.
@@ -448,7 +492,7 @@ pub fn explain(
     bound: Option<&LocalPath>,
     trust: &TrustStore,
 ) -> Result<Explained, SettingsLoadError> {
-    let read = read_layers(ctx, config_dir, bound, trust)?;
+    let read = read_layers(ctx, UserLayer::read(ctx, config_dir), bound, trust)?;
     let layers = read.in_order();
     let mut out = Explained {
         warnings: read.notes,
