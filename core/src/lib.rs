@@ -34,5 +34,9 @@ pub use path::LocalPath;
 pub use platform::Platform;
 pub use policy::Permissions;
 
+/// The control socket's file name inside Berth's home; its clients send it as their
+/// `Host`.
+pub const SOCKET_FILE: &str = "berth.sock";
+
 /// Whether this build carries local-path bindings (`local-binding`).
 pub const LOCAL_BINDING: bool = cfg!(feature = "local-binding");

@@ -11,12 +11,20 @@ pub fn now() -> String {
     format_millis(now_millis())
 }
 
-fn now_millis() -> i64 {
-    let ms = SystemTime::now()
+/// Now, since the Unix epoch (zero if the clock is before it).
+fn since_epoch() -> std::time::Duration {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    i64::try_from(ms).unwrap_or(i64::MAX)
+        .unwrap_or_default()
+}
+
+fn now_millis() -> i64 {
+    i64::try_from(since_epoch().as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_secs() -> i64 {
+    i64::try_from(since_epoch().as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Now, or a millisecond after the last time this gave out if that is not earlier:

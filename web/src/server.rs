@@ -25,7 +25,7 @@ pub use crate::secret::new_token;
 /// The single-instance lock file inside Berth's home.
 pub const LOCK_FILE: &str = "serve.lock";
 /// The control socket's file name inside Berth's home.
-pub const SOCKET_FILE: &str = "berth.sock";
+pub use berth_core::SOCKET_FILE;
 /// Where a running server says how to reach it.
 pub const SERVE_JSON: &str = "serve.json";
 

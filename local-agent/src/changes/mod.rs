@@ -45,5 +45,12 @@ pub use undo::{
 /// Where the shadow repositories live inside Berth's home.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 
+/// Now, since the Unix epoch (zero if the clock is before it).
+fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests;

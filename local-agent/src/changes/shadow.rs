@@ -3,11 +3,11 @@
 
 use super::SNAPSHOTS_DIR;
 use super::error::ChangesError;
+use super::tree::escape_glob;
 use crate::git;
 use berth_web::private;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the shadow repository of `dir` lives: a hash of its path.
 pub(super) fn shadow_dir(berth_home: &Path, dir: &Path) -> PathBuf {
@@ -31,9 +31,7 @@ pub struct Shadow {
 }
 
 pub(super) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    super::since_epoch().as_secs()
 }
 
 impl Shadow {
@@ -221,6 +219,39 @@ impl Shadow {
 
     pub(super) fn exclude_file(&self) -> PathBuf {
         self.git_dir.join("info").join("exclude")
+    }
+
+    /// Writes the shadow's exclude file anew: one anchored line per file left out of
+    /// the snapshots (`large`: path, size, mtime).
+    pub(super) fn write_excludes(&self, large: &[(String, u64, i64)]) -> Result<(), ChangesError> {
+        let lines: String = large
+            .iter()
+            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
+            .collect();
+        let file = self.exclude_file();
+        if let Some(parent) = file.parent() {
+            private::dir(parent)?;
+        }
+        private::write(file, lines)?;
+        Ok(())
+    }
+
+    /// Adds `paths` (each an anchored pattern: `/dir/` for a directory) to the
+    /// exclude file.
+    pub(super) fn add_excludes<'a>(
+        &self,
+        paths: impl IntoIterator<Item = (&'a str, bool)>,
+    ) -> Result<(), ChangesError> {
+        let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
+        for (p, dir) in paths {
+            lines.push_str(&format!(
+                "/{}{}\n",
+                escape_glob(p),
+                if dir { "/" } else { "" }
+            ));
+        }
+        private::write(self.exclude_file(), lines)?;
+        Ok(())
     }
 
     /// A blob's bytes and mode (`100755` executable) at `path` in `tree`; `None` when

@@ -7,18 +7,15 @@ use super::index;
 use super::limits::Limits;
 use super::progress::{self, Phase, Progress};
 use super::shadow::Shadow;
-use super::tree::{Snapshot, escape_glob, unescape_glob};
+use super::tree::{Snapshot, unescape_glob};
 #[cfg(target_os = "linux")]
 use super::watch;
 use berth_web::private;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(super) fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
+    super::since_epoch().as_nanos()
 }
 
 /// The directory's metadata when a snapshot was taken.
@@ -258,14 +255,7 @@ impl Shadow {
                 large.push((path.to_owned(), md.len(), md.mtime()));
             }
         }
-        let lines: String = large
-            .iter()
-            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
-            .collect();
-        if let Some(parent) = self.exclude_file().parent() {
-            private::dir(parent)?;
-        }
-        private::write(self.exclude_file(), lines)?;
+        self.write_excludes(&large)?;
         if !large.is_empty() {
             let mut args = vec![
                 "rm".to_owned(),
@@ -306,11 +296,7 @@ impl Shadow {
                 let mut args = vec!["rm", "--cached", "-q", "--ignore-unmatch", "--"];
                 args.extend(grown.iter().map(|(p, _, _)| p.as_str()));
                 self.git(&args)?;
-                let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
-                for (p, _, _) in &grown {
-                    lines.push_str(&format!("/{}\n", escape_glob(p)));
-                }
-                private::write(self.exclude_file(), lines)?;
+                self.add_excludes(grown.iter().map(|(p, _, _)| (p.as_str(), false)))?;
                 large.extend(grown);
             }
         }
@@ -343,11 +329,7 @@ impl Shadow {
             if empty.is_empty() {
                 return Err(err);
             }
-            let mut lines = std::fs::read_to_string(self.exclude_file()).unwrap_or_default();
-            for p in empty {
-                lines.push_str(&format!("/{}/\n", escape_glob(p)));
-            }
-            private::write(self.exclude_file(), lines)?;
+            self.add_excludes(empty.into_iter().map(|p| (p, true)))?;
         }
         self.git(&args).map(|_| ())
     }
@@ -506,14 +488,7 @@ impl Shadow {
                 Ok(_) => update.push(path),
             }
         }
-        let lines: String = large
-            .iter()
-            .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
-            .collect();
-        if let Some(parent) = self.exclude_file().parent() {
-            private::dir(parent)?;
-        }
-        private::write(self.exclude_file(), lines)?;
+        self.write_excludes(&large)?;
         let gone_count = gone.len();
         if !gone.is_empty() {
             let input: Vec<u8> = gone

@@ -22,7 +22,7 @@
 //! kernel does not report — writes through a shared memory mapping, a network file
 //! system's remote writes — are not seen until the next full scan.
 
-use super::tree::{Snapshot, escape_glob};
+use super::tree::Snapshot;
 use super::{ChangesError, Limits, Shadow, WatchError};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
@@ -407,7 +407,7 @@ impl Watch {
             .filter(|(p, _, _)| !files.contains(p) && !gone(p))
             .cloned()
             .collect();
-        write_exclude(shadow, &large)?;
+        shadow.write_excludes(&large)?;
         let ignored = check_ignore(shadow, files.iter())?;
         let mut add: Vec<&str> = Vec::new();
         let mut unrecord: Vec<&str> = removed.iter().map(String::as_str).collect();
@@ -424,7 +424,7 @@ impl Watch {
             }
         }
         large.sort();
-        write_exclude(shadow, &large)?;
+        shadow.write_excludes(&large)?;
         if !unrecord.is_empty() {
             feed(
                 shadow,
@@ -465,15 +465,6 @@ impl Watch {
             nested,
         })
     }
-}
-
-fn write_exclude(shadow: &Shadow, large: &[(String, u64, i64)]) -> Result<(), ChangesError> {
-    let lines: String = large
-        .iter()
-        .map(|(p, _, _)| format!("/{}\n", escape_glob(p)))
-        .collect();
-    berth_web::private::write(shadow.exclude_file(), lines)?;
-    Ok(())
 }
 
 /// Runs git with `paths` on its standard input, NUL-separated.

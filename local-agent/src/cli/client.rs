@@ -23,7 +23,7 @@ pub struct Client {
 impl Client {
     pub fn new(home: &Path) -> Client {
         Client {
-            socket: home.join("berth.sock"),
+            socket: home.join(berth_core::SOCKET_FILE),
             home: home.to_owned(),
         }
     }
@@ -82,7 +82,7 @@ impl Client {
         let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .header("host", "berth.sock")
+            .header("host", berth_core::SOCKET_FILE)
             .header("accept", "application/json");
         if body.is_some() {
             req = req.header("content-type", "application/json");

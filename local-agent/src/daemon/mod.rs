@@ -23,8 +23,9 @@ pub mod url;
 
 use crate::config::ExecutorConfig;
 use crate::run::{ExecutorError, NativeExecutor};
+use berth_core::SOCKET_FILE;
 use berth_web::executor::Executor;
-use berth_web::server::{InstanceLock, SOCKET_FILE, ServerError};
+use berth_web::server::{InstanceLock, ServerError};
 use state::Daemon;
 use std::future::Future;
 use std::path::PathBuf;

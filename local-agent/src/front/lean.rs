@@ -385,7 +385,7 @@ fn status_code(status: u16) -> hyper::StatusCode {
 impl Socket {
     pub fn new(home: &Path) -> Socket {
         Socket {
-            path: home.join("berth.sock"),
+            path: home.join(berth_core::SOCKET_FILE),
             home: home.to_owned(),
             kept: None,
         }
@@ -410,7 +410,7 @@ impl Socket {
         let request = wire::Request {
             method,
             path,
-            host: "berth.sock",
+            host: berth_core::SOCKET_FILE,
             accept,
             body: body.as_deref().map(str::as_bytes),
             headers: &[],

@@ -480,7 +480,7 @@ mod tests {
         Request {
             method: "POST",
             path: "/api/v1/x",
-            host: "berth.sock",
+            host: berth_core::SOCKET_FILE,
             accept: "application/json",
             body: Some(b"{}"),
             headers: &[("last-event-id", "7")],

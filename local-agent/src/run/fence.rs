@@ -590,7 +590,7 @@ fn build(
     lines.extend(ignored_lines(ctx, &policy));
     // Berth's control socket: on macOS the profile names it (Linux's socket refuses
     // fenced peers itself).
-    let sockets: Vec<LocalPath> = local(&places.berth_home.join(berth_web::server::SOCKET_FILE))
+    let sockets: Vec<LocalPath> = local(&places.berth_home.join(berth_core::SOCKET_FILE))
         .into_iter()
         .collect();
     let prepared = match fence::prepare(&policy, &sockets) {

@@ -34,7 +34,6 @@ use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A chat platform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -164,7 +163,7 @@ async fn receive<W: Webhook>(
 ) -> Result<Json<Value>, ApiError> {
     let secrets = configured::<W>(ch.config())?;
     let body = raw_body(body).await?;
-    let intake = secrets.read(&headers, &body, now_secs())?;
+    let intake = secrets.read(&headers, &body, crate::clock::now_secs())?;
     ch.answer(intake).await
 }
 
@@ -289,13 +288,6 @@ async fn raw_body(body: Body) -> Result<Bytes, ApiError> {
             message: format!("could not read the request body: {e}"),
         }),
     }
-}
-
-/// Seconds since the Unix epoch.
-fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
