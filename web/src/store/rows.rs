@@ -567,6 +567,7 @@ impl TaskRow {
             changes: self.changes.clone(),
             fence: self.fence.clone(),
             usage: self.usage.clone(),
+            waits_for: None,
         }
     }
 }
