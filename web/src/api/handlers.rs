@@ -165,16 +165,28 @@ pub(crate) async fn list_sessions(
     let displays = Displays::of(&ctx.app);
     let items = displays.items();
     let owner = scope.and_then(|axum::Extension(s)| s.0);
+    // The page flags a binding that no longer holds (the CLI's list does the same).
+    #[cfg(feature = "local-binding")]
+    let look = match surface {
+        Surface::Web => super::binding::Look::of(&ctx),
+        Surface::Control | Surface::Cloud => None,
+    };
     let body = ctx
         .app
         .store
         // The surface names the documents; each is shown by its own machine's context
         // (see `super::redact`), on the web listener right here.
         .sessions_json(owner, q.all, surface.as_str(), move |out, row| {
+            #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
+            let mut row = *row;
+            #[cfg(feature = "local-binding")]
+            if let (Some(look), Some(b)) = (&look, &mut row.binding) {
+                b.state = look.state(b.machine, b.dir, b.identity, b.state);
+            }
             let bound = row.binding.map(|b| b.machine);
             let shown = displays.session(bound, row.owner);
             let start = out.len();
-            super::views::write_session_doc(surface, &shown, out, row)
+            super::views::write_session_doc(surface, &shown, out, &row)
                 .and_then(|()| match surface {
                     Surface::Web => super::redact::redact_written(&shown, out, start),
                     Surface::Control | Surface::Cloud => Ok(()),
@@ -194,7 +206,21 @@ pub(crate) async fn get_session(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
 ) -> Result<Response, ApiError> {
-    let row = ctx.app.store.session(id.as_str()).await?;
+    #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
+    let mut row = ctx.app.store.session(id.as_str()).await?;
+    #[cfg(feature = "local-binding")]
+    if ctx.surface == Surface::Web
+        && let (Some(look), Some(b)) = (super::binding::Look::of(&ctx), row.binding.clone())
+    {
+        let state = tokio::task::spawn_blocking(move || {
+            look.state(b.machine.as_str(), &b.dir, b.identity, b.state)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("the binding's look failed: {e}")))?;
+        if let Some(b) = &mut row.binding {
+            b.state = state;
+        }
+    }
     let shown = Displays::of(&ctx.app).of_row(&row);
     let doc = session_doc(ctx.surface, &shown, &row);
     Ok((Displays::shown_by(shown), Json(doc)).into_response())
