@@ -167,6 +167,24 @@ pub struct Task {
     /// from Claude Code); absent when it reported none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<serde_json::Value>,
+    /// Whom a task waiting for its directory waits for, read from `wait_reason` (see
+    /// [`crate::wait`]) when the server serves the task; absent otherwise. Extends the
+    /// contract, so a page can name the session rather than a bare task id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<WaitsFor>,
+}
+
+/// The task holding the directory another task waits for, and that task's session
+/// when the caller may see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitsFor {
+    /// The holding task's id: whole when its session is named, else its first eight
+    /// characters (a session the caller may not see is not shown, nor its task's id).
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_title: Option<String>,
 }
 
 /// How a machine fences the agents it runs now: the user settings' mode and what its

@@ -26,6 +26,7 @@ pub mod quote;
 pub mod resolve;
 pub mod rules;
 pub mod settings;
+pub mod wait;
 
 pub use code::{ErrorCode, Refusal};
 pub use context::Context;

@@ -255,6 +255,21 @@ uiTest("the list shows the sessions, the token leaves the address bar", { timeou
   const row = page.locator(`tr[data-session="${ids.stream}"]`);
   assert.equal(await row.locator("td.title a").textContent(), "Hostile <b>title</b> & co");
   assert.equal(await row.locator("td.path").textContent(), "~/code/app");
+  // The short id, as the CLI prints it: its own column, monospace, the whole id in its title.
+  assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll("table.sessions th")].map((th) => th.textContent)), [
+    "Id",
+    "Title",
+    "Agent",
+    "Directory",
+    "Mode",
+    "Latest task",
+    "Updated",
+  ]);
+  const idCell = row.locator("td.id");
+  assert.equal(await idCell.textContent(), ids.stream.slice(0, 8));
+  assert.equal(await idCell.getAttribute("title"), ids.stream);
+  assert.match(await idCell.evaluate((e) => getComputedStyle(e).fontFamily), /mono/i);
+  assert.ok(!(await bodyText(page)).includes(ids.stream), "no full id in the list's text");
   const done = page.locator(`tr[data-session="${ids.many}"]`);
   assert.equal(await done.getAttribute("data-state"), "succeeded");
   // Filter by state: "Succeeded" keeps only the finished session.
@@ -315,7 +330,7 @@ uiTest("the session streams the agent's output, inertly, under a header that say
   const taskRow = page.locator(".tasks tbody tr").first();
   await page.locator('.tasks tbody tr[data-status="succeeded"]').waitFor();
   assert.match(await taskRow.locator("td.num").textContent(), /^\d+(\.\d)? s$|ms$/);
-  assert.equal(await taskRow.locator("td.exit").textContent(), "code 0");
+  assert.equal(await exitOf(page, during.at(-1).id).textContent(), "code 0");
   await page.screenshot({ path: path.join(ARTIFACTS, "session.png"), fullPage: true });
 
   // Nothing the page did itself was a write.
@@ -396,13 +411,12 @@ uiTest("the binding preview checks paths in wasm and shows the command, never ru
   assert.equal(await verdict.getAttribute("data-ok"), "false");
   assert.equal(await verdict.getAttribute("data-code"), "system_root");
 
-  // The platform switch: a POSIX path is not absolute on Windows.
-  await page.check('input[name=preview-platform][value=windows]');
-  await input.fill("/srv/app");
-  assert.equal(await verdict.getAttribute("data-code"), "path_not_absolute");
-  await input.fill("D:\\work\\app");
+  // The platform switch offers the platforms Berth runs on, and no other.
+  assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll("input[name=preview-platform]")].map((i) => i.value)), ["linux", "macos"]);
+  await page.check("input[name=preview-platform][value=macos]");
+  await input.fill("/Users/someone/app");
   assert.equal(await verdict.getAttribute("data-ok"), "true");
-  await page.check('input[name=preview-platform][value=linux]');
+  await page.check("input[name=preview-platform][value=linux]");
 
   assert.deepEqual([...new Set(requests.map((r) => r.method))], ["GET"]);
   assert.ok(!(await bodyText(page)).includes(USER));
@@ -485,26 +499,68 @@ uiTest("a dropped event stream reconnects without gaps or duplicates", { timeout
   await page.close();
 });
 
-uiTest("a session waiting for another's run in its directory says so in its header", { timeout: 60000 }, async () => {
+uiTest("a task waiting for its directory says in words whom it waits for: the session, by name, and short ids", { timeout: 90000 }, async () => {
+  // An agent that holds the directory until the test lets it go.
+  const release = path.join(tmp, "release-busy");
+  const blocker = agentScript("blocker", `echo "holding the directory"\ni=0; while [ ! -f '${release}' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`);
+  await berth(["agent", "add", "blocker", "--kind", "command", "--command", "sh", blocker]);
+  fs.mkdirSync(path.join(home, "code/busy"), { recursive: true });
   const newSession = async (title) =>
-    JSON.parse(await berth(["session", "new", "--agent", "tick", "--title", title, "--dir", path.join(home, "code/shared"), "--json"])).id;
-  const first = await newSession("First in the directory");
-  const second = await newSession("Second in the directory");
-  await berth(["send", first, "go", "--detach"]);
-  await waitFor("the first task to run", async () => (await api(`/api/v1/tasks?session=${first}`)).at(-1)?.status === "running");
+    JSON.parse(await berth(["session", "new", "--agent", "blocker", "--title", title, "--dir", path.join(home, "code/busy"), "--json"])).id;
+  const first = await newSession("Fix login");
+  const second = await newSession("Second in line");
+  await berth(["send", first, "fix the login form", "--detach"]);
+  const holder = await waitFor("the first task to run", async () => {
+    const t = (await api(`/api/v1/tasks?session=${first}`)).at(-1);
+    return t?.status === "running" ? t : null;
+  });
   await berth(["send", second, "go", "--detach"]);
-  const { page } = await openPage();
+  const waiting = await waitFor("the second task to wait", async () => {
+    const t = (await api(`/api/v1/tasks?session=${second}`)).at(-1);
+    return t?.status === "waiting_lock" ? t : null;
+  });
+  // The server names the holder's session (the local user sees every session).
+  assert.deepEqual(waiting.waits_for, { task_id: holder.id, session_id: first, session_title: "Fix login" });
+  assert.equal(holder.waits_for, undefined, "a running task waits for nobody");
+
+  const { page, errors } = await openPage();
   await page.goto(`${base}/sessions/${second}`);
-  const state = page.locator(".binding-state .fact-value");
   await page.locator(".session-head.state-waiting_lock").waitFor();
-  assert.equal(await state.textContent(), "waiting for lock");
+  const short = (id) => id.slice(0, 8);
+  const words = `waits for session “Fix login” (${short(first)}), task ${short(holder.id)}`;
+  await page.waitForFunction((w) => document.querySelector(".binding-state .fact-value")?.textContent.includes(w), words);
+  // The header: what holds, plainly, under a label that names the directory.
+  assert.equal(await fact(page, "directory"), `busy: ${words}`);
+  assert.equal(await fact(page, "binding"), undefined, "no BINDING label");
+  assert.equal(await fact(page, "session"), short(second));
+  // The Tasks panel: the status in words, and whom it waits for under it.
+  const row = page.locator(`.tasks tbody tr[data-task="${waiting.id}"]`);
+  assert.equal(await row.locator(".badge").first().textContent(), "waiting for its directory");
+  assert.equal(await exitOf(page, waiting.id).textContent(), words);
+  // The transcript: the status line in words, with short ids.
+  await page
+    .locator(".transcript .ev-status .ev-text", { hasText: `task ${short(waiting.id)} is waiting for the directory: in use by task ${short(holder.id)}` })
+    .waitFor();
+  const text = await bodyText(page);
+  assert.ok(!text.includes("waiting_lock"), "no API word on the page");
+  assert.doesNotMatch(text, /\b[a-z]+_[a-z_]+\b/, "no snake_case word on the page");
+  assert.doesNotMatch(text, /waiting for lock/i);
+  assert.doesNotMatch(text, /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i, "no full id on the page");
+  assert.ok(text.includes("Fix login"), "the holder's session is named");
+  await assertNothingClipped(page);
+  await page.screenshot({ path: path.join(ARTIFACTS, "waiting-for-directory.png"), fullPage: true });
+
   // The list's "Waiting" filter finds it too.
   await page.click("text=← Sessions");
   await page.click('button[data-filter="waiting"]');
   await page.locator(`tr[data-session="${second}"]`).waitFor();
+  assert.doesNotMatch(await bodyText(page), /\b[a-z]+_[a-z_]+\b/, "no snake_case word on the list");
   await page.goBack();
+  fs.writeFileSync(release, "");
   await page.locator(".session-head.state-ok").waitFor({ timeout: 30000 });
-  assert.equal(await state.textContent(), "ok");
+  assert.equal(await fact(page, "directory"), "ok");
+  await finished(second);
+  assert.deepEqual(errors, []);
   await page.close();
 });
 
@@ -535,7 +591,7 @@ uiTest("a session bound on a machine that went offline shows it waiting for that
   await stopped;
   await berth(["send", id, "go", "--detach"]);
   await page.locator(".session-head.state-machine_offline").waitFor({ timeout: 20000 });
-  assert.equal(await page.locator(".binding-state .fact-value").textContent(), "waiting for machine");
+  assert.equal(await page.locator(".binding-state .fact-value").textContent(), "its machine is offline: tasks wait for it");
   await page.waitForFunction(() => document.body.innerText.includes("waiting for machine laptop-b"), null, { timeout: 20000 });
   // The preview follows: the next message, too, would wait for that machine.
   await page.waitForFunction(() => document.querySelector(".preview")?.innerText.includes("waits for machine laptop-b"), null, { timeout: 10000 });
@@ -583,6 +639,41 @@ const fact = (page, label) =>
     (l) => [...document.querySelectorAll(".fact")].find((f) => f.querySelector(".fact-label")?.textContent === l)?.querySelector(".fact-value")?.textContent,
     label,
   );
+
+/** How task `id` ended, or what it waits for: the line under its row in the Tasks panel. */
+const exitOf = (page, id) => page.locator(`.tasks tbody tr[data-detail-of="${id}"] .exit`);
+
+/** The words of 12 characters or fewer, in the elements `selector` finds, that are broken across lines. */
+const brokenWords = (page, selector) =>
+  page.evaluate((sel) => {
+    const broken = [];
+    for (const e of document.querySelectorAll(sel)) {
+      const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const w of node.data.matchAll(/\S+/g)) {
+          if (w[0].length > 12) continue;
+          const r = document.createRange();
+          r.setStart(node, w.index);
+          r.setEnd(node, w.index + w[0].length);
+          const tops = new Set([...r.getClientRects()].map((x) => Math.round(x.top)));
+          if (tops.size > 1) broken.push(w[0]);
+        }
+      }
+    }
+    return broken;
+  }, selector);
+
+/** Labels, facts and buttons that show less than their whole text (cut, ellipsized). */
+async function assertNothingClipped(page) {
+  const cut = await page.evaluate(() =>
+    [...document.querySelectorAll(".ev-who, .fact-label, .fact-value, .badge, button, th, .where-label, .binding-flag, .resolution-label, .choice")]
+      .filter((e) => e.getClientRects().length > 0 && e.scrollWidth > e.clientWidth + 1)
+      .map((e) => `${e.className}: ${JSON.stringify(e.textContent)} (${e.scrollWidth} > ${e.clientWidth} px)`),
+  );
+  assert.deepEqual(cut, [], "every label is shown whole");
+  const labels = await page.evaluate(() => [...document.querySelectorAll(".ev-who")].length);
+  return labels;
+}
 
 /** Waits until the last task of `session` has ended; returns it. */
 const finished = (session) =>
@@ -748,6 +839,7 @@ uiTest("denials and diagnostics are marked", { timeout: 60000 }, async () => {
   assert.equal(await diag.count(), 1);
   assert.equal(await diag.locator(".ev-text").textContent(), "warning: the cache is cold");
   assert.equal(await diag.locator(".ev-who").textContent(), "diagnostic");
+  await assertNothingClipped(page);
   const words = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-text .ev-text")].map((e) => e.textContent));
   assert.deepEqual(words, ["the agent's own words"], "the diagnostic is not shown as the agent's text");
   const look = await page.evaluate(() => {
@@ -770,7 +862,7 @@ uiTest("denials and diagnostics are marked", { timeout: 60000 }, async () => {
   // The failed task: its code and error code in the Exit column, no denial mark.
   const row = page.locator(`.tasks tbody tr[data-task="${task.id}"]`);
   await page.locator(`.tasks tbody tr[data-task="${task.id}"][data-status="failed"]`).waitFor();
-  const exit = await row.locator("td.exit").textContent();
+  const exit = await exitOf(page, task.id).textContent();
   assert.ok(exit.startsWith("code 3 · [agent_exited]"), exit);
   assert.equal(await row.getAttribute("data-denials"), "0");
   assert.equal(await page.locator(".tasks tr.has-denials, [data-testid=denied]").count(), 0);
@@ -828,6 +920,10 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"I could no
   const diags = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-stderr .ev-text")].map((e) => e.textContent));
   assert.deepEqual(diags, ["claude flag --permission-mode=default", "claude flag --disallowedTools=Write,Edit,MultiEdit,NotebookEdit"], "read-only reached the CLI");
   assert.match(await page.locator(".transcript .ev-task .ev-text").textContent(), /ended: failed .*\[permission_denied\].* · 1 action denied$/);
+  // Its labels ("tool Write", "tool error", "denied", "diagnostic", "you (desktop)") whole.
+  const who = await page.evaluate(() => [...new Set([...document.querySelectorAll(".transcript .ev-who")].map((e) => e.textContent))]);
+  for (const label of ["you (desktop)", "tool Write", "tool error", "denied", "diagnostic"]) assert.ok(who.includes(label), `${label} in ${who}`);
+  await assertNothingClipped(page);
 
   // The task: marked, counted, with the denial in the badge's title.
   const row = page.locator(`.tasks tbody tr[data-task="${task.id}"]`);
@@ -850,7 +946,7 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"I could no
   assert.ok(fit.page <= 0, `the page does not scroll sideways (${fit.page} px too wide)`);
   assert.ok(fit.table <= 1, `the tasks table fits its panel (${fit.table} px over)`);
   assert.ok(fit.badge <= fit.status + 2, `"1 denied" is on one line (${fit.badge} px high, the status ${fit.status} px)`);
-  assert.match(await row.locator("td.exit").textContent(), /^code 0 · \[permission_denied\] · the agent "careful" was denied Write ~\/code\/denied\/notes\.md/);
+  assert.match(await exitOf(page, task.id).textContent(), /^code 0 · \[permission_denied\] · the agent "careful" was denied Write ~\/code\/denied\/notes\.md/);
 
   assert.equal(await fact(page, "permissions"), "read-only");
   const { text, html } = await pageTexts(page);
@@ -893,6 +989,8 @@ uiTest("project settings an untrusted checkout may not set are named in the tran
   );
   const texts = await page.evaluate(() => [...document.querySelectorAll(".transcript .ev-agent-text .ev-text")].map((e) => e.textContent));
   assert.deepEqual(texts, ["clean"], "nothing of it reached the agent");
+  // "settings ignored", as every label, is shown whole.
+  assert.ok((await assertNothingClipped(page)) > 0);
   const { text, html } = await pageTexts(page);
   assertPrivate("the page's text", text);
   assertPrivate("the page's HTML", html);
@@ -974,6 +1072,118 @@ printf 'a\\nb\\n' > new.txt`,
   await page.close();
 });
 
+uiTest("the Tasks panel shows the message that made each task, on one line, whole in its title", { timeout: 60000 }, async () => {
+  const dir = path.join(home, "code", "said");
+  fs.mkdirSync(dir, { recursive: true });
+  await berth(["agent", "add", "quiet", "--kind", "command", "--command", "true"]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "quiet", "--title", "Said what", "--dir", dir, "--json"])).id;
+  const long = "please fix the login form: the password field loses its value when the page reloads, and the error message under it is cut off on narrow screens";
+  await berth(["send", id, "first: rename the button"]);
+  await berth(["send", id, long]);
+  const tasks = await api(`/api/v1/tasks?session=${id}`);
+  assert.equal(tasks.length, 2);
+
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  const msg = (t) => page.locator(`.tasks tbody tr[data-detail-of="${t.id}"] [data-testid=task-message]`);
+  await msg(tasks[1]).waitFor();
+  assert.equal(await msg(tasks[0]).textContent(), "first: rename the button");
+  assert.equal(await msg(tasks[1]).textContent(), long);
+  assert.equal(await msg(tasks[1]).getAttribute("title"), long, "the whole message in its title");
+  // Measured in one go: the panel is drawn anew as the transcript comes in.
+  const look = await page.evaluate((id) => {
+    const e = document.querySelector(`.tasks tbody tr[data-detail-of="${id}"] [data-testid=task-message]`);
+    const r = document.createRange();
+    r.selectNodeContents(e);
+    return {
+      tops: new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size,
+      cut: e.scrollWidth > e.clientWidth,
+      ellipsis: getComputedStyle(e).textOverflow,
+      fits: e.getBoundingClientRect().right <= document.querySelector(".tasks-box").getBoundingClientRect().right + 1,
+    };
+  }, tasks[1].id);
+  assert.equal(look.tops, 1, "one line");
+  assert.ok(look.cut && look.ellipsis === "ellipsis", "a long message is ellipsized");
+  assert.ok(look.fits, "inside the panel");
+  const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(over <= 0, `the page does not scroll sideways (${over} px too wide)`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+uiTest("a long reason in the Tasks panel breaks between words, never inside a short one, at any panel width", { timeout: 60000 }, async () => {
+  const dir = path.join(home, "code", "reasons");
+  fs.mkdirSync(dir, { recursive: true });
+  await berth(["agent", "add", "gone", "--kind", "command", "--command", path.join(tmp, "no-such-program-for-this-agent")]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "gone", "--title", "Reasons", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "go", "--detach"]);
+  const task = await finished(id);
+  assert.notEqual(task.status, "succeeded", JSON.stringify(task));
+  assert.ok((task.error ?? "").split(/\s+/).length > 8, `a long reason: ${task.error}`);
+
+  const { page, errors } = await openPage();
+  // The side column at its narrowest and widest (300 and 420 px), and a phone's width.
+  for (const width of [340, 1000, 1400]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.goto(`${base}/sessions/${id}`);
+    const exit = exitOf(page, task.id);
+    await exit.waitFor();
+    const words = (await exit.textContent()).split(/\s+/).length;
+    assert.ok(words > 8, `the reason is shown: ${await exit.textContent()}`);
+    const panel = await page.evaluate(() => document.querySelector(".tasks-box").getBoundingClientRect().width);
+    assert.deepEqual(await brokenWords(page, ".tasks .exit"), [], `no short word broken across lines in a ${Math.round(panel)} px panel`);
+    const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    assert.ok(over <= 0, `the page does not scroll sideways at ${width} px (${over} px too wide)`);
+    const table = await page.evaluate(() => document.querySelector("table.tasks").getBoundingClientRect().right - document.querySelector(".tasks-box").getBoundingClientRect().right);
+    assert.ok(table <= 1, `the tasks table fits its panel at ${width} px (${table} px over)`);
+    await page.screenshot({ path: path.join(ARTIFACTS, `session-reason-${width}.png`), fullPage: true });
+  }
+  await page.setViewportSize({ width: 1400, height: 900 });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+uiTest("the list flags a binding whose directory is gone or replaced, with the command that links it again", { timeout: 60000 }, async () => {
+  const gone = path.join(home, "code", "vanishes");
+  const swapped = path.join(home, "code", "swapped");
+  for (const d of [gone, swapped]) fs.mkdirSync(d, { recursive: true });
+  const newSession = async (title, dir) => JSON.parse(await berth(["session", "new", "--agent", "tick", "--title", title, "--dir", dir, "--json"])).id;
+  const a = await newSession("Directory deleted", gone);
+  const b = await newSession("Directory replaced", swapped);
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/`);
+  await page.locator(`tr[data-session="${a}"]`).waitFor();
+  assert.equal(await page.locator(`tr[data-session="${a}"] [data-testid=binding-flag]`).count(), 0, "no flag while it holds");
+
+  fs.rmSync(gone, { recursive: true });
+  fs.rmSync(swapped, { recursive: true });
+  fs.mkdirSync(swapped);
+  // The web listener says so in the list and in the session, without a run.
+  const listed = await api("/api/v1/sessions");
+  assert.deepEqual([a, b].map((id) => listed.find((s) => s.id === id)?.binding?.state), ["missing", "changed"]);
+  assert.equal((await api(`/api/v1/sessions/${a}`)).binding.state, "missing");
+
+  await page.reload();
+  const flag = (id) => page.locator(`tr[data-session="${id}"] td.path [data-testid=binding-flag]`);
+  await flag(a).waitFor();
+  assert.equal(await flag(a).textContent(), `directory missing — link again: berth session link ${a.slice(0, 8)} DIR`);
+  assert.equal(await flag(b).textContent(), `directory replaced by another — link again: berth session link ${b.slice(0, 8)} DIR`);
+  assert.equal(await page.locator(`tr[data-session="${a}"] td.path span`).first().textContent(), "~/code/vanishes");
+  await assertNothingClipped(page);
+  // With the flags, the id, agent and mode stay whole, as the flags' own words.
+  assert.deepEqual(await brokenWords(page, "table.sessions td.id, table.sessions td.agent, table.sessions td.mode, [data-testid=binding-flag]"), []);
+  await page.screenshot({ path: path.join(ARTIFACTS, "list-binding-flags.png"), fullPage: true });
+
+  // And the session's header, in words.
+  await page.goto(`${base}/sessions/${a}`);
+  await page.locator(".session-head.state-missing").waitFor();
+  assert.equal(await fact(page, "directory"), `missing: link it again: berth session link ${a.slice(0, 8)} DIR`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+// Last: a cookie names no port, so its members' cookies replace the one `berth serve`'s
+// pages use on 127.0.0.1.
 uiTest("on a team server the page is one member's: their sessions, their name", { timeout: 60000 }, async () => {
   // `berth-server` (beside the berth binary), with its own home and a member, ann.
   const serverBin = path.join(path.dirname(BIN), "berth-server");

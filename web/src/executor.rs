@@ -238,4 +238,18 @@ pub trait Executor: Send + Sync + 'static {
     /// comes meanwhile waits for it, and is told how far it is).
     #[cfg(feature = "local-binding")]
     fn warm(&self, _dir: &ValidatedDir) {}
+
+    /// Whether a directory bound on this machine still holds, looked at now: `Missing`
+    /// when `dir` names no directory, `Changed` when it names another than
+    /// `identity` (the one linked); `None` when it holds, or this executor cannot
+    /// tell. So the page flags a binding the next run would refuse, before it runs.
+    /// Blocking (a `stat`); callers run it off the async threads.
+    #[cfg(feature = "local-binding")]
+    fn look(
+        &self,
+        _dir: &str,
+        _identity: Option<DirIdentity>,
+    ) -> Option<berth_core::binding::BindingState> {
+        None
+    }
 }

@@ -658,3 +658,259 @@ async fn every_web_listener_answer_passes_the_display_rule() {
         assert!(!leaks(&e.data.to_string()), "{:?}", e.data);
     }
 }
+
+/// Runs every task in one directory, as the native executor's lock does: a task that
+/// finds it held says so (`waiting_lock`, the reason naming the holder, in core's
+/// words) and waits; the holder keeps it until cancelled.
+#[derive(Debug, Default)]
+struct OneDirectory {
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    holder: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl berth_web::executor::Executor for OneDirectory {
+    fn machine(&self) -> (berth_core::MachineId, String) {
+        (
+            berth_core::MachineId::parse("m-test").unwrap(),
+            "testbox".into(),
+        )
+    }
+
+    fn run(
+        &self,
+        task: berth_web::executor::TaskSpec,
+        events: tokio::sync::mpsc::UnboundedSender<berth_web::executor::ExecEvent>,
+        mut cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> berth_web::executor::BoxFuture<'static, berth_web::executor::TaskOutcome> {
+        use berth_core::api::TaskStatus;
+        use berth_core::wait::{Holder, directory_wait};
+        use berth_web::executor::{ExecEvent, TaskOutcome};
+        let (lock, holder) = (self.lock.clone(), self.holder.clone());
+        Box::pin(async move {
+            let held = match lock.clone().try_lock_owned() {
+                Ok(held) => held,
+                Err(_) => {
+                    let by = holder.lock().unwrap().clone().unwrap_or_default();
+                    let reason = directory_wait(Holder::Task {
+                        id: &by,
+                        process: None,
+                    });
+                    let _ = events.send(ExecEvent::Status {
+                        status: TaskStatus::WaitingLock,
+                        wait_reason: Some(reason),
+                    });
+                    tokio::select! {
+                        held = lock.clone().lock_owned() => held,
+                        _ = cancel.wait_for(|c| *c) => return TaskOutcome::new(TaskStatus::Cancelled),
+                    }
+                }
+            };
+            *holder.lock().unwrap() = Some(task.task_id.as_str().to_owned());
+            let _ = events.send(ExecEvent::Status {
+                status: TaskStatus::Running,
+                wait_reason: None,
+            });
+            let _ = cancel.wait_for(|c| *c).await;
+            drop(held);
+            TaskOutcome::new(TaskStatus::Cancelled)
+        })
+    }
+
+    #[cfg(feature = "local-binding")]
+    fn validate(
+        &self,
+        dir: &str,
+    ) -> Result<berth_web::executor::ValidatedDir, berth_core::Refusal> {
+        Err(berth_core::Refusal::new(
+            berth_core::ErrorCode::NotFound,
+            format!("{dir}: this test binds nothing"),
+            "none",
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_names_the_session_it_waits_for_to_whoever_may_see_it() {
+    use berth_core::api::TaskStatus;
+    use berth_core::wait::{Holder, directory_wait};
+    let t = TestServer::with_executor(std::sync::Arc::new(OneDirectory::default()), 4).await;
+    let reached = |task: String, status: &'static str| {
+        let t = &t;
+        async move {
+            for _ in 0..500 {
+                let r = t.call("GET", &format!("/api/v1/tasks/{task}"), None).await;
+                if r.json["status"] == status {
+                    return r.json;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            panic!("task {task} never reached {status}");
+        }
+    };
+
+    // The local user's two sessions in one directory: the second's task waits for the
+    // first's, and is told which session holds it.
+    add_agent(&t, "w", "true").await;
+    let first = new_session(&t, "w").await;
+    let r = t
+        .call(
+            "PATCH",
+            &format!("/api/v1/sessions/{first}"),
+            Some(json!({"title": "Fix login"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let holder = send(&t, &first, "fix the login form").await;
+    let holding = reached(holder.clone(), "running").await;
+    assert!(
+        holding.get("waits_for").is_none(),
+        "a running task waits for nobody: {holding}"
+    );
+    let second = new_session(&t, "w").await;
+    let waiter = send(&t, &second, "go").await;
+    let waiting = reached(waiter.clone(), "waiting_lock").await;
+    let named = json!({"task_id": holder, "session_id": first, "session_title": "Fix login"});
+    assert_eq!(waiting["waits_for"], named, "{waiting}");
+    let listed = t
+        .call("GET", &format!("/api/v1/tasks?session={second}"), None)
+        .await;
+    assert_eq!(listed.json[0]["waits_for"], named, "{}", listed.text);
+    assert_eq!(
+        listed.json[0]["wait_reason"],
+        format!("waiting for the directory: in use by task {holder}")
+    );
+    for task in [&holder, &waiter] {
+        let r = t
+            .call("POST", &format!("/api/v1/tasks/{task}/cancel"), None)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+
+    // Members, on berth-server's listener: each sees only their own sessions.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let admin = berth_web::server::new_token().unwrap();
+    let (s, tok) = (t.server.clone(), admin.clone());
+    tokio::spawn(async move {
+        s.serve_cloud(berth_web::net::listener::WebListener::Plain(listener), tok)
+            .await
+    });
+    let call =
+        |token: &str, method: &'static str, path: String, body: Option<serde_json::Value>| {
+            let bearer = format!("Bearer {token}");
+            async move {
+                let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let headers = [("host", "team.example"), ("authorization", bearer.as_str())];
+                request(stream, method, &path, &headers, body.map(|b| b.to_string())).await
+            }
+        };
+    let mut tokens = Vec::new();
+    for name in ["ann", "bob"] {
+        let r = call(
+            &admin,
+            "POST",
+            "/api/v1/members".into(),
+            Some(json!({"name": name})),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        tokens.push(r.json["token"].as_str().unwrap().to_owned());
+    }
+    let (ann, bob) = (&tokens[0], &tokens[1]);
+    // A member's session and its task, which waits for one of the member's machines
+    // (this server's own runs only the local user's).
+    let start = |who: &str, title: &'static str| {
+        let (call, reached) = (&call, &reached);
+        let who = who.to_owned();
+        async move {
+            let r = call(
+                &who,
+                "POST",
+                "/api/v1/sessions".into(),
+                Some(json!({"agent": "w", "title": title})),
+            )
+            .await;
+            assert_eq!(r.status, 201, "{}", r.text);
+            let session = r.json["id"].as_str().unwrap().to_owned();
+            let r = call(
+                &who,
+                "POST",
+                format!("/api/v1/sessions/{session}/messages"),
+                Some(json!({"text": "go"})),
+            )
+            .await;
+            assert_eq!(r.status, 202, "{}", r.text);
+            let task = r.json["task"]["id"].as_str().unwrap().to_owned();
+            reached(task.clone(), "waiting_daemon").await;
+            (session, task)
+        }
+    };
+    let (bob_session, bob_task) = start(bob, "Bob's build").await;
+    let (ann_session, ann_task) = start(ann, "Ann's fix").await;
+    let (ann_next_session, ann_next) = start(ann, "Ann's next").await;
+    // On a machine of theirs, Ann's first task would wait for Bob's, her next for her
+    // first: as that machine's executor reports it.
+    let store = &t.server.state().store;
+    for (task, by) in [(&ann_task, &bob_task), (&ann_next, &ann_task)] {
+        let reason = directory_wait(Holder::Task {
+            id: by,
+            process: None,
+        });
+        store
+            .set_status(
+                berth_core::TaskId::parse(task).unwrap(),
+                TaskStatus::WaitingLock,
+                Some(reason),
+            )
+            .await
+            .unwrap();
+    }
+
+    // Ann may not see Bob's session: its task's short id only, in the reason too.
+    let short = &bob_task[..8];
+    let listed = call(
+        ann,
+        "GET",
+        format!("/api/v1/tasks?session={ann_session}"),
+        None,
+    )
+    .await;
+    let one = call(ann, "GET", format!("/api/v1/tasks/{ann_task}"), None).await;
+    for doc in [&listed.json[0], &one.json] {
+        assert_eq!(doc["waits_for"], json!({"task_id": short}), "{doc}");
+        assert_eq!(
+            doc["wait_reason"],
+            format!("waiting for the directory: in use by task {short}"),
+            "{doc}"
+        );
+    }
+    // Her own session, she sees named.
+    let mine = call(
+        ann,
+        "GET",
+        format!("/api/v1/tasks?session={ann_next_session}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        mine.json[0]["waits_for"],
+        json!({"task_id": ann_task, "session_id": ann_session, "session_title": "Ann's fix"}),
+        "{}",
+        mine.text
+    );
+    // The admin and the local user see every session: named, whole ids.
+    let named =
+        json!({"task_id": bob_task, "session_id": bob_session, "session_title": "Bob's build"});
+    let by_admin = call(&admin, "GET", format!("/api/v1/tasks/{ann_task}"), None).await;
+    let local = t
+        .call("GET", &format!("/api/v1/tasks/{ann_task}"), None)
+        .await;
+    for doc in [&by_admin.json, &local.json] {
+        assert_eq!(doc["waits_for"], named, "{doc}");
+        assert_eq!(
+            doc["wait_reason"],
+            format!("waiting for the directory: in use by task {bob_task}"),
+            "{doc}"
+        );
+    }
+}

@@ -147,19 +147,45 @@ export function statusTone(status) {
   }
 }
 
-/** Task status → words. */
+/** Task status → words (never the API's spelling: `waiting_lock` is not a word). */
 export function statusText(status) {
   switch (status) {
     case "waiting_lock":
-      return "waiting for lock";
+      return "waiting for its directory";
     case "waiting_daemon":
-      return "waiting for machine";
+      return "waiting for its machine";
     case undefined:
     case null:
       return "no task yet";
     default:
-      return String(status);
+      return String(status).replace(/_/g, " ");
   }
+}
+
+/** An id as the page shows it: its first 8 characters (the full id goes in a title). */
+export function shortId(id) {
+  return id ? String(id).slice(0, 8) : "—";
+}
+
+const UUID = /\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;
+
+/** `text` with every UUID in it cut to its first 8 characters, as ids are shown. */
+export function shortIds(text) {
+  return text == null ? "" : String(text).replace(UUID, "$1");
+}
+
+/**
+ * What a task waiting for its directory waits for, in words: the session holding it
+ * when the server names it (`waits_for`), else the wait reason with short ids; null
+ * for a task that does not wait for another.
+ */
+export function waitText(task) {
+  const w = task?.waits_for;
+  if (w?.session_title != null) {
+    const title = w.session_title || "untitled";
+    return `waits for session “${title}” (${shortId(w.session_id)}), task ${shortId(w.task_id)}`;
+  }
+  return task?.wait_reason ? shortIds(task.wait_reason) : null;
 }
 
 /** A status badge. */

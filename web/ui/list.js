@@ -1,7 +1,7 @@
 // The sessions list: title, agent, directory (privacy-stripped, from the server),
 // mode, latest task status, updated time; filtered by state.
 
-import { badge, errorText, getJSON, h, navLink, replace, when } from "./dom.js";
+import { badge, errorText, getJSON, h, navLink, replace, shortId, when } from "./dom.js";
 
 /** The filters, each a set of latest-task states. */
 const FILTERS = [
@@ -26,21 +26,43 @@ function updatedAt(session, task) {
   return session.updated_at ?? task?.finished_at ?? task?.started_at ?? task?.created_at ?? session.created_at;
 }
 
+/**
+ * A flag for a binding that does not hold, as the CLI's `session list` flags it: its
+ * directory is gone or was replaced (the next message is refused until it is linked
+ * again), or its machine is offline (messages wait). Null while it holds.
+ */
+function bindingFlag(s) {
+  const relink = `link again: berth session link ${shortId(s.id)} DIR`;
+  switch (s.binding?.state) {
+    case "missing":
+      return { tone: "bad", text: `directory missing — ${relink}` };
+    case "changed":
+      return { tone: "bad", text: `directory replaced by another — ${relink}` };
+    case "machine_offline":
+      return { tone: "wait", text: "machine offline — messages wait for it" };
+    default:
+      return null;
+  }
+}
+
 function row(s, task) {
   const b = s.binding;
   const dir = b ? b.display : s.work_dir ?? null;
+  const flag = bindingFlag(s);
   return h(
     "tr",
     { data: { session: s.id, state: task?.status ?? "" } },
-    h("td", { class: "title" }, navLink(`/sessions/${encodeURIComponent(s.id)}`, s.title || s.id.slice(0, 8))),
-    h("td", { text: s.agent }),
+    h("td", { class: "id mono", text: shortId(s.id), attrs: { title: s.id } }),
+    h("td", { class: "title" }, navLink(`/sessions/${encodeURIComponent(s.id)}`, s.title || shortId(s.id))),
+    h("td", { class: "agent", text: s.agent }),
     h(
       "td",
       { class: "path" },
       dir ? h("span", { text: dir }) : h("span", { class: "muted", text: "not bound" }),
       b ? null : dir ? h("span", { class: "muted", text: " (last run)" }) : null,
+      flag ? h("span", { class: `binding-flag tone-${flag.tone}`, data: { testid: "binding-flag" }, text: flag.text }) : null,
     ),
-    h("td", { text: b ? b.mode : "—" }),
+    h("td", { class: "mode", text: b ? b.mode : "—" }),
     h("td", {}, badge(task?.status ?? null)),
     h("td", { class: "time", text: when(updatedAt(s, task)) }),
   );
@@ -83,7 +105,7 @@ export function showList(main) {
     h(
       "thead",
       {},
-      h("tr", {}, ...["Title", "Agent", "Directory", "Mode", "Latest task", "Updated"].map((t) => h("th", { attrs: { scope: "col" }, text: t }))),
+      h("tr", {}, ...["Id", "Title", "Agent", "Directory", "Mode", "Latest task", "Updated"].map((t) => h("th", { attrs: { scope: "col" }, text: t }))),
     ),
     body,
   );

@@ -6,14 +6,13 @@
 import { h, replace } from "./dom.js";
 import { loadWasm } from "./facts.js";
 
-const PLATFORMS = ["linux", "macos", "windows"];
+/** The platforms Berth runs on: the paths a binding can name. */
+const PLATFORMS = ["linux", "macos"];
 const MODES = ["in-place", "worktree"];
 
+/** The server's platform when it does not say: the browser's, if a Mac, else Linux. */
 function guessPlatform() {
-  const ua = navigator.userAgent;
-  if (/Windows/.test(ua)) return "windows";
-  if (/Macintosh|Mac OS X/.test(ua)) return "macos";
-  return "linux";
+  return /Macintosh|Mac OS X/.test(navigator.userAgent) ? "macos" : "linux";
 }
 
 /** `text` as one shell word (POSIX quoting; `~` left bare so the shell expands it). */
@@ -48,7 +47,7 @@ function resolutionText(out, name) {
     case "scratch":
       return { kind: r.kind, text: "in the session's scratch directory" };
     case "wait":
-      return { kind: r.kind, text: `nowhere yet: it waits for ${name(r.machine)} (${r.code})` };
+      return { kind: r.kind, text: `nowhere yet: it waits for ${name(r.machine)}` };
     case "refuse":
       return { kind: r.kind, text: `nowhere: refused (${r.code})` };
     default:

@@ -1,7 +1,7 @@
 // One session: a header that says where it runs, the live transcript, its tasks and
 // the binding preview.
 
-import { badge, duration, errorText, getJSON, h, navLink, replace, statusTone } from "./dom.js";
+import { badge, duration, errorText, getJSON, h, navLink, plain, replace, shortId, shortIds, statusTone, waitText } from "./dom.js";
 import { serverFacts } from "./facts.js";
 import { mountPreview } from "./preview.js";
 import { Transcript } from "./transcript.js";
@@ -12,24 +12,28 @@ const KINDS = ["message", "status", "agent", "task", "binding_changed", "undo"];
 /** The longest wait between two attempts to reopen a closed stream. */
 const MAX_BACKOFF_MS = 10000;
 
-/** What the header says of the binding: `{key, text}`. */
-export function bindingState(binding, latest) {
+/**
+ * What the header says of the bound directory: `{key, text}`, `key` naming the state
+ * (a class), `text` saying in words what holds. `latest` is the session's latest task.
+ */
+export function bindingState(binding, latest, id) {
   if (!binding) return { key: "unbound", text: "not bound" };
-  if (latest === "waiting_lock") return { key: "waiting_lock", text: "waiting for lock" };
-  if (latest === "waiting_daemon") return { key: "machine_offline", text: "waiting for machine" };
+  const relink = `link it again: berth session link ${shortId(id)} DIR`;
+  if (latest?.status === "waiting_lock") return { key: "waiting_lock", text: `busy: ${waitText(latest) ?? "another task is using it"}` };
+  if (latest?.status === "waiting_daemon") return { key: "machine_offline", text: "its machine is offline: tasks wait for it" };
   switch (binding.state) {
     case "ok":
       return { key: "ok", text: "ok" };
     case "missing":
-      return { key: "missing", text: "directory missing" };
+      return { key: "missing", text: `missing: ${relink}` };
     case "changed":
-      return { key: "changed", text: "directory changed" };
+      return { key: "changed", text: `replaced by another directory: ${relink}` };
     case "waiting_lock":
-      return { key: "waiting_lock", text: "waiting for lock" };
+      return { key: "waiting_lock", text: "busy: another task is using it" };
     case "machine_offline":
-      return { key: "machine_offline", text: "waiting for machine" };
+      return { key: "machine_offline", text: "its machine is offline: tasks wait for it" };
     default:
-      return { key: "unknown", text: String(binding.state) };
+      return { key: "unknown", text: String(binding.state).replace(/_/g, " ") };
   }
 }
 
@@ -49,9 +53,14 @@ function fenceText(tasks) {
 
 function header(s, latest, agent, fence) {
   const b = s.binding;
-  const st = bindingState(b, latest?.status);
-  const fact = (label, value, cls) =>
-    h("div", { class: `fact ${cls ?? ""}` }, h("span", { class: "fact-label", text: label }), h("span", { class: "fact-value", text: value }));
+  const st = bindingState(b, latest, s.id);
+  const fact = (label, value, cls, title) =>
+    h(
+      "div",
+      { class: `fact ${cls ?? ""}` },
+      h("span", { class: "fact-label", text: label }),
+      h("span", { class: "fact-value", text: value, attrs: { title } }),
+    );
   return h(
     "header",
     { class: `session-head state-${st.key}`, attrs: { "aria-label": "Where this session runs" } },
@@ -68,24 +77,30 @@ function header(s, latest, agent, fence) {
       { class: "facts" },
       fact("mode", b ? b.mode : "—"),
       fact("machine", b ? b.daemon_name || b.daemon : "—"),
-      fact("binding", st.text, `binding-state state-${st.key}`),
+      fact("directory", st.text, `binding-state state-${st.key}`),
       fact("agent", s.agent),
       fact("permissions", policyText(agent), "policy"),
       fence ? fact("fence", fence, fence.startsWith("fenced") ? "fence" : "fence is-unfenced") : null,
-      fact("session", s.id, "mono"),
+      fact("session", shortId(s.id), "mono", s.id),
       s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
     ),
   );
 }
 
-/** Start and end of each task, from the transcript's timestamps. */
+/** Start and end of each task, from the transcript's timestamps, and its message. */
 class TaskClock {
   constructor() {
     this.t = new Map();
   }
   see(ev) {
     const id = ev.task_id ?? ev.payload?.task_id ?? ev.payload?.task?.id;
-    if (!id || !ev.at) return;
+    if (!id) return;
+    if (ev.kind === "message" && typeof ev.payload?.text === "string") {
+      const t = this.t.get(id) ?? {};
+      t.message = ev.payload.text;
+      this.t.set(id, t);
+    }
+    if (!ev.at) return;
     const at = Date.parse(ev.at);
     if (Number.isNaN(at)) return;
     const t = this.t.get(id) ?? {};
@@ -93,6 +108,10 @@ class TaskClock {
     if (ev.kind === "status" && ev.payload?.status === "running") t.started ??= at;
     if (ev.kind === "task") t.finished = at;
     this.t.set(id, t);
+  }
+  /** The text of the message that made `task`, once the transcript has shown it. */
+  message(task) {
+    return this.t.get(task.id)?.message ?? null;
   }
   /** `[start, end]` in ms since the epoch; `end` null while running. */
   span(task) {
@@ -128,37 +147,61 @@ function diffstat(changes) {
   );
 }
 
+/**
+ * The Tasks panel: per task a row (id, status, duration) and under it, across the
+ * panel's width, the message that made it (one line, whole in its title) and how it
+ * ended or what it waits for. Full width, the reason wraps between words: the side
+ * column is 300-420px, too narrow for a fourth column.
+ */
 function tasksTable(tasks, clock) {
   if (tasks.length === 0) return h("p", { class: "muted", text: "No task yet: messages sent with `berth send` appear here." });
   const now = Date.now();
   return h(
     "table",
     { class: "tasks" },
-    h("thead", {}, h("tr", {}, ...["Task", "Status", "Duration", "Exit"].map((t) => h("th", { attrs: { scope: "col" }, text: t })))),
+    h("thead", {}, h("tr", {}, ...["Task", "Status", "Duration"].map((t) => h("th", { attrs: { scope: "col" }, text: t })))),
     h(
       "tbody",
       {},
-      [...tasks].reverse().map((t) => {
+      [...tasks].reverse().flatMap((t) => {
         const [start, end] = clock.span(t);
         const running = statusTone(t.status) === "run";
         const ms = start ? (end ?? (running ? now : null)) - start : null;
-        const exit = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error_code ? `[${t.error_code}]` : null, t.error || null, t.wait_reason || null].filter(Boolean).join(" · ");
+        const parts = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error_code ? `[${t.error_code}]` : null];
+        const exit = [...parts, t.error ? shortIds(t.error) : null, t.status === "waiting_lock" ? waitText(t) : t.wait_reason ? shortIds(t.wait_reason) : null]
+          .filter(Boolean)
+          .join(" · ");
+        const exitTitle = [...parts, t.error || null, t.wait_reason || null].filter(Boolean).join(" · ");
+        const said = clock.message(t);
+        const message = said == null ? null : plain(said);
         const denied = t.denials?.length ?? 0;
         const deniedTitle = (t.denials ?? []).map((d) => `${d.tool} ${d.target ?? ""}`.trim()).join("\n");
-        return h(
-          "tr",
-          { class: denied ? "has-denials" : "", data: { task: t.id, status: t.status, denials: String(denied) } },
-          h("td", { class: "mono", text: t.id.slice(0, 8), attrs: { title: t.id } }),
+        const marks = denied ? "has-denials" : "";
+        return [
           h(
-            "td",
-            {},
-            badge(t.status),
-            denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null,
-            diffstat(t.changes),
+            "tr",
+            { class: `task-main ${marks}`, data: { task: t.id, status: t.status, denials: String(denied) } },
+            h("td", { class: "mono", text: shortId(t.id), attrs: { title: t.id } }),
+            h(
+              "td",
+              {},
+              badge(t.status),
+              denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null,
+              diffstat(t.changes),
+            ),
+            h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
           ),
-          h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
-          h("td", { class: "exit", text: exit || "—" }),
-        );
+          h(
+            "tr",
+            { class: `task-detail ${marks}`, data: { detailOf: t.id } },
+            h(
+              "td",
+              { attrs: { colspan: "3" } },
+              message != null ? h("div", { class: "task-msg", data: { testid: "task-message" }, attrs: { title: message }, text: message }) : null,
+              h("div", { class: "exit", attrs: { title: exitTitle || null }, text: exit || "—" }),
+            ),
+          ),
+        ];
       }),
     ),
   );
@@ -238,10 +281,12 @@ export function showSession(main, id) {
   function onEvent(ev) {
     clock.see(ev);
     // A task event carries the final task document: show it now, not after a refetch.
+    // Only over a task still shown unfinished: a replayed event is older than a task
+    // the server has served since (an undo marks its changes later).
     const done = ev.kind === "task" ? ev.payload?.task : null;
     if (done && session) {
       const i = tasks.findIndex((t) => t.id === done.id);
-      if (i >= 0) {
+      if (i >= 0 && !["ok", "bad"].includes(statusTone(tasks[i].status))) {
         tasks[i] = { ...tasks[i], ...done };
         paint();
       }

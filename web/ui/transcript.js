@@ -6,7 +6,7 @@
 // frame and built off the page (DocumentFragment), in chunks of rows that the browser
 // skips while they are off screen: a backlog of thousands costs a few layouts.
 
-import { plain, when } from "./dom.js";
+import { plain, shortId as short, shortIds, statusText, when } from "./dom.js";
 
 /** Rows per chunk of the transcript (see `append`). */
 const CHUNK = 100;
@@ -14,8 +14,9 @@ const CHUNK = 100;
 /** The longest tool input shown, in characters; the rest is elided. */
 const MAX_INPUT = 4000;
 
-function short(id) {
-  return id ? String(id).slice(0, 8) : "—";
+/** A name the server spells `like_this`, as words. */
+function words(name) {
+  return plain(name).replace(/_/g, " ");
 }
 
 function agentBody(p) {
@@ -75,11 +76,11 @@ function agentBody(p) {
       return { cls: "agent-ignored", who: "settings ignored", parts: [lines.join("\n")] };
     }
     case "started":
-      return { cls: "agent-meta", who: "agent", parts: [`started${p.model ? ` (${plain(p.model)})` : ""}${p.resume_id ? `, resume id ${plain(p.resume_id)}` : ""}`] };
+      return { cls: "agent-meta", who: "agent", parts: [`started${p.model ? ` (${plain(p.model)})` : ""}${p.resume_id ? `, resume id ${shortIds(plain(p.resume_id))}` : ""}`] };
     case "result":
       return { cls: p.ok ? "agent-meta" : "agent-meta is-error", who: "result", parts: [`${p.ok ? "done" : "failed"}${p.text ? `: ${plain(p.text)}` : ""}${p.cost_usd != null ? ` ($${Number(p.cost_usd).toFixed(4)})` : ""}`] };
     default:
-      return { cls: "agent-other", who: `agent ${plain(p.type)}`, parts: [plain(JSON.stringify(p))] };
+      return { cls: "agent-other", who: `agent ${words(p.type)}`, parts: [plain(JSON.stringify(p))] };
   }
 }
 
@@ -88,21 +89,21 @@ function describe(ev) {
   switch (ev.kind) {
     case "message":
       return { cls: "message", who: `you (${plain(p.origin ?? "?")})`, parts: [plain(p.text)] };
-    case "status":
-      return {
-        cls: "status",
-        who: "status",
-        parts: [`task ${short(ev.task_id ?? p.task_id)} is ${plain(p.status)}${p.wait_reason ? `: ${plain(p.wait_reason)}` : ""}`],
-      };
+    case "status": {
+      // In words: `task 1a2b3c4d is waiting for the directory: in use by task 9f8e7d6c`.
+      const reason = p.wait_reason ? shortIds(plain(p.wait_reason)) : "";
+      const what = reason.startsWith("waiting for") ? reason : `${statusText(plain(p.status))}${reason ? `: ${reason}` : ""}`;
+      return { cls: "status", who: "status", parts: [`task ${short(ev.task_id ?? p.task_id)} is ${what}`] };
+    }
     case "agent":
       return agentBody(p);
     case "task": {
       const t = p.task ?? {};
-      const bits = [`task ${short(t.id ?? ev.task_id)} ended: ${plain(t.status)}`];
+      const bits = [`task ${short(t.id ?? ev.task_id)} ended: ${statusText(plain(t.status))}`];
       if (t.exit_code != null) bits.push(`exit code ${t.exit_code}`);
       if (t.work_dir) bits.push(`in ${plain(t.work_dir)}`);
       if (t.error_code) bits.push(`[${plain(t.error_code)}]`);
-      if (t.error) bits.push(plain(t.error));
+      if (t.error) bits.push(shortIds(plain(t.error)));
       if (t.denials?.length) bits.push(`${t.denials.length} action${t.denials.length === 1 ? "" : "s"} denied`);
       return { cls: `task tone-${t.status === "succeeded" ? "ok" : "bad"}`, who: "task", parts: [bits.join(" · ")] };
     }
@@ -122,7 +123,7 @@ function describe(ev) {
         parts: [`changed from ${p.from == null ? "no binding" : plain(p.from)} to ${p.to == null ? "no binding" : plain(p.to)}; the next message runs there`],
       };
     default:
-      return { cls: "other", who: plain(ev.kind), parts: [plain(JSON.stringify(p))] };
+      return { cls: "other", who: words(ev.kind), parts: [plain(JSON.stringify(p))] };
   }
 }
 

@@ -8,6 +8,7 @@
 //! cancelled waiter holds nothing.
 
 use berth_core::LocalPath;
+use berth_core::wait::{Holder, directory_wait};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::HashMap;
@@ -22,12 +23,16 @@ use tokio::sync::{OwnedMutexGuard, watch};
 /// (at link time, before any task).
 pub const FIRST_SNAPSHOT: &str = "first-snapshot";
 
-/// What a waiter is told of `holder`, a task's id or [`FIRST_SNAPSHOT`].
-fn in_use_by(holder: &str) -> String {
+/// What a waiter is told of `holder`, a task's id or [`FIRST_SNAPSHOT`], held in
+/// the Berth process `process` (`None`: this one).
+fn held_by<'a>(holder: &'a str, process: Option<&'a str>) -> Holder<'a> {
     if holder == FIRST_SNAPSHOT {
-        "Berth is taking its first snapshot".to_owned()
+        Holder::FirstSnapshot { process }
     } else {
-        format!("in use by task {holder}")
+        Holder::Task {
+            id: holder,
+            process,
+        }
     }
 }
 
@@ -112,13 +117,11 @@ impl DirLocks {
         let guard = match slot.queue.clone().try_lock_owned() {
             Ok(g) => g,
             Err(_) => {
-                let holder = slot
-                    .holder
-                    .lock()
-                    .map(|h| h.clone())
-                    .unwrap_or_default()
-                    .unwrap_or_else(|| "another task".to_owned());
-                on_wait(format!("waiting for the directory: {}", in_use_by(&holder)));
+                let current = slot.holder.lock().map(|h| h.clone()).unwrap_or_default();
+                on_wait(directory_wait(match &current {
+                    Some(h) => held_by(h, None),
+                    None => Holder::AnotherTask,
+                }));
                 tokio::select! {
                     g = slot.queue.clone().lock_owned() => g,
                     () = cancelled(cancel) => return Err(LockError::Cancelled),
@@ -132,8 +135,7 @@ impl DirLocks {
             match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => break,
                 Err(Errno::WOULDBLOCK | Errno::INTR) => {
-                    let reason =
-                        format!("waiting for the directory: {}", describe_holder(&mut file));
+                    let reason = describe_holder(&mut file);
                     if last_reason.as_ref() != Some(&reason) {
                         on_wait(reason.clone());
                         last_reason = Some(reason);
@@ -228,21 +230,20 @@ pub(crate) async fn cancelled(cancel: &mut watch::Receiver<bool>) {
     }
 }
 
+/// The wait reason naming who holds the OS lock, from the record in its file.
 fn describe_holder(file: &mut File) -> String {
     let mut text = String::new();
     let _ = file
         .seek(SeekFrom::Start(0))
         .and_then(|_| file.read_to_string(&mut text));
     let mut words = text.split_whitespace();
-    match (words.next(), words.next()) {
-        (Some(pid), Some(task)) if pid == std::process::id().to_string() => in_use_by(task),
-        (Some(pid), Some(FIRST_SNAPSHOT)) => {
-            format!("{} (Berth process {pid})", in_use_by(FIRST_SNAPSHOT))
-        }
-        (Some(pid), Some(task)) => format!("in use by task {task} of Berth process {pid}"),
-        (Some(pid), None) => format!("in use by process {pid}"),
-        (None, _) => "in use by another Berth process".to_owned(),
-    }
+    let me = std::process::id().to_string();
+    directory_wait(match (words.next(), words.next()) {
+        (Some(pid), Some(task)) if pid == me => held_by(task, None),
+        (Some(pid), Some(task)) => held_by(task, Some(pid)),
+        (Some(pid), None) => Holder::Process { pid },
+        (None, _) => Holder::AnotherProcess,
+    })
 }
 
 /// A file name for the lock of `key`: a readable tail plus a hash of the whole path.

@@ -198,6 +198,14 @@ impl Executor for NativeExecutor {
         self.validate_dir(dir).map(|p| p.to_validated())
     }
 
+    fn look(
+        &self,
+        dir: &str,
+        identity: Option<berth_web::executor::DirIdentity>,
+    ) -> Option<berth_core::binding::BindingState> {
+        look(dir, identity)
+    }
+
     fn warm(&self, dir: &ValidatedDir) {
         let (inner, input) = (self.inner.clone(), dir.canonical.as_str().to_owned());
         let identity = (dir.identity.dev, dir.identity.ino);
@@ -208,6 +216,31 @@ impl Executor for NativeExecutor {
             tracing::warn!(error = %e, "no thread for the first snapshot: it is taken at the first run");
         }
     }
+}
+
+/// [`Executor::look`]: the bound path `dir` names no directory (`missing`), or no
+/// longer the one linked (`changed`: it resolves elsewhere, or another directory was
+/// put in its place), as a run would find it; `None` when it holds, or cannot be told
+/// (a path not readable here is left to the run to refuse, in its own words).
+fn look(
+    dir: &str,
+    identity: Option<berth_web::executor::DirIdentity>,
+) -> Option<berth_core::binding::BindingState> {
+    use berth_core::binding::BindingState;
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(BindingState::Missing);
+        }
+        Err(_) => return None,
+    };
+    if !meta.is_dir() {
+        return Some(BindingState::Missing);
+    }
+    let replaced = identity.is_some_and(|id| (id.dev, id.ino) != (meta.dev(), meta.ino()));
+    let moved = std::fs::canonicalize(dir).is_ok_and(|c| c.as_os_str() != dir);
+    (replaced || moved).then_some(BindingState::Changed)
 }
 
 /// The change record's first snapshot of a directory just bound (see

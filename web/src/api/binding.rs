@@ -220,3 +220,43 @@ pub(crate) async fn set_project_dir(
         .await?;
     Ok((StatusCode::OK, Json(row)))
 }
+
+/// A look at the directories bound on this server's own machine, for the web
+/// listener's session documents: the state recorded is what the last run found, and a
+/// directory deleted or replaced since shows only at the next run, unless looked at.
+#[derive(Clone)]
+pub(crate) struct Look {
+    exec: std::sync::Arc<dyn crate::executor::Executor>,
+    here: berth_core::binding::MachineId,
+}
+
+impl Look {
+    /// The look of this server's executor; `None` without one.
+    pub(crate) fn of(ctx: &Ctx) -> Option<Look> {
+        let exec = ctx.app.scheduler.executor()?.clone();
+        let here = exec.machine().0;
+        Some(Look { exec, here })
+    }
+
+    /// The state to show of a binding of `dir` on `machine`, recorded as `recorded`:
+    /// `missing` or `changed` when its directory on this machine is gone or replaced
+    /// now. A binding on another machine is shown as recorded (its path means nothing
+    /// here). Blocking: one `stat` and a path resolution.
+    pub(crate) fn state(
+        &self,
+        machine: &str,
+        dir: &str,
+        identity: Option<crate::executor::DirIdentity>,
+        recorded: BindingState,
+    ) -> BindingState {
+        match recorded {
+            BindingState::Missing | BindingState::Changed | BindingState::MachineOffline => {
+                recorded
+            }
+            BindingState::Ok | BindingState::WaitingLock if machine == self.here.as_str() => {
+                self.exec.look(dir, identity).unwrap_or(recorded)
+            }
+            BindingState::Ok | BindingState::WaitingLock => recorded,
+        }
+    }
+}

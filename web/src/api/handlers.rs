@@ -9,12 +9,12 @@ use super::views::{session_doc, task_doc};
 use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
 use crate::http::{ApiError, JsonBody, QueryArgs};
-use crate::store::{NewSessionRow, ProjectRow};
+use crate::store::{NewSessionRow, ProjectRow, TaskRow};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use berth_core::api::{NewSession, Task};
+use berth_core::api::{NewSession, Task, TaskStatus, WaitsFor};
 use serde::{Deserialize, Serialize};
 
 /// `GET health`.
@@ -165,16 +165,28 @@ pub(crate) async fn list_sessions(
     let displays = Displays::of(&ctx.app);
     let items = displays.items();
     let owner = scope.and_then(|axum::Extension(s)| s.0);
+    // The page flags a binding that no longer holds (the CLI's list does the same).
+    #[cfg(feature = "local-binding")]
+    let look = match surface {
+        Surface::Web => super::binding::Look::of(&ctx),
+        Surface::Control | Surface::Cloud => None,
+    };
     let body = ctx
         .app
         .store
         // The surface names the documents; each is shown by its own machine's context
         // (see `super::redact`), on the web listener right here.
         .sessions_json(owner, q.all, surface.as_str(), move |out, row| {
+            #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
+            let mut row = *row;
+            #[cfg(feature = "local-binding")]
+            if let (Some(look), Some(b)) = (&look, &mut row.binding) {
+                b.state = look.state(b.machine, b.dir, b.identity, b.state);
+            }
             let bound = row.binding.map(|b| b.machine);
             let shown = displays.session(bound, row.owner);
             let start = out.len();
-            super::views::write_session_doc(surface, &shown, out, row)
+            super::views::write_session_doc(surface, &shown, out, &row)
                 .and_then(|()| match surface {
                     Surface::Web => super::redact::redact_written(&shown, out, start),
                     Surface::Control | Surface::Cloud => Ok(()),
@@ -194,7 +206,21 @@ pub(crate) async fn get_session(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
 ) -> Result<Response, ApiError> {
-    let row = ctx.app.store.session(id.as_str()).await?;
+    #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
+    let mut row = ctx.app.store.session(id.as_str()).await?;
+    #[cfg(feature = "local-binding")]
+    if ctx.surface == Surface::Web
+        && let (Some(look), Some(b)) = (super::binding::Look::of(&ctx), row.binding.clone())
+    {
+        let state = tokio::task::spawn_blocking(move || {
+            look.state(b.machine.as_str(), &b.dir, b.identity, b.state)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("the binding's look failed: {e}")))?;
+        if let Some(b) = &mut row.binding {
+            b.state = state;
+        }
+    }
     let shown = Displays::of(&ctx.app).of_row(&row);
     let doc = session_doc(ctx.surface, &shown, &row);
     Ok((Displays::shown_by(shown), Json(doc)).into_response())
@@ -335,7 +361,7 @@ pub(crate) async fn list_tasks(
     QueryArgs(q): QueryArgs<TaskQuery>,
 ) -> Result<Response, ApiError> {
     let owner = scope.and_then(|axum::Extension(s)| s.0);
-    let rows = ctx.app.store.list_tasks(q.session, owner).await?;
+    let rows = ctx.app.store.list_tasks(q.session, owner.clone()).await?;
     let displays = Displays::of(&ctx.app);
     let mut shown: std::collections::HashMap<String, std::sync::Arc<berth_core::Context>> =
         std::collections::HashMap::new();
@@ -352,7 +378,9 @@ pub(crate) async fn list_tasks(
                 display
             }
         };
-        let mut doc = serde_json::to_value(task_doc(ctx.surface, &display, t))
+        let mut task = task_doc(ctx.surface, &display, t);
+        name_holder(&ctx, owner.as_deref(), t, &mut task).await;
+        let mut doc = serde_json::to_value(task)
             .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
         if ctx.surface == Surface::Web {
             berth_core::display::redact_json(&display, &mut doc);
@@ -364,12 +392,59 @@ pub(crate) async fn list_tasks(
 
 pub(crate) async fn get_task(
     State(ctx): State<Ctx>,
+    scope: Option<axum::Extension<Scope>>,
     NamedTask(id): NamedTask,
 ) -> Result<Response, ApiError> {
+    let owner = scope.and_then(|axum::Extension(s)| s.0);
     let row = ctx.app.store.task(id.as_str()).await?;
     let shown = session_display(&ctx, row.session_id.as_str()).await?;
-    let doc = task_doc(ctx.surface, &shown, &row);
+    let mut doc = task_doc(ctx.surface, &shown, &row);
+    name_holder(&ctx, owner.as_deref(), &row, &mut doc).await;
     Ok((Displays::shown_by(shown), Json(doc)).into_response())
+}
+
+/// Names whom `task`, the document of `row`, waits for while another task holds its
+/// directory (read from its `wait_reason`): that task and its session when the caller,
+/// whose sessions are `owner`'s (everyone's with `None`), may see it. Else only the
+/// task's short id, and a member's reason shows no more of it: as [`super::access`]
+/// answers, what a caller may not see does not leak, its ids neither.
+async fn name_holder(ctx: &Ctx, owner: Option<&str>, row: &TaskRow, task: &mut Task) {
+    if row.status != TaskStatus::WaitingLock {
+        return;
+    }
+    let Some(reason) = row.wait_reason.as_deref() else {
+        return;
+    };
+    let Some(holder) = berth_core::wait::holder_task(reason) else {
+        return;
+    };
+    let seen = match ctx
+        .app
+        .store
+        .task_of(holder.as_str(), owner.map(str::to_owned))
+        .await
+    {
+        Ok(t) => ctx.app.store.session(t.session_id.as_str()).await.ok(),
+        Err(_) => None,
+    };
+    task.waits_for = Some(match seen {
+        Some(session) => WaitsFor {
+            task_id: holder.into_string(),
+            session_id: Some(session.id),
+            session_title: Some(session.title),
+        },
+        None => {
+            let short: String = holder.as_str().chars().take(8).collect();
+            if owner.is_some() {
+                task.wait_reason = Some(reason.replace(holder.as_str(), &short));
+            }
+            WaitsFor {
+                task_id: short,
+                session_id: None,
+                session_title: None,
+            }
+        }
+    });
 }
 
 pub(crate) async fn cancel_task(

@@ -170,7 +170,7 @@ pub struct SessionCols<'a> {
     pub archived: bool,
 }
 
-/// A listed session's binding, borrowed: everything but its (device, inode).
+/// A listed session's binding, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BindingCols<'a> {
     pub dir: &'a str,
@@ -179,6 +179,9 @@ pub struct BindingCols<'a> {
     pub machine_name: &'a str,
     pub mode: BindMode,
     pub state: BindingState,
+    /// The directory's (device, inode) when it was linked (see [`StoredBinding`]), so
+    /// the web listener can tell a directory replaced since.
+    pub identity: Option<crate::executor::DirIdentity>,
 }
 
 impl<'a> SessionCols<'a> {
@@ -203,6 +206,7 @@ impl<'a> SessionCols<'a> {
                     machine_name: names.get(machine).map_or(machine, String::as_str),
                     mode: parse_enum(r.str_at(10)?.unwrap_or("in-place"))?,
                     state: parse_enum(r.str_at(11)?.unwrap_or("ok"))?,
+                    identity: identity_from(r.opt_int(16)?, r.opt_int(17)?),
                 })
             }
         };
@@ -239,6 +243,7 @@ impl<'a> SessionCols<'a> {
                 machine_name: &b.machine_name,
                 mode: b.mode,
                 state: b.state,
+                identity: b.identity,
             }),
             work_dir: row.work_dir.as_deref(),
             work_dir_display: row.work_dir_display.as_deref(),
@@ -344,7 +349,8 @@ pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.pr
 /// something per session).
 pub(crate) const LIST_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
-    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner, s.archived_at";
+    s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner, s.archived_at, \
+    s.binding_dev, s.binding_ino";
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -567,6 +573,7 @@ impl TaskRow {
             changes: self.changes.clone(),
             fence: self.fence.clone(),
             usage: self.usage.clone(),
+            waits_for: None,
         }
     }
 }

@@ -174,7 +174,12 @@ impl TestServer {
     }
 
     pub async fn start_in(home: TempDir, max_parallel: usize) -> TestServer {
-        TestServer::open(home, max_parallel, None).await
+        TestServer::open(home, max_parallel, None, None).await
+    }
+
+    /// A server whose tasks `executor` runs, rather than the `sh` one.
+    pub async fn with_executor(executor: Arc<dyn Executor>, max_parallel: usize) -> TestServer {
+        TestServer::open(TempDir::new("w"), max_parallel, None, Some(executor)).await
     }
 
     /// A server that also accepts daemons on a loopback listener; returns it and the
@@ -182,7 +187,7 @@ impl TestServer {
     pub async fn with_daemons(
         config: berth_web::daemon::DaemonConfig,
     ) -> (TestServer, std::net::SocketAddr) {
-        let t = TestServer::open(TempDir::new("w"), 4, Some(config)).await;
+        let t = TestServer::open(TempDir::new("w"), 4, Some(config), None).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let s = t.server.clone();
@@ -201,12 +206,15 @@ impl TestServer {
         home: TempDir,
         max_parallel: usize,
         daemons: Option<berth_web::daemon::DaemonConfig>,
+        executor: Option<Arc<dyn Executor>>,
     ) -> TestServer {
-        let exec = ShExecutor {
-            scratch: home.path().join("scratch"),
-        };
+        let executor = executor.unwrap_or_else(|| {
+            Arc::new(ShExecutor {
+                scratch: home.path().join("scratch"),
+            })
+        });
         let opts = ServerOptions {
-            executor: Some(Arc::new(exec)),
+            executor: Some(executor),
             scheduler: berth_web::scheduler::SchedulerConfig { max_parallel },
             display: Some(home_context(home.path())),
             channels: Some(Default::default()),
