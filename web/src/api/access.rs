@@ -13,7 +13,7 @@
 //! changes for them. Its daemons' forwarded sockets are members, as on `berth-server`:
 //! their own sessions, no settings.
 
-use super::{Ctx, Surface};
+use super::state::{Ctx, Surface};
 use crate::http::ApiError;
 use crate::store::{AuditEntry, StoreError};
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};

@@ -1,9 +1,9 @@
 //! The binding routes (`local-binding` only): every directory is validated natively
 //! by the executor before anything is stored, and its refusal code surfaces unchanged.
 
-use super::Ctx;
 use super::access::NamedSession;
 use super::daemons::Via;
+use super::state::Ctx;
 use super::views::{SessionDoc, session_doc};
 use crate::executor::ValidatedDir;
 use crate::http::{ApiError, JsonBody, refusal_status};

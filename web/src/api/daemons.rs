@@ -2,7 +2,7 @@
 //! protocol): what a daemon calls with its token, and its control socket forwarded
 //! into the control API.
 
-use super::AppState;
+use super::state::AppState;
 use crate::daemon::wire::{
     self, ClaimRequest, EventBatch, FinishReply, FinishRequest, Heartbeat, Register, Validated,
 };

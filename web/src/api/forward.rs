@@ -11,7 +11,7 @@
 //! leader's registry caches), cancelling a task (the leader holds the running ones), and
 //! removing a member (their machines go offline in the leader's registry).
 
-use super::AppState;
+use super::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};

@@ -5,8 +5,8 @@
 use super::access::{Caller, NamedSession, NamedTask, Scope};
 use super::daemons::Via;
 use super::redact::Displays;
+use super::state::{Ctx, Surface};
 use super::views::{session_doc, task_doc};
-use super::{Ctx, Surface};
 use crate::executor::{AgentKind, AgentSpec};
 use crate::http::{ApiError, JsonBody, QueryArgs};
 use crate::store::{NewSessionRow, ProjectRow, TaskRow};

@@ -9,7 +9,7 @@
 //!   `not ready`. Why it is not ready goes to the log at debug level, never into the
 //!   answer.
 
-use super::AppState;
+use super::state::AppState;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};

@@ -3,9 +3,9 @@
 //! removed (an admin's). Contract extensions: `PATCH|DELETE sessions/{id}`,
 //! `PATCH|DELETE agents/{name}`.
 
-use super::Ctx;
 use super::access::NamedSession;
 use super::redact::Displays;
+use super::state::Ctx;
 use super::views::session_doc;
 use crate::executor::AgentSpec;
 use crate::http::{ApiError, JsonBody};

@@ -4,7 +4,8 @@
 //! decided in [`super::access`]; these only do it.
 
 use super::access::{AuditTarget, Caller};
-use super::{Ctx, handlers::valid_name};
+use super::handlers::valid_name;
+use super::state::Ctx;
 use crate::http::{ApiError, JsonBody, QueryArgs};
 use crate::secret::{new_token, token_hash};
 use crate::store::{AuditRow, MemberChange, MemberRow};

@@ -102,7 +102,7 @@ pub(crate) struct Displays {
 }
 
 impl Displays {
-    pub(crate) fn of(app: &super::AppState) -> Displays {
+    pub(crate) fn of(app: &super::state::AppState) -> Displays {
         let server = app.display.clone();
         let machines = app
             .daemons

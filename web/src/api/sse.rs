@@ -8,8 +8,9 @@
 //! subscriber lagged) sends the stream back to the store to fill the gap.
 
 use super::access::NamedSession;
+use super::state::{Ctx, Surface};
 use super::views::web_task;
-use super::{ApiError, Ctx, Surface};
+use crate::http::ApiError;
 use crate::http::QueryArgs;
 use crate::store::Store;
 use crate::transcript::TranscriptEvent;

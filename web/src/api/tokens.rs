@@ -2,10 +2,10 @@
 //! `DELETE /api/v1/daemon/tokens/{name}`. A member makes and sees their own tokens, an
 //! admin (or the local user) anyone's; none of them is reachable through a daemon.
 
-use super::Ctx;
 use super::access::{AuditTarget, Caller};
 use super::daemons::Via;
 use super::handlers::valid_name;
+use super::state::Ctx;
 use crate::daemon::wire::{self, CreatedToken, NewToken, TokenInfo};
 use crate::http::{ApiError, JsonBody};
 use crate::store::TokenChange;

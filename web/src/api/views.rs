@@ -1,6 +1,6 @@
 //! The documents each surface returns.
 
-use super::Surface;
+use super::state::Surface;
 use crate::store::{SessionCols, SessionRow, TaskRow};
 use berth_core::api::{Session, Task};
 use berth_core::resolve::Origin;
