@@ -2,7 +2,7 @@
 //! a refused directory, symlinks judged by where they land.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::ErrorCode;
 use berth_core::api::CheckReport;

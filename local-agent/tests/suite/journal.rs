@@ -2,7 +2,7 @@
 //! a Berth process still running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_local_agent::inject::journal::Journal;
 use berth_local_agent::inject::sidecar::Sidecars;

@@ -2,7 +2,7 @@
 //! environment, events, resume ids and stale resume ids.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;

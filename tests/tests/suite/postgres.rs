@@ -13,8 +13,7 @@
 //! event retried to both servers runs once.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-#[path = "../../web/tests/common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use berth_tests::steps::{raw_http, s, write_script};
 use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
