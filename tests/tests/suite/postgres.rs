@@ -299,12 +299,9 @@ impl Balancer {
         std::thread::spawn(move || {
             let turn = AtomicUsize::new(0);
             while !halt.load(Ordering::SeqCst) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(_) => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
                 };
                 client.set_nonblocking(false).unwrap();
                 let start = turn.fetch_add(1, Ordering::SeqCst);
@@ -619,7 +616,6 @@ fn a_database_restart_is_503_meanwhile_and_needs_no_server_restart() {
 
     // The database goes away for three seconds.
     let restart = {
-        let url = url.clone();
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap()

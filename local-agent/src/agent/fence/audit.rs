@@ -281,16 +281,15 @@ fn take(kind: u16, body: &[u8], seen: &Mutex<Seen>) {
     let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
     seen.last = Some(Instant::now());
     match parse(kind, text) {
-        Some(Record::Access { domain, denied }) => {
-            if seen.denials.len() < MAX_KEPT {
-                seen.denials.push((domain, denied));
-            }
+        Some(Record::Access { domain, denied }) if seen.denials.len() < MAX_KEPT => {
+            seen.denials.push((domain, denied));
         }
         Some(Record::Allocated { domain, pid }) => {
             seen.creators.insert(domain, pid);
         }
         Some(Record::Deallocated { domain }) => seen.ended.push(domain),
-        None => {}
+        // Past the first `MAX_KEPT` denials of the turn, the rest are dropped.
+        Some(Record::Access { .. }) | None => {}
     }
 }
 
@@ -331,7 +330,7 @@ fn untrusted(value: &str, quoted_in: &str, key: &str) -> String {
     if quoted_in.contains(&format!("{key}=\"")) {
         return value.to_owned();
     }
-    let bytes: Option<Vec<u8>> = (value.len() % 2 == 0 && !value.is_empty())
+    let bytes: Option<Vec<u8>> = (value.len().is_multiple_of(2) && !value.is_empty())
         .then(|| {
             (0..value.len())
                 .step_by(2)
