@@ -57,9 +57,9 @@ ensure_macos_cross() {
   fi
 }
 
-# tmux drives `berth chat` through a real pseudo-terminal in tests/tests/chat.rs.
+# tmux drives `berth chat` through a real pseudo-terminal in tests/tests/suite/chat.rs.
 # `systemd-analyze verify` checks the unit `berth service install --print` writes
-# (tests/tests/ops.rs); Debian ships it in the systemd package.
+# (tests/tests/suite/ops.rs); Debian ships it in the systemd package.
 ensure_systemd_analyze() {
   if ! command -v systemd-analyze >/dev/null; then
     say "installing systemd-analyze from Debian's packages"
@@ -85,8 +85,8 @@ ensure_postgres() {
   fi
 }
 
-# The coding agent CLIs that tests/tests/real_clis.rs, real_agents.rs and real_acp.rs
-# drive against fake model servers, at pinned versions (about 1 GB), in BERTH_AGENT_CLIS
+# The coding agent CLIs that tests/tests/suite/real_clis.rs, real_agents.rs and
+# real_acp.rs drive against fake model servers, at pinned versions (about 1 GB), in BERTH_AGENT_CLIS
 # (default ~/.cache/berth-agents): Claude Code, Codex, and three ACP agents (Gemini CLI,
 # Zed's Codex adapter, opencode's `opencode acp`). Installs only when a package is missing
 # or has another version, then exports BERTH_AGENT_CLIS for the tests.

@@ -67,7 +67,8 @@ export BERTH_TEST_DATABASE_URL
 say "tests, default features"
 cargo test --workspace --locked
 say "the agents' process tests again on the fork path (macOS's, and old kernels')"
-BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test processes --test groups --test agents --test fence
+BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test all -- \
+  suite::processes:: suite::groups:: suite::agents:: suite::fence::
 say "tests, without local-binding (the cloud build, with PostgreSQL)"
 cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features \
   --features berth-web/postgres --locked
@@ -92,15 +93,16 @@ fi
 
 if [[ -z "$quick" ]]; then
   # Issue 38: berth-server as deployed (the static musl cloud build with PostgreSQL)
-  # and the image made from it, checked by the ignored tests in tests/tests/deployed.rs.
+  # and the image made from it, checked by the ignored tests in
+  # tests/tests/suite/deployed.rs.
   # The release musl build is this step's cost (about 2 minutes on 2 cores from clean).
   say "the deployed berth-server and its image"
   BERTH_DEPLOYED_SERVER=$(scripts/build-server.sh --quiet)
   BERTH_IMAGE=$(scripts/build-image.sh --binary "$BERTH_DEPLOYED_SERVER")
   export BERTH_DEPLOYED_SERVER BERTH_IMAGE
-  cargo test -p berth-tests --test deployed --locked -- --ignored
+  cargo test -p berth-tests --test all --locked -- --ignored suite::deployed::
   # The metrics' end-to-end test again, on the deployed binary: its task counter moves
   # when a task runs through a daemon.
-  cargo test -p berth-tests --test metrics --locked
+  cargo test -p berth-tests --test all --locked -- suite::metrics::
 fi
 say "all tests passed"

@@ -414,7 +414,7 @@ mod tests {
             let home = LocalPath::parse(platform, &home_text);
             prop_assume!(home.is_ok());
             let c = Context::new(platform).with_home(home.unwrap());
-            let mut text = if under_home { home_text.clone() } else if platform.is_windows() { String::from("D:") } else { String::new() };
+            let mut text = if under_home { home_text } else if platform.is_windows() { String::from("D:") } else { String::new() };
             for p in &before { text.push_str(sep); text.push_str(p); }
             if splice { text.push_str(sep); text.push_str(&format!("x{}y", user.to_uppercase())); }
             for p in &after { text.push_str(sep); text.push_str(p); }

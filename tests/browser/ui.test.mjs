@@ -881,7 +881,7 @@ uiTest("a denial reported by the agent's CLI marks the transcript and the task",
   // A `claude` agent whose program is a script printing what Claude Code's print mode
   // prints when its permission system denies a write (`--output-format stream-json`):
   // Berth's own Claude adapter parses it. It stands in for the CLI, not for Berth; the
-  // real CLI's denials are tested in tests/tests/real_clis.rs.
+  // real CLI's denials are tested in tests/tests/suite/real_clis.rs.
   const dir = path.join(home, "code", "denied");
   fs.mkdirSync(dir, { recursive: true });
   const fake = agentScript(

@@ -152,11 +152,11 @@ fn a_refusal_the_agent_hides_is_read_from_the_kernels_audit() {
     );
     // Nothing inside the directory, nothing else.
     assert_eq!(denials.len(), 2, "{task}");
-    let shown: Vec<&Value> = events
+    let shown = events
         .iter()
         .filter(|e| e["payload"]["type"] == "denied" && e["payload"]["by"] == "fence")
-        .collect();
-    assert_eq!(shown.len(), 2, "{events:?}");
+        .count();
+    assert_eq!(shown, 2, "{events:?}");
     assert_eq!(
         std::fs::read_to_string(home.join("notes.txt")).unwrap(),
         "mine\n"

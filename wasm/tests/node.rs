@@ -72,7 +72,7 @@ fn preview_follows_resolution() {
         "origin_cannot_bind"
     );
 
-    let mut offline = bound.clone();
+    let mut offline = bound;
     offline["claimer"] = json!("m2");
     offline["online"] = json!(["m2"]);
     assert_eq!(

@@ -585,7 +585,7 @@ mod tests {
             &layer(r#"{ "fence": { "read": "everywhere" } }"#),
             Trust::Trusted,
         );
-        let s = crate::settings::merge(&[user.clone(), loose.layer]);
+        let s = crate::settings::merge(&[user, loose.layer]);
         assert_eq!(s.fence.read, ReadScope::Directory);
         let listed = gate(&layer(r#"{ "fence": { "read": ["/"] } }"#), Trust::Trusted);
         let s = crate::settings::merge(&[parse("user", &dir, "{}").unwrap(), listed.layer]);

@@ -314,9 +314,8 @@ impl Shadow {
         let mut args: Vec<&str> = pre.to_vec();
         args.extend(["add", "-A", "--ignore-errors"]);
         for _ in 0..TRIES {
-            let err = match self.git(&args) {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
+            let Err(err) = self.git(&args) else {
+                return Ok(());
             };
             let text = err.to_string();
             let empty: Vec<&str> = text

@@ -244,7 +244,7 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
         .to_str()
         .ok_or_else(|| CliError::usage("the path is not valid UTF-8", "rename it"))?;
     let local = LocalPath::parse(Platform::native(), text_path)
-        .map_err(|r| CliError::usage(r.message.clone(), r.hint.clone()))?;
+        .map_err(|r| CliError::usage(r.message.clone(), r.hint))?;
     let shown = display(&ctx, &local);
     // No user settings is not a problem: Berth runs on its defaults.
     if file.is_none() && !path.exists() && std::fs::symlink_metadata(&path).is_err() {

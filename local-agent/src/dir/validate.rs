@@ -47,8 +47,8 @@ pub fn validate(ctx: &Context, input: &str) -> Result<PinnedDir, Refusal> {
             )
         })?;
     }
-    let pinned = PinnedDir::open(canonical.clone(), canon_shown.clone())
-        .map_err(|_| path_changed(&canon_shown))?;
+    let pinned =
+        PinnedDir::open(canonical, canon_shown.clone()).map_err(|_| path_changed(&canon_shown))?;
     confirm_pinned_path(&pinned)?;
     let me = rustix::process::geteuid().as_raw();
     if pinned.owner() != me {

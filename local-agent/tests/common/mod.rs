@@ -3,15 +3,108 @@
 
 use berth_core::LocalPath;
 use berth_local_agent::{ExecutorConfig, NativeExecutor};
-pub use berth_test_support::TempDir;
 use berth_web::executor::{
     AgentKind, AgentSpec, ExecEvent, Placement, SessionFacts, TaskOutcome, TaskSpec,
 };
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+
+/// The full name libtest knows a test of this binary by
+/// (`suite::groups::watcher_owner`), for the tests that re-execute the binary with
+/// `--exact NAME`: `module` is the test's `module_path!()`, whose first segment (the
+/// crate, `all`) libtest leaves out.
+pub fn test_name(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// Entries made in and removed from the system's temporary directory, where every test
+/// here makes its directories. The fence's tests (`suite::fence`) build fences on a
+/// listing of that directory and compare them, so nothing may change it while one of
+/// them runs: each holds it alone ([`tmp_alone`]), one at a time, and every other
+/// test's directory ([`TempDir`]) holds it shared from its making to its removal.
+/// Shared holders never wait for one another (a test may hold two directories), only
+/// for a test that holds it alone; that one waits until no directory is left.
+static TMP: Mutex<Tmp> = Mutex::new(Tmp {
+    shared: 0,
+    alone: false,
+});
+static TMP_CHANGED: Condvar = Condvar::new();
+
+struct Tmp {
+    shared: usize,
+    alone: bool,
+}
+
+fn tmp_wait(until: impl Fn(&Tmp) -> bool) -> std::sync::MutexGuard<'static, Tmp> {
+    let mut tmp = TMP.lock().unwrap_or_else(PoisonError::into_inner);
+    while !until(&tmp) {
+        tmp = TMP_CHANGED
+            .wait(tmp)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    tmp
+}
+
+/// The temporary directory held alone (see [`TMP`]) until dropped.
+#[must_use]
+pub struct TmpAlone(());
+
+pub fn tmp_alone() -> TmpAlone {
+    tmp_wait(|t| !t.alone && t.shared == 0).alone = true;
+    TmpAlone(())
+}
+
+impl Drop for TmpAlone {
+    fn drop(&mut self) {
+        TMP.lock().unwrap_or_else(PoisonError::into_inner).alone = false;
+        TMP_CHANGED.notify_all();
+    }
+}
+
+struct TmpShared(());
+
+impl TmpShared {
+    fn new() -> TmpShared {
+        tmp_wait(|t| !t.alone).shared += 1;
+        TmpShared(())
+    }
+}
+
+impl Drop for TmpShared {
+    fn drop(&mut self) {
+        TMP.lock().unwrap_or_else(PoisonError::into_inner).shared -= 1;
+        TMP_CHANGED.notify_all();
+    }
+}
+
+/// `berth_test_support`'s [`TempDir`](berth_test_support::TempDir), holding the
+/// temporary directory shared (see [`TMP`]) until it is removed.
+pub struct TempDir {
+    // Dropped in this order: the directory is removed before the hold ends.
+    dir: berth_test_support::TempDir,
+    _shared: TmpShared,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let shared = TmpShared::new();
+        TempDir {
+            dir: berth_test_support::TempDir::new(tag),
+            _shared: shared,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
 
 /// A fresh directory under the system temp dir (never the temp dir itself, which the
 /// rules refuse), removed at drop.

@@ -2,8 +2,8 @@
 //! temporary home and returns [`Row`]s held against the goals the issues set.
 //!
 //! `scripts/bench.sh` runs them in release mode through the `berth-bench` binary and
-//! regenerates `BENCHMARKS.md`; `tests/tests/bench_smoke.rs` runs them with tiny counts
-//! so they cannot rot. Timings are reported here, never asserted.
+//! regenerates `BENCHMARKS.md`; `tests/tests/suite/bench_smoke.rs` runs them with tiny
+//! counts so they cannot rot. Timings are reported here, never asserted.
 
 pub mod dispatch;
 pub mod first;

@@ -234,10 +234,9 @@ pub async fn refuse(stream: &tokio::net::TcpStream) -> bool {
     if !cfg!(target_os = "linux") {
         return false;
     }
-    let (local, peer) = match (stream.local_addr(), stream.peer_addr()) {
-        (Ok(local), Ok(peer)) => (local, peer),
+    let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
         // Reset before it was looked at: nothing to serve.
-        _ => return true,
+        return true;
     };
     let found = match tokio::task::spawn_blocking(move || TcpPeer::of(local, peer)).await {
         Ok(found) => found,

@@ -206,7 +206,7 @@ mod tests {
                 &[],
                 claim(Origin::Api),
                 Decision::Run(Placement::Worktree {
-                    dir: dir.clone(),
+                    dir,
                     identity: Some(crate::executor::DirIdentity { dev: 1, ino: 2 }),
                 }),
             ),

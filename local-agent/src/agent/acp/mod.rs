@@ -466,9 +466,8 @@ where
             self.buf.clear();
             let mut too_long = false;
             loop {
-                let chunk = match self.lines.fill_buf().await {
-                    Ok(c) => c,
-                    Err(_) => return None,
+                let Ok(chunk) = self.lines.fill_buf().await else {
+                    return None;
                 };
                 if chunk.is_empty() {
                     if self.buf.is_empty() && !too_long {

@@ -229,7 +229,7 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                         .to_owned();
                     out.push(AgentEvent::ToolResult {
                         id: id.clone(),
-                        output: output.clone(),
+                        output,
                         is_error,
                     });
                     // Only Codex's own verdict is a denial: a command that merely failed

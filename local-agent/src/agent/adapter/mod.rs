@@ -803,7 +803,7 @@ mod tests {
         assert_eq!(st.denials, vec![want.clone()]);
         assert_eq!(
             denied(&events),
-            vec![(want.tool.clone(), want.target.clone())],
+            vec![(want.tool.clone(), want.target)],
             "reported once, though the result repeats it"
         );
         // Claude Code calls the turn a success and exits 0: only the denial tells.

@@ -288,7 +288,8 @@ fn take(kind: u16, body: &[u8], seen: &Mutex<Seen>) {
             seen.creators.insert(domain, pid);
         }
         Some(Record::Deallocated { domain }) => seen.ended.push(domain),
-        _ => {}
+        // Past the first `MAX_KEPT` denials of the turn, the rest are dropped.
+        Some(Record::Access { .. }) | None => {}
     }
 }
 

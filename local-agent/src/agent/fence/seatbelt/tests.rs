@@ -21,7 +21,7 @@ fn fixed() -> FencePolicy {
         dir: dir.clone(),
         tmp: p(TMP),
         write: vec![
-            (dir.clone(), WriteKind::Subtree),
+            (dir, WriteKind::Subtree),
             (p(TMP), WriteKind::Subtree),
             (p("/Users/alice/.claude"), WriteKind::Subtree),
             (p("/Users/alice/.claude.json"), WriteKind::File),

@@ -13,8 +13,7 @@
 //! event retried to both servers runs once.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-#[path = "../../web/tests/common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use berth_tests::steps::{raw_http, s, write_script};
 use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
@@ -300,12 +299,9 @@ impl Balancer {
         std::thread::spawn(move || {
             let turn = AtomicUsize::new(0);
             while !halt.load(Ordering::SeqCst) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(_) => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
                 };
                 client.set_nonblocking(false).unwrap();
                 let start = turn.fetch_add(1, Ordering::SeqCst);
@@ -620,7 +616,6 @@ fn a_database_restart_is_503_meanwhile_and_needs_no_server_restart() {
 
     // The database goes away for three seconds.
     let restart = {
-        let url = url.clone();
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap()

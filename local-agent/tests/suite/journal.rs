@@ -2,7 +2,7 @@
 //! a Berth process still running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_local_agent::inject::journal::Journal;
 use berth_local_agent::inject::sidecar::Sidecars;
@@ -300,7 +300,7 @@ fn recover_removes_the_temporary_directories_of_interrupted_tasks() {
     std::fs::create_dir_all(stale.join("sub")).unwrap();
     std::fs::write(stale.join("sub/scratch.bin"), "x").unwrap();
     std::os::unix::fs::symlink(&outside, stale.join("link")).unwrap();
-    let exec = berth_local_agent::NativeExecutor::new(cfg.clone()).unwrap();
+    let exec = berth_local_agent::NativeExecutor::new(cfg).unwrap();
     assert_eq!(
         exec.recover(),
         vec![format!(

@@ -21,11 +21,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // Test code: a panic is a failed test.
 // Each test holds `serial()` throughout, awaits included: every async test has its own
-// runtime on its own thread, so one waiting for the lock blocks nothing else.
-#![allow(clippy::await_holding_lock)]
+// runtime on its own thread, so one waiting for it blocks nothing else.
 // Landlock and seccomp are Linux's; the Mac's fence is a Seatbelt profile, tested as text.
 #![cfg(target_os = "linux")]
 
+use crate::common;
 use berth_core::fence::{FenceInputs, FencePolicy, Network, ReadScope, WriteKind};
 use berth_core::{LocalPath, Permissions, Platform};
 use berth_local_agent::agent::adapter::Invocation;
@@ -220,15 +220,14 @@ impl World {
     }
 }
 
-/// The tests of this file, one at a time: each makes a world under the temporary
-/// directory, and the read rules decompose every ancestor of a hidden path, so a world
-/// made or removed alongside changes another test's rules (and stamps) between two of
-/// its fences. Held for the whole test, the world's removal included.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The tests of this file, one at a time, and no other test of this binary making or
+/// removing a directory meanwhile: each makes a world under the temporary directory,
+/// and the read rules decompose every ancestor of a hidden path, so a directory made or
+/// removed alongside (another test's world, or any test's sandbox) changes this test's
+/// rules (and stamps) between two of its fences. Held for the whole test, the world's
+/// removal included (see `common::TMP`).
+fn serial() -> common::TmpAlone {
+    common::tmp_alone()
 }
 
 /// Who runs an attempt.
@@ -529,7 +528,8 @@ fn as_nobody(test: &str) {
             "--",
         ])
         .arg(&exe)
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &common::test_name(module_path!(), test)])
+        .args(["--nocapture", "--test-threads=1"])
         .env(INNER, "1")
         .env("HOME", &home)
         .env("TMPDIR", &tmp)
@@ -739,7 +739,7 @@ fn the_probe_hook_reports_unavailable() {
     let status = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "probe_hook_child",
+            &common::test_name(module_path!(), "probe_hook_child"),
             "--nocapture",
             "--test-threads=1",
         ])

@@ -7,7 +7,7 @@
 //! The test binary re-executes itself (`watcher_owner`) to be the owner that dies.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::TaskStatus;
 use berth_local_agent::agent::groups::{
@@ -256,7 +256,7 @@ fn owner_dies(sb: &Sandbox, lines: &str) {
     let mut owner = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "watcher_owner",
+            &common::test_name(module_path!(), "watcher_owner"),
             "--nocapture",
             "--test-threads=1",
         ])

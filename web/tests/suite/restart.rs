@@ -2,7 +2,7 @@
 //! task is `interrupted` (never re-run), the queued one runs after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use common::{TempDir, TestServer, add_agent, new_session, send};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! swaps refused, settings read at every exchange, cancellation.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
@@ -169,8 +169,8 @@ async fn a_project_plugin_is_in_the_brief_only_while_bound_there() {
         ),
     );
     let exec = sb.executor();
-    // The project's env applies once the user trusts its directory (tests/tests/trust.rs
-    // covers the untrusted side).
+    // The project's env applies once the user trusts its directory
+    // (tests/tests/suite/trust.rs covers the untrusted side).
     let real = std::fs::canonicalize(&bound).unwrap();
     let real = real.to_str().unwrap();
     berth_local_agent::settings::trust::TrustStore::new(&sb.cfg().berth_home)

@@ -419,7 +419,7 @@ fn members_reach_only_their_own_sessions_and_machines() {
     let bob_new = rotated["token"].as_str().unwrap().to_owned();
     assert_eq!(team.api(&bob, "GET", "/api/v1/sessions", "").0, 401);
     let (st, list) = team.api(&bob_new, "GET", "/api/v1/sessions", "");
-    assert_eq!((st, ids(&list)), (200, vec![bob_s.clone()]));
+    assert_eq!((st, ids(&list)), (200, vec![bob_s]));
     let out = team.admin_cmd(&["member", "token", "rotate", "admin", "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -840,7 +840,7 @@ fn a_member_mends_only_their_own_sessions_and_an_admin_the_agents() {
     let (_, listed) = team.api(&bob, "GET", "/api/v1/sessions?all=true", "");
     assert_eq!(ids(&listed), vec![bob_s.clone()]);
     let (_, listed) = team.api(&admin, "GET", "/api/v1/sessions?all=true", "");
-    assert_eq!(ids(&listed), [ann_s.clone(), bob_s.clone()]);
+    assert_eq!(ids(&listed), [ann_s, bob_s.clone()]);
     let (st, v) = team.api(&ann, "PATCH", &path, r#"{"title":"  "}"#);
     assert_eq!((st, code(&v)), (400, "bad_request"), "{v}");
 

@@ -4,7 +4,7 @@
 //! lifecycle, members and tokens, channels, projects and bindings.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::Denial;
 use berth_core::api::TaskStatus;
@@ -897,7 +897,8 @@ async fn projects_bindings_and_listing(place: Place) {
 }
 
 /// Listing 10,000 sessions (the budget: 20 ms). Run with
-/// `cargo test -p berth-web --release --test store -- --ignored --nocapture`.
+/// `cargo test -p berth-web --release --test all -- --ignored --nocapture
+/// suite::store::`.
 #[test]
 #[ignore]
 fn bench_list_10000_sessions() {
@@ -1582,7 +1583,8 @@ async fn a_session_list_kept_across_a_lost_listener_is_read_again() {
 }
 
 /// Listing 10,000 sessions on PostgreSQL, and where the time goes. Run with
-/// `cargo test -p berth-web --release --test store -- --ignored --nocapture postgres_list`.
+/// `cargo test -p berth-web --release --test all -- --ignored --nocapture
+/// suite::store::bench_postgres_list`.
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

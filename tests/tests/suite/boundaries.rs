@@ -361,7 +361,7 @@ fn a_query_value_that_does_not_parse_answers_the_json_error() {
         "{v}"
     );
     for (method, path, body) in [
-        ("GET", events.clone(), ""),
+        ("GET", events, ""),
         (
             "POST",
             format!("/api/v1/sessions/{id}/messages?stream=maybe"),

@@ -605,12 +605,7 @@ fn bad_input_battery() {
         ("code/app", "path_not_absolute"),
         ("/tmp/a\u{0}b", "path_invalid"),
     ];
-    let refused_dirs = [
-        code.clone(),
-        foreign.clone(),
-        frozen.clone(),
-        home.join(".ssh"),
-    ];
+    let refused_dirs = [code.clone(), foreign, frozen, home.join(".ssh")];
     let listings_before: Vec<Vec<String>> = refused_dirs.iter().map(|d| listing(d)).collect();
 
     // `check` needs no server.
@@ -900,7 +895,7 @@ fn bad_input_battery() {
         ),
         (
             Some(ts.clone()),
-            Some(good.clone()),
+            Some(good),
             format!("{event} ").into_bytes(),
             401,
         ),

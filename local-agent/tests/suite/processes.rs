@@ -5,7 +5,7 @@
 //! The test binary re-executes itself (`child_runner`) to be the other processes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::TaskStatus;
 use berth_local_agent::agent::groups::{members, stop_leftovers};
@@ -40,7 +40,11 @@ fn spawn_child(
     extra: &[(&str, String)],
 ) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_runner", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &common::test_name(module_path!(), "child_runner"),
+        ])
+        .args(["--nocapture", "--test-threads=1"])
         .env(CHILD, mode)
         .env("BERTH_TEST_ROOT", root)
         .env("BERTH_TEST_WHICH", which)

@@ -3,12 +3,12 @@
 //! rest live, and a refused token or an absent server is reported as such.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
+use crate::common::TempDir;
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::daemon::url::ServerUrl;
 use berth_local_agent::daemon::{self, DaemonError, DaemonOptions};
-use berth_test_support::TempDir;
 use berth_web::daemon::wire::{
     self, ClaimedTask, EventBatch, EventsReply, FinishReply, FinishRequest, Registered, Validated,
     WireEvent, WirePlacement,

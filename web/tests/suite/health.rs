@@ -4,7 +4,7 @@
 //! streams end with a `retry:` hint, then the listeners close.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;

@@ -1,11 +1,11 @@
 //! The daemon registry through its HTTP routes, in process, with a daemon played by
-//! the test (the real `berth daemon` is exercised in `tests/tests/daemons.rs`): waiting
-//! for an offline machine, lost claims, restarts, cancels, and tasks the server no
-//! longer expects.
+//! the test (the real `berth daemon` is exercised in `tests/tests/suite/daemons.rs`):
+//! waiting for an offline machine, lost claims, restarts, cancels, and tasks the server
+//! no longer expects.
 #![cfg(feature = "local-binding")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_web::daemon::DaemonConfig;
 use common::{TestServer, add_agent, request};

@@ -298,7 +298,7 @@ fn an_agents_file_in_a_skill_folder_survives_cleanup_and_is_listed() {
     let (task, printed) = send(&b, &session, "deploy");
     assert_eq!(task["status"], "succeeded", "{task}\n{printed}");
 
-    let mut expected = before.clone();
+    let mut expected = before;
     for d in [".claude", ".claude/skills", ".claude/skills/deploy"] {
         expected.insert(d.into(), None);
     }
@@ -386,7 +386,7 @@ fn recovery_after_a_crash_keeps_the_agents_file_in_a_skill_folder() {
     let t = wait_final(&b, &session, &id);
     assert_eq!(t["status"], "interrupted", "{t}");
 
-    let mut expected = before.clone();
+    let mut expected = before;
     for d in [".claude", ".claude/skills", ".claude/skills/deploy"] {
         expected.insert(d.into(), None);
     }

@@ -1,7 +1,7 @@
 //! The HTTP API on the control socket and the web listener, over real sockets.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use common::{Reply, TempDir, TestServer, add_agent, new_session, request, send, sse};
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! that records the answers posted back. Runs in both feature sets.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use aes::Aes256;
 use axum::extract::State;

@@ -2,7 +2,7 @@
 //! a refused directory, symlinks judged by where they land.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::ErrorCode;
 use berth_core::api::CheckReport;
@@ -125,10 +125,7 @@ fn check_resolves_relative_paths_and_reports_canonical_and_display() {
     let real = sb.dir("work/app");
     let report = check_with(&cfg, "work/./app", &sb.root);
     let canonical = real.display().to_string();
-    assert_eq!(
-        report,
-        CheckReport::accepted(canonical.clone(), canonical.clone())
-    );
+    assert_eq!(report, CheckReport::accepted(canonical.clone(), canonical));
     let in_home = sb.dir("usr7q/code/app");
     let report = check_with(&cfg, "~/code/app", &sb.root);
     assert_eq!(

@@ -15,8 +15,7 @@
 //! health check, the CA bundle and a home it can write.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-#[path = "../../web/tests/common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use berth_test_support::http::{self, Request};
 use berth_tests::{TempDir, eventually, free_port};
@@ -34,7 +33,7 @@ fn deployed_server() -> PathBuf {
         panic!(
             "BERTH_DEPLOYED_SERVER is not set: give the path scripts/build-server.sh prints \
              (BERTH_DEPLOYED_SERVER=$(scripts/build-server.sh) cargo test -p berth-tests \
-             --test deployed -- --ignored)"
+             --test all -- --ignored suite::deployed::)"
         )
     });
     let path = PathBuf::from(path);
@@ -51,8 +50,8 @@ fn image() -> String {
         Ok(i) if !i.is_empty() => i,
         _ => panic!(
             "BERTH_IMAGE is not set: give the name scripts/build-image.sh prints \
-             (BERTH_IMAGE=$(scripts/build-image.sh) cargo test -p berth-tests --test deployed \
-             -- --ignored)"
+             (BERTH_IMAGE=$(scripts/build-image.sh) cargo test -p berth-tests --test all \
+             -- --ignored suite::deployed::)"
         ),
     }
 }

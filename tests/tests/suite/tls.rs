@@ -10,7 +10,8 @@
 //!   port; `berth serve --listen` off loopback needs TLS or `--insecure-http`.
 //!
 //! The daemon fault tests (cut connections, exactly-once events, a daemon killed or
-//! stopped) run over https too: `tests/tests/daemons.rs`, the `_over_https` cases.
+//! stopped) run over https too: `tests/tests/suite/daemons.rs`, the `_over_https`
+//! cases.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::steps::{add_command_agent, s, send_json, slack_sign};

@@ -1,7 +1,7 @@
 //! The scheduler through the control socket with a real `sh -c` executor.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use berth_core::api::TaskStatus;
 use common::{TestServer, add_agent, new_session, send};

@@ -3,7 +3,7 @@
 #![cfg(not(feature = "local-binding"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-mod common;
+use crate::common;
 
 use common::{TempDir, request};
 use serde_json::json;
