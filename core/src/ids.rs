@@ -244,6 +244,48 @@ impl MachineId {
     }
 }
 
+/// A member of a team server, by name: a session's owner, a caller, whose sessions a
+/// list is scoped to. A name is checked where it comes in (`berth-server member add`);
+/// one read back from the store is taken as stored. In JSON a plain string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Member(String);
+
+impl Member {
+    pub fn new(name: impl Into<String>) -> Member {
+        Member(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Member {
+    fn from(name: &str) -> Member {
+        Member::new(name)
+    }
+}
+
+impl From<String> for Member {
+    fn from(name: String) -> Member {
+        Member(name)
+    }
+}
+
+impl std::ops::Deref for Member {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

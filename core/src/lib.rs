@@ -30,7 +30,7 @@ pub mod wait;
 
 pub use code::{ErrorCode, Refusal};
 pub use context::Context;
-pub use ids::{IdError, MachineId, SessionId, TaskId};
+pub use ids::{IdError, MachineId, Member, SessionId, TaskId};
 pub use path::LocalPath;
 pub use platform::Platform;
 pub use policy::Permissions;

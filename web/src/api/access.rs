@@ -33,7 +33,7 @@ pub enum Caller {
     /// A daemon of `berth serve` is one too (its tokens are the first admin's): its
     /// token crosses the network, so it never gets the local user's powers.
     Member {
-        name: String,
+        name: berth_core::Member,
         admin: bool,
         via: String,
     },
@@ -43,7 +43,7 @@ impl Caller {
     /// A member's daemon, forwarding its machine's control socket.
     pub fn daemon(member: String, machine: &str) -> Caller {
         Caller::Member {
-            name: member,
+            name: member.into(),
             admin: false,
             via: format!("machine {machine}"),
         }
@@ -77,7 +77,7 @@ impl Caller {
 
 /// Whose sessions a list shows: one member's, or all (`None`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Scope(pub Option<String>);
+pub struct Scope(pub Option<berth_core::Member>);
 
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,19 +300,19 @@ async fn resolve_owned(
     ctx: &Ctx,
     target: Target,
     named: &str,
-    owner: Option<String>,
+    owner: Option<berth_core::Member>,
 ) -> Result<Resolved, StoreError> {
     match target {
         Target::Session => ctx
             .app
             .store
-            .session_of(named, owner)
+            .resolve_session_of(named, owner)
             .await
             .map(|s| Resolved::Session(s.id)),
         Target::Task | Target::None => ctx
             .app
             .store
-            .task_of(named, owner)
+            .resolve_task_of(named, owner)
             .await
             .map(|t| Resolved::Task(t.id)),
     }
@@ -329,12 +329,12 @@ async fn resolve_any(
         Target::Session => ctx
             .app
             .store
-            .session_of(named, None)
+            .resolve_session_of(named, None)
             .await
             .map(|s| (Resolved::Session(s.id), s.owner)),
         Target::Task | Target::None => {
-            let t = ctx.app.store.task_of(named, None).await?;
-            let s = ctx.app.store.session(t.session_id.as_str()).await?;
+            let t = ctx.app.store.resolve_task_of(named, None).await?;
+            let s = ctx.app.store.session(&t.session_id).await?;
             Ok((Resolved::Task(t.id), s.owner))
         }
     }

@@ -235,7 +235,7 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
             match found {
                 Ok(Some(m)) => {
                     req.extensions_mut().insert(Caller::Member {
-                        name: m.name,
+                        name: m.name.into(),
                         admin: m.admin,
                         via: match how {
                             Presented::Bearer => "api",

@@ -148,7 +148,7 @@ pub(crate) async fn link(
     NamedSession(id): NamedSession,
     JsonBody(req): JsonBody<LinkRequest>,
 ) -> Result<Json<SessionDoc>, ApiError> {
-    let session = ctx.app.store.session(id.as_str()).await?;
+    let session = ctx.app.store.session(&id).await?;
     if !session.origin.may_reach_local_paths() {
         return Err(Refusal::new(
             ErrorCode::OriginCannotBind,
@@ -188,7 +188,7 @@ pub(crate) async fn unlink(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
 ) -> Result<Json<SessionDoc>, ApiError> {
-    let session = ctx.app.store.session(id.as_str()).await?;
+    let session = ctx.app.store.session(&id).await?;
     let row = if session.binding.is_none() {
         session
     } else {

@@ -14,6 +14,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use berth_core::SessionId;
 use berth_core::api::{NewSession, Task, TaskStatus, WaitsFor};
 use serde::{Deserialize, Serialize};
 
@@ -207,7 +208,7 @@ pub(crate) async fn get_session(
     NamedSession(id): NamedSession,
 ) -> Result<Response, ApiError> {
     #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
-    let mut row = ctx.app.store.session(id.as_str()).await?;
+    let mut row = ctx.app.store.session(&id).await?;
     #[cfg(feature = "local-binding")]
     if ctx.surface == Surface::Web
         && let (Some(look), Some(b)) = (super::binding::Look::of(&ctx), row.binding.clone())
@@ -230,7 +231,7 @@ pub(crate) async fn get_session(
 /// socket's real text needs none, so it reads nothing for it.
 pub(crate) async fn session_display(
     ctx: &Ctx,
-    session: &str,
+    session: &SessionId,
 ) -> Result<std::sync::Arc<berth_core::Context>, ApiError> {
     match ctx.surface {
         Surface::Control => Ok(ctx.app.display.clone()),
@@ -249,7 +250,7 @@ pub(crate) async fn create_session(
 ) -> Result<Response, ApiError> {
     // The caller owns it: a member, or their daemon; nobody on a one-user server.
     let owner = match caller.map(|axum::Extension(c)| c) {
-        Some(Caller::Member { name, .. }) => Some(name),
+        Some(Caller::Member { name, .. }) => Some(name.to_string()),
         Some(Caller::Local) | None => None,
     };
     #[cfg(feature = "local-binding")]
@@ -315,7 +316,7 @@ pub(crate) async fn post_message(
             message: "the message text is empty".into(),
         });
     }
-    let shown = session_display(&ctx, id.as_str()).await?;
+    let shown = session_display(&ctx, &id).await?;
     let store = &ctx.app.store;
     let origin = ctx.surface.origin();
     let (task, seq, message) = if q.stream {
@@ -367,14 +368,14 @@ pub(crate) async fn list_tasks(
         std::collections::HashMap::new();
     let mut docs = Vec::with_capacity(rows.len());
     for t in &rows {
-        let session = t.session_id.as_str();
-        let display = match (ctx.surface, shown.get(session)) {
+        let session = &t.session_id;
+        let display = match (ctx.surface, shown.get(session.as_str())) {
             (Surface::Control, _) => ctx.app.display.clone(),
             (Surface::Web | Surface::Cloud, Some(display)) => display.clone(),
             (Surface::Web | Surface::Cloud, None) => {
                 let row = ctx.app.store.session(session).await?;
                 let display = displays.of_row(&row);
-                shown.insert(session.to_owned(), display.clone());
+                shown.insert(session.to_string(), display.clone());
                 display
             }
         };
@@ -396,8 +397,8 @@ pub(crate) async fn get_task(
     NamedTask(id): NamedTask,
 ) -> Result<Response, ApiError> {
     let owner = scope.and_then(|axum::Extension(s)| s.0);
-    let row = ctx.app.store.task(id.as_str()).await?;
-    let shown = session_display(&ctx, row.session_id.as_str()).await?;
+    let row = ctx.app.store.task(&id).await?;
+    let shown = session_display(&ctx, &row.session_id).await?;
     let mut doc = task_doc(ctx.surface, &shown, &row);
     name_holder(&ctx, owner.as_deref(), &row, &mut doc).await;
     Ok((Displays::shown_by(shown), Json(doc)).into_response())
@@ -421,10 +422,10 @@ async fn name_holder(ctx: &Ctx, owner: Option<&str>, row: &TaskRow, task: &mut T
     let seen = match ctx
         .app
         .store
-        .task_of(holder.as_str(), owner.map(str::to_owned))
+        .resolve_task_of(holder.as_str(), owner.map(berth_core::Member::new))
         .await
     {
-        Ok(t) => ctx.app.store.session(t.session_id.as_str()).await.ok(),
+        Ok(t) => ctx.app.store.session(&t.session_id).await.ok(),
         Err(_) => None,
     };
     task.waits_for = Some(match seen {
@@ -452,7 +453,7 @@ pub(crate) async fn cancel_task(
     NamedTask(id): NamedTask,
 ) -> Result<Json<TaskReply>, ApiError> {
     let row = ctx.app.scheduler.cancel(id.as_str()).await?;
-    let shown = session_display(&ctx, row.session_id.as_str()).await?;
+    let shown = session_display(&ctx, &row.session_id).await?;
     Ok(Json(TaskReply {
         task: task_doc(ctx.surface, &shown, &row),
         message_seq: None,
@@ -477,7 +478,7 @@ pub(crate) async fn task_undone(
     NamedTask(id): NamedTask,
     JsonBody(req): JsonBody<Undone>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let task = ctx.app.store.task(id.as_str()).await?;
+    let task = ctx.app.store.task(&id).await?;
     let seq = ctx
         .app
         .store

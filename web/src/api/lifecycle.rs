@@ -62,7 +62,7 @@ pub(crate) async fn delete_session(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
 ) -> Result<Response, ApiError> {
-    let row = ctx.app.store.session(id.as_str()).await?;
+    let row = ctx.app.store.session(&id).await?;
     let shown = Displays::of(&ctx.app).of_row(&row);
     let session = session_doc(ctx.surface, &shown, &row);
     let deleted = ctx.app.store.delete_session(id).await?;

@@ -56,7 +56,7 @@ fn new_member_token() -> Result<String, ApiError> {
 pub(crate) async fn me(caller: Option<Extension<Caller>>, State(ctx): State<Ctx>) -> Json<Me> {
     Json(match caller.map(|Extension(c)| c) {
         Some(Caller::Member { name, admin, via }) => Me {
-            member: Some(name),
+            member: Some(name.to_string()),
             admin,
             via,
         },

@@ -170,7 +170,7 @@ pub(crate) async fn events(
     QueryArgs(q): QueryArgs<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let session = ctx.app.store.session(id.as_str()).await?;
+    let session = ctx.app.store.session(&id).await?;
     let display = super::redact::Displays::of(&ctx.app).of_row(&session);
     let header = headers
         .get("last-event-id")

@@ -31,9 +31,9 @@ async fn token_member(
     asked: Option<String>,
 ) -> Result<Option<String>, ApiError> {
     let member = match (caller.map(|axum::Extension(c)| c), asked) {
-        (Some(Caller::Member { name, .. }), None) => return Ok(Some(name.clone())),
+        (Some(Caller::Member { name, .. }), None) => return Ok(Some(name.to_string())),
         (Some(Caller::Member { name, admin, .. }), Some(m)) => {
-            if m != *name && !*admin {
+            if m != name.as_str() && !*admin {
                 return Err(ApiError::AdminOnly {
                     what: "make a daemon token for another member",
                 });

@@ -359,7 +359,7 @@ impl Scheduler {
     /// `cancelled` when the executor returns); one not started yet is `cancelled` at
     /// once; a finished one is returned unchanged.
     pub async fn cancel(&self, prefix: &str) -> Result<TaskRow, StoreError> {
-        let task = self.inner.store.task(prefix).await?;
+        let task = self.inner.store.resolve_task(prefix).await?;
         let running = self.inner.running.lock().await;
         if let Some(run) = running.get(&task.id) {
             run.cancel.send_replace(true);
@@ -370,7 +370,7 @@ impl Scheduler {
                 self.inner.finished(&cancelled);
                 Ok(cancelled)
             }
-            None => self.inner.store.task(task.id.as_str()).await,
+            None => self.inner.store.task(&task.id).await,
         }
     }
 

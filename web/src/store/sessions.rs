@@ -127,14 +127,15 @@ impl Store {
         self.write(move |tx, _| insert_session(tx, new)).await
     }
 
-    /// The session `prefix` names uniquely among `owner`'s (among all with `None`):
-    /// another member's sessions neither match nor make a prefix ambiguous.
-    pub async fn session_of(
+    /// The session `prefix` (what a user typed) names uniquely among `owner`'s (among
+    /// all with `None`): another member's sessions neither match nor make a prefix
+    /// ambiguous.
+    pub async fn resolve_session_of(
         &self,
         prefix: &str,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<SessionRow, StoreError> {
-        on_pg!(self, pg => pg.session_of(prefix, owner));
+        on_pg!(self, pg => pg.resolve_session_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
             get_session(conn, &resolve_session(conn, &prefix, owner.as_deref())?)
@@ -142,12 +143,19 @@ impl Store {
         .await
     }
 
-    /// The session `prefix` names uniquely.
-    pub async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
-        on_pg!(self, pg => pg.session(prefix));
+    /// The session `prefix` (what a user typed) names uniquely.
+    pub async fn resolve_session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.resolve_session_of(prefix, None));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| get_session(conn, &session_id(conn, &prefix)?))
             .await
+    }
+
+    /// The session `id`, resolved already.
+    pub async fn session(&self, id: &SessionId) -> Result<SessionRow, StoreError> {
+        on_pg!(self, pg => pg.session(id));
+        let id = id.clone();
+        self.read_small(move |conn| get_session(conn, &id)).await
     }
 
     /// Sets or clears a session's binding. A change drops the resume id (the agent's
@@ -287,7 +295,7 @@ impl Store {
     /// view's body until something it shows changes, on any replica.
     pub async fn sessions_json<F>(
         &self,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
         archived: bool,
         view: &'static str,
         doc: F,
@@ -295,7 +303,7 @@ impl Store {
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        on_pg!(self, pg => pg.sessions_json((view, owner), archived, doc));
+        on_pg!(self, pg => pg.sessions_json((view, owner.map(|o| o.to_string())), archived, doc));
         // SQLite keeps no list (one process reads it; see `super::lists`).
         let _ = view;
         self.read(move |conn| {

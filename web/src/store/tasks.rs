@@ -576,14 +576,14 @@ impl Store {
         .await
     }
 
-    /// The task `prefix` names uniquely among those of `owner`'s sessions (among all
-    /// with `None`).
-    pub async fn task_of(
+    /// The task `prefix` (what a user typed) names uniquely among those of `owner`'s
+    /// sessions (among all with `None`).
+    pub async fn resolve_task_of(
         &self,
         prefix: &str,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<TaskRow, StoreError> {
-        on_pg!(self, pg => pg.task_of(prefix, owner));
+        on_pg!(self, pg => pg.resolve_task_of(prefix, owner));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| {
             let id = resolve_task(conn, &prefix, owner.as_deref())?;
@@ -592,12 +592,19 @@ impl Store {
         .await
     }
 
-    /// The task `prefix` names uniquely.
-    pub async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
-        on_pg!(self, pg => pg.task(prefix));
+    /// The task `prefix` (what a user typed) names uniquely.
+    pub async fn resolve_task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.resolve_task_of(prefix, None));
         let prefix = prefix.to_owned();
         self.read_small(move |conn| get_task(conn, &task_id(conn, &prefix)?))
             .await
+    }
+
+    /// The task `id`, resolved already.
+    pub async fn task(&self, id: &TaskId) -> Result<TaskRow, StoreError> {
+        on_pg!(self, pg => pg.task(id));
+        let id = id.clone();
+        self.read_small(move |conn| get_task(conn, &id)).await
     }
 
     /// Tasks of one session (by prefix) or of all, oldest first; only those of
@@ -605,7 +612,7 @@ impl Store {
     pub async fn list_tasks(
         &self,
         session: Option<String>,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<Vec<TaskRow>, StoreError> {
         on_pg!(self, pg => pg.list_tasks(session, owner));
         self.read(move |conn| {
@@ -626,7 +633,7 @@ impl Store {
                          OR session_id IN (SELECT id FROM sessions WHERE owner = ?1)
                          ORDER BY created_at, id"
                     ),
-                    owner,
+                    owner.map(|o| o.as_str().to_owned()),
                 ),
             };
             let mut stmt = conn.prepare_cached(&sql)?;

@@ -159,7 +159,12 @@ async fn readyz_turns_503_first_streams_end_with_a_retry_hint_then_the_socket_cl
         get(&socket, "/healthz").await.is_none(),
         "nothing answers once closed"
     );
-    let done = server.state().store.task(task.as_str()).await.unwrap();
+    let done = server
+        .state()
+        .store
+        .resolve_task(task.as_str())
+        .await
+        .unwrap();
     assert_eq!(
         done.status,
         TaskStatus::Interrupted,

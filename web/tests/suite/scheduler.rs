@@ -170,7 +170,7 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
     t.wait_task(&first).await;
     let store = t.server.state().store;
     assert_eq!(
-        store.session(&s).await.unwrap().resume_id,
+        store.resolve_session(&s).await.unwrap().resume_id,
         Some(format!("resume-{first}"))
     );
 
@@ -186,7 +186,7 @@ async fn linking_runs_in_place_drops_the_resume_id_and_says_so() {
     let dir = project.path().display().to_string();
     assert_eq!(r.json["binding"]["dir"], dir);
     assert_eq!(r.json["binding"]["daemon_name"], "testbox");
-    assert_eq!(store.session(&s).await.unwrap().resume_id, None);
+    assert_eq!(store.resolve_session(&s).await.unwrap().resume_id, None);
 
     let second = send(&t, &s, "y").await;
     let task = t.wait_task(&second).await;
@@ -341,7 +341,7 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
         assert!(
             ended.is_ok(),
             "message {i} was left {:?}",
-            store.task(task.id.as_str()).await.unwrap().status
+            store.task(&task.id).await.unwrap().status
         );
     }
 }

@@ -118,7 +118,7 @@ async fn everything_accepted_survives_a_restart_and_running_tasks_become_interru
     assert_eq!(rec.interrupted, vec![running.id.clone()]);
     assert_eq!(rec.pending_sessions, vec![session.id.clone()]);
 
-    let again = store.session(session.id.as_str()).await.unwrap();
+    let again = store.session(&session.id).await.unwrap();
     assert_eq!(
         (
             again.id,
@@ -203,10 +203,10 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
         .collect();
     expected.sort();
 
-    assert_eq!(store.session(a.id.as_str()).await.unwrap().id, a.id);
+    assert_eq!(store.session(&a.id).await.unwrap().id, a.id);
     assert_eq!(
         store
-            .session(&a.id.as_str()[..common + 1])
+            .resolve_session(&a.id.as_str()[..common + 1])
             .await
             .unwrap()
             .id,
@@ -214,13 +214,13 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
     );
     assert_eq!(
         store
-            .session(&b.id.as_str().to_uppercase()[..common + 1])
+            .resolve_session(&b.id.as_str().to_uppercase()[..common + 1])
             .await
             .unwrap()
             .id,
         b.id
     );
-    match store.session(shared).await {
+    match store.resolve_session(shared).await {
         Err(StoreError::Ambiguous {
             what,
             prefix,
@@ -234,7 +234,7 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
     for unknown in ["ffff", "zz", "", "0%"] {
         assert!(
             matches!(
-                store.session(unknown).await,
+                store.resolve_session(unknown).await,
                 Err(StoreError::UnknownSession { .. })
             ),
             "{unknown:?}"
@@ -246,14 +246,14 @@ async fn ids_resolve_by_unique_prefix(place: Place) {
         .unwrap();
     assert_eq!(
         store
-            .task(&t.id.as_str()[..t.id.as_str().len() - 2])
+            .resolve_task(&t.id.as_str()[..t.id.as_str().len() - 2])
             .await
             .unwrap()
             .id,
         t.id
     );
     assert!(matches!(
-        store.task("ffff").await,
+        store.resolve_task("ffff").await,
         Err(StoreError::UnknownTask { .. })
     ));
 }
@@ -373,7 +373,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         (TaskStatus::Succeeded, Some(0), 1)
     );
     assert!(done.started_at.is_some() && done.finished_at.is_some());
-    let session = store.session(s.id.as_str()).await.unwrap();
+    let session = store.session(&s.id).await.unwrap();
     assert_eq!(
         (
             session.work_dir.as_deref(),
@@ -412,7 +412,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
             .await
             .unwrap()
     );
-    let back = store.task(t4.id.as_str()).await.unwrap();
+    let back = store.task(&t4.id).await.unwrap();
     assert_eq!(
         (back.status, back.wait_reason.as_deref(), back.started_at),
         (TaskStatus::WaitingDaemon, Some("machine away"), None)
@@ -426,7 +426,7 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         .await
         .unwrap();
     // The task itself says it was undone.
-    let undone = store.task(t1.id.as_str()).await.unwrap();
+    let undone = store.task(&t1.id).await.unwrap();
     assert!(
         undone
             .changes
@@ -471,12 +471,7 @@ async fn members_tokens_and_the_audit_trail(place: Place) {
     assert_eq!(before.owner, None);
     store.ensure_first_admin("hash-admin".into()).await.unwrap();
     assert_eq!(
-        store
-            .session(before.id.as_str())
-            .await
-            .unwrap()
-            .owner
-            .as_deref(),
+        store.session(&before.id).await.unwrap().owner.as_deref(),
         Some(FIRST_ADMIN)
     );
     // A new token at every start replaces the first admin's hash.
@@ -706,7 +701,7 @@ async fn channel_messages_are_taken_in_once(place: Place) {
         panic!("not queued in the same session")
     };
     assert_eq!(same, session_id);
-    let session = store.session(session_id.as_str()).await.unwrap();
+    let session = store.resolve_session(session_id.as_str()).await.unwrap();
     assert_eq!(
         (session.origin, session.owner.as_deref(), session.binding),
         (Origin::Channel, Some("admin"), None)
@@ -795,13 +790,7 @@ async fn projects_bindings_and_listing(place: Place) {
         1
     );
     assert_eq!(
-        store
-            .session(s.id.as_str())
-            .await
-            .unwrap()
-            .binding
-            .unwrap()
-            .state,
+        store.session(&s.id).await.unwrap().binding.unwrap().state,
         BindingState::MachineOffline
     );
     assert_eq!(store.set_machine_online(m1.clone(), true).await.unwrap(), 1);
@@ -850,7 +839,10 @@ async fn projects_bindings_and_listing(place: Place) {
             .unwrap();
     // Each listed document is the one a single read gives.
     for d in &all {
-        let one = store.session(d["id"].as_str().unwrap()).await.unwrap();
+        let one = store
+            .resolve_session(d["id"].as_str().unwrap())
+            .await
+            .unwrap();
         assert_eq!(d, &serde_json::to_value(one.to_api()).unwrap());
     }
     #[cfg(feature = "local-binding")]
@@ -878,12 +870,14 @@ async fn projects_bindings_and_listing(place: Place) {
     );
     // Another member's sessions do not match a prefix.
     assert!(matches!(
-        store.session_of(s.id.as_str(), Some("bob".into())).await,
+        store
+            .resolve_session_of(s.id.as_str(), Some("bob".into()))
+            .await,
         Err(StoreError::UnknownSession { .. })
     ));
     assert_eq!(
         store
-            .session_of(s.id.as_str(), Some("ann".into()))
+            .resolve_session_of(s.id.as_str(), Some("ann".into()))
             .await
             .unwrap()
             .id,
@@ -1115,7 +1109,7 @@ mod postgres_only {
             .unwrap();
         assert_eq!(reported_row.outcome.as_ref(), Some(&outcome));
         // Claimed and never handed over: back in line, to run.
-        let back = new.task(claimed.id.as_str()).await.unwrap();
+        let back = new.task(&claimed.id).await.unwrap();
         assert_eq!((back.status, back.started_at), (TaskStatus::Queued, None));
         assert!(rec.pending_sessions.contains(&claimed.session_id));
     }
@@ -1231,7 +1225,7 @@ mod postgres_only {
         // at once, at worst after one call answered "unavailable" (503).
         let mut unavailable = 0;
         let again = loop {
-            match store.session(s.id.as_str()).await {
+            match store.session(&s.id).await {
                 Ok(row) => break row,
                 Err(StoreError::Unavailable(_)) if unavailable == 0 => unavailable += 1,
                 Err(e) => panic!("a lost connection must read as unavailable: {e:?}"),
@@ -1291,7 +1285,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, 12);
-    let s = store.session("0a1b2c3d").await.unwrap();
+    let s = store.resolve_session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store
         .list_tasks(Some(s.id.to_string()), None)
@@ -1318,7 +1312,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
     // Members came with version 7: the first admin takes the old session.
     store.ensure_first_admin("h".into()).await.unwrap();
     assert_eq!(
-        store.session(s.id.as_str()).await.unwrap().owner.as_deref(),
+        store.session(&s.id).await.unwrap().owner.as_deref(),
         Some(FIRST_ADMIN)
     );
 }
@@ -1351,7 +1345,7 @@ async fn an_old_postgres_schema_is_upgraded_in_place_with_its_data() {
     )
     .await;
     let store = Store::connect(&url).await.unwrap();
-    let s = store.session("0a1b").await.unwrap();
+    let s = store.resolve_session("0a1b").await.unwrap();
     assert_eq!(
         (s.title.as_str(), s.owner.as_deref()),
         ("old one", Some("admin"))
@@ -1735,7 +1729,7 @@ async fn sessions_and_agents_are_mended(place: Place) {
         }
     );
     assert!(matches!(
-        store.session(one.id.as_str()).await,
+        store.session(&one.id).await,
         Err(StoreError::UnknownSession { .. })
     ));
     assert!(

@@ -171,10 +171,10 @@ impl Pg {
         Ok(row)
     }
 
-    pub(crate) async fn session_of(
+    pub(crate) async fn resolve_session_of(
         &self,
         prefix: &str,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<SessionRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
@@ -182,8 +182,10 @@ impl Pg {
         get_session(&mut q, &id).await
     }
 
-    pub(crate) async fn session(&self, prefix: &str) -> Result<SessionRow, StoreError> {
-        self.session_of(prefix, None).await
+    pub(crate) async fn session(&self, id: &SessionId) -> Result<SessionRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        get_session(&mut q, id).await
     }
 
     pub(crate) async fn set_binding(

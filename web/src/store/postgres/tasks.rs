@@ -539,10 +539,10 @@ impl Pg {
         Ok(seq)
     }
 
-    pub(crate) async fn task_of(
+    pub(crate) async fn resolve_task_of(
         &self,
         prefix: &str,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<TaskRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
@@ -550,14 +550,16 @@ impl Pg {
         get_task(&mut q, &id).await
     }
 
-    pub(crate) async fn task(&self, prefix: &str) -> Result<TaskRow, StoreError> {
-        self.task_of(prefix, None).await
+    pub(crate) async fn task(&self, id: &TaskId) -> Result<TaskRow, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        get_task(&mut q, id).await
     }
 
     pub(crate) async fn list_tasks(
         &self,
         session: Option<String>,
-        owner: Option<String>,
+        owner: Option<berth_core::Member>,
     ) -> Result<Vec<TaskRow>, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
@@ -575,7 +577,7 @@ impl Pg {
                      OR session_id IN (SELECT id FROM sessions WHERE owner = $1)
                      ORDER BY created_at, id"
                 );
-                q.rows(&sql, &[&owner]).await?
+                q.rows(&sql, &[&owner.as_deref()]).await?
             }
         };
         rows.iter().map(TaskRow::from_row).collect()
