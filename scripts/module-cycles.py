@@ -183,7 +183,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
     srcs = sys.argv[1:] or [
-        os.path.join(root, c, "src") for c in ("core", "wasm", "web", "local-agent", "tests")
+        os.path.join(root, c, "src") for c in ("core", "wasm", "web", "web/host", "local-agent", "tests")
     ]
     found = 0
     for src in srcs:

@@ -24,6 +24,13 @@ say "formatting"
 cargo fmt --all -- --check
 say "no import circles between modules (issue 35)"
 python3 scripts/module-cycles.py
+# The runner (the in-place executor's folders) leans on core's contract types and
+# berth-host, never on the server crate: only cli/, front/, daemon/ and serve.rs may.
+say "the runner's folders import nothing from berth-web (issue 53)"
+if grep -rln --include='*.rs' berth_web local-agent/src/{agent,changes,dir,inject,run,settings,git}; then
+  echo "the files above name berth_web: take the contract's types from berth_core::exec, host helpers from berth_host" >&2
+  exit 1
+fi
 say "every relative link and #anchor in the README and docs/ resolves"
 python3 scripts/check-links.py
 

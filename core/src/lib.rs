@@ -16,6 +16,7 @@ pub mod code;
 pub mod context;
 pub mod display;
 pub mod event;
+pub mod exec;
 pub mod fence;
 pub mod git;
 pub mod ids;

@@ -1,7 +1,9 @@
 //! Berth's local agent: the native executor that runs agents in a user's real
 //! directory, safely, and the pieces it is made of.
 //!
-//! The server (`berth-web`) calls [`NativeExecutor`] through its `Executor` trait; the
+//! The server (`berth-web`) calls [`NativeExecutor`] through its `Executor` trait,
+//! implemented in `serve.rs` (the runner's own folders name no server type: they take
+//! the contract's types from `berth_core::exec` and host helpers from `berth-host`); the
 //! CLI uses [`check`] for `berth check` and [`NativeExecutor::replay_leftovers`] at
 //! startup. The parts, in the order a run meets them:
 //!
@@ -28,6 +30,7 @@ pub mod front;
 pub mod git;
 pub mod inject;
 pub mod run;
+mod serve;
 pub mod settings;
 
 pub use check::{check, check_with, project_layer};

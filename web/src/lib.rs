@@ -6,7 +6,6 @@
 pub mod admin;
 pub mod api;
 pub mod backoff;
-pub mod clock;
 pub mod daemon;
 pub mod executor;
 pub mod hooks;
@@ -15,7 +14,6 @@ pub mod log;
 pub mod metrics;
 pub mod net;
 pub mod peer;
-pub mod private;
 pub mod probe;
 pub mod scheduler;
 pub mod secret;
@@ -23,3 +21,7 @@ pub mod server;
 pub mod store;
 pub mod transcript;
 pub mod ui;
+
+// Host helpers shared with the runner live in `berth-host` (web/host); re-exported at
+// their old paths so the server's code and the tests name them as before.
+pub use berth_host::{clock, private};

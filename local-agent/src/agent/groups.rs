@@ -290,7 +290,7 @@ impl GroupRecord {
     /// a record outlives a crashed Berth in the page cache, and nothing it names
     /// survives a crash of the machine.
     pub fn create(dir: &Path, group: &Group) -> std::io::Result<GroupRecord> {
-        berth_web::private::dir(dir)?;
+        berth_host::private::dir(dir)?;
         let path = dir.join(format!("{}-{}.json", group.pgid, group.start));
         let mut file = File::from(rustix::fs::open(
             &path,

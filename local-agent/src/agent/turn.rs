@@ -5,7 +5,7 @@ use crate::agent::adapter::{Adapter, TurnState};
 use crate::agent::process::AgentProcess;
 use crate::dir::lock::cancelled;
 use berth_core::event::AgentEvent;
-use berth_web::executor::ExecEvent;
+use berth_core::exec::ExecEvent;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, watch};
 

@@ -7,7 +7,7 @@ use super::shadow::{Shadow, now_secs};
 use super::tree::Snapshot;
 use berth_core::TaskId;
 use berth_core::api::{Changes, FileChange, Skipped};
-use berth_web::private;
+use berth_host::private;
 use serde::{Deserialize, Serialize};
 use std::process::Stdio;
 

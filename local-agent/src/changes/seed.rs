@@ -30,7 +30,7 @@ use super::error::ChangesError;
 use super::index::{self, Entry, MAX_INDEX_BYTES};
 use super::limits::Limits;
 use super::shadow::Shadow;
-use berth_web::private;
+use berth_host::private;
 use std::path::{Path, PathBuf};
 
 /// The file in the shadow repository that marks it seeded: the repository's objects

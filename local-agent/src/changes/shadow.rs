@@ -5,13 +5,15 @@ use super::SNAPSHOTS_DIR;
 use super::error::ChangesError;
 use super::tree::escape_glob;
 use crate::git;
-use berth_web::private;
+use berth_host::private;
+use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// Where the shadow repository of `dir` lives: a hash of its path.
+/// Where the shadow repository of `dir` lives: a hash of its path (SHA-256 of its
+/// text, in hex: the folders recorded so far are named so).
 pub(super) fn shadow_dir(berth_home: &Path, dir: &Path) -> PathBuf {
-    let key = berth_web::daemon::token_hash(&dir.to_string_lossy());
+    let key = hex::encode(Sha256::digest(dir.to_string_lossy().as_bytes()));
     berth_home
         .join(SNAPSHOTS_DIR)
         .join(format!("{}.git", &key[..24]))

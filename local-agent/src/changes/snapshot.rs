@@ -10,7 +10,7 @@ use super::shadow::Shadow;
 use super::tree::{Snapshot, unescape_glob};
 #[cfg(target_os = "linux")]
 use super::watch;
-use berth_web::private;
+use berth_host::private;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

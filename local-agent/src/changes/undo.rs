@@ -8,7 +8,7 @@ use crate::dir::lock::abandoned;
 use crate::dir::pin::PinnedDir;
 use berth_core::TaskId;
 use berth_core::api::Changes;
-use berth_web::private;
+use berth_host::private;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};

@@ -457,7 +457,7 @@ impl Watch {
             )?;
         }
         let tree = shadow.write_tree()?;
-        berth_web::private::write(shadow.git_dir.join("berth-last"), &tree)?;
+        berth_host::private::write(shadow.git_dir.join("berth-last"), &tree)?;
         let nested = shadow.nested(&[]);
         Ok(Snapshot {
             tree,

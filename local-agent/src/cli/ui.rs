@@ -44,7 +44,7 @@ pub fn run(home: Option<PathBuf>, open: bool, rotate: bool, json: bool) -> Resul
         write_token(&home.join(WEB_TOKEN), &token)?;
         info.token = token;
         let text = serde_json::to_string_pretty(&info).unwrap_or_default();
-        berth_web::private::write_atomic(&path, text.as_bytes()).map_err(|e| {
+        berth_host::private::write_atomic(&path, text.as_bytes()).map_err(|e| {
             CliError::new(
                 format!("the new token is in force, but {shown} could not be updated: {e}"),
                 "check Berth's home; `berth ui` reads the token from there",
@@ -106,7 +106,7 @@ fn fresh_token() -> Result<String, CliError> {
 }
 
 fn write_token(file: &Path, token: &str) -> Result<(), CliError> {
-    berth_web::private::write_atomic(file, format!("{token}\n").as_bytes()).map_err(|e| {
+    berth_host::private::write_atomic(file, format!("{token}\n").as_bytes()).map_err(|e| {
         CliError::new(
             format!("cannot write the web token to {}: {e}", file.display()),
             "check that Berth's home is yours and writable",

@@ -52,9 +52,9 @@ fn io_err<'a>(
     }
 }
 
-/// Creates `home` (0700), or makes an existing one 0700 ([`berth_web::private`]).
+/// Creates `home` (0700), or makes an existing one 0700 ([`berth_host::private`]).
 pub fn ensure_home(home: &Path) -> Result<(), MachineIdError> {
-    berth_web::private::dir(home).map_err(io_err("create", home))
+    berth_host::private::dir(home).map_err(io_err("create", home))
 }
 
 /// The machine id kept in `home`, created (uuid v4, file mode 0600) on first use.
@@ -67,7 +67,7 @@ pub fn load_or_create(home: &Path) -> Result<MachineId, MachineIdError> {
         Err(e) => return Err(io_err("read", &path)(e)),
     }
     let id = uuid::Uuid::new_v4().to_string();
-    berth_web::private::write_atomic(&path, format!("{id}\n").as_bytes())
+    berth_host::private::write_atomic(&path, format!("{id}\n").as_bytes())
         .map_err(io_err("write", &path))?;
     parse(&path, &id)
 }

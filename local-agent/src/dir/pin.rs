@@ -8,8 +8,8 @@
 //! leads to the same directory; a swap is a refusal (`path_changed`), never a run
 //! somewhere else.
 
+use berth_core::exec::ValidatedDir;
 use berth_core::{ErrorCode, LocalPath, Refusal};
-use berth_web::executor::ValidatedDir;
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -79,7 +79,7 @@ impl PinnedDir {
         ValidatedDir {
             canonical: self.canonical.clone(),
             display: self.display.clone(),
-            identity: berth_web::executor::DirIdentity {
+            identity: berth_core::exec::DirIdentity {
                 dev: self.dev,
                 ino: self.ino,
             },

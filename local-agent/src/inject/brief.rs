@@ -4,8 +4,8 @@
 //! markdown prompt-fragment plugins, and a note that the user may be editing the same
 //! directory. Built afresh for every exchange from the settings read for it.
 
+use berth_core::exec::SessionFacts;
 use berth_core::settings::{PluginKind, Settings};
-use berth_web::executor::SessionFacts;
 
 /// The largest prompt fragment read, in bytes; longer ones are cut with a note. Only
 /// a regular file is read ([`crate::settings::input`]): a fragment linked to

@@ -186,7 +186,7 @@ impl Journal {
             file: path.clone(),
             source,
         };
-        berth_web::private::dir(&self.dir).map_err(err)?;
+        berth_host::private::dir(&self.dir).map_err(err)?;
         let file = rustix::fs::open(
             &path,
             OFlags::CREATE

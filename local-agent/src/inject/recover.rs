@@ -56,7 +56,7 @@ pub fn replay_leftovers(journal_dir: &Path) -> ReplayReport {
             let _ = std::fs::remove_file(&file);
         } else {
             let aside = journal_dir.join("unapplied");
-            let _ = berth_web::private::dir(&aside);
+            let _ = berth_host::private::dir(&aside);
             if let Some(name) = file.file_name() {
                 let _ = std::fs::rename(&file, aside.join(name));
             }

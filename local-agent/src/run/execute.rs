@@ -15,8 +15,8 @@ use crate::dir::lock::LockError;
 use berth_core::ErrorCode;
 use berth_core::api::{Denial, TaskStatus};
 use berth_core::event::AgentEvent;
+use berth_core::exec::{ExecEvent, Placement, TaskOutcome, TaskSpec};
 use berth_core::settings::trust::Trust;
-use berth_web::executor::{ExecEvent, Placement, TaskOutcome, TaskSpec};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 

@@ -1,6 +1,7 @@
 //! The executor of this machine ([`NativeExecutor`]): its state, and what the server
-//! asks of it through the `Executor` trait (run a task, recover after a crash,
-//! validate a directory, say how agents are fenced).
+//! asks of it (run a task, recover after a crash, validate a directory, say how agents
+//! are fenced), as its own methods. The server's `Executor` trait is implemented on
+//! it outside the runner (`crate::serve`), by calling these.
 
 use super::execute::run;
 use super::state::Inner;
@@ -12,8 +13,8 @@ use crate::dir::validate;
 use crate::inject::journal::Journal;
 use crate::inject::recover::{self, ReplayReport};
 use berth_core::binding::MachineId;
+use berth_core::exec::{DirIdentity, ExecEvent, TaskOutcome, TaskSpec, ValidatedDir};
 use berth_core::{Context, Refusal};
-use berth_web::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec, ValidatedDir};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
@@ -104,7 +105,9 @@ impl NativeExecutor {
         groups::stop_leftovers(&self.inner.cfg.agents_dir())
     }
 
-    /// Runs one task to its end (see [`Executor::run`]).
+    /// Runs one task to its end, reporting progress on `events`. When `cancel` turns
+    /// `true` it stops the agent (its whole process group), restores the directory and
+    /// returns `cancelled`; it never returns before the directory is restored.
     pub async fn run_task(
         &self,
         task: TaskSpec,
@@ -113,33 +116,27 @@ impl NativeExecutor {
     ) -> TaskOutcome {
         run(self.inner.clone(), task, events, cancel).await
     }
-}
 
-impl Executor for NativeExecutor {
-    fn fence(&self) -> Option<berth_core::api::FenceStatus> {
+    /// How this machine fences the agents it runs now. Reads the user settings.
+    pub fn fence_status(&self) -> Option<berth_core::api::FenceStatus> {
         Some(crate::run::fence::status(
             &self.inner.ctx,
             &self.inner.cfg.config_dir,
         ))
     }
 
-    fn machine(&self) -> (MachineId, String) {
+    /// This machine's id and human name.
+    pub fn this_machine(&self) -> (MachineId, String) {
         (
             self.inner.cfg.machine_id.clone(),
             self.inner.cfg.machine_name.clone(),
         )
     }
 
-    fn run(
-        &self,
-        task: TaskSpec,
-        events: mpsc::UnboundedSender<ExecEvent>,
-        cancel: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, TaskOutcome> {
-        Box::pin(run(self.inner.clone(), task, events, cancel))
-    }
-
-    fn recover(&self) -> Vec<String> {
+    /// Restores whatever interrupted runs left behind: stops their agents, sweeps
+    /// their temporary directories, replays their journals. Blocking; call once at
+    /// startup, before the first task. One line per action, for the operator.
+    pub fn recover_leftovers(&self) -> Vec<String> {
         let groups = self.stop_leftover_agents();
         let stopped = groups.stopped.iter().map(|(dir, n)| {
             let what = if *n == 1 { "process" } else { "processes" };
@@ -194,19 +191,25 @@ impl Executor for NativeExecutor {
         lines
     }
 
-    fn validate(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
+    /// Validates a directory natively, as a binding would use it. Blocking.
+    pub fn validate_binding(&self, dir: &str) -> Result<ValidatedDir, Refusal> {
         self.validate_dir(dir).map(|p| p.to_validated())
     }
 
-    fn look(
+    /// Whether a directory bound here still holds, looked at now: `Missing` when `dir`
+    /// names no directory, `Changed` when it names another than `identity`; `None`
+    /// when it holds or cannot be told. Blocking (a `stat`).
+    pub fn look_at(
         &self,
         dir: &str,
-        identity: Option<berth_web::executor::DirIdentity>,
+        identity: Option<DirIdentity>,
     ) -> Option<berth_core::binding::BindingState> {
         look(dir, identity)
     }
 
-    fn warm(&self, dir: &ValidatedDir) {
+    /// A directory was just bound in place: takes the change record's first snapshot
+    /// on a thread of its own, if it was never taken. Returns at once.
+    pub fn warm_up(&self, dir: &ValidatedDir) {
         let (inner, input) = (self.inner.clone(), dir.canonical.as_str().to_owned());
         let identity = (dir.identity.dev, dir.identity.ino);
         let spawned = std::thread::Builder::new()
@@ -218,14 +221,11 @@ impl Executor for NativeExecutor {
     }
 }
 
-/// [`Executor::look`]: the bound path `dir` names no directory (`missing`), or no
+/// [`NativeExecutor::look_at`]: the bound path `dir` names no directory (`missing`), or no
 /// longer the one linked (`changed`: it resolves elsewhere, or another directory was
 /// put in its place), as a run would find it; `None` when it holds, or cannot be told
 /// (a path not readable here is left to the run to refuse, in its own words).
-fn look(
-    dir: &str,
-    identity: Option<berth_web::executor::DirIdentity>,
-) -> Option<berth_core::binding::BindingState> {
+fn look(dir: &str, identity: Option<DirIdentity>) -> Option<berth_core::binding::BindingState> {
     use berth_core::binding::BindingState;
     use std::os::unix::fs::MetadataExt;
     let meta = match std::fs::metadata(dir) {
@@ -244,7 +244,7 @@ fn look(
 }
 
 /// The change record's first snapshot of a directory just bound (see
-/// [`Executor::warm`]): only if it was never recorded, only if it is still the
+/// [`NativeExecutor::warm_up`]): only if it was never recorded, only if it is still the
 /// directory validated, and only if no run holds it (the lock is taken, never waited
 /// for: a run that comes meanwhile waits, and reads this snapshot's progress).
 fn first_snapshot(inner: &Inner, input: &str, identity: (u64, u64)) {

@@ -1,5 +1,7 @@
 //! The run of one task, in place, in a worktree or in scratch: [`NativeExecutor`],
-//! which the server calls through its `Executor` trait. Its stages, in order:
+//! which the server calls through its `Executor` trait (implemented outside the
+//! runner, in `crate::serve`, so the runner names no server type). Its stages, in
+//! order:
 //!
 //! 1. [`place`]: where the task runs: the bound directory validated, pinned and
 //!    locked (`crate::dir`), a [`worktree`] of it, or the session's [`scratch`];
@@ -9,8 +11,8 @@
 //! 4. [`finish`]: the directory restored through its descriptor, the lock released,
 //!    and the task's [`outcome`].
 //!
-//! The future of [`Executor::run`](berth_web::executor::Executor::run) never resolves
-//! before the directory is restored and the lock released.
+//! The future of [`NativeExecutor::run_task`] never resolves before the directory is
+//! restored and the lock released.
 
 mod execute;
 mod executor;

@@ -6,7 +6,7 @@ use crate::agent::adapter::Adapter;
 use crate::agent::turn::Ran;
 use berth_core::ErrorCode;
 use berth_core::api::TaskStatus;
-use berth_web::executor::TaskOutcome;
+use berth_core::exec::TaskOutcome;
 
 pub(super) fn outcome(status: TaskStatus, error: Option<String>) -> TaskOutcome {
     TaskOutcome {

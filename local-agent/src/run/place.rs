@@ -6,8 +6,8 @@ use crate::dir::pin::{PinnedDir, pin_owned};
 use crate::dir::validate;
 use crate::inject::brief::WorkMode;
 use crate::run::{scratch, worktree};
+use berth_core::exec::{DirIdentity, Placement, TaskSpec};
 use berth_core::{Context, ErrorCode, LocalPath};
-use berth_web::executor::{DirIdentity, Placement, TaskSpec};
 
 /// A binding stores the canonical path it was validated as, and the directory's
 /// (device, inode). If that path now resolves elsewhere (replaced by a symlink, or a

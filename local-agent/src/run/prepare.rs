@@ -9,9 +9,9 @@ use crate::inject::brief::{self, WorkMode};
 use crate::inject::sidecar::Sidecars;
 use crate::settings;
 use berth_core::event::AgentEvent;
+use berth_core::exec::{ExecEvent, TaskSpec};
 use berth_core::policy::Policy;
 use berth_core::{ErrorCode, Permissions};
-use berth_web::executor::{ExecEvent, TaskSpec};
 use tokio::sync::mpsc;
 
 /// `nested`: the nested repositories the change record knows, for the guard.

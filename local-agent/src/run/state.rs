@@ -10,9 +10,9 @@ use crate::inject::journal::Journal;
 use crate::inject::sidecar::Sidecars;
 use crate::run::worktree::Worktree;
 use berth_core::event::AgentEvent;
+use berth_core::exec::ExecEvent;
 use berth_core::policy::Policy;
 use berth_core::{Context, ErrorCode, LocalPath, Refusal};
-use berth_web::executor::ExecEvent;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 

@@ -79,7 +79,7 @@ impl Tmps {
             return Ok(());
         }
         for d in [&self.live, &self.ready_dir, &self.done_dir] {
-            berth_web::private::dir(d)?;
+            berth_host::private::dir(d)?;
         }
         self.made.store(true, Ordering::Release);
         Ok(())

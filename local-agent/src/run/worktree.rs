@@ -127,7 +127,7 @@ pub fn ensure(
         && git(&root, &read, ["rev-parse", "--show-toplevel"]).is_ok_and(|t| Path::new(&t) == root);
     if !usable {
         if let Some(parent) = root.parent() {
-            berth_web::private::dir(parent)?;
+            berth_host::private::dir(parent)?;
         }
         let writes = writes(&root, &common);
         // A stale registration (the folder was deleted) would block `worktree add`.

@@ -212,7 +212,7 @@ impl TrustStore {
                 dir: dir.to_owned(),
                 dev: identity.0,
                 ino: identity.1,
-                trusted_at: berth_web::clock::now(),
+                trusted_at: berth_host::clock::now(),
             };
             match entries.iter_mut().find(|e| same_path(&e.dir, dir)) {
                 Some(e) if (e.dev, e.ino) == identity => TrustChange::Unchanged,
@@ -267,7 +267,7 @@ impl TrustStore {
         };
         let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| write_err(e.into()))?;
         bytes.push(b'\n');
-        berth_web::private::write_atomic(&self.file, &bytes).map_err(write_err)?;
+        berth_host::private::write_atomic(&self.file, &bytes).map_err(write_err)?;
         Ok(out)
     }
 }

@@ -36,7 +36,7 @@ use crate::dir::lock::cancelled;
 use berth_core::Permissions;
 use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
-use berth_web::executor::ExecEvent;
+use berth_core::exec::ExecEvent;
 use policy::Decision;
 use rpc::{Message, RpcError};
 use rustix::fd::BorrowedFd;

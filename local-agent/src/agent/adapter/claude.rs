@@ -12,7 +12,7 @@ use super::{Invocation, Turn, TurnState, program};
 use berth_core::Permissions;
 use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
-use berth_web::executor::AgentSpec;
+use berth_core::exec::AgentSpec;
 use serde_json::Value;
 
 /// What claude prints for an unknown `--resume` id.

@@ -13,7 +13,7 @@ use super::{Invocation, Turn, TurnState, program};
 use berth_core::Permissions;
 use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
-use berth_web::executor::AgentSpec;
+use berth_core::exec::AgentSpec;
 use serde_json::Value;
 
 /// Codex's sandbox for a policy; approvals are always off (`exec` cannot ask).
@@ -349,7 +349,7 @@ mod fence_tests {
     fn a_fenced_codex_runs_without_its_own_sandbox() {
         let spec = AgentSpec {
             name: "codex".into(),
-            kind: berth_web::executor::AgentKind::Codex,
+            kind: berth_core::exec::AgentKind::Codex,
             command: vec![],
             permissions: None,
         };

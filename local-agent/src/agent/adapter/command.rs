@@ -3,7 +3,7 @@
 //! output, exit 0 as success.
 
 use super::{AdapterError, Invocation, Turn};
-use berth_web::executor::AgentSpec;
+use berth_core::exec::AgentSpec;
 
 pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Result<Invocation, AdapterError> {
     let (program, args) = spec

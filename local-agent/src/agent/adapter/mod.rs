@@ -12,7 +12,7 @@ pub mod command;
 use berth_core::Permissions;
 use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
-use berth_web::executor::{AgentKind, AgentSpec};
+use berth_core::exec::{AgentKind, AgentSpec};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -490,7 +490,7 @@ impl Adapter {
             match kind {
                 WriteKind::Subtree => {
                     if !path.exists() {
-                        berth_web::private::dir(path)?;
+                        berth_host::private::dir(path)?;
                     }
                 }
                 WriteKind::File => {

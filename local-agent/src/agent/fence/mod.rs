@@ -317,9 +317,10 @@ mod unavailable {
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub use unavailable::{ChildFence, Prepared, prepare};
 
-/// The peer check of Berth's sockets lives with the sockets (`berth_web::peer`): one
-/// home for reading the mark that the fence's seccomp filter sets.
-pub use berth_web::peer::{peer_is_fenced, seccomp_filters};
+/// The peer check of Berth's sockets lives with the sockets (`berth_host::peer`, which
+/// the server's listeners use too): one home for reading the mark that the fence's
+/// seccomp filter sets.
+pub use berth_host::peer::{peer_is_fenced, seccomp_filters};
 
 #[cfg(test)]
 mod tests {

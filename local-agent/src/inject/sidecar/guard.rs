@@ -381,7 +381,7 @@ impl Snapshot {
     /// Writes the snapshot to `file` (0600, replacing nothing), for the journal.
     pub fn save(&self, file: &Path) -> std::io::Result<()> {
         let text = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        berth_web::private::write(file, &text)
+        berth_host::private::write(file, &text)
     }
 
     /// Reads a snapshot [`Snapshot::save`] wrote.

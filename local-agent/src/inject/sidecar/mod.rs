@@ -417,7 +417,7 @@ impl Sidecars {
                 .collect::<String>(),
             uuid::Uuid::now_v7().simple()
         ));
-        let saved = berth_web::private::dir(guard_dir).and_then(|()| snap.save(&file));
+        let saved = berth_host::private::dir(guard_dir).and_then(|()| snap.save(&file));
         saved.map_err(|source| SidecarError::Write {
             path: file.display().to_string(),
             source,

@@ -6,7 +6,8 @@
 //! them. Every fenced agent carries one more seccomp filter than Berth itself,
 //! inherited by everything it starts and never removed (a double fork and `setsid` do
 //! not shed it): the socket reads its peer's pid (`SO_PEERCRED`) on accept and closes
-//! the connection of a peer that carries more filters than the server ([`Checked`]).
+//! the connection of a peer that carries more filters than the server ([`refuse`]; the
+//! server's listener that applies it on every accept is `berth-web`'s `peer::Checked`).
 //!
 //! Limits: a peer that exits before the check is refused (fail closed); a pid reused
 //! between the peer's exit and the check is judged as the new process (a small window;
@@ -19,7 +20,7 @@
 pub mod tcp;
 
 use std::sync::OnceLock;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 
 /// How many seccomp filters the process whose `/proc/<pid>/status` is `status`
 /// carries: the `Seccomp_filters` line (Linux 5.9+), else 1 for filter mode
@@ -83,55 +84,6 @@ pub fn refuse(stream: &UnixStream, socket: &str) -> bool {
             );
             true
         }
-    }
-}
-
-/// A unix listener that closes, on accept, every connection [`refuse`] refuses.
-#[derive(Debug)]
-pub struct Checked {
-    listener: UnixListener,
-    /// The socket, for the log.
-    name: String,
-}
-
-impl Checked {
-    pub fn new(listener: UnixListener, name: impl Into<String>) -> Checked {
-        Checked {
-            listener,
-            name: name.into(),
-        }
-    }
-
-    /// The next connection from a peer that is not fenced.
-    pub async fn accept(&mut self) -> std::io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
-        loop {
-            let (stream, addr) = self.listener.accept().await?;
-            if refuse(&stream, &self.name) {
-                drop(stream);
-                continue;
-            }
-            return Ok((stream, addr));
-        }
-    }
-}
-
-impl axum::serve::Listener for Checked {
-    type Io = UnixStream;
-    type Addr = tokio::net::unix::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match Checked::accept(self).await {
-                Ok(accepted) => return accepted,
-                // As axum's own listener does: a failed accept (out of descriptors)
-                // is retried after a pause.
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.listener.local_addr()
     }
 }
 
