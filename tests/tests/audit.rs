@@ -136,6 +136,8 @@ fn a_refusal_the_agent_hides_is_read_from_the_kernels_audit() {
     }
 
     let on = AuditOn::new().expect("AUDIT_SET as root");
+    // Berth asks whether the audit is on at most once a second.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let (_, events, task) = send_json(&b, &session, "quietly, audited");
     drop(on);
     assert_eq!(task["status"], "succeeded", "{task}");

@@ -142,6 +142,25 @@ fn recv(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
     usize::try_from(n).ok()
 }
 
+/// How long an answer of [`enabled`] is used before the kernel is asked again:
+/// `AUDIT_GET` costs about 0.13 ms here, more than the rest of a scratch message's
+/// own work, and the audit is turned on or off rarely.
+pub const ENABLED_TTL: Duration = Duration::from_secs(1);
+
+/// [`enabled`], asked of the kernel at most once every [`ENABLED_TTL`].
+pub fn enabled_lately() -> bool {
+    static LAST: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    match *last {
+        Some((at, on)) if at.elapsed() < ENABLED_TTL => on,
+        _ => {
+            let on = enabled();
+            *last = Some((Instant::now(), on));
+            on
+        }
+    }
+}
+
 /// Whether the system's audit is on: `AUDIT_GET`'s `enabled` (1, or 2 when locked on).
 /// `false` when the question is refused (no `CAP_AUDIT_CONTROL`).
 pub fn enabled() -> bool {
@@ -179,7 +198,7 @@ impl Listener {
     /// A listener for the next fenced agent, when the kernel reports Landlock's
     /// denials (`abi` ≥ 7, audit on) and Berth may read them; `None` otherwise.
     pub fn open(abi: u32) -> Option<Listener> {
-        if abi < FIRST_ABI || !enabled() {
+        if abi < FIRST_ABI || !enabled_lately() {
             return None;
         }
         let fd = netlink_socket()?;
