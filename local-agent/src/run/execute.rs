@@ -473,14 +473,8 @@ fn conclude(
     work_dir: String,
     events: &mpsc::UnboundedSender<ExecEvent>,
 ) -> TaskOutcome {
-    let Settled {
-        branch,
-        changes,
-        cleanup_error,
-        guarded,
-        fence: fence_note,
-        shown,
-    } = settled;
+    let guarded = &settled.guarded;
+    let shown = &settled.shown;
     // What the agent wrote where the fence guards, put back: denials by the fence.
     let guard_denials: Vec<Denial> = guarded
         .iter()
@@ -530,10 +524,10 @@ fn conclude(
         }
     }
     out.work_dir = Some(work_dir);
-    out.branch = branch;
-    out.fence = Some(fence_note);
-    out.changes = changes;
-    if let (Some(e), None) = (cleanup_error, &out.error) {
+    out.branch = settled.branch;
+    out.fence = Some(settled.fence);
+    out.changes = settled.changes;
+    if let (Some(e), None) = (settled.cleanup_error, &out.error) {
         out.error = Some(e);
     }
     out

@@ -913,7 +913,20 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
         read_allow: &[],
         network: Network::On,
     });
-    let fresh = || fence::prepare(&policy, &[]).unwrap();
+    // A fence built now, and reusable at once: nothing it was built on changed in
+    // between. Another process may make or remove an entry in a directory the reads
+    // were decomposed in (`/tmp`, between this test's steps): that one is built again,
+    // a few times at most.
+    let fresh = || {
+        for _ in 0..5 {
+            let built = fence::prepare(&policy, &[]).unwrap();
+            if built.reuse(&policy).is_some() {
+                return built;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("a fence built just now is never reusable, though nothing it was built on changed");
+    };
     let first = fresh();
     let again = first.reuse(&policy).expect("nothing changed: reused");
     assert_eq!(again.rules(), first.rules());
@@ -925,7 +938,6 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
     std::fs::create_dir(&w.tmp).unwrap();
     assert!(first.reuse(&policy).is_none(), "the tmp was replaced");
     let second = fresh();
-    assert!(second.reuse(&policy).is_some());
 
     // The run's directory swapped for a symlink to another.
     std::fs::rename(&w.app, w.root.join("old-app")).unwrap();
@@ -934,19 +946,17 @@ fn a_fence_is_reused_only_while_every_path_it_was_built_on_is_the_same() {
     std::fs::remove_file(&w.app).unwrap();
     std::fs::rename(w.root.join("old-app"), &w.app).unwrap();
     let third = fresh();
-    assert!(third.reuse(&policy).is_some());
 
     // A write path that was missing (so had no rule) now exists.
     std::fs::create_dir(w.home.join(".claude")).unwrap();
     assert!(third.reuse(&policy).is_none(), "the agent's state appeared");
     let fourth = fresh();
-    assert!(fourth.reuse(&policy).is_some());
 
     // A new entry in the home, which the reads were decomposed in: it gets its rule
     // only from a new build.
     write(&w.home.join(".newtool/conf"), "x\n");
     assert!(fourth.reuse(&policy).is_none(), "the home has a new entry");
-    assert!(fresh().reuse(&policy).is_some());
+    fresh();
 }
 
 /// A descriptor Berth inherited without close-on-exec (from whatever started it) does

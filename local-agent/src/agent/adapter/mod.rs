@@ -294,6 +294,18 @@ impl TurnState {
         target: String,
         output: &str,
     ) -> Option<AgentEvent> {
+        let message = refusal_line(output);
+        self.fence_denial(id, tool, target, message)
+    }
+
+    /// A denial by the fence, listed unless [`MAX_FENCE_DENIALS`] are (then counted).
+    fn fence_denial(
+        &mut self,
+        id: Option<&str>,
+        tool: String,
+        target: String,
+        message: String,
+    ) -> Option<AgentEvent> {
         let listed = self
             .denials
             .iter()
@@ -310,7 +322,7 @@ impl TurnState {
                 target,
                 by: Some("fence".to_owned()),
             },
-            Some(refusal_line(output)),
+            Some(message),
         )
     }
 
@@ -333,23 +345,11 @@ impl TurnState {
             if target.len() > 1 && read.iter().any(|r| names_path(r, &target, entry)) {
                 continue;
             }
-            let listed = self
-                .denials
-                .iter()
-                .filter(|d| d.by.as_deref() == Some("fence"))
-                .count();
-            if listed >= MAX_FENCE_DENIALS {
-                self.fence_denials_dropped += 1;
-                continue;
-            }
-            events.extend(self.deny(
+            events.extend(self.fence_denial(
                 None,
-                Denial {
-                    tool: blockers,
-                    target,
-                    by: Some("fence".to_owned()),
-                },
-                Some("the kernel's audit record of the fence's refusal".to_owned()),
+                blockers,
+                target,
+                "the kernel's audit record of the fence's refusal".to_owned(),
             ));
         }
         events
