@@ -105,7 +105,7 @@ pub fn bad_request(message: &str) -> String {
         .raw(
             "error",
             &Obj::new()
-                .str("code", "bad_request")
+                .str("code", berth_core::ErrorCode::BadRequest.as_str())
                 .str("message", message)
                 .end(),
         )
