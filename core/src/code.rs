@@ -20,22 +20,34 @@ use std::fmt;
 /// Defines [`ErrorCode`] from one table: `Variant = "spelling", hint;` per code, in
 /// contract order (the order of [`ErrorCode::ALL`]).
 macro_rules! codes {
-    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $hint:expr; )*) => {
+    (
+        $( $(#[$doc:meta])* $variant:ident = $name:literal, $hint:expr; )*
+        @all_codes {
+            $( $(#[$more_doc:meta])* $more:ident = $more_name:literal, $more_hint:expr; )*
+        }
+    ) => {
         /// Every stable error code Berth reports. Serialized as its contract spelling
         /// ([`ErrorCode::as_str`], `snake_case`).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ErrorCode {
             $( $(#[$doc])* $variant, )*
+            $( $(#[$more_doc])* #[cfg(feature = "all-codes")] $more, )*
         }
 
         impl ErrorCode {
             /// Every code, in contract order.
+            #[cfg(feature = "all-codes")]
+            pub const ALL: [ErrorCode; [$($name,)* $($more_name),*].len()] =
+                [$(ErrorCode::$variant,)* $(ErrorCode::$more),*];
+            /// Every code of this build (the browser's), in contract order.
+            #[cfg(not(feature = "all-codes"))]
             pub const ALL: [ErrorCode; [$($name),*].len()] = [$(ErrorCode::$variant),*];
 
             /// The code as written in JSON and on the command line.
             pub const fn as_str(self) -> &'static str {
                 match self {
                     $( ErrorCode::$variant => $name, )*
+                    $( #[cfg(feature = "all-codes")] ErrorCode::$more => $more_name, )*
                 }
             }
 
@@ -45,6 +57,7 @@ macro_rules! codes {
             pub const fn hint(self) -> Option<&'static str> {
                 match self {
                     $( ErrorCode::$variant => $hint, )*
+                    $( #[cfg(feature = "all-codes")] ErrorCode::$more => $more_hint, )*
                 }
             }
         }
@@ -99,6 +112,9 @@ codes! {
     /// Berth itself failed (a bug): the message says where.
     Internal = "internal", Some("see the server's log");
 
+    // Feature `all-codes` (every build but the browser's, whose bundle has a size
+    // budget and which produces none of these).
+    @all_codes {
     // The HTTP layer's own codes (every surface: the API, the daemon routes, the
     // webhooks, a daemon's forwarded socket).
     /// A request body, query or target that does not parse or is ambiguous.
@@ -187,6 +203,7 @@ codes! {
     FileTooLarge = "file_too_large", Some("shorten the file, or remove it");
     /// A settings file that cannot be read.
     Unreadable = "unreadable", Some("check the file's permissions, or remove it");
+    }
 }
 
 impl ErrorCode {

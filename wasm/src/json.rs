@@ -105,7 +105,7 @@ pub fn bad_request(message: &str) -> String {
         .raw(
             "error",
             &Obj::new()
-                .str("code", berth_core::ErrorCode::BadRequest.as_str())
+                .str("code", "bad_request")
                 .str("message", message)
                 .end(),
         )
