@@ -345,8 +345,9 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-/// One error. `code` is a stable code: one of [`ErrorCode`]'s, or a protocol code of
-/// the HTTP layer (`bad_request`, `not_found_route`, `payload_too_large`, …).
+/// One error. `code` is a stable code, one of [`ErrorCode`]'s spellings. It is text on
+/// the wire: an answer of a Berth of another version may carry a code this build does
+/// not know, and decoding it must not fail ([`ErrorDetail::known_code`] parses it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub code: String,
@@ -354,15 +355,42 @@ pub struct ErrorDetail {
     pub hint: String,
 }
 
-impl From<&Refusal> for ErrorBody {
-    fn from(r: &Refusal) -> ErrorBody {
+impl ErrorBody {
+    /// The error document of `code`.
+    pub fn new(code: ErrorCode, message: impl Into<String>, hint: impl Into<String>) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
-                code: r.code.as_str().to_owned(),
-                message: r.message.clone(),
-                hint: r.hint.clone(),
+                code: code.as_str().to_owned(),
+                message: message.into(),
+                hint: hint.into(),
             },
         }
+    }
+
+    /// An error answer's body, when it is the contract's document (`None` for
+    /// anything else: a proxy's HTML page, an empty body).
+    pub fn parse(bytes: &[u8]) -> Option<ErrorBody> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+impl ErrorDetail {
+    /// The code, when this build knows it.
+    pub fn known_code(&self) -> Option<ErrorCode> {
+        ErrorCode::from_name(&self.code)
+    }
+
+    /// The code when this build knows it, and the message to show: an unknown code
+    /// is kept at the end of the message ([`ErrorCode::decode`]).
+    pub fn decoded(self) -> (Option<ErrorCode>, String, String) {
+        let (code, message) = ErrorCode::decode(Some(&self.code), self.message);
+        (code, message, self.hint)
+    }
+}
+
+impl From<&Refusal> for ErrorBody {
+    fn from(r: &Refusal) -> ErrorBody {
+        ErrorBody::new(r.code, r.message.clone(), r.hint.clone())
     }
 }
 
@@ -433,6 +461,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "all-codes")]
     #[test]
     fn error_codes_match_the_contract() {
         let names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
@@ -442,7 +471,14 @@ mod tests {
              credential_directory berth_state not_found not_a_directory not_owner not_writable \
              path_changed not_a_git_repo origin_cannot_bind daemon_offline daemon_mismatch \
              unknown_session unknown_agent sidecar_blocked agent_not_found agent_start_failed agent_exited \
-             agent_error permission_denied prepare_failed lock_failed fence_unavailable interrupted internal"
+             agent_error permission_denied prepare_failed lock_failed fence_unavailable interrupted internal \
+             bad_request payload_too_large method_not_allowed not_found_route forbidden_host \
+             unauthorized no_executor channel_not_configured bad_signature task_gone events_missing \
+             token_exists unknown_token owner_only admin_only unknown_member member_exists \
+             member_protected unknown_task ambiguous_id agent_exists unknown_project project_exists \
+             agent_in_use session_busy unavailable bad_gateway server_unreachable \
+             not_running trust_list plain_http option_in_command not_trusted confirmation_needed \
+             changed_since settings_invalid not_a_regular_file file_too_large unreadable"
         );
         for c in ErrorCode::ALL {
             assert_eq!(
@@ -450,6 +486,29 @@ mod tests {
                 serde_json::json!(c.as_str())
             );
             assert_eq!(ErrorCode::from_name(c.as_str()), Some(c));
+            assert!(c.hint().is_none_or(|h| !h.is_empty()), "{c}");
         }
+    }
+
+    #[test]
+    fn an_unknown_code_is_kept_in_the_message() {
+        let body = br#"{"error":{"code":"from_the_future","message":"no","hint":"h"}}"#;
+        let detail = ErrorBody::parse(body).unwrap().error;
+        assert_eq!(detail.known_code(), None);
+        assert_eq!(
+            detail.decoded(),
+            (None, "no [from_the_future]".to_owned(), "h".to_owned())
+        );
+        let known = ErrorBody::new(ErrorCode::AgentError, "failed", "h").error;
+        assert_eq!(known.code, "agent_error");
+        assert_eq!(
+            known.decoded(),
+            (
+                Some(ErrorCode::AgentError),
+                "failed".to_owned(),
+                "h".to_owned()
+            )
+        );
+        assert!(ErrorBody::parse(b"<html>").is_none());
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::net::client::{HttpClient, full};
 use crate::net::{ClientOptions, SendError};
+use berth_core::api::ErrorBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::{Method, Request, header};
 use serde_json::{Value, json};
@@ -27,7 +28,8 @@ options: --home DIR (the server's BERTH_HOME), --ca-file FILE (a private CA for 
 pub struct AdminError {
     pub message: String,
     pub hint: String,
-    /// The server's stable code, when it answered one.
+    /// The server's stable code, when it answered one: its spelling as the server
+    /// sent it (an [`berth_core::ErrorCode`]'s, or another version's code, shown as is).
     pub code: Option<String>,
     /// 1 for a refusal or failure, 2 for bad usage.
     pub exit: u8,
@@ -209,17 +211,17 @@ async fn call(
     if status.is_success() {
         return Ok(value);
     }
-    let err = &value["error"];
-    Err(AdminError {
-        message: err["message"]
-            .as_str()
-            .map_or_else(|| format!("the server answered {status}"), str::to_owned),
-        hint: err["hint"]
-            .as_str()
-            .unwrap_or("see berth-server's output")
-            .to_owned(),
-        code: err["code"].as_str().map(str::to_owned),
-        exit: 1,
+    Err(match ErrorBody::parse(&bytes) {
+        Some(body) => AdminError {
+            message: body.error.message,
+            hint: body.error.hint,
+            code: Some(body.error.code),
+            exit: 1,
+        },
+        None => AdminError::new(
+            format!("the server answered {status}"),
+            "see berth-server's output",
+        ),
     })
 }
 

@@ -13,6 +13,7 @@ use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use berth_core::ErrorCode;
 
 /// The policy on every UI answer: scripts and styles only from this origin (no inline
 /// script or style), wasm compilation allowed, requests only to this origin, no frames.
@@ -124,17 +125,15 @@ fn file(a: &Asset) -> Response {
         .into_response()
 }
 
-fn error(status: StatusCode, code: &str, message: String, hint: &str) -> Response {
-    let body = serde_json::json!({
-        "error": { "code": code, "message": message, "hint": hint }
-    });
+fn error(status: StatusCode, code: ErrorCode, message: String, hint: &str) -> Response {
+    let body = berth_core::api::ErrorBody::new(code, message, hint);
     (status, axum::Json(body)).into_response()
 }
 
 fn not_found(path: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "not_found_route",
+        ErrorCode::NotFoundRoute,
         format!("no UI file /ui/{path}"),
         "open the page at / and let it load its own files",
     )

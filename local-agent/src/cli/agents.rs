@@ -4,6 +4,7 @@ use super::client::{Client, encode};
 use super::error::CliError;
 use super::render::print_json;
 use super::{EditPolicy, Kind, Policy};
+use berth_core::ErrorCode;
 use hyper::Method;
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ pub(super) fn command_words(command: Vec<String>) -> Result<Vec<String>, CliErro
     match swallowed {
         None => Ok(command),
         Some(option) => Err(CliError {
-            code: Some("option_in_command".into()),
+            code: Some(ErrorCode::OptionInCommand),
             ..CliError::usage(
                 format!(
                     "{option} came after --command, so it would be part of the agent's \
@@ -246,6 +247,7 @@ pub(super) async fn fences(c: &Client) -> bool {
 #[cfg(test)]
 mod tests {
     use super::command_words;
+    use berth_core::ErrorCode;
 
     fn words(w: &[&str]) -> Vec<String> {
         w.iter().map(|s| (*s).to_owned()).collect()
@@ -260,7 +262,7 @@ mod tests {
         ] {
             let e = command_words(words(swallowed)).unwrap_err();
             assert_eq!(
-                (e.code.as_deref(), e.exit),
+                (e.code.map(ErrorCode::as_str), e.exit),
                 (Some("option_in_command"), 2),
                 "{swallowed:?}"
             );

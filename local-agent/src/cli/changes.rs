@@ -7,8 +7,8 @@ use super::client::{Client, encode};
 use super::error::CliError;
 use super::render::inert;
 use super::render::{print_json, short};
-use berth_core::TaskId;
 use berth_core::api::Changes;
+use berth_core::{ErrorCode, TaskId};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::changes::{self, Shadow, UndoPlan};
 use serde_json::{Value, json};
@@ -306,7 +306,7 @@ async fn undo_in_place(
     }
     if !plan.changed_since.is_empty() && !force {
         return Err(CliError {
-            code: Some("changed_since".into()),
+            code: Some(ErrorCode::ChangedSince),
             ..CliError::new(
                 format!(
                     "{} changed since task {tid} (by you or a later task): {}",

@@ -6,6 +6,7 @@ use super::lean::Request;
 use super::render::{self, print_json};
 use super::setup::{absolute, berth_home, runtime};
 use super::{AgentCmd, Command, Mode, ProjectCmd, SessionCmd, TaskCmd};
+use berth_core::ErrorCode;
 use berth_local_agent::ExecutorConfig;
 use hyper::Method;
 use serde_json::{Value, json};
@@ -318,7 +319,7 @@ pub(super) async fn create_session(
         .post("/api/v1/sessions", &body)
         .await
         .map_err(|e| match &agent_from {
-            Some(from) if e.code.as_deref() == Some("unknown_agent") => CliError {
+            Some(from) if e.code == Some(ErrorCode::UnknownAgent) => CliError {
                 message: format!("{} (the agent named at {from})", e.message),
                 ..e
             },

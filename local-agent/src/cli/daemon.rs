@@ -7,6 +7,7 @@ use super::render;
 use super::render::print_json;
 use super::setup::{berth_home, runtime};
 use super::{DaemonArgs, DaemonCmd, TokenCmd};
+use berth_core::ErrorCode;
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::daemon::url::{ServerUrl, UrlError};
 use berth_local_agent::daemon::{self, DaemonOptions};
@@ -42,7 +43,7 @@ pub fn daemon(home: Option<PathBuf>, args: DaemonArgs) -> Result<u8, CliError> {
     };
     let server = ServerUrl::parse(&server).map_err(|e| match e {
         UrlError::PlainHttp { .. } => CliError {
-            code: Some("plain_http".to_owned()),
+            code: Some(ErrorCode::PlainHttp),
             ..CliError::new(e.to_string(), e.hint())
         },
         UrlError::Scheme { .. }

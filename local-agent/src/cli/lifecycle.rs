@@ -14,7 +14,7 @@
 use super::client::{Client, encode};
 use super::error::CliError;
 use super::render::{escape, print_json, short};
-use berth_core::TaskId;
+use berth_core::{ErrorCode, TaskId};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::changes::Shadow;
 use hyper::Method;
@@ -80,7 +80,7 @@ fn confirmed(session: &Value, tasks: usize) -> Result<bool, CliError> {
     let sid = short(&session["id"]);
     if !std::io::stdin().is_terminal() {
         return Err(CliError {
-            code: Some("confirmation_needed".into()),
+            code: Some(ErrorCode::ConfirmationNeeded),
             ..CliError::usage(
                 format!(
                     "session {sid} was not deleted: stdin is not a terminal, so Berth cannot ask"

@@ -117,7 +117,7 @@ pub(super) fn session_lines(
 fn explained(cfg: &ExecutorConfig, bound: Option<&LocalPath>) -> Result<Explained, CliError> {
     let trust = TrustStore::new(&cfg.berth_home);
     explain(&cfg.context(), &cfg.config_dir, bound, &trust).map_err(|e| CliError {
-        code: Some(e.code().to_owned()),
+        code: Some(e.code()),
         ..CliError::new(e.to_string(), e.hint())
     })
 }
@@ -273,7 +273,7 @@ fn check(cfg: &ExecutorConfig, file: Option<&Path>, json: bool) -> Result<u8, Cl
                 e.hint()
             };
             CliError {
-                code: Some(e.code().to_owned()),
+                code: Some(e.code()),
                 ..CliError::new(e.to_string(), hint)
             }
         })?;

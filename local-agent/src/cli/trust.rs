@@ -9,7 +9,7 @@ use super::setup::absolute;
 use super::{TrustArgs, TrustCmd};
 use berth_core::display::display;
 use berth_core::settings::trust::{NEVER_FROM_PROJECT, ProjectLayerReport};
-use berth_core::{LocalPath, Platform, Refusal};
+use berth_core::{ErrorCode, LocalPath, Platform, Refusal};
 use berth_local_agent::ExecutorConfig;
 use berth_local_agent::settings::trust::{
     EntryState, TrustChange, TrustError, TrustStore, describe,
@@ -40,14 +40,14 @@ fn config(home: Option<PathBuf>) -> Result<ExecutorConfig, CliError> {
 
 fn refusal(r: &Refusal) -> CliError {
     CliError {
-        code: Some(r.code.as_str().to_owned()),
+        code: Some(r.code),
         ..CliError::new(r.message.clone(), r.hint.clone())
     }
 }
 
 fn store_error(e: &TrustError) -> CliError {
     CliError {
-        code: Some("trust_list".to_owned()),
+        code: Some(ErrorCode::TrustList),
         ..CliError::new(e.to_string(), e.hint())
     }
 }
@@ -181,10 +181,10 @@ fn revoke(cfg: &ExecutorConfig, input: &str, json: bool) -> Result<u8, CliError>
         },
     );
     Err(CliError {
-        code: Some("not_trusted".to_owned()),
+        code: Some(ErrorCode::NotTrusted),
         ..CliError::new(
             format!("{shown} is not trusted"),
-            "berth trust list shows the trusted directories",
+            ErrorCode::NotTrusted.hint().unwrap_or_default(),
         )
     })
 }

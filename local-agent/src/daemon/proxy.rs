@@ -15,7 +15,7 @@
 
 use super::remote::{Body, CallError, json_body};
 use super::state::Daemon;
-use berth_core::api::{CheckReport, ErrorBody, ErrorDetail};
+use berth_core::api::{CheckReport, ErrorBody};
 use berth_core::{ErrorCode, Refusal};
 use berth_web::api::{BODY_LIMIT, CheckReply, CheckRequest, refusal_status};
 use berth_web::daemon::wire::{self, Validated};
@@ -152,17 +152,8 @@ fn answer<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
     resp
 }
 
-fn error(status: StatusCode, code: &str, message: String, hint: &str) -> Response<Body> {
-    answer(
-        status,
-        &ErrorBody {
-            error: ErrorDetail {
-                code: code.to_owned(),
-                message,
-                hint: hint.to_owned(),
-            },
-        },
-    )
+fn error(status: StatusCode, code: ErrorCode, message: String, hint: &str) -> Response<Body> {
+    answer(status, &ErrorBody::new(code, message, hint))
 }
 
 fn refused(r: &Refusal) -> Response<Body> {
@@ -178,7 +169,7 @@ async fn handle(d: &Daemon, req: Request<Incoming>) -> Response<Body> {
     let Some(upstream) = upstream_path(&path_q) else {
         return error(
             StatusCode::NOT_FOUND,
-            "not_found_route",
+            ErrorCode::NotFoundRoute,
             format!("no route for {}", req.uri().path()),
             "see docs/api.md for the routes under /api/v1",
         );
@@ -187,7 +178,7 @@ async fn handle(d: &Daemon, req: Request<Incoming>) -> Response<Body> {
         Route::Forward => forward(d, req.map(BodyExt::boxed), upstream, None).await,
         Route::Tokens => error(
             StatusCode::NOT_FOUND,
-            "not_found_route",
+            ErrorCode::NotFoundRoute,
             "daemon tokens are not managed through a daemon".to_owned(),
             "run `berth daemon token ...` on the server's machine, against its `berth serve`",
         ),
@@ -201,13 +192,13 @@ async fn read_body(body: Incoming) -> Result<Bytes, Box<Response<Body>>> {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Box::new(error(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             format!("the request body is larger than {BODY_LIMIT} bytes"),
             "send a smaller body",
         ))),
         Err(e) => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             format!("could not read the request body: {e}"),
             "fix the request body; it must be a JSON object with the documented fields",
         ))),
@@ -224,7 +215,7 @@ async fn validate(d: &Daemon, dir: String) -> Result<Result<Validated, Refusal>,
         .map_err(|e| {
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                ErrorCode::Internal,
                 format!("validating {dir} failed: {e}"),
                 "see berth daemon's output",
             )
@@ -248,7 +239,7 @@ async fn check(d: &Daemon, req: Request<Incoming>) -> Response<Body> {
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("invalid request body: {e}"),
                 "fix the request body; it must be a JSON object with the documented fields",
             );
@@ -400,7 +391,7 @@ async fn forward(
         Err(e) => {
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 format!("the request could not be read: {e}"),
                 "send a smaller request",
             );
@@ -423,7 +414,7 @@ async fn forward(
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("cannot forward the request: {e}"),
                 "check the request's headers",
             );
@@ -437,7 +428,7 @@ async fn forward(
     {
         let refusal = CallError::Status {
             status: StatusCode::UNAUTHORIZED,
-            code: Some("unauthorized".to_owned()),
+            code: Some(ErrorCode::Unauthorized),
             message: "the server no longer knows this daemon".to_owned(),
             hint: None,
         };
@@ -453,7 +444,7 @@ async fn forward(
         Ok(Err(e)) => {
             return error(
                 StatusCode::BAD_GATEWAY,
-                "bad_gateway",
+                ErrorCode::BadGateway,
                 format!("forwarding to the server at {} failed: {e}", d.remote.url()),
                 "check the server's log",
             );
@@ -473,7 +464,7 @@ async fn forward(
 fn unreachable(d: &Daemon, why: &str) -> Response<Body> {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
-        "server_unreachable",
+        ErrorCode::ServerUnreachable,
         format!(
             "the berth server at {} does not answer: {why}",
             d.remote.url()

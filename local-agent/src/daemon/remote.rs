@@ -8,7 +8,8 @@
 //! contract's `{error: {code, message, hint}}`).
 
 use super::url::ServerUrl;
-use berth_core::{MachineId, TaskId};
+use berth_core::api::ErrorBody;
+use berth_core::{ErrorCode, MachineId, TaskId};
 use berth_web::daemon::wire::{
     self, ClaimRequest, ClaimedTask, EventBatch, EventsReply, FinishReply, FinishRequest,
     Heartbeat, HeartbeatReply, Register, Registered,
@@ -41,7 +42,9 @@ pub enum CallError {
     #[error("{status}: {message}")]
     Status {
         status: StatusCode,
-        code: Option<String>,
+        /// The answer's code, when this build knows it (an unknown one is kept at the
+        /// end of `message`, see [`ErrorCode::decode`]).
+        code: Option<ErrorCode>,
         message: String,
         hint: Option<String>,
     },
@@ -67,9 +70,9 @@ impl From<SendError> for CallError {
 
 impl CallError {
     /// The stable error code of an error answer.
-    pub fn code(&self) -> Option<&str> {
+    pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            CallError::Status { code, .. } => code.as_deref(),
+            CallError::Status { code, .. } => *code,
             CallError::Unreachable(_) | CallError::Protocol(_) | CallError::Tls(_) => None,
         }
     }
@@ -81,21 +84,30 @@ impl CallError {
     }
 
     fn from_answer(status: StatusCode, bytes: &[u8]) -> CallError {
-        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
-        let text = |k: &str| v["error"][k].as_str().map(str::to_owned);
-        CallError::Status {
-            status,
-            code: text("code"),
-            message: text("message").unwrap_or_else(|| {
+        match ErrorBody::parse(bytes) {
+            Some(body) => {
+                let (code, message, hint) = body.error.decoded();
+                CallError::Status {
+                    status,
+                    code,
+                    message,
+                    hint: Some(hint),
+                }
+            }
+            None => {
                 let body = String::from_utf8_lossy(bytes);
                 let body: String = body.trim().chars().take(200).collect();
-                if body.is_empty() {
-                    format!("the server answered {status}")
-                } else {
-                    body
+                CallError::Status {
+                    status,
+                    code: None,
+                    message: if body.is_empty() {
+                        format!("the server answered {status}")
+                    } else {
+                        body
+                    },
+                    hint: None,
                 }
-            }),
-            hint: text("hint"),
+            }
         }
     }
 }
@@ -282,11 +294,15 @@ mod tests {
             CallError::from_answer(StatusCode::CONFLICT, body),
             CallError::Status {
                 status: StatusCode::CONFLICT,
-                code: Some("task_gone".into()),
+                code: Some(ErrorCode::TaskGone),
                 message: "gone".into(),
                 hint: Some("h".into()),
             }
         );
+        let newer = br#"{"error":{"code":"from_a_newer_server","message":"no","hint":"h"}}"#;
+        let e = CallError::from_answer(StatusCode::CONFLICT, newer);
+        assert_eq!(e.code(), None);
+        assert_eq!(e.to_string(), "409 Conflict: no [from_a_newer_server]");
         let plain = CallError::from_answer(StatusCode::BAD_GATEWAY, b"upstream down\n");
         assert_eq!(plain.code(), None);
         assert_eq!(plain.to_string(), "502 Bad Gateway: upstream down");

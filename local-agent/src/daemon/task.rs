@@ -10,11 +10,9 @@ use super::backoff::{Backoff, TASK_BASE, TASK_CAP};
 use super::outbox::{BATCH_BYTES, Outbox};
 use super::remote::{CallError, Remote};
 use super::state::Daemon;
-use berth_core::TaskId;
 use berth_core::api::TaskStatus;
-use berth_web::daemon::wire::{
-    ClaimedTask, EVENTS_MISSING, EventBatch, EventsReply, FinishRequest, TASK_GONE,
-};
+use berth_core::{ErrorCode, TaskId};
+use berth_web::daemon::wire::{ClaimedTask, EventBatch, EventsReply, FinishRequest};
 use berth_web::executor::{TaskOutcome, TaskSpec};
 use std::future::Future;
 use std::pin::Pin;
@@ -178,7 +176,7 @@ async fn stream(
                             gone = true;
                         }
                     }
-                    Err(e) if e.code() == Some(TASK_GONE) => gone = true,
+                    Err(e) if e.code() == Some(ErrorCode::TaskGone) => gone = true,
                     Err(e) => {
                         if e.is_unauthorized() {
                             let d = d.clone();
@@ -249,8 +247,8 @@ async fn deliver(d: &Arc<Daemon>, id: &TaskId, outbox: &mut Outbox, outcome: Tas
             Err(e) => e,
         };
         match err.code() {
-            Some(TASK_GONE) => return false,
-            Some(EVENTS_MISSING) => {
+            Some(ErrorCode::TaskGone) => return false,
+            Some(ErrorCode::EventsMissing) => {
                 // Ask how many the server holds: an empty batch answers its count.
                 let probe = EventBatch {
                     first: outbox.acknowledged(),
@@ -264,7 +262,7 @@ async fn deliver(d: &Arc<Daemon>, id: &TaskId, outbox: &mut Outbox, outcome: Tas
                         }
                         continue;
                     }
-                    Err(e) if e.code() == Some(TASK_GONE) => return false,
+                    Err(e) if e.code() == Some(ErrorCode::TaskGone) => return false,
                     Err(e) => d.link_lost(&e),
                 }
             }

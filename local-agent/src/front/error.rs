@@ -1,6 +1,9 @@
 //! The CLI's errors: what went wrong and what to do, plus the exit code.
 
+use berth_core::ErrorCode;
+use berth_core::api::ErrorBody;
 use hyper::StatusCode;
+use serde::Deserialize;
 use serde_json::Value;
 use std::fmt;
 use std::path::Path;
@@ -10,8 +13,10 @@ use std::path::Path;
 pub struct CliError {
     pub message: String,
     pub hint: String,
-    /// The stable code, when the error came from a rule or the server.
-    pub code: Option<String>,
+    /// The stable code, when the error came from a rule, the server or one of the
+    /// CLI's own checks. A code the server answered that this build does not know (a
+    /// server of another version) is `None`, and kept at the end of `message`.
+    pub code: Option<ErrorCode>,
     /// 1 for a refused or failed operation, 2 for bad usage.
     pub exit: u8,
 }
@@ -37,7 +42,7 @@ impl CliError {
     /// No server answers on this home's control socket.
     pub fn not_running(home: &Path) -> CliError {
         CliError {
-            code: Some("not_running".into()),
+            code: Some(ErrorCode::NotRunning),
             ..CliError::new(
                 "berth is not running",
                 format!(
@@ -84,26 +89,29 @@ impl CliError {
 
     /// From the server's `{"error": {code, message, hint}}` body.
     pub fn from_body(status: StatusCode, body: &Value) -> CliError {
-        let err = &body["error"];
-        let text = |k: &str| err[k].as_str().map(str::to_owned);
+        let (code, message, hint) = match ErrorBody::deserialize(body) {
+            Ok(body) => {
+                let (code, message, hint) = body.error.decoded();
+                (code, Some(message), Some(hint))
+            }
+            Err(_) => (None, None, None),
+        };
         CliError {
-            message: text("message").unwrap_or_else(|| format!("berth answered {status}")),
-            hint: text("hint").unwrap_or_else(|| String::from("see `berth serve`'s output")),
-            code: text("code"),
-            exit: if status == StatusCode::BAD_REQUEST
-                && text("code").as_deref() == Some("bad_request")
-            {
+            message: message.unwrap_or_else(|| format!("berth answered {status}")),
+            hint: hint.unwrap_or_else(|| String::from("see `berth serve`'s output")),
+            exit: if status == StatusCode::BAD_REQUEST && code == Some(ErrorCode::BadRequest) {
                 2
             } else {
                 1
             },
+            code,
         }
     }
 
     /// A refusal by a rule, with its stable code.
     pub fn from_refusal(r: berth_core::Refusal) -> CliError {
         CliError {
-            code: Some(r.code.as_str().to_owned()),
+            code: Some(r.code),
             ..CliError::new(r.message, r.hint)
         }
     }
@@ -120,7 +128,7 @@ impl CliError {
         self.exit
     }
 
-    /// The error as one JSON document, for `--json`.
+    /// The error as one JSON document, for `--json` (`code` is `null` when none).
     pub fn to_json(&self) -> Value {
         serde_json::json!({"error": {"code": self.code, "message": self.message, "hint": self.hint}})
     }
@@ -129,5 +137,36 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_body_is_decoded_and_an_unknown_code_kept_in_the_message() {
+        let known =
+            serde_json::json!({"error": {"code": "bad_request", "message": "m", "hint": "h"}});
+        let e = CliError::from_body(StatusCode::BAD_REQUEST, &known);
+        assert_eq!(
+            (e.code, e.message.as_str(), e.hint.as_str(), e.exit),
+            (Some(ErrorCode::BadRequest), "m", "h", 2)
+        );
+        let newer =
+            serde_json::json!({"error": {"code": "from_the_future", "message": "m", "hint": "h"}});
+        let e = CliError::from_body(StatusCode::CONFLICT, &newer);
+        assert_eq!(
+            (e.code, e.message.as_str(), e.exit),
+            (None, "m [from_the_future]", 1)
+        );
+        assert_eq!(e.to_json()["error"]["code"], Value::Null);
+        let e = CliError::from_body(StatusCode::BAD_GATEWAY, &Value::Null);
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (None, "berth answered 502 Bad Gateway")
+        );
+        let e = CliError::not_running(Path::new("/h"));
+        assert_eq!(e.to_json()["error"]["code"], "not_running");
     }
 }

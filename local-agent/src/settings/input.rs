@@ -17,6 +17,7 @@
 //! A refusal is an [`InputError`] with a stable [`code`](InputError::code), a message
 //! naming the file and the rule, and a hint.
 
+use berth_core::ErrorCode;
 use rustix::fs::{FileType, Mode, OFlags};
 use std::io::Read as _;
 use std::path::Path;
@@ -78,23 +79,17 @@ pub enum InputError {
 
 impl InputError {
     /// The stable code: `not_a_regular_file`, `file_too_large` or `unreadable`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            InputError::NotRegular { .. } => "not_a_regular_file",
-            InputError::TooLarge { .. } => "file_too_large",
-            InputError::Io { .. } => "unreadable",
+            InputError::NotRegular { .. } => ErrorCode::NotARegularFile,
+            InputError::TooLarge { .. } => ErrorCode::FileTooLarge,
+            InputError::Io { .. } => ErrorCode::Unreadable,
         }
     }
 
-    /// What to do about it.
+    /// What to do about it: the code's hint ([`ErrorCode::hint`]).
     pub fn hint(&self) -> &'static str {
-        match self {
-            InputError::NotRegular { .. } => {
-                "replace it with a regular file (a symbolic link to one is fine), or remove it"
-            }
-            InputError::TooLarge { .. } => "shorten the file, or remove it",
-            InputError::Io { .. } => "check the file's permissions, or remove it",
-        }
+        self.code().hint().unwrap_or_default()
     }
 
     /// The file does not exist (or a folder on its way is not a folder): for a settings
@@ -208,16 +203,22 @@ mod tests {
         let err = |p: &Path, limit| read(p, "F", limit).map(|b| b.bytes).unwrap_err();
 
         let e = err(&fifo, Limit::Whole(10));
-        assert_eq!(e.code(), "not_a_regular_file");
+        assert_eq!(e.code().as_str(), "not_a_regular_file");
         assert_eq!(
             e.to_string(),
             "F is a FIFO (named pipe), not a regular file; Berth reads settings and plugins only from regular files"
         );
-        assert_eq!(err(&link, Limit::Prefix(10)).code(), "not_a_regular_file");
-        assert_eq!(err(&dir, Limit::Whole(10)).code(), "not_a_regular_file");
+        assert_eq!(
+            err(&link, Limit::Prefix(10)).code().as_str(),
+            "not_a_regular_file"
+        );
+        assert_eq!(
+            err(&dir, Limit::Whole(10)).code().as_str(),
+            "not_a_regular_file"
+        );
         let e = err(&big, Limit::Whole(10));
         assert_eq!(
-            (e.code(), e.to_string().as_str()),
+            (e.code().as_str(), e.to_string().as_str()),
             (
                 "file_too_large",
                 "F is larger than 10 bytes, the most Berth reads of a settings file"

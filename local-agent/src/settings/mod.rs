@@ -28,7 +28,7 @@ use berth_core::settings::trust::{
     trust_command,
 };
 use berth_core::settings::{self, Layer, PluginEntry, Settings, SettingsError};
-use berth_core::{Context, LocalPath, Platform};
+use berth_core::{Context, ErrorCode, LocalPath, Platform};
 use input::{InputError, Limit, MAX_SETTINGS};
 use owner::Foreign;
 use std::path::Path;
@@ -74,19 +74,16 @@ pub enum SettingsLoadError {
 impl SettingsLoadError {
     /// The stable code: [`InputError::code`]'s, or `settings_invalid` for a file that
     /// is read but cannot be used as written.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             SettingsLoadError::Input(e) => e.code(),
-            SettingsLoadError::Invalid(_) => "settings_invalid",
+            SettingsLoadError::Invalid(_) => ErrorCode::SettingsInvalid,
         }
     }
 
-    /// What to do about it.
+    /// What to do about it: the code's hint ([`ErrorCode::hint`]).
     pub fn hint(&self) -> &'static str {
-        match self {
-            SettingsLoadError::Input(e) => e.hint(),
-            SettingsLoadError::Invalid(_) => "fix the settings file (berth settings check FILE)",
-        }
+        self.code().hint().unwrap_or_default()
     }
 }
 

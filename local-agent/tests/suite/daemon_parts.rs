@@ -215,7 +215,7 @@ async fn fake_handle(
         let req: FinishRequest = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
         let mut f = fake.lock().map_err(|e| e.to_string())?;
         if (f.stored.len() as u64) < req.events {
-            let e = json!({"error": {"code": wire::EVENTS_MISSING, "message": "m", "hint": "h"}});
+            let e = json!({"error": {"code": berth_core::ErrorCode::EventsMissing, "message": "m", "hint": "h"}});
             return Ok(json_answer(StatusCode::CONFLICT, &e));
         }
         let status = req.outcome.status;

@@ -39,11 +39,11 @@ fn leader_only(method: &Method, path: &str) -> bool {
 }
 
 fn unavailable(message: String) -> Response {
-    let body = serde_json::json!({"error": {
-        "code": "unavailable",
-        "message": message,
-        "hint": "the servers are electing a leader; try again in a few seconds",
-    }});
+    let body = berth_core::api::ErrorBody::new(
+        berth_core::ErrorCode::Unavailable,
+        message,
+        "the servers are electing a leader; try again in a few seconds",
+    );
     let mut res = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -236,12 +236,14 @@ fn withheld(mut parts: axum::http::response::Parts) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let body = serde_json::json!({"error": {
-        "code": "internal",
-        "message": "the answer could not be checked for private paths, so it was not sent",
-        "hint": "see the server's log"
-    }});
-    Response::from_parts(parts, Body::from(body.to_string()))
+    let code = berth_core::ErrorCode::Internal;
+    let body = berth_core::api::ErrorBody::new(
+        code,
+        "the answer could not be checked for private paths, so it was not sent",
+        code.hint().unwrap_or_default(),
+    );
+    let text = serde_json::to_string(&body).unwrap_or_default();
+    Response::from_parts(parts, Body::from(text))
 }
 
 #[cfg(test)]

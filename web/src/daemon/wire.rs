@@ -52,10 +52,6 @@ pub const MACHINE_HEADER: &str = "x-berth-machine";
 /// A directory validated on the daemon, on forwarded binding requests.
 pub const VALIDATED_HEADER: &str = "x-berth-validated";
 
-/// Error codes of the daemon routes (besides `unauthorized`).
-pub const TASK_GONE: &str = "task_gone";
-pub const EVENTS_MISSING: &str = "events_missing";
-
 /// `POST register`: a daemon (re)starting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,7 +6,7 @@ use crate::store::StoreError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use berth_core::api::{ErrorBody, ErrorDetail};
+use berth_core::api::ErrorBody;
 use berth_core::{ErrorCode, Refusal};
 
 /// Everything an API call can answer besides success.
@@ -76,7 +76,8 @@ impl From<Refusal> for ApiError {
     }
 }
 
-/// The HTTP status of a contract refusal code.
+/// The HTTP status of a contract refusal code (and of every other code, as the
+/// surfaces answer it).
 pub fn refusal_status(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::PathEmpty | ErrorCode::PathNotAbsolute | ErrorCode::PathInvalid => {
@@ -105,157 +106,125 @@ pub fn refusal_status(code: ErrorCode) -> StatusCode {
         | ErrorCode::AgentError
         | ErrorCode::PrepareFailed
         | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        // The HTTP layer's codes, as `ApiError` answers them.
+        ErrorCode::BadRequest | ErrorCode::AmbiguousId => StatusCode::BAD_REQUEST,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::NotFoundRoute
+        | ErrorCode::ChannelNotConfigured
+        | ErrorCode::UnknownToken
+        | ErrorCode::UnknownMember
+        | ErrorCode::UnknownTask
+        | ErrorCode::UnknownProject => StatusCode::NOT_FOUND,
+        ErrorCode::ForbiddenHost | ErrorCode::OwnerOnly | ErrorCode::AdminOnly => {
+            StatusCode::FORBIDDEN
+        }
+        ErrorCode::Unauthorized | ErrorCode::BadSignature => StatusCode::UNAUTHORIZED,
+        ErrorCode::NoExecutor | ErrorCode::Unavailable | ErrorCode::ServerUnreachable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ErrorCode::TaskGone
+        | ErrorCode::EventsMissing
+        | ErrorCode::TokenExists
+        | ErrorCode::MemberExists
+        | ErrorCode::MemberProtected
+        | ErrorCode::AgentExists
+        | ErrorCode::ProjectExists
+        | ErrorCode::AgentInUse
+        | ErrorCode::SessionBusy => StatusCode::CONFLICT,
+        ErrorCode::BadGateway => StatusCode::BAD_GATEWAY,
+        // The CLI's own codes never come from a server; were one refused with them.
+        ErrorCode::NotRunning => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::PlainHttp | ErrorCode::OptionInCommand | ErrorCode::ConfirmationNeeded => {
+            StatusCode::BAD_REQUEST
+        }
+        ErrorCode::ChangedSince => StatusCode::CONFLICT,
+        ErrorCode::TrustList
+        | ErrorCode::NotTrusted
+        | ErrorCode::SettingsInvalid
+        | ErrorCode::NotARegularFile
+        | ErrorCode::FileTooLarge
+        | ErrorCode::Unreadable => StatusCode::UNPROCESSABLE_ENTITY,
     }
+}
+
+/// A code with its fixed hint ([`ErrorCode::hint`]).
+fn fixed(status: StatusCode, code: ErrorCode) -> (StatusCode, ErrorCode, String) {
+    (status, code, code.hint().unwrap_or_default().to_owned())
 }
 
 impl ApiError {
     /// Status, stable code and hint.
-    fn parts(&self) -> (StatusCode, &'static str, String) {
+    fn parts(&self) -> (StatusCode, ErrorCode, String) {
         match self {
-            ApiError::Refused(r) => (refusal_status(r.code), r.code.as_str(), r.hint.clone()),
+            ApiError::Refused(r) => (refusal_status(r.code), r.code, r.hint.clone()),
             ApiError::Store(e) => store_parts(e),
-            ApiError::BadRequest { .. } => (
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "fix the request body; it must be a JSON object with the documented fields".into(),
-            ),
+            ApiError::BadRequest { .. } => fixed(StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             ApiError::BadQuery { .. } => (
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 "fix the query string; its parameters take the documented values \
                  (`after` a transcript seq, `stream` true or false)"
                     .into(),
             ),
-            ApiError::PayloadTooLarge { .. } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "send a smaller body".into(),
-            ),
-            ApiError::MethodNotAllowed { .. } => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "the web listener is read-only; use the berth CLI (control socket) to change things"
-                    .into(),
-            ),
-            ApiError::NoRoute { .. } => (
-                StatusCode::NOT_FOUND,
-                "not_found_route",
-                "see docs/api.md for the routes under /api/v1".into(),
-            ),
-            ApiError::ForbiddenHost { .. } => (
-                StatusCode::FORBIDDEN,
-                "forbidden_host",
-                "open the UI at the address `berth serve` printed".into(),
-            ),
+            ApiError::PayloadTooLarge { .. } => {
+                fixed(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
+            }
+            ApiError::MethodNotAllowed { .. } => {
+                fixed(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed)
+            }
+            ApiError::NoRoute { .. } => fixed(StatusCode::NOT_FOUND, ErrorCode::NotFoundRoute),
+            ApiError::ForbiddenHost { .. } => {
+                fixed(StatusCode::FORBIDDEN, ErrorCode::ForbiddenHost)
+            }
             ApiError::AmbiguousTarget { .. } => (
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 "send exactly one Host header, and the path alone as the request target \
                  (`GET /api/v1/...`, not `GET http://host/api/v1/...`)"
                     .into(),
             ),
-            ApiError::Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "open the URL with ?token= from serve.json, or send Authorization: Bearer <token>"
-                    .into(),
-            ),
-            ApiError::NoExecutor => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_executor",
-                "bind directories through `berth serve` on the machine that has them".into(),
-            ),
+            ApiError::Unauthorized => fixed(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
+            ApiError::NoExecutor => fixed(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NoExecutor),
             ApiError::ChannelNotConfigured { platform } => (
                 StatusCode::NOT_FOUND,
-                "channel_not_configured",
+                ErrorCode::ChannelNotConfigured,
                 format!(
                     "set BERTH_{}_* (or `channels` in the user settings) and restart",
                     platform.to_ascii_uppercase()
                 ),
             ),
-            ApiError::BadSignature { .. } => (
-                StatusCode::UNAUTHORIZED,
-                "bad_signature",
-                "the request must be signed by the platform with the configured secret, \
-                 within 300 s"
-                    .into(),
-            ),
+            ApiError::BadSignature { .. } => {
+                fixed(StatusCode::UNAUTHORIZED, ErrorCode::BadSignature)
+            }
             ApiError::DaemonAuth(_) => (
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "create a token on the server with `berth daemon token create NAME` and start \
                  `berth daemon --server URL --token TOKEN` with it; a token serves one machine"
                     .into(),
             ),
-            ApiError::TaskGone(_) => (
-                StatusCode::CONFLICT,
-                crate::daemon::wire::TASK_GONE,
-                "stop the agent; the server recorded how the task ended".into(),
-            ),
-            ApiError::EventsMissing { .. } => (
-                StatusCode::CONFLICT,
-                crate::daemon::wire::EVENTS_MISSING,
-                "send the task's events from the number the server holds, then finish again"
-                    .into(),
-            ),
-            ApiError::TokenExists { .. } => (
-                StatusCode::CONFLICT,
-                "token_exists",
-                "choose another name, or revoke the old token first with \
-                 `berth daemon token revoke NAME`"
-                    .into(),
-            ),
-            ApiError::UnknownToken { .. } => (
-                StatusCode::NOT_FOUND,
-                "unknown_token",
-                "`berth daemon token list` shows the tokens".into(),
-            ),
-            ApiError::OwnerOnly { .. } => (
-                StatusCode::FORBIDDEN,
-                "owner_only",
-                "an admin may read every session, but an agent runs only for its session's owner"
-                    .into(),
-            ),
-            ApiError::AdminOnly { .. } => (
-                StatusCode::FORBIDDEN,
-                "admin_only",
-                "ask an admin of this server (berth-server member add NAME --admin makes one)"
-                    .into(),
-            ),
-            ApiError::UnknownMember { .. } => (
-                StatusCode::NOT_FOUND,
-                "unknown_member",
-                "`berth-server member list` shows the members".into(),
-            ),
-            ApiError::MemberExists { .. } => (
-                StatusCode::CONFLICT,
-                "member_exists",
-                "choose another name (a removed member's name is not reused)".into(),
-            ),
-            ApiError::MemberProtected { .. } => (
-                StatusCode::CONFLICT,
-                "member_protected",
-                "restart berth-server for a new first-admin token; other admins can be removed"
-                    .into(),
-            ),
-            ApiError::Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "see the server's log".into(),
-            ),
+            ApiError::TaskGone(_) => fixed(StatusCode::CONFLICT, ErrorCode::TaskGone),
+            ApiError::EventsMissing { .. } => fixed(StatusCode::CONFLICT, ErrorCode::EventsMissing),
+            ApiError::TokenExists { .. } => fixed(StatusCode::CONFLICT, ErrorCode::TokenExists),
+            ApiError::UnknownToken { .. } => fixed(StatusCode::NOT_FOUND, ErrorCode::UnknownToken),
+            ApiError::OwnerOnly { .. } => fixed(StatusCode::FORBIDDEN, ErrorCode::OwnerOnly),
+            ApiError::AdminOnly { .. } => fixed(StatusCode::FORBIDDEN, ErrorCode::AdminOnly),
+            ApiError::UnknownMember { .. } => {
+                fixed(StatusCode::NOT_FOUND, ErrorCode::UnknownMember)
+            }
+            ApiError::MemberExists { .. } => fixed(StatusCode::CONFLICT, ErrorCode::MemberExists),
+            ApiError::MemberProtected { .. } => {
+                fixed(StatusCode::CONFLICT, ErrorCode::MemberProtected)
+            }
+            ApiError::Internal(_) => fixed(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
 
     /// The contract's error document.
     pub fn body(&self) -> ErrorBody {
         let (_, code, hint) = self.parts();
-        ErrorBody {
-            error: ErrorDetail {
-                code: code.to_owned(),
-                message: self.to_string(),
-                hint,
-            },
-        }
+        ErrorBody::new(code, self.to_string(), hint)
     }
 
     pub fn status(&self) -> StatusCode {
@@ -263,50 +232,30 @@ impl ApiError {
     }
 }
 
-fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
+fn store_parts(e: &StoreError) -> (StatusCode, ErrorCode, String) {
     match e {
-        StoreError::UnknownSession { .. } => (
-            StatusCode::NOT_FOUND,
-            ErrorCode::UnknownSession.as_str(),
-            "`berth session list` shows the sessions".into(),
-        ),
-        StoreError::UnknownTask { .. } => (
-            StatusCode::NOT_FOUND,
-            "unknown_task",
-            "`berth task list` shows the tasks".into(),
-        ),
-        StoreError::Ambiguous { .. } => (
-            StatusCode::BAD_REQUEST,
-            "ambiguous_id",
-            "give more characters of the id".into(),
-        ),
+        StoreError::UnknownSession { .. } => {
+            fixed(StatusCode::NOT_FOUND, ErrorCode::UnknownSession)
+        }
+        StoreError::UnknownTask { .. } => fixed(StatusCode::NOT_FOUND, ErrorCode::UnknownTask),
+        StoreError::Ambiguous { .. } => fixed(StatusCode::BAD_REQUEST, ErrorCode::AmbiguousId),
         StoreError::UnknownAgent { known, .. } => (
             StatusCode::NOT_FOUND,
-            ErrorCode::UnknownAgent.as_str(),
+            ErrorCode::UnknownAgent,
             if known.is_empty() {
                 "add one with `berth agent add NAME --kind claude|codex|command`".into()
             } else {
                 format!("name one of: {}", known.join(", "))
             },
         ),
-        StoreError::AgentExists { .. } => (
-            StatusCode::CONFLICT,
-            "agent_exists",
-            "choose another name".into(),
-        ),
-        StoreError::UnknownProject { .. } => (
-            StatusCode::NOT_FOUND,
-            "unknown_project",
-            "create it with `berth project add NAME`".into(),
-        ),
-        StoreError::ProjectExists { .. } => (
-            StatusCode::CONFLICT,
-            "project_exists",
-            "choose another name".into(),
-        ),
+        StoreError::AgentExists { .. } => fixed(StatusCode::CONFLICT, ErrorCode::AgentExists),
+        StoreError::UnknownProject { .. } => {
+            fixed(StatusCode::NOT_FOUND, ErrorCode::UnknownProject)
+        }
+        StoreError::ProjectExists { .. } => fixed(StatusCode::CONFLICT, ErrorCode::ProjectExists),
         StoreError::AgentInUse { name, sessions } => (
             StatusCode::CONFLICT,
-            "agent_in_use",
+            ErrorCode::AgentInUse,
             format!(
                 "delete those sessions first (`berth session delete ID`; an archived session \
                  still names its agent), or change the agent in place with \
@@ -320,7 +269,7 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
         ),
         StoreError::SessionBusy { tasks, .. } => (
             StatusCode::CONFLICT,
-            "session_busy",
+            ErrorCode::SessionBusy,
             format!(
                 "cancel it first: berth task cancel {}",
                 tasks.first().map_or("ID", |t| &t[..t.len().min(8)])
@@ -328,30 +277,20 @@ fn store_parts(e: &StoreError) -> (StatusCode, &'static str, String) {
         ),
         StoreError::BadChange(_) => (
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             "give at least one change: a non-empty title, archived, a command or permissions"
                 .into(),
         ),
-        StoreError::Unavailable(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the server's database is not reachable right now; try again in a few seconds".into(),
-        ),
+        StoreError::Unavailable(_) => {
+            fixed(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable)
+        }
         #[cfg(feature = "postgres")]
-        StoreError::Postgres(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "see the server's log".into(),
-        ),
+        StoreError::Postgres(_) => fixed(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         StoreError::Sqlite(_)
         | StoreError::Migration { .. }
         | StoreError::Corrupt(_)
         | StoreError::Worker(_)
-        | StoreError::Files { .. } => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "see the server's log".into(),
-        ),
+        | StoreError::Files { .. } => fixed(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
     }
 }
 

@@ -20,7 +20,7 @@ mod remote;
 pub use remote::{RemoteMachines, waiting_for};
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
-use crate::store::{Adopted, Finish, NextRun, RunItem, RunRecord, Store, StoreError, TaskRow};
+use crate::store::{Adopted, Finish, NextRun, RunItem, Store, StoreError, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
 use berth_core::{ErrorCode, SessionId, TaskId};
@@ -620,17 +620,8 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
         }
         Decision::Refuse { code, message } => {
             let fin = Finish {
-                status: TaskStatus::Refused,
-                exit_code: None,
-                error: Some(message),
-                error_code: Some(code.as_str().to_owned()),
-                work_dir: None,
-                work_dir_display: None,
-                denials: Vec::new(),
-                changes: None,
-                fence: None,
-                usage: None,
-                record: None,
+                outcome: TaskOutcome::ended(TaskStatus::Refused, Some(code), message),
+                session_rev: None,
             };
             if store.claim(task.id.clone()).await? {
                 let done = store.finish(task.id, fin).await?;
@@ -709,7 +700,7 @@ async fn record(
     inner: &Arc<Inner>,
     task: &TaskRow,
     binding_rev: i64,
-    outcome: TaskOutcome,
+    mut outcome: TaskOutcome,
     interrupted: &AtomicBool,
 ) -> Result<Next, StoreError> {
     let store = &inner.store;
@@ -726,33 +717,18 @@ async fn record(
         .await?;
         return Ok(Next::Continue);
     }
-    let mut status = outcome.status;
-    if interrupted.load(Ordering::SeqCst) && status == TaskStatus::Cancelled {
-        status = TaskStatus::Interrupted;
+    if interrupted.load(Ordering::SeqCst) && outcome.status == TaskStatus::Cancelled {
+        outcome.status = TaskStatus::Interrupted;
     }
-    if !status.is_final() {
-        status = TaskStatus::Failed;
+    if !outcome.status.is_final() {
+        outcome.status = TaskStatus::Failed;
+    }
+    if outcome.error.is_none() && outcome.status == TaskStatus::Interrupted {
+        outcome.error = Some("the server shut down while the task was running".to_owned());
     }
     let fin = Finish {
-        status,
-        exit_code: outcome.exit_code,
-        error: outcome.error.clone().or_else(|| {
-            (status == TaskStatus::Interrupted)
-                .then(|| "the server shut down while the task was running".to_owned())
-        }),
-        error_code: outcome.code.map(|c| c.as_str().to_owned()),
-        work_dir: outcome.work_dir.clone(),
-        work_dir_display: outcome.work_dir_display.clone(),
-        denials: outcome.denials,
-        changes: outcome.changes,
-        fence: outcome.fence,
-        usage: outcome.usage,
-        record: Some(RunRecord {
-            binding_rev,
-            work_dir: outcome.work_dir,
-            work_dir_display: outcome.work_dir_display,
-            resume_id: outcome.resume_id,
-        }),
+        outcome,
+        session_rev: Some(binding_rev),
     };
     let done = durable("recording the task's outcome", || {
         store.finish(task.id.clone(), fin.clone())

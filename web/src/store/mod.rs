@@ -55,7 +55,7 @@ pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
 pub use rows::{
-    BindingCols, Deleted, Finish, NewSessionRow, RunRecord, SessionChange, SessionCols, SessionRow,
+    BindingCols, Deleted, Finish, NewSessionRow, SessionChange, SessionCols, SessionRow,
     StoredBinding, TaskRow,
 };
 pub use sessions::list_sessions;

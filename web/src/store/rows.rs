@@ -310,33 +310,16 @@ impl NewSessionRow {
     }
 }
 
-/// How a task ended, as the store records it.
+/// How a task ended, as the store records it: the run's outcome (its `status` final,
+/// its `code` the task's error code; `branch` is not stored), and whether what the run
+/// leaves (`work_dir`, `work_dir_display`, `resume_id`) is recorded on its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
-    pub status: TaskStatus,
-    pub exit_code: Option<i32>,
-    pub error: Option<String>,
-    pub error_code: Option<String>,
-    pub work_dir: Option<String>,
-    pub work_dir_display: Option<String>,
-    pub denials: Vec<berth_core::api::Denial>,
-    /// What the task changed in its directory.
-    pub changes: Option<berth_core::api::Changes>,
-    /// How its agent was fenced.
-    pub fence: Option<berth_core::api::FenceNote>,
-    /// The agent's token usage, as it reported it.
-    pub usage: Option<serde_json::Value>,
-    /// Recorded on the session only while its binding revision is still this one.
-    pub record: Option<RunRecord>,
-}
-
-/// What a run leaves on its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRecord {
-    pub binding_rev: i64,
-    pub work_dir: Option<String>,
-    pub work_dir_display: Option<String>,
-    pub resume_id: Option<String>,
+    pub outcome: berth_core::exec::TaskOutcome,
+    /// The session's binding revision the run was for: the outcome's directory and
+    /// resume id are recorded on the session only while this is still its revision.
+    /// `None`: nothing is recorded on the session (a task refused before it ran).
+    pub session_rev: Option<i64>,
 }
 
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
@@ -477,6 +460,9 @@ pub struct TaskRow {
     pub work_dir_display: Option<String>,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
+    /// The `error_code` column as stored: an [`berth_core::ErrorCode`]'s spelling.
+    /// Kept as text, never parsed: a code written by a server of another version (a
+    /// shared PostgreSQL database) is served as it was written, and cannot fail a read.
     pub error_code: Option<String>,
     /// What the agent was denied, as stored (a JSON array; empty when none).
     pub denials: Vec<berth_core::api::Denial>,

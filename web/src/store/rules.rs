@@ -7,7 +7,7 @@ use super::StoreError;
 use super::rows::{Finish, StoredBinding, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::resolve::Origin;
-use berth_core::{SessionId, TaskId};
+use berth_core::{ErrorCode, SessionId, TaskId};
 
 /// What an [`IdPrefix`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,25 +213,24 @@ pub(crate) const INTERRUPTED: &str =
 /// The code of a task that ended badly without a more precise one: every failed,
 /// refused or interrupted task carries a stable code (an executor that reported none
 /// failed in a way nobody named — a bug).
-pub(crate) fn default_code(status: TaskStatus) -> Option<String> {
-    let code = match status {
-        TaskStatus::Interrupted => berth_core::ErrorCode::Interrupted,
-        TaskStatus::Failed | TaskStatus::Refused => berth_core::ErrorCode::Internal,
+pub(crate) fn default_code(status: TaskStatus) -> Option<ErrorCode> {
+    match status {
+        TaskStatus::Interrupted => Some(ErrorCode::Interrupted),
+        TaskStatus::Failed | TaskStatus::Refused => Some(ErrorCode::Internal),
         TaskStatus::Queued
         | TaskStatus::WaitingLock
         | TaskStatus::WaitingDaemon
         | TaskStatus::Running
         | TaskStatus::Succeeded
-        | TaskStatus::Cancelled => return None,
-    };
-    Some(code.as_str().to_owned())
+        | TaskStatus::Cancelled => None,
+    }
 }
 
 /// How a task ended, as its row's text columns store it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ended {
     /// The reported code, else [`default_code`].
-    pub error_code: Option<String>,
+    pub error_code: Option<ErrorCode>,
     /// A JSON array, `None` when the agent was denied nothing.
     pub denials: Option<String>,
     /// JSON documents.
@@ -242,24 +241,32 @@ pub(crate) struct Ended {
 
 impl Ended {
     pub(crate) fn of(fin: &Finish) -> Result<Ended, StoreError> {
+        let out = &fin.outcome;
         Ok(Ended {
-            error_code: fin.error_code.clone().or_else(|| default_code(fin.status)),
-            denials: (!fin.denials.is_empty())
-                .then(|| json_text(&fin.denials))
+            error_code: out.code.or_else(|| default_code(out.status)),
+            denials: (!out.denials.is_empty())
+                .then(|| json_text(&out.denials))
                 .transpose()?,
-            changes: fin.changes.as_ref().map(json_text).transpose()?,
-            fence: fin.fence.as_ref().map(json_text).transpose()?,
-            usage: fin.usage.as_ref().map(json_text).transpose()?,
+            changes: out.changes.as_ref().map(json_text).transpose()?,
+            fence: out.fence.as_ref().map(json_text).transpose()?,
+            usage: out.usage.as_ref().map(json_text).transpose()?,
         })
+    }
+
+    /// The error code as the `error_code` column stores it (its contract spelling).
+    pub(crate) fn code_text(&self) -> Option<&'static str> {
+        self.error_code.map(ErrorCode::as_str)
     }
 
     /// What the task's ending says of its session's binding: its directory is gone
     /// (`missing`) or another stands in its place (`changed`); `None`: nothing.
     pub(crate) fn binding_state(&self) -> Option<&'static str> {
-        match self.error_code.as_deref() {
-            Some("not_found") => Some("missing"),
-            Some("path_changed") => Some("changed"),
-            _ => None,
+        if self.error_code == Some(ErrorCode::NotFound) {
+            Some("missing")
+        } else if self.error_code == Some(ErrorCode::PathChanged) {
+            Some("changed")
+        } else {
+            None
         }
     }
 }

@@ -496,19 +496,20 @@ impl Store {
         self.write(move |tx, outbox| {
             let now = clock::now();
             let ended = Ended::of(&fin)?;
+            let out = &fin.outcome;
             tx.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = NULL, exit_code = ?3, error = ?4,
                    error_code = ?5, work_dir = ?6, finished_at = ?7,
                    started_at = COALESCE(started_at, ?7), work_dir_display = ?8, denials = ?9,
                    changes = ?10, fence = ?11, usage = ?12
                  WHERE id = ?1")?.execute(
-                params![id.as_str(), fin.status.as_str(), fin.exit_code, fin.error, ended.error_code, fin.work_dir, now, fin.work_dir_display, ended.denials, ended.changes, ended.fence, ended.usage],
+                params![id.as_str(), out.status.as_str(), out.exit_code, out.error, ended.code_text(), out.work_dir, now, out.work_dir_display, ended.denials, ended.changes, ended.fence, ended.usage],
             )?;
             let task = get_task(tx, &id)?;
-            if let Some(rec) = fin.record {
+            if let Some(rev) = fin.session_rev {
                 tx.prepare_cached("UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
                        work_dir_display = CASE WHEN ?2 IS NULL THEN work_dir_display ELSE ?6 END
                      WHERE id = ?1 AND binding_rev = ?5")?.execute(
-                    params![task.session_id.as_str(), rec.work_dir, rec.resume_id, now, rec.binding_rev, rec.work_dir_display],
+                    params![task.session_id.as_str(), out.work_dir, out.resume_id, now, rev, out.work_dir_display],
                 )?;
             }
             if let Some(state) = ended.binding_state() {

@@ -12,10 +12,10 @@ use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
 use berth_core::{SessionId, TaskId};
 use berth_web::executor::DirIdentity;
-use berth_web::executor::{AgentKind, AgentSpec};
+use berth_web::executor::{AgentKind, AgentSpec, TaskOutcome};
 use berth_web::store::{
     AgentEdit, AuditEntry, ChannelIntake, ChannelThread, Deleted, FIRST_ADMIN, Finish,
-    MemberChange, MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem, RunRecord,
+    MemberChange, MemberRow, NewChannelMessage, NewSessionRow, ProjectDirRow, RunItem,
     SessionChange, Store, StoreError, StoredBinding, TokenChange, TokenRow,
 };
 use common::TempDir;
@@ -277,17 +277,8 @@ async fn an_unknown_agent_names_the_known_ones(place: Place) {
 
 fn finish(status: TaskStatus) -> Finish {
     Finish {
-        status,
-        exit_code: None,
-        error: None,
-        error_code: None,
-        work_dir: None,
-        work_dir_display: None,
-        denials: Vec::new(),
-        changes: None,
-        fence: None,
-        usage: None,
-        record: None,
+        outcome: TaskOutcome::new(status),
+        session_rev: None,
     }
 }
 
@@ -352,21 +343,17 @@ async fn a_task_goes_through_its_whole_life(place: Place) {
         .await
         .unwrap();
     let mut fin = finish(TaskStatus::Succeeded);
-    fin.exit_code = Some(0);
-    fin.work_dir = Some("/srv/work".into());
-    fin.work_dir_display = Some("~/work".into());
-    fin.denials = vec![Denial {
+    fin.outcome.exit_code = Some(0);
+    fin.outcome.work_dir = Some("/srv/work".into());
+    fin.outcome.work_dir_display = Some("~/work".into());
+    fin.outcome.resume_id = Some("resume-1".into());
+    fin.outcome.denials = vec![Denial {
         by: None,
         tool: "Bash".into(),
         target: "rm -rf /".into(),
     }];
-    fin.changes = Some(berth_core::api::Changes::default());
-    fin.record = Some(RunRecord {
-        binding_rev: s.binding_rev,
-        work_dir: Some("/srv/work".into()),
-        work_dir_display: Some("~/work".into()),
-        resume_id: Some("resume-1".into()),
-    });
+    fin.outcome.changes = Some(berth_core::api::Changes::default());
+    fin.session_rev = Some(s.binding_rev);
     let done = store.finish(t1.id.clone(), fin).await.unwrap();
     assert_eq!(
         (done.status, done.exit_code, done.denials.len()),

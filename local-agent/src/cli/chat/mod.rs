@@ -80,7 +80,7 @@ fn where_you_are(
                 .hint
                 .clone()
                 .unwrap_or_else(|| String::from("cd into your project, or pass --dir PATH")),
-            code: report.code.as_ref().map(ToString::to_string),
+            code: report.code,
             exit: 1,
         });
     }
@@ -447,11 +447,7 @@ impl Chat {
 
 /// An error as the transcript shows it.
 fn error_lines(e: &CliError) -> Said {
-    let code = e
-        .code
-        .as_deref()
-        .map(|c| format!(" [{c}]"))
-        .unwrap_or_default();
+    let code = e.code.map(|c| format!(" [{c}]")).unwrap_or_default();
     vec![
         (Style::Alert, format!("error{code}: {}", inert(&e.message))),
         (Style::Alert, format!("hint: {}", inert(&e.hint))),

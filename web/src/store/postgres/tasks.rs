@@ -436,6 +436,8 @@ impl Pg {
     pub(crate) async fn finish(&self, id: TaskId, fin: Finish) -> Result<TaskRow, StoreError> {
         let now = clock::now();
         let ended = Ended::of(&fin)?;
+        let code = ended.code_text();
+        let out = &fin.outcome;
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
         w.q()
@@ -447,13 +449,13 @@ impl Pg {
                  WHERE id = $1",
                 &[
                     &id.as_str(),
-                    &fin.status.as_str(),
-                    &fin.exit_code,
-                    &fin.error,
-                    &ended.error_code,
-                    &fin.work_dir,
+                    &out.status.as_str(),
+                    &out.exit_code,
+                    &out.error,
+                    &code,
+                    &out.work_dir,
                     &now,
-                    &fin.work_dir_display,
+                    &out.work_dir_display,
                     &ended.denials,
                     &ended.changes,
                     &ended.fence,
@@ -462,7 +464,7 @@ impl Pg {
             )
             .await?;
         let task = get_task(&mut w.q(), &id).await?;
-        if let Some(rec) = fin.record {
+        if let Some(rev) = fin.session_rev {
             w.q()
                 .exec(
                     "UPDATE sessions SET work_dir = COALESCE($2, work_dir), resume_id = $3,
@@ -471,11 +473,11 @@ impl Pg {
                      WHERE id = $1 AND binding_rev = $5",
                     &[
                         &task.session_id.as_str(),
-                        &rec.work_dir,
-                        &rec.resume_id,
+                        &out.work_dir,
+                        &out.resume_id,
                         &now,
-                        &rec.binding_rev,
-                        &rec.work_dir_display,
+                        &rev,
+                        &out.work_dir_display,
                     ],
                 )
                 .await?;
