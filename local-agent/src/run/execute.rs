@@ -49,14 +49,12 @@ pub(super) async fn run(
         return outcome(TaskStatus::Cancelled, None);
     }
     // 3: the agent's turn.
-    let work_dir = place.pinned.canonical().as_str().to_owned();
     let (result, resume) = execute(
         &inner,
         &task,
         adapter,
         &place,
         &mut prepared,
-        &work_dir,
         &events,
         &mut cancel,
     )
@@ -67,7 +65,7 @@ pub(super) async fn run(
         Err((code, msg)) => TaskOutcome::failed(code, msg),
         Ok(ran) => ran_outcome(adapter, &task.agent.name, ran, resume),
     };
-    conclude(out, settled, work_dir, &events)
+    conclude(out, settled, &events)
 }
 
 /// Stages 1 and 2: the task placed ([`place`]), its directory locked, and what runs
@@ -200,14 +198,12 @@ fn announce(
 /// Stage 3: the agent started in its fence and its turn streamed; started afresh once
 /// when it no longer knows the session it was asked to resume. Returns the turn, and
 /// the resume id it ended with.
-#[allow(clippy::too_many_arguments)]
 async fn execute(
     inner: &Inner,
     task: &TaskSpec,
     adapter: Adapter,
     place: &Place,
     prepared: &mut Prepared,
-    work_dir: &str,
     events: &mpsc::UnboundedSender<ExecEvent>,
     cancel: &mut watch::Receiver<bool>,
 ) -> (Result<Ran, (ErrorCode, String)>, Option<String>) {
@@ -236,7 +232,10 @@ async fn execute(
         let berth_env = [
             ("BERTH_SESSION_ID", task.session.id.to_string()),
             ("BERTH_TASK_ID", task.task_id.to_string()),
-            ("BERTH_WORK_DIR", work_dir.to_owned()),
+            (
+                "BERTH_WORK_DIR",
+                place.pinned.canonical().as_str().to_owned(),
+            ),
             (
                 "BERTH_BRIEF",
                 cut(&prepared.brief_text, MAX_ENV_BRIEF).to_owned(),
@@ -348,8 +347,9 @@ struct Settled {
     /// What the agent wrote where the fence guards, put back.
     guarded: Vec<crate::inject::sidecar::guard::Restored>,
     fence: berth_core::api::FenceNote,
-    /// The directory as shown.
+    /// The directory as shown, and as the task's `work_dir` (canonical).
     shown: String,
+    work_dir: String,
 }
 
 /// Stage 4: the agent's temporary directory, the directory restored ([`finish`]), and
@@ -375,6 +375,7 @@ async fn settle(
         text: prepared.fence.text.clone(),
     };
     let shown = place.pinned.display().to_owned();
+    let work_dir = place.pinned.canonical().as_str().to_owned();
     let prepared_repos = prepared.repos.take();
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let mut guarded = Vec::new();
@@ -462,6 +463,7 @@ async fn settle(
         guarded,
         fence: fence_note,
         shown,
+        work_dir,
     }
 }
 
@@ -470,7 +472,6 @@ async fn settle(
 fn conclude(
     mut out: TaskOutcome,
     settled: Settled,
-    work_dir: String,
     events: &mpsc::UnboundedSender<ExecEvent>,
 ) -> TaskOutcome {
     let guarded = &settled.guarded;
@@ -523,7 +524,7 @@ fn conclude(
             ));
         }
     }
-    out.work_dir = Some(work_dir);
+    out.work_dir = Some(settled.work_dir);
     out.branch = settled.branch;
     out.fence = Some(settled.fence);
     out.changes = settled.changes;

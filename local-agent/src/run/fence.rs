@@ -440,14 +440,14 @@ pub(crate) fn refused_early(user: &crate::settings::UserLayer) -> Option<Refusal
     if probe.available() {
         return None;
     }
-    match user.fence_mode() {
-        Some(FenceMode::Required) => {
+    match user.fence().map(|f| f.mode) {
+        Ok(FenceMode::Required) => {
             match unavailable(FenceMode::Required, &why_unavailable(probe)) {
                 Err(FenceStop::Refused(r)) => Some(r),
                 Err(FenceStop::Failed(_)) | Ok(_) => None,
             }
         }
-        Some(_) | None => None,
+        Ok(_) | Err(_) => None,
     }
 }
 

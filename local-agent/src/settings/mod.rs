@@ -120,7 +120,7 @@ pub(crate) fn user_fence(
     ctx: &Context,
     config_dir: &Path,
 ) -> Result<berth_core::settings::FenceSettings, SettingsLoadError> {
-    UserLayer::read(ctx, config_dir).fence()
+    Ok(settings::merge(user_layer(ctx, config_dir)?.as_slice()).fence)
 }
 
 /// The user layer as a run reads it: once, when the task is placed; its snapshot
@@ -144,20 +144,9 @@ impl UserLayer {
     }
 
     /// Its fence settings, as the user layer alone sets them.
-    pub fn fence(self) -> Result<berth_core::settings::FenceSettings, SettingsLoadError> {
-        let layers: Vec<Layer> = self.0?.into_iter().collect();
-        Ok(settings::merge(&layers).fence)
-    }
-
-    /// Its fence mode, if it can be read.
-    pub fn fence_mode(&self) -> Option<berth_core::fence::FenceMode> {
-        match &self.0 {
-            Ok(layer) => {
-                let layers: Vec<Layer> = layer.iter().cloned().collect();
-                Some(settings::merge(&layers).fence.mode)
-            }
-            Err(_) => None,
-        }
+    pub fn fence(&self) -> Result<berth_core::settings::FenceSettings, &SettingsLoadError> {
+        let layer = self.0.as_ref()?;
+        Ok(settings::merge(layer.as_slice()).fence)
     }
 }
 
