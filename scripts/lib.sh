@@ -5,7 +5,12 @@
 # match the crate exactly.
 WASM_BINDGEN_VERSION=$(sed -n 's/^wasm-bindgen = "=\(.*\)"/\1/p' Cargo.toml)
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+# Each heading carries the seconds since the outermost script began (scripts called by
+# scripts/test.sh count from its start), so a CI log shows where the time went: the gap
+# between two headings is the step's cost.
+: "${BERTH_T0:=$(date +%s)}"
+export BERTH_T0
+say() { printf '\033[1m==> [%4ds] %s\033[0m\n' "$(($(date +%s) - BERTH_T0))" "$*"; }
 
 ensure_wasm_toolchain() {
   if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
