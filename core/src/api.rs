@@ -91,6 +91,9 @@ pub enum TaskStatus {
     WaitingLock,
     WaitingDaemon,
     Running,
+    /// Running, and its agent waits for a person's answer to a request (the `ask`
+    /// policy): `wait_reason` says what it asks.
+    WaitingApproval,
     Succeeded,
     Failed,
     Cancelled,
@@ -110,7 +113,8 @@ impl TaskStatus {
             TaskStatus::Queued
             | TaskStatus::WaitingLock
             | TaskStatus::WaitingDaemon
-            | TaskStatus::Running => false,
+            | TaskStatus::Running
+            | TaskStatus::WaitingApproval => false,
         }
     }
 
@@ -120,6 +124,7 @@ impl TaskStatus {
             TaskStatus::WaitingLock => "waiting_lock",
             TaskStatus::WaitingDaemon => "waiting_daemon",
             TaskStatus::Running => "running",
+            TaskStatus::WaitingApproval => "waiting_approval",
             TaskStatus::Succeeded => "succeeded",
             TaskStatus::Failed => "failed",
             TaskStatus::Cancelled => "cancelled",
@@ -172,6 +177,10 @@ pub struct Task {
     /// contract, so a page can name the session rather than a bare task id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waits_for: Option<WaitsFor>,
+    /// What the agent asked a person (the `ask` policy), in order, each with its
+    /// decision once made: the task's audit of approvals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<crate::approval::Approval>,
 }
 
 /// The task holding the directory another task waits for, and that task's session
@@ -449,6 +458,7 @@ mod tests {
             (TaskStatus::WaitingLock, "waiting_lock"),
             (TaskStatus::WaitingDaemon, "waiting_daemon"),
             (TaskStatus::Running, "running"),
+            (TaskStatus::WaitingApproval, "waiting_approval"),
             (TaskStatus::Succeeded, "succeeded"),
             (TaskStatus::Failed, "failed"),
             (TaskStatus::Cancelled, "cancelled"),

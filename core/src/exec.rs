@@ -99,6 +99,9 @@ pub enum ExecEvent {
     },
     /// Something the agent did.
     Agent(crate::event::AgentEvent),
+    /// The agent asks what the policy leaves to a person: the run waits for the
+    /// executor's `answer` (or the deadline).
+    Approval(crate::approval::ApprovalRequest),
 }
 
 /// How a task ended. A daemon sends it as JSON (`finish`); every field but `status`

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod approval;
 pub mod binding;
 pub mod code;
 pub mod context;

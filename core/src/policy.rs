@@ -14,6 +14,11 @@ use std::fmt;
 pub enum Permissions {
     /// Read and run nothing that changes files.
     ReadOnly,
+    /// Read, and edit inside the working directory; everything else (commands,
+    /// fetches, deletes, moves, changes outside) waits for a person's answer (see
+    /// [`crate::approval`]). Narrower than `edit`: what it lets through unasked is a
+    /// part of what `edit` lets through, so an untrusted project may narrow to it.
+    Ask,
     /// Edit files in the working directory (the default: a bound session exists so the
     /// agent can change that directory).
     Edit,
@@ -26,12 +31,18 @@ impl Permissions {
     pub const DEFAULT: Permissions = Permissions::Edit;
 
     /// Every policy, narrowest first.
-    pub const ALL: [Permissions; 3] = [Permissions::ReadOnly, Permissions::Edit, Permissions::Full];
+    pub const ALL: [Permissions; 4] = [
+        Permissions::ReadOnly,
+        Permissions::Ask,
+        Permissions::Edit,
+        Permissions::Full,
+    ];
 
     /// The policy as written on the command line, in settings and in JSON.
     pub const fn as_str(self) -> &'static str {
         match self {
             Permissions::ReadOnly => "read-only",
+            Permissions::Ask => "ask",
             Permissions::Edit => "edit",
             Permissions::Full => "full",
         }

@@ -27,6 +27,15 @@ impl Executor for NativeExecutor {
         Box::pin(async move { this.run_task(task, events, cancel).await })
     }
 
+    fn answer(
+        &self,
+        _task: &berth_core::TaskId,
+        id: &str,
+        answer: berth_core::approval::Answer,
+    ) -> bool {
+        self.answer_request(id, answer)
+    }
+
     fn recover(&self) -> Vec<String> {
         self.recover_leftovers()
     }

@@ -256,3 +256,33 @@ pub fn shadow_refs(b: &Berth) -> Vec<String> {
     out.sort();
     out
 }
+
+/// A scripted ACP agent (`tests/src/peers/ask_peer.py`), registered as `name` with
+/// `--permissions ask`: each prompt line `run: CMD` asks Berth's permission to run
+/// CMD, and runs it if allowed.
+pub fn add_ask_peer(b: &Berth, name: &str) {
+    let peer = b.root.path().join("ask_peer.py");
+    std::fs::write(&peer, include_str!("peers/ask_peer.py")).unwrap();
+    b.ok(&[
+        "agent",
+        "add",
+        name,
+        "--kind",
+        "acp",
+        "--permissions",
+        "ask",
+        "--command",
+        "python3",
+        s(&peer),
+    ]);
+}
+
+/// The requests `berth approvals --json` lists as waiting, once there are `n`.
+pub fn waiting_approvals(b: &Berth, n: usize) -> Vec<Value> {
+    eventually(30, || {
+        let v = b.json(&["approvals", "--json"]);
+        let list = v["approvals"].as_array()?.clone();
+        (list.len() >= n).then_some(list)
+    })
+    .unwrap_or_else(|| panic!("{n} requests never waited: {}", b.ok(&["approvals"])))
+}

@@ -39,6 +39,18 @@ pub trait Executor: Send + Sync + 'static {
         cancel: watch::Receiver<bool>,
     ) -> BoxFuture<'static, TaskOutcome>;
 
+    /// Hands a decision to the run of `task` that waits on request `id` (an
+    /// [`ExecEvent::Approval`] it sent). `false` when no run of this executor waits on
+    /// it (it ended, or runs elsewhere): the decision stays on record all the same.
+    fn answer(
+        &self,
+        _task: &berth_core::TaskId,
+        _id: &str,
+        _answer: berth_core::approval::Answer,
+    ) -> bool {
+        false
+    }
+
     /// Restores whatever interrupted runs left behind (crash recovery: sidecar files
     /// journaled but never cleaned up). The server calls it once at startup, holding
     /// its single-instance lock and before it schedules anything, so no task runs in

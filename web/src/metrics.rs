@@ -46,14 +46,17 @@ pub enum WaitReason {
     MachineOffline,
     /// `waiting_daemon` on an unbound session: no machine of its owner is online.
     NoMachine,
+    /// `waiting_approval`: its agent waits for a person's answer.
+    Approval,
 }
 
 impl WaitReason {
-    pub const ALL: [WaitReason; 4] = [
+    pub const ALL: [WaitReason; 5] = [
         WaitReason::Queued,
         WaitReason::DirectoryLock,
         WaitReason::MachineOffline,
         WaitReason::NoMachine,
+        WaitReason::Approval,
     ];
 
     /// The label's value.
@@ -63,6 +66,7 @@ impl WaitReason {
             WaitReason::DirectoryLock => "directory_lock",
             WaitReason::MachineOffline => "machine_offline",
             WaitReason::NoMachine => "no_machine",
+            WaitReason::Approval => "approval",
         }
     }
 }
@@ -140,6 +144,39 @@ struct ReasonLabel {
     reason: WaitReason,
 }
 
+/// A decision, as a label value: `allow`, `deny` or `timeout` (a deny nobody made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecisionKind(&'static str);
+
+impl DecisionKind {
+    pub const ALL: [DecisionKind; 3] = [
+        DecisionKind("allow"),
+        DecisionKind("deny"),
+        DecisionKind("timeout"),
+    ];
+
+    /// The label of a decision.
+    pub fn of(d: &berth_core::approval::Decision) -> DecisionKind {
+        use berth_core::approval::{DecidedBy, Verdict};
+        match (d.decision, d.by) {
+            (_, DecidedBy::Timeout) => DecisionKind("timeout"),
+            (Verdict::Allow, _) => DecisionKind("allow"),
+            (Verdict::Deny, _) => DecisionKind("deny"),
+        }
+    }
+}
+
+impl EncodeLabelValue for DecisionKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: DecisionKind,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabel {
     kind: StoreErrorKind,
@@ -162,6 +199,7 @@ struct Inner {
     sse_clients: Gauge,
     store_errors: Family<KindLabel, Counter>,
     leader: Gauge,
+    approvals: Family<DecisionLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -234,8 +272,18 @@ impl Metrics {
             "1 while this process leads (runs the tasks), else 0.",
             leader.clone(),
         );
+        let approvals = Family::<DecisionLabel, Counter>::default();
+        for decision in DecisionKind::ALL {
+            drop(approvals.get_or_create(&DecisionLabel { decision }));
+        }
+        registry.register(
+            "approvals",
+            "Requests put to a person (the ask policy) and decided, by decision.",
+            approvals.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                approvals,
                 registry,
                 finished,
                 waiting,
@@ -259,6 +307,16 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A request was decided.
+    pub fn approval_decided(&self, d: &berth_core::approval::Decision) {
+        self.inner
+            .approvals
+            .get_or_create(&DecisionLabel {
+                decision: DecisionKind::of(d),
+            })
+            .inc();
     }
 
     /// How many tasks wait for `reason` now.

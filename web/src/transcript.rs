@@ -28,6 +28,9 @@ pub enum EventKind {
     BindingChanged,
     /// A task's changes were undone: `{task_id, files, forced, commit}`.
     Undo,
+    /// The agent asked a person (an [`berth_core::approval::Approval`]), sent again
+    /// with its `decision` once decided.
+    Approval,
 }
 
 impl EventKind {
@@ -39,6 +42,7 @@ impl EventKind {
             EventKind::Task => "task",
             EventKind::BindingChanged => "binding_changed",
             EventKind::Undo => "undo",
+            EventKind::Approval => "approval",
         }
     }
 }

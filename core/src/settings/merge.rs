@@ -49,6 +49,19 @@ pub fn merge(layers: &[Layer]) -> Settings {
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
+            use crate::approval::Rule;
+            let ask = &mut settings.ask;
+            // Checked when the layer was read: a rule that no longer parses is skipped.
+            ask.allow
+                .extend(layer.ask.allow.iter().filter_map(|r| Rule::parse(r).ok()));
+            ask.deny
+                .extend(layer.ask.deny.iter().filter_map(|r| Rule::parse(r).ok()));
+            if let Some(secs) = layer.ask.deadline_secs {
+                ask.deadline_secs = Some(secs);
+            }
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
             let fence = &layer.fence;
             if let Some(mode) = fence.mode {
                 // The strictest mode asked for wins (the trust gate removed a project
@@ -166,6 +179,7 @@ mod tests {
                 plugins: vec![],
                 channels: map(&[("slack_api_url", "v"), ("slack_bot_token", "t")]),
                 fence: Default::default(),
+                ask: Default::default(),
                 warnings: vec![],
             }
         );
@@ -349,7 +363,7 @@ mod tests {
             line: 1,
             column: 3,
             message: format!(
-                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence"
+                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask"
             ),
         };
         assert_eq!(

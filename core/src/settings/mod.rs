@@ -164,6 +164,10 @@ pub struct Layer {
     #[cfg(not(target_arch = "wasm32"))]
     #[serde(skip)]
     pub fence: FenceLayer,
+    /// The `ask` key (see [`crate::approval`]); not serialized, like `fence`.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[serde(skip)]
+    pub ask: AskLayer,
     pub warnings: Vec<Diagnostic>,
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
     /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
@@ -228,6 +232,16 @@ impl FenceLayer {
     }
 }
 
+/// The `ask` key of one layer, as written: rules (checked, kept in their printed
+/// form) and the deadline.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AskLayer {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub deadline_secs: Option<u64>,
+}
+
 /// The fence settings in force: the strictest mode, network and read scope any layer
 /// asks for (the trust gate has removed what a project layer may not loosen), every
 /// layer's `read_deny`, and the user layer's `write` and `fence.read` paths.
@@ -264,6 +278,8 @@ impl Layer {
             snapshots: SnapshotLimits::default(),
             #[cfg(not(target_arch = "wasm32"))]
             fence: FenceLayer::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            ask: AskLayer::default(),
             warnings: Vec::new(),
             places: Vec::new(),
             unusable_env: Vec::new(),
@@ -301,6 +317,11 @@ pub struct Settings {
     pub channels: BTreeMap<String, String>,
     #[serde(skip)]
     pub fence: FenceSettings,
+    /// The `ask` rules in force: every layer's denies, the user layer's allows and
+    /// deadline (the trust gate removes a project layer's).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[serde(skip)]
+    pub ask: crate::approval::AskRules,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -362,7 +383,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
                 ),
                 diag(
                     Severity::Error,

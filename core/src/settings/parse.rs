@@ -13,7 +13,7 @@ use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 9] = [
+const TOP_KEYS: [&str; 10] = [
     "agent",
     "permissions",
     "prompt",
@@ -23,7 +23,11 @@ const TOP_KEYS: [&str; 9] = [
     "ca_file",
     "snapshots",
     "fence",
+    "ask",
 ];
+/// The keys of the `ask` object.
+#[cfg(not(target_arch = "wasm32"))]
+const ASK_KEYS: [&str; 3] = ["allow", "deny", "deadline_secs"];
 /// The keys of the `fence` object.
 #[cfg(not(target_arch = "wasm32"))]
 const FENCE_KEYS: [&str; 5] = ["mode", "network", "write", "read_deny", "read"];
@@ -292,7 +296,7 @@ impl Reader<'_> {
                                 SettingsErrorKind::InvalidValue,
                                 value.range().start,
                                 format!(
-                                    "\"permissions\" is {}; use \"read-only\", \"edit\" or \"full\"",
+                                    "\"permissions\" is {}; use \"read-only\", \"ask\", \"edit\" or \"full\"",
                                     q(&text)
                                 ),
                             ),
@@ -341,6 +345,14 @@ impl Reader<'_> {
                 "fence" => self.fence(value, prop.range.start),
                 #[cfg(target_arch = "wasm32")]
                 "fence" => {}
+                #[cfg(not(target_arch = "wasm32"))]
+                "ask" => {
+                    if let Some(object) = self.object("ask", value) {
+                        self.ask(object);
+                    }
+                }
+                #[cfg(target_arch = "wasm32")]
+                "ask" => {}
                 _ => self.unknown(prop, "", &TOP_KEYS),
             }
         }
@@ -557,6 +569,64 @@ impl Reader<'_> {
                 }
             }
         }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// `ask`: `allow` and `deny`, lists of rules (`"execute: cargo test"`), and
+    /// `deadline_secs`, how long a request waits for a person.
+    fn ask(&mut self, object: &Object<'_>) {
+        for prop in self.props(object, "ask") {
+            let name = prop.name.as_str();
+            let key = scoped("ask", name);
+            self.mark(key.clone(), prop.range.start);
+            match name {
+                "allow" => self.layer.ask.allow = self.rules(&key, &prop.value),
+                "deny" => self.layer.ask.deny = self.rules(&key, &prop.value),
+                "deadline_secs" => match &prop.value {
+                    Value::NumberLit(n) => match n.value.parse::<u64>() {
+                        Ok(v) if (1..=7 * 86_400).contains(&v) => {
+                            self.layer.ask.deadline_secs = Some(v);
+                        }
+                        Ok(_) | Err(_) => self.error(
+                            SettingsErrorKind::InvalidValue,
+                            prop.value.range().start,
+                            format!(
+                                "{} must be a whole number of seconds from 1 to 604800 (a week), found {}",
+                                q(&key),
+                                n.value
+                            ),
+                        ),
+                    },
+                    other => self.wrong_type(&key, "a number of seconds", other),
+                },
+                _ => self.unknown(prop, "ask", &ASK_KEYS),
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// A list of rules, each checked (`kind`, `kind: command prefix`, `kind: /path`).
+    fn rules(&mut self, key: &str, value: &Value<'_>) -> Vec<String> {
+        let Value::Array(array) = value else {
+            self.wrong_type(key, "an array of rules (\"execute: cargo test\")", value);
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in array.elements.iter().enumerate() {
+            let item_key = format!("{key}[{i}]");
+            let Some(text) = self.string(&item_key, item) else {
+                continue;
+            };
+            match crate::approval::Rule::parse(&text) {
+                Ok(rule) => out.push(rule.to_string()),
+                Err(why) => self.error(
+                    SettingsErrorKind::InvalidValue,
+                    item.range().start,
+                    format!("{}: {why}", q(&item_key)),
+                ),
+            }
+        }
+        out
     }
 
     fn channels(&mut self, object: &Object<'_>) -> BTreeMap<String, String> {

@@ -89,6 +89,7 @@ fn comments_and_trailing_commas_parse() {
         ca_file: None,
         snapshots: Default::default(),
         fence: Default::default(),
+        ask: Default::default(),
         warnings: vec![],
         unusable_env: vec![],
         places: [
@@ -392,7 +393,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
         ),
         warning(
             3,
@@ -417,7 +418,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
         ),
     ];
     // The place of a repeated key is that of the value kept.

@@ -365,6 +365,41 @@ pub fn gate(layer: &Layer, trust: Trust) -> Gated {
             );
         }
     }
+    // `ask`: a deny narrows (applied); an allow or a longer wait widens what runs
+    // unasked: the user layer's alone, trusted or not.
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let ask = &layer.ask;
+        if !ask.deny.is_empty() {
+            verdict(
+                "ask.deny".into(),
+                layer.place("ask.deny"),
+                Verdict::Applied,
+                format!("refuses without asking: {}", ask.deny.join(", ")),
+            );
+        }
+        if !ask.allow.is_empty() {
+            out.ask.allow.clear();
+            verdict(
+                "ask.allow".into(),
+                layer.place("ask.allow"),
+                Verdict::UserLayerOnly,
+                format!(
+                    "\"ask.allow\" ({}) is ignored: only your user settings can let requests through unasked, trusted or not",
+                    ask.allow.join(", ")
+                ),
+            );
+        }
+        if ask.deadline_secs.is_some() {
+            out.ask.deadline_secs = None;
+            verdict(
+                "ask.deadline_secs".into(),
+                layer.place("ask.deadline_secs"),
+                Verdict::UserLayerOnly,
+                "\"ask.deadline_secs\" is ignored: only your user settings set how long a request waits".into(),
+            );
+        }
+    }
     let project = layer.dir.parent();
     let mut kept = Vec::with_capacity(layer.plugins.len());
     for (i, entry) in layer.plugins.iter().enumerate() {

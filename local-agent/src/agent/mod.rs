@@ -4,6 +4,8 @@
 //!   a plain command, an ACP agent), parsed into transcript events;
 //! - [`acp`]: the Agent Client Protocol's client, which drives an ACP agent's turn over
 //!   its stdin and stdout;
+//! - [`ask`]: requests the `ask` policy puts to a person, sent to the server and
+//!   waited for;
 //! - [`fence`]: the kernel's confinement of the agent (Landlock and seccomp on Linux,
 //!   with read-only binds where a mount namespace is allowed; Seatbelt on macOS);
 //! - [`spawn`] (Linux) and [`process`]: starting it in the pinned directory, fenced,
@@ -14,6 +16,7 @@
 
 pub mod acp;
 pub mod adapter;
+pub mod ask;
 pub mod fence;
 pub mod groups;
 pub mod process;

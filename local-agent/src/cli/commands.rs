@@ -92,6 +92,15 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
             lean(c, Request::TaskList { session, json })
         }
         Command::Session(cmd) => session(c, cmd).await,
+        Command::Approvals { all, json } => super::approvals::list(c, all, json).await,
+        Command::Approve { id, always, json } => {
+            let verdict = super::approvals::Say::Allow { always };
+            super::approvals::answer(c, &id, verdict, json).await
+        }
+        Command::Deny { id, reason, json } => {
+            let verdict = super::approvals::Say::Deny { reason };
+            super::approvals::answer(c, &id, verdict, json).await
+        }
         Command::Task(TaskCmd::Diff { id, stat, json }) => {
             super::changes::diff(c, &id, stat, json).await
         }
@@ -203,6 +212,9 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
         SessionCmd::Archive { id, json } => super::lifecycle::archive(c, &id, true, json).await,
         SessionCmd::Unarchive { id, json } => super::lifecycle::archive(c, &id, false, json).await,
         SessionCmd::Delete { id, yes, json } => super::lifecycle::delete(c, &id, yes, json).await,
+        SessionCmd::Rules { id, remove, json } => {
+            super::approvals::rules(c, &id, remove, json).await
+        }
         SessionCmd::Log { .. } => Err(CliError::usage(
             "session log is run by the chat's code",
             "run it as `berth session log ID`",

@@ -2,6 +2,7 @@
 //! document with `--json`.
 
 mod agents;
+mod approvals;
 mod changes;
 mod chat;
 mod client;
@@ -69,6 +70,38 @@ pub enum Command {
     /// Tasks: list them, cancel one, see what one changed (diff) and put it back (undo).
     #[command(subcommand)]
     Task(TaskCmd),
+    /// What agents under the `ask` policy wait for you to answer, across sessions.
+    Approvals {
+        /// Recent decided requests too, with who decided them and how.
+        #[arg(long)]
+        all: bool,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow a request an agent waits on (see `berth approvals`).
+    Approve {
+        /// The request: its id or a unique prefix of it (`3f9c0a12-1`).
+        id: String,
+        /// Also allow it from now on in this session: a rule of its kind and whole
+        /// command (or its one path), listed by `berth session rules`.
+        #[arg(long)]
+        always: bool,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a request an agent waits on (see `berth approvals`).
+    Deny {
+        /// The request: its id or a unique prefix of it (`3f9c0a12-1`).
+        id: String,
+        /// Why, in words the agent is given.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Projects and their directories.
     #[command(subcommand)]
     Project(ProjectCmd),
@@ -349,6 +382,8 @@ impl Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Policy {
     ReadOnly,
+    /// Reads and edits inside the directory; the rest waits for your answer.
+    Ask,
     Edit,
     Full,
 }
@@ -357,6 +392,7 @@ impl Policy {
     pub fn permissions(self) -> berth_core::Permissions {
         match self {
             Policy::ReadOnly => berth_core::Permissions::ReadOnly,
+            Policy::Ask => berth_core::Permissions::Ask,
             Policy::Edit => berth_core::Permissions::Edit,
             Policy::Full => berth_core::Permissions::Full,
         }
@@ -373,8 +409,9 @@ pub enum AgentCmd {
         /// (required).
         #[arg(long, value_enum)]
         kind: Option<Kind>,
-        /// What the agent may do: read-only, edit (the default, or the user settings'
-        /// `permissions`) or full. Mapped onto the agent's own controls.
+        /// What the agent may do: read-only, ask (what the policy leaves open waits
+        /// for your answer), edit (the default, or the user settings' `permissions`)
+        /// or full. Mapped onto the agent's own controls.
         #[arg(long, value_enum)]
         permissions: Option<Policy>,
         /// The program and its arguments (everything after --command).
@@ -395,7 +432,7 @@ pub enum AgentCmd {
     Edit {
         /// The agent's name.
         name: String,
-        /// What the agent may do: read-only, edit, full, or default (the user
+        /// What the agent may do: read-only, ask, edit, full, or default (the user
         /// settings' `permissions`, else edit).
         #[arg(long, value_enum)]
         permissions: Option<EditPolicy>,
@@ -421,6 +458,8 @@ pub enum AgentCmd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EditPolicy {
     ReadOnly,
+    /// Reads and edits inside the directory; the rest waits for your answer.
+    Ask,
     Edit,
     Full,
     /// The user settings' `permissions`, else edit.
@@ -432,6 +471,7 @@ impl EditPolicy {
     pub fn permissions(self) -> Option<berth_core::Permissions> {
         match self {
             EditPolicy::ReadOnly => Some(berth_core::Permissions::ReadOnly),
+            EditPolicy::Ask => Some(berth_core::Permissions::Ask),
             EditPolicy::Edit => Some(berth_core::Permissions::Edit),
             EditPolicy::Full => Some(berth_core::Permissions::Full),
             EditPolicy::Default => None,
@@ -520,6 +560,17 @@ pub enum SessionCmd {
     Show {
         /// The session: its id or a unique prefix of it.
         id: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The rules a session's "always" answers made; --remove N takes one away.
+    Rules {
+        /// The session: its id or a unique prefix of it.
+        id: String,
+        /// Remove rule N (its number in the list): the session asks again.
+        #[arg(long, value_name = "N")]
+        remove: Option<i64>,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
@@ -668,6 +719,9 @@ pub fn run(cli: Cli) -> u8 {
         | Command::Session(_)
         | Command::Send { .. }
         | Command::Task(_)
+        | Command::Approvals { .. }
+        | Command::Approve { .. }
+        | Command::Deny { .. }
         | Command::Project(_)) => commands::client_command(cli.home, other),
     };
     match result {
@@ -722,6 +776,7 @@ impl Command {
                 | SessionCmd::Unarchive { json, .. }
                 | SessionCmd::Delete { json, .. }
                 | SessionCmd::Show { json, .. }
+                | SessionCmd::Rules { json, .. }
                 | SessionCmd::Log { json, .. }
                 | SessionCmd::Link { json, .. }
                 | SessionCmd::Unlink { json, .. },
@@ -732,9 +787,10 @@ impl Command {
                 | TaskCmd::Diff { json, .. }
                 | TaskCmd::Undo { json, .. },
             )
-            | Command::Project(ProjectCmd::Add { json, .. } | ProjectCmd::Dir { json, .. }) => {
-                *json
-            }
+            | Command::Project(ProjectCmd::Add { json, .. } | ProjectCmd::Dir { json, .. })
+            | Command::Approvals { json, .. }
+            | Command::Approve { json, .. }
+            | Command::Deny { json, .. } => *json,
         }
     }
 }

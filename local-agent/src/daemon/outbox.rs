@@ -118,7 +118,9 @@ mod tests {
                 WireEvent::Agent {
                     event: AgentEvent::Text { text },
                 } => text.clone(),
-                other @ (WireEvent::Agent { .. } | WireEvent::Status { .. }) => {
+                other @ (WireEvent::Agent { .. }
+                | WireEvent::Status { .. }
+                | WireEvent::Approval { .. }) => {
                     format!("{other:?}")
                 }
             })

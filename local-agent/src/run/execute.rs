@@ -213,6 +213,13 @@ async fn execute(
         ErrorCode::AgentStartFailed,
         "the agent did not start".to_owned(),
     ));
+    // One asker for the run: its requests are numbered across a fresh start.
+    let asker = crate::agent::ask::Asker::new(
+        task.task_id.clone(),
+        prepared.ask.clone(),
+        inner.waiting.clone(),
+        events.clone(),
+    );
     for attempt in 0..2 {
         let turn = Turn {
             prompt: &task.prompt,
@@ -299,6 +306,7 @@ async fn execute(
             let ctx = crate::agent::acp::TurnCtx {
                 turn,
                 dir: place.pinned.fd(),
+                asker: Some(&asker),
             };
             crate::agent::acp::drive(proc, &ctx, events, cancel, inner.cfg.grace).await
         } else {

@@ -69,8 +69,14 @@ impl NativeExecutor {
                 watcher: Watcher::new(),
                 tmps,
                 fences: Arc::default(),
+                waiting: crate::agent::ask::Waiting::default(),
             }),
         })
+    }
+
+    /// Hands a decision to the run waiting on request `id`; `false` if none does.
+    pub fn answer_request(&self, id: &str, answer: berth_core::approval::Answer) -> bool {
+        self.inner.waiting.answer(id, answer)
     }
 
     pub fn config(&self) -> &ExecutorConfig {

@@ -174,6 +174,7 @@ fn prepare(
             brief_arg,
             brief_text,
             env: settings.env,
+            ask: settings.ask,
             warnings,
             policy,
             project,

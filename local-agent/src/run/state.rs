@@ -28,6 +28,8 @@ pub(super) struct Inner {
     pub(super) tmps: Arc<crate::run::tmp::Tmps>,
     /// What each session's runs hand on to its next.
     pub(super) fences: Arc<crate::run::fence::SessionFences>,
+    /// The runs waiting for a person's answer (the `ask` policy).
+    pub(super) waiting: crate::agent::ask::Waiting,
 }
 
 /// Where a task runs, pinned.
@@ -51,6 +53,8 @@ pub(super) struct Prepared {
     pub(super) warnings: Vec<String>,
     /// The run's permission policy, and where it came from.
     pub(super) policy: Policy,
+    /// The user's `ask` rules and deadline (a project layer's denies too).
+    pub(super) ask: berth_core::approval::AskRules,
     /// What became of the project layer's keys, when one was read.
     pub(super) project: Option<berth_core::settings::trust::ProjectLayerReport>,
     /// The run's fence, its temporary directory, and its lines for the transcript.

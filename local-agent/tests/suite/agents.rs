@@ -24,7 +24,7 @@ fn agent_events(events: &[ExecEvent]) -> Vec<AgentEvent> {
         .filter_map(|e| match e {
             ExecEvent::Agent(AgentEvent::Stderr { .. } | AgentEvent::Fence { .. }) => None,
             ExecEvent::Agent(a) => Some(a.clone()),
-            ExecEvent::Status { .. } => None,
+            ExecEvent::Status { .. } | ExecEvent::Approval(_) => None,
         })
         .collect()
 }

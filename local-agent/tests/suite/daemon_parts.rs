@@ -342,7 +342,7 @@ fn texts(events: &[WireEvent]) -> Vec<String> {
             WireEvent::Agent {
                 event: AgentEvent::Text { text },
             } => Some(text.clone()),
-            WireEvent::Agent { .. } | WireEvent::Status { .. } => None,
+            WireEvent::Agent { .. } | WireEvent::Status { .. } | WireEvent::Approval { .. } => None,
         })
         .collect()
 }

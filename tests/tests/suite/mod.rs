@@ -1,6 +1,7 @@
 //! The end-to-end tests, one module per former test file.
 
 mod agent_env;
+mod approvals;
 mod bench_smoke;
 mod boundaries;
 mod changes;

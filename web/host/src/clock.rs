@@ -18,7 +18,8 @@ fn since_epoch() -> std::time::Duration {
         .unwrap_or_default()
 }
 
-fn now_millis() -> i64 {
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_millis() -> i64 {
     i64::try_from(since_epoch().as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -102,6 +102,9 @@ pub enum Action {
     /// Rename, archive or delete a session: its owner's alone, as making it run is.
     Change,
     Cancel,
+    /// Answer a request of an agent's (`POST approvals/{id}`): the handler keeps a
+    /// member to their own sessions', and an admin too.
+    Approve,
     /// Daemon tokens: the handlers keep a member to their own.
     Tokens,
     /// Agents, projects, members, the audit trail: the server's settings.
@@ -140,6 +143,7 @@ pub fn decide(action: Action, caller: &Caller, relation: Relation) -> Answer {
     match (action, relation) {
         (Action::Settings, _) if daemon => Answer::AdminOnly,
         (Action::Settings, _) => Answer::Allow,
+        (Action::Approve, _) => Answer::Allow,
         (Action::Open | Action::List | Action::Create | Action::Tokens, _) | (_, Relation::Own) => {
             if action == Action::Admin && !admin {
                 Answer::AdminOnly
@@ -208,6 +212,12 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/tasks/{id}" if get => (ReadTask, Target::Task, None),
         "/api/v1/tasks/{id}/cancel" if post => (Cancel, Target::Task, Some("cancel")),
         "/api/v1/tasks/{id}/undone" if post => (Cancel, Target::Task, Some("undo")),
+        "/api/v1/approvals" if get => (List, Target::None, None),
+        "/api/v1/approvals/{id}" if post => (Approve, Target::None, Some("approval.answer")),
+        "/api/v1/sessions/{id}/rules" if get => (ReadSession, Target::Session, None),
+        "/api/v1/sessions/{id}/rules/{n}" if delete => {
+            (Change, Target::Session, Some("rule.remove"))
+        }
         "/api/v1/daemon/tokens" if get => (Tokens, Target::None, None),
         "/api/v1/daemon/tokens" if post => (Tokens, Target::None, Some("token.create")),
         "/api/v1/daemon/tokens/{name}" if delete => (Tokens, Target::None, Some("token.revoke")),

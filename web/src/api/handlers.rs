@@ -80,7 +80,7 @@ pub struct NewAgent {
     pub kind: AgentKind,
     #[serde(default)]
     pub command: Vec<String>,
-    /// `read-only`, `edit` or `full`; absent: the user settings' default, else `edit`.
+    /// `read-only`, `ask`, `edit` or `full`; absent: the user settings' default, else `edit`.
     #[serde(default)]
     pub permissions: Option<berth_core::Permissions>,
 }

@@ -21,6 +21,7 @@
 //! the web listener's only writes; everything else on it stays read-only.
 
 mod access;
+pub mod approvals;
 mod auth;
 #[cfg(feature = "local-binding")]
 mod binding;
@@ -67,6 +68,8 @@ fn read_routes() -> Router<Ctx> {
         .route("/api/v1/tasks/{id}", get(handlers::get_task))
         .route("/api/v1/agents", get(handlers::list_agents))
         .route("/api/v1/projects", get(handlers::list_projects))
+        .route("/api/v1/approvals", get(approvals::list))
+        .route("/api/v1/sessions/{id}/rules", get(approvals::rules))
 }
 
 fn all_routes() -> Router<Ctx> {
@@ -78,6 +81,11 @@ fn all_routes() -> Router<Ctx> {
         )
         .route("/api/v1/tasks/{id}/cancel", post(handlers::cancel_task))
         .route("/api/v1/tasks/{id}/undone", post(handlers::task_undone))
+        .route("/api/v1/approvals/{id}", post(approvals::answer))
+        .route(
+            "/api/v1/sessions/{id}/rules/{n}",
+            axum::routing::delete(approvals::remove_rule),
+        )
         .route(
             "/api/v1/sessions/{id}",
             axum::routing::patch(lifecycle::patch_session).delete(lifecycle::delete_session),

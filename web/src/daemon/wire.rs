@@ -249,6 +249,10 @@ pub enum WireEvent {
     Agent {
         event: AgentEvent,
     },
+    /// A request the `ask` policy puts to a person.
+    Approval {
+        request: berth_core::approval::ApprovalRequest,
+    },
 }
 
 impl From<ExecEvent> for WireEvent {
@@ -262,6 +266,7 @@ impl From<ExecEvent> for WireEvent {
                 wait_reason,
             },
             ExecEvent::Agent(event) => WireEvent::Agent { event },
+            ExecEvent::Approval(request) => WireEvent::Approval { request },
         }
     }
 }
@@ -277,6 +282,7 @@ impl From<WireEvent> for ExecEvent {
                 wait_reason,
             },
             WireEvent::Agent { event } => ExecEvent::Agent(event),
+            WireEvent::Approval { request } => ExecEvent::Approval(request),
         }
     }
 }

@@ -115,7 +115,11 @@ pub fn refusal_status(code: ErrorCode) -> StatusCode {
         | ErrorCode::UnknownToken
         | ErrorCode::UnknownMember
         | ErrorCode::UnknownTask
+        | ErrorCode::UnknownApproval
         | ErrorCode::UnknownProject => StatusCode::NOT_FOUND,
+        ErrorCode::AlreadyDecided | ErrorCode::NoExactRule => StatusCode::CONFLICT,
+        ErrorCode::Expired => StatusCode::GONE,
+        ErrorCode::ApprovalTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorCode::ForbiddenHost | ErrorCode::OwnerOnly | ErrorCode::AdminOnly => {
             StatusCode::FORBIDDEN
         }
@@ -274,6 +278,11 @@ fn store_parts(e: &StoreError) -> (StatusCode, ErrorCode, String) {
                 "cancel it first: berth task cancel {}",
                 tasks.first().map_or("ID", |t| &t[..t.len().min(8)])
             ),
+        ),
+        StoreError::Approval { code, .. } => (
+            refusal_status(*code),
+            *code,
+            code.hint().unwrap_or_default().to_owned(),
         ),
         StoreError::BadChange(_) => (
             StatusCode::BAD_REQUEST,

@@ -14,9 +14,11 @@
 //! session waiting is scheduled again when a machine comes online. Unbound work runs
 //! on the embedded executor, or, on a server without one, on the least busy daemon.
 
+mod approvals;
 pub mod placement;
 mod remote;
 
+pub use approvals::HumanAnswer;
 pub use remote::{RemoteMachines, waiting_for};
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
@@ -112,6 +114,9 @@ impl Inner {
 
 struct Run {
     cancel: watch::Sender<bool>,
+    /// What runs it: the decisions to its requests go there (`None` for a run a new
+    /// leader adopted from a daemon).
+    executor: Option<Arc<dyn Executor>>,
     interrupted: Arc<AtomicBool>,
     /// On a daemon: at a hand-over ([`Scheduler::hand_over`]) it goes on there.
     remote: bool,
@@ -295,6 +300,7 @@ impl Scheduler {
                 a.task.id.clone(),
                 Run {
                     cancel: cancel_tx,
+                    executor: None,
                     interrupted: interrupted.clone(),
                     remote: true,
                 },
@@ -656,6 +662,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
             task.id.clone(),
             Run {
                 cancel: cancel_tx,
+                executor: Some(executor.clone()),
                 interrupted: interrupted.clone(),
                 remote,
             },
@@ -680,11 +687,11 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     let outcome = if remote {
         let mut over = inner.handing_over.subscribe();
         tokio::select! {
-            o = execute(store, &executor, &task, spec, cancel_rx) => Some(o),
+            o = execute(inner, &executor, &task, spec, cancel_rx) => Some(o),
             _ = over.wait_for(|h| *h) => None,
         }
     } else {
-        Some(execute(store, &executor, &task, spec, cancel_rx).await)
+        Some(execute(inner, &executor, &task, spec, cancel_rx).await)
     };
     inner.running.lock().await.remove(&task.id);
     match outcome {
@@ -752,12 +759,17 @@ async fn wait(store: &Store, task: &TaskRow, reason: String) -> Result<(), Store
 /// status before it brings one (`running` says whether the transcript already has it).
 pub(crate) fn run_items(
     task: &TaskId,
+    session: &SessionId,
     events: impl IntoIterator<Item = ExecEvent>,
     running: &mut bool,
 ) -> Vec<RunItem> {
     let mut items = Vec::new();
     for ev in events {
         match ev {
+            ExecEvent::Approval(req) => {
+                *running = true;
+                items.push(RunItem::Approval(approvals::arrived(task, session, req)));
+            }
             ExecEvent::Status {
                 status,
                 wait_reason,
@@ -782,14 +794,16 @@ pub(crate) fn run_items(
     items
 }
 
-/// Runs the executor, storing what it reports as it happens.
+/// Runs the executor, storing what it reports as it happens; the requests it puts
+/// to a person are answered by the session's rules, a person, or their deadline.
 async fn execute(
-    store: &Store,
+    inner: &Arc<Inner>,
     executor: &Arc<dyn Executor>,
     task: &TaskRow,
     spec: TaskSpec,
     cancel: watch::Receiver<bool>,
 ) -> TaskOutcome {
+    let store = &inner.store;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = tokio::spawn(executor.run(spec, tx, cancel));
     let mut running = false;
@@ -800,7 +814,7 @@ async fn execute(
         while let Ok(more) = rx.try_recv() {
             burst.push(more);
         }
-        let items = run_items(&task.id, burst.drain(..), &mut running);
+        let items = run_items(&task.id, &task.session_id, burst.drain(..), &mut running);
         let recorded = durable("recording the task's events", || {
             store.run_events(task.clone(), items.clone())
         })
@@ -808,9 +822,16 @@ async fn execute(
         if let Err(e) = recorded {
             tracing::error!(task = %task.id, error = %e, "could not record events");
         }
+        for item in &items {
+            if let RunItem::Approval(a) = item {
+                approvals::pending(inner, executor, task, a).await;
+            }
+        }
     }
-    match handle.await {
+    let outcome = match handle.await {
         Ok(outcome) => outcome,
         Err(e) => TaskOutcome::failed(ErrorCode::Internal, format!("the executor failed: {e}")),
-    }
+    };
+    approvals::settle_left(inner, &task.id).await;
+    outcome
 }

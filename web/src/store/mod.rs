@@ -37,6 +37,7 @@ macro_rules! on_pg {
 }
 
 mod agents;
+mod approvals;
 mod channels;
 mod daemons;
 #[cfg(feature = "postgres")]
@@ -51,6 +52,7 @@ mod sessions;
 mod tasks;
 
 pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
+pub use approvals::{short as short_approval_id, task_of as approval_task};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};
@@ -133,6 +135,13 @@ pub enum StoreError {
     #[error("session {id} has {} task{} not finished: {}", tasks.len(),
         if tasks.len() == 1 { "" } else { "s" }, tasks.join(", "))]
     SessionBusy { id: String, tasks: Vec<String> },
+    /// An answer to a request the store cannot take: unknown, already decided,
+    /// expired (the code says which; the message how and by whom).
+    #[error("{message}")]
+    Approval {
+        code: berth_core::ErrorCode,
+        message: String,
+    },
     /// A change that changes nothing, or a title that is empty.
     #[error("{0}")]
     BadChange(String),
@@ -186,6 +195,7 @@ impl StoreError {
             | StoreError::ProjectExists { .. }
             | StoreError::AgentInUse { .. }
             | StoreError::SessionBusy { .. }
+            | StoreError::Approval { .. }
             | StoreError::BadChange(_) => None,
         }
     }

@@ -475,15 +475,17 @@ pub struct TaskRow {
     pub fence: Option<berth_core::api::FenceNote>,
     /// The agent's token usage, as it reported it.
     pub usage: Option<serde_json::Value>,
+    /// What its agent asked a person, with the decisions (the `approvals` column).
+    pub approvals: Vec<berth_core::approval::Approval>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display, denials, changes, fence, usage";
+    work_dir_display, denials, changes, fence, usage, approvals";
 
 /// How many columns [`TASK_COLUMNS`] names: a query's own columns follow them.
 #[cfg(feature = "postgres")]
-pub(crate) const TASK_COLUMN_COUNT: usize = 18;
+pub(crate) const TASK_COLUMN_COUNT: usize = 19;
 
 /// [`TASK_COLUMNS`], each qualified by a table alias (`t.id, t.session_id, …`).
 #[cfg(feature = "postgres")]
@@ -538,6 +540,11 @@ impl TaskRow {
                 ),
                 None => None,
             },
+            approvals: match r.opt_text(18)? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("task approvals: {e}")))?,
+                None => Vec::new(),
+            },
         })
     }
 
@@ -558,6 +565,7 @@ impl TaskRow {
             finished_at: self.finished_at.clone(),
             changes: self.changes.clone(),
             fence: self.fence.clone(),
+            approvals: self.approvals.clone(),
             usage: self.usage.clone(),
             waits_for: None,
         }

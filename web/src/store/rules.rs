@@ -221,6 +221,7 @@ pub(crate) fn default_code(status: TaskStatus) -> Option<ErrorCode> {
         | TaskStatus::WaitingLock
         | TaskStatus::WaitingDaemon
         | TaskStatus::Running
+        | TaskStatus::WaitingApproval
         | TaskStatus::Succeeded
         | TaskStatus::Cancelled => None,
     }
@@ -289,7 +290,8 @@ pub(crate) fn json_text<T: serde::Serialize>(v: &T) -> Result<String, StoreError
 
 /// The SQL list of the task statuses that are not final
 /// ([`berth_core::api::TaskStatus::is_final`]): a session with such a task is busy.
-pub(crate) const UNFINISHED: &str = "('queued', 'waiting_lock', 'waiting_daemon', 'running')";
+pub(crate) const UNFINISHED: &str =
+    "('queued', 'waiting_lock', 'waiting_daemon', 'running', 'waiting_approval')";
 
 /// Refuses to delete session `id` while `tasks` (its unfinished ones) exist.
 pub(crate) fn idle(id: &SessionId, tasks: Vec<String>) -> Result<(), StoreError> {
@@ -326,6 +328,7 @@ mod unfinished_tests {
             "waiting_lock",
             "waiting_daemon",
             "running",
+            "waiting_approval",
             "succeeded",
             "failed",
             "cancelled",

@@ -201,6 +201,20 @@ const V12: &str = r#"
 ALTER TABLE sessions ADD COLUMN archived_at TEXT;
 "#;
 
+/// Approvals (issue 54): each task's requests and their decisions (a JSON array, the
+/// task's audit), and the rules a session's "always" answers made.
+const V13: &str = r#"
+ALTER TABLE tasks ADD COLUMN approvals TEXT;
+CREATE TABLE session_rules (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    n           INTEGER NOT NULL,
+    rule        TEXT NOT NULL,
+    added_at    TEXT NOT NULL,
+    approval_id TEXT,
+    PRIMARY KEY (session_id, n)
+);
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -216,6 +230,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V10),
         M::up(V11),
         M::up(V12),
+        M::up(V13),
     ])
 }
 

@@ -69,6 +69,9 @@ pub enum RunItem {
     Status(TaskStatus, Option<String>),
     /// An agent event's JSON.
     Agent(serde_json::Value),
+    /// A request put to a person, its deadline set (the task then shows
+    /// `waiting_approval`).
+    Approval(berth_core::approval::Approval),
 }
 
 pub(crate) fn get_task(conn: &Connection, id: &TaskId) -> Result<TaskRow, StoreError> {
@@ -116,7 +119,7 @@ pub(crate) fn status_event(
 }
 
 /// Records a non-final status change and appends it to the transcript.
-fn record_status(
+pub(crate) fn record_status(
     conn: &Connection,
     outbox: &mut Outbox,
     id: &TaskId,
@@ -149,6 +152,9 @@ fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Resu
             RunItem::Status(status, why) => {
                 record_status(conn, outbox, t.task_id, status, why)?;
             }
+            RunItem::Approval(a) => {
+                super::approvals::record_asked(conn, outbox, t.task_id, a)?;
+            }
         }
     }
     Ok(())
@@ -158,7 +164,7 @@ fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Resu
 pub(crate) fn recover(conn: &Connection, outbox: &mut Outbox) -> Result<Recovery, StoreError> {
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks
-         WHERE status IN ('running', 'waiting_lock')
+         WHERE status IN ('running', 'waiting_lock', 'waiting_approval')
             OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL)
          ORDER BY session_id, seq"
     );
@@ -654,7 +660,7 @@ impl Store {
 pub(crate) const WAITING_SQL: &str = "SELECT t.status, s.binding_machine IS NOT NULL, COUNT(*)
     FROM tasks t JOIN sessions s ON s.id = t.session_id
     WHERE (t.status IN ('queued', 'waiting_daemon') AND t.started_at IS NULL)
-       OR t.status = 'waiting_lock'
+       OR t.status IN ('waiting_lock', 'waiting_approval')
     GROUP BY t.status, s.binding_machine IS NOT NULL";
 
 /// [`WAITING_SQL`]'s rows, by [`WaitReason`] (each listed, at zero if none waits).
@@ -668,6 +674,7 @@ pub(crate) fn waiting_by_reason(
             TaskStatus::WaitingLock => WaitReason::DirectoryLock,
             TaskStatus::WaitingDaemon if bound => WaitReason::MachineOffline,
             TaskStatus::WaitingDaemon => WaitReason::NoMachine,
+            TaskStatus::WaitingApproval => WaitReason::Approval,
             TaskStatus::Running
             | TaskStatus::Succeeded
             | TaskStatus::Failed

@@ -15,8 +15,10 @@
 //!    offers one ([`mode_for`]).
 //! 4. `session/prompt`: the brief and the message. Until its answer, the agent's
 //!    `session/update`s become transcript events ([`updates`]) and what it asks is
-//!    answered at once: permissions from the policy ([`policy`]), files beneath the
-//!    directory, anything else "method not found".
+//!    answered: permissions from the policy ([`policy`]) at once, or, under `ask`,
+//!    held open until a person (or a rule, or the deadline) decides, the agent's other
+//!    messages read meanwhile; files beneath the directory; anything else "method not
+//!    found".
 //! 5. Berth's cancel sends `session/cancel`; an agent that has not answered within the
 //!    grace period is stopped with its group, as every agent is.
 //!
@@ -67,6 +69,21 @@ pub const PROTOCOL_VERSION: i64 = 1;
 pub struct TurnCtx<'a> {
     pub turn: Turn<'a>,
     pub dir: BorrowedFd<'a>,
+    /// Who puts requests to a person (`ask`); `None` where nobody can be asked (every
+    /// such request is then rejected, said so).
+    pub asker: Option<&'a crate::agent::ask::Asker>,
+}
+
+/// A request held for a person, once decided: what to answer the agent with.
+#[derive(Debug)]
+struct Held {
+    /// The JSON-RPC id of the agent's `session/request_permission`.
+    rpc: Value,
+    call: String,
+    tool: String,
+    target: String,
+    options: Vec<Value>,
+    answer: berth_core::approval::Answer,
 }
 
 /// How a conversation ended.
@@ -96,7 +113,9 @@ pub fn mode_for(
 ) -> Option<String> {
     let wanted: &[&str] = match permissions {
         Permissions::ReadOnly => &["read-only"],
-        Permissions::Edit => &["auto"],
+        // codex-acp's `auto` asks Berth before each patch and command: under `ask`
+        // Berth puts those to a person (or lets them through by the rules).
+        Permissions::Edit | Permissions::Ask => &["auto"],
         Permissions::Full => &["full-access"],
     };
     wanted
@@ -108,7 +127,7 @@ pub fn mode_for(
 
 /// The client's side of one turn, over any pair of streams.
 struct Client<'c, R, W> {
-    lines: R,
+    lines: Lines<R>,
     out: W,
     next_id: i64,
     ctx: &'c TurnCtx<'c>,
@@ -120,7 +139,85 @@ struct Client<'c, R, W> {
     /// Once the prompt is cancelled, permission requests are answered `cancelled`.
     cancelling: bool,
     session: String,
+    /// Requests held for a person: their waits, by JSON-RPC id, and where their
+    /// decisions arrive.
+    held: Vec<(Value, tokio::task::JoinHandle<()>)>,
+    held_tx: mpsc::UnboundedSender<Held>,
+    held_rx: mpsc::UnboundedReceiver<Held>,
+}
+
+/// The agent's stdout, a line at a time.
+struct Lines<R> {
+    r: R,
     buf: Vec<u8>,
+    /// The line being read is over [`rpc::MAX_LINE`]: skipped to its end.
+    too_long: bool,
+}
+
+/// What [`Lines::next`] read.
+enum Read {
+    /// A line, without its newline.
+    Line(String),
+    /// A line over [`rpc::MAX_LINE`], skipped.
+    Skipped,
+    /// The end of the stream.
+    End,
+}
+
+impl<R: AsyncBufRead + Unpin> Lines<R> {
+    /// The next line that is not blank.
+    ///
+    /// Cancel-safe: what it read of a line stays in `buf` (and `too_long`) until the
+    /// line is whole, so a `select!` that drops it mid-line (a decision arriving)
+    /// loses nothing.
+    async fn next(&mut self) -> Read {
+        loop {
+            loop {
+                let Ok(chunk) = self.r.fill_buf().await else {
+                    return Read::End;
+                };
+                if chunk.is_empty() {
+                    if self.buf.is_empty() && !self.too_long {
+                        return Read::End;
+                    }
+                    break;
+                }
+                let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+                    Some(i) => (i + 1, true),
+                    None => (chunk.len(), false),
+                };
+                if self.buf.len() + take <= rpc::MAX_LINE {
+                    self.buf.extend_from_slice(&chunk[..take]);
+                } else {
+                    self.too_long = true;
+                    self.buf.clear();
+                }
+                self.r.consume(take);
+                if done {
+                    break;
+                }
+            }
+            let line = std::mem::take(&mut self.buf);
+            if std::mem::take(&mut self.too_long) {
+                return Read::Skipped;
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Read::Line(text.to_owned());
+        }
+    }
+}
+
+/// The next held request decided; pending for ever while none is held.
+async fn next_held(rx: &mut mpsc::UnboundedReceiver<Held>, holding: bool) -> Option<Held> {
+    if holding {
+        rx.recv().await
+    } else {
+        std::future::pending().await
+    }
 }
 
 /// Drives one turn over `reader`/`writer` (the agent's stdout and stdin).
@@ -136,8 +233,13 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let (held_tx, held_rx) = mpsc::unbounded_channel();
     let mut c = Client {
-        lines: reader,
+        lines: Lines {
+            r: reader,
+            buf: Vec::new(),
+            too_long: false,
+        },
         out: writer,
         next_id: 0,
         ctx,
@@ -147,10 +249,16 @@ where
         replaying: false,
         cancelling: false,
         session: String::new(),
-        buf: Vec::new(),
+        held: Vec::new(),
+        held_tx,
+        held_rx,
     };
     let cancelled = c.turn(cancel, grace).await;
     c.flush();
+    // A request still held when the turn ended has nobody left to tell.
+    for (_, wait) in c.held.drain(..) {
+        wait.abort();
+    }
     Conversation {
         state: c.st,
         cancelled,
@@ -347,13 +455,24 @@ where
             .await;
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
-            let line = tokio::select! {
-                line = self.next_line() => line,
+            let holding = !self.held.is_empty();
+            let read = tokio::select! {
+                read = self.lines.next() => read,
+                Some(h) = next_held(&mut self.held_rx, holding) => {
+                    self.decided(h).await;
+                    continue;
+                }
                 () = cancelled(cancel), if !self.cancelling => {
                     self.cancelling = true;
                     deadline = Some(tokio::time::Instant::now() + grace);
                     let n = rpc::notification("session/cancel", json!({"sessionId": self.session}));
                     let _ = self.write(&n).await;
+                    // What waits for a person is answered `cancelled`, as ACP asks.
+                    for (rpc, wait) in std::mem::take(&mut self.held) {
+                        wait.abort();
+                        let a = Answer::Result(json!({"outcome": {"outcome": "cancelled"}}));
+                        let _ = self.write(&a.line(&rpc)).await;
+                    }
                     continue;
                 }
                 () = sleep_until(deadline) => {
@@ -362,6 +481,14 @@ where
                         grace.as_millis()
                     ));
                     return true;
+                }
+            };
+            let line = match read {
+                Read::Line(line) => Some(line),
+                Read::End => None,
+                Read::Skipped => {
+                    self.skipped();
+                    continue;
                 }
             };
             let Some(line) = line else {
@@ -444,13 +571,23 @@ where
         let id = json!(self.request(method, params).await);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let line = tokio::select! {
-                line = self.next_line() => line,
+            let holding = !self.held.is_empty();
+            let read = tokio::select! {
+                read = self.lines.next() => read,
+                Some(h) = next_held(&mut self.held_rx, holding) => {
+                    self.decided(h).await;
+                    continue;
+                }
                 () = tokio::time::sleep_until(deadline) => return Err(NoAnswer::TimedOut(timeout)),
                 () = cancelled(cancel) => return Err(NoAnswer::Cancelled),
             };
-            let Some(line) = line else {
-                return Err(NoAnswer::Closed);
+            let line = match read {
+                Read::Line(line) => line,
+                Read::End => return Err(NoAnswer::Closed),
+                Read::Skipped => {
+                    self.skipped();
+                    continue;
+                }
             };
             match rpc::answer_to(rpc::classify(&line), &id) {
                 Ok(outcome) => return Ok(outcome),
@@ -459,53 +596,14 @@ where
         }
     }
 
-    /// The next line (without its newline); `None` at the end of the stream. A line
-    /// over [`rpc::MAX_LINE`] is reported and skipped.
-    async fn next_line(&mut self) -> Option<String> {
-        loop {
-            self.buf.clear();
-            let mut too_long = false;
-            loop {
-                let Ok(chunk) = self.lines.fill_buf().await else {
-                    return None;
-                };
-                if chunk.is_empty() {
-                    if self.buf.is_empty() && !too_long {
-                        return None;
-                    }
-                    break;
-                }
-                let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
-                    Some(i) => (i + 1, true),
-                    None => (chunk.len(), false),
-                };
-                if self.buf.len() + take <= rpc::MAX_LINE {
-                    self.buf.extend_from_slice(&chunk[..take]);
-                } else {
-                    too_long = true;
-                    self.buf.clear();
-                }
-                self.lines.consume(take);
-                if done {
-                    break;
-                }
-            }
-            if too_long {
-                self.emit(AgentEvent::Error {
-                    message: format!(
-                        "the agent wrote a line over {} MiB; Berth skipped it",
-                        rpc::MAX_LINE >> 20
-                    ),
-                });
-                continue;
-            }
-            let text = String::from_utf8_lossy(&self.buf);
-            let text = text.trim_end_matches(['\n', '\r']);
-            if text.trim().is_empty() {
-                continue;
-            }
-            return Some(text.to_owned());
-        }
+    /// A line over [`rpc::MAX_LINE`] was skipped.
+    fn skipped(&self) {
+        self.emit(AgentEvent::Error {
+            message: format!(
+                "the agent wrote a line over {} MiB; Berth skipped it",
+                rpc::MAX_LINE >> 20
+            ),
+        });
     }
 
     /// A message of the agent's while Berth waits for an answer.
@@ -522,6 +620,12 @@ where
                 }
             }
             Message::Request { id, method, params } => {
+                if method == "session/request_permission"
+                    && let Some(hold) = self.hold(&id, &params)
+                {
+                    self.held.push((id, hold));
+                    return;
+                }
                 let answer = self.answer(&method, &params);
                 let _ = self.write(&answer.line(&id)).await;
             }
@@ -601,13 +705,22 @@ where
         if self.cancelling {
             return Answer::Result(json!({"outcome": {"outcome": "cancelled"}}));
         }
-        let decision = policy::decide(
+        let no_rules = berth_core::approval::AskRules::default();
+        let rules = self.ctx.asker.map_or(&no_rules, |a| a.rules());
+        let call_of = updates::Subject::of(&tool);
+        let mut decision = policy::decide(
             self.ctx.turn.permissions,
             self.ctx.turn.fenced,
-            &tool.kind,
-            &tool.paths,
+            call_of.subject(),
             self.ctx.turn.work_dir,
+            rules,
         );
+        if decision == Decision::Ask {
+            // Held requests never come here (see `hold`): nobody can be asked.
+            decision = Decision::Reject(
+                "the policy is ask, and nobody can be asked in this run".to_owned(),
+            );
+        }
         if let Decision::Reject(why) = &decision {
             let denial = Denial {
                 tool: tool.name(),
@@ -625,6 +738,101 @@ where
             }
             None => Answer::Result(json!({"outcome": {"outcome": "cancelled"}})),
         }
+    }
+}
+
+impl<R, W> Client<'_, R, W>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    /// Under `ask`, a permission request that goes to a person: sent to the server and
+    /// waited for off this loop (its decision comes back through `held_rx`). `None`
+    /// when it is answered at once instead.
+    fn hold(&mut self, rpc: &Value, params: &Value) -> Option<tokio::task::JoinHandle<()>> {
+        let asker = self.ctx.asker?;
+        if self.cancelling || self.ctx.turn.permissions != Permissions::Ask {
+            return None;
+        }
+        let call = &params["toolCall"];
+        let tool = self.view.merge(call);
+        let s = updates::Subject::of(&tool);
+        let decision = policy::decide(
+            self.ctx.turn.permissions,
+            self.ctx.turn.fenced,
+            s.subject(),
+            self.ctx.turn.work_dir,
+            asker.rules(),
+        );
+        if decision != Decision::Ask {
+            return None;
+        }
+        let options: Vec<Value> = params["options"].as_array().cloned().unwrap_or_default();
+        let offered = options
+            .iter()
+            .map(|o| berth_core::approval::ApprovalOption {
+                id: o["optionId"].as_str().unwrap_or_default().to_owned(),
+                name: o["name"].as_str().unwrap_or_default().to_owned(),
+                kind: o["kind"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect();
+        let (_, answer) = asker.ask(crate::agent::ask::Ask {
+            kind: tool.kind.clone(),
+            title: tool.name(),
+            command: tool.command.clone(),
+            paths: tool.paths.clone(),
+            input: call.clone(),
+            options: offered,
+        });
+        let tx = self.held_tx.clone();
+        let held = Held {
+            rpc: rpc.clone(),
+            call: tool.id.clone(),
+            tool: tool.name(),
+            target: tool.target(),
+            options,
+            answer: berth_core::approval::Answer::cancelled(),
+        };
+        Some(tokio::spawn(async move {
+            let answer = answer.await;
+            let _ = tx.send(Held { answer, ..held });
+        }))
+    }
+
+    /// A held request decided: the agent hears it (always one of its own options),
+    /// and a denial is recorded with who made it.
+    async fn decided(&mut self, h: Held) {
+        let Some(at) = self.held.iter().position(|(id, _)| *id == h.rpc) else {
+            return; // answered already (the turn was cancelled)
+        };
+        self.held.remove(at);
+        let decision = match h.answer.verdict {
+            berth_core::approval::Verdict::Allow => Decision::Allow,
+            berth_core::approval::Verdict::Deny => {
+                let why = h
+                    .answer
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "denied".to_owned());
+                let denial = Denial {
+                    tool: h.tool.clone(),
+                    target: h.target.clone(),
+                    by: Some(h.answer.by.as_str().to_owned()),
+                };
+                let key = (!h.call.is_empty()).then_some(h.call.as_str());
+                if let Some(ev) = self.st.deny(key, denial, Some(why.clone())) {
+                    self.emit(ev);
+                }
+                Decision::Reject(why)
+            }
+        };
+        let answer = match policy::pick(&h.options, &decision) {
+            Some(option) => {
+                Answer::Result(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+            }
+            None => Answer::Result(json!({"outcome": {"outcome": "cancelled"}})),
+        };
+        let _ = self.write(&answer.line(&h.rpc)).await;
     }
 }
 

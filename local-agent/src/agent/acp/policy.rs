@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `read-only` | `read`, `search`, `think`, `fetch` | everything else (`edit`, `delete`, `move`, `execute`, `other`…) |
 //! | `edit` | those, and `edit`/`delete`/`move` inside the run's directory; `execute` where the fence confines it | changes outside the directory; `execute` unfenced |
+//! | `ask` | `read`, `search`, `think`, and `edit` inside the run's directory | what a deny rule of the user's `ask` settings names; the rest (`execute`, `fetch`, `delete`, `move`, changes outside, `other`) is put to a person, unless an allow rule lets it through |
 //! | `full` | everything | — |
 //!
 //! `switch_mode` (an agent leaving a plan mode on its own) is rejected under every
@@ -13,6 +14,7 @@
 //! is judged again, and `reject_once` before `reject_always`.
 
 use berth_core::Permissions;
+use berth_core::approval::{AskRules, Judgement, Subject};
 use serde_json::Value;
 use std::path::Path;
 
@@ -22,6 +24,8 @@ pub enum Decision {
     Allow,
     /// Rejected, and why (the denial's message).
     Reject(String),
+    /// Put to a person (the `ask` policy).
+    Ask,
 }
 
 /// The kinds an ACP tool call may have that only look.
@@ -29,18 +33,28 @@ const LOOKS: &[&str] = &["read", "search", "think", "fetch"];
 /// The kinds that change files.
 const CHANGES: &[&str] = &["edit", "delete", "move"];
 
-/// The decision for a tool call of `kind` acting on `paths`.
+/// The decision for a tool call of `kind` acting on `paths` (running `command`, for
+/// `execute`). `rules` are the user's `ask` rules, read under `ask` only.
 pub fn decide(
     permissions: Permissions,
     fenced: bool,
-    kind: &str,
-    paths: &[String],
+    call: Subject<'_>,
     work_dir: &Path,
+    rules: &AskRules,
 ) -> Decision {
+    let (kind, paths) = (call.kind, call.paths);
     if kind == "switch_mode" {
         return Decision::Reject("Berth sets the agent's mode from its policy".to_owned());
     }
     match permissions {
+        Permissions::Ask => match berth_core::approval::judge(rules, call, |p| inside(work_dir, p))
+        {
+            Judgement::Allow { .. } => Decision::Allow,
+            Judgement::Deny { rule } => {
+                Decision::Reject(format!("refused by your ask rule \"{rule}\""))
+            }
+            Judgement::Ask => Decision::Ask,
+        },
         Permissions::Full => Decision::Allow,
         Permissions::ReadOnly if LOOKS.contains(&kind) => Decision::Allow,
         Permissions::ReadOnly => Decision::Reject(format!(
@@ -86,7 +100,7 @@ pub fn inside(dir: &Path, path: &str) -> bool {
 pub fn pick(options: &[Value], decision: &Decision) -> Option<String> {
     let order: &[&str] = match decision {
         Decision::Allow => &["allow_once", "allow_always"],
-        Decision::Reject(_) => &["reject_once", "reject_always"],
+        Decision::Reject(_) | Decision::Ask => &["reject_once", "reject_always"],
     };
     order.iter().find_map(|kind| {
         options
@@ -104,9 +118,67 @@ mod tests {
 
     const DIR: &str = "/home/u/code/app";
 
-    fn d(p: Permissions, fenced: bool, kind: &str, paths: &[&str]) -> bool {
+    fn decision(p: Permissions, fenced: bool, kind: &str, paths: &[&str]) -> Decision {
         let paths: Vec<String> = paths.iter().map(|s| (*s).to_owned()).collect();
-        decide(p, fenced, kind, &paths, Path::new(DIR)) == Decision::Allow
+        let call = Subject {
+            kind,
+            command: None,
+            paths: &paths,
+        };
+        decide(p, fenced, call, Path::new(DIR), &AskRules::default())
+    }
+
+    fn d(p: Permissions, fenced: bool, kind: &str, paths: &[&str]) -> bool {
+        decision(p, fenced, kind, paths) == Decision::Allow
+    }
+
+    #[test]
+    fn ask_lets_looks_and_inside_edits_through_and_puts_the_rest_to_a_person() {
+        let inside = "/home/u/code/app/src/x.rs";
+        let outside = "/home/u/.bashrc";
+        for k in ["read", "search", "think"] {
+            assert_eq!(
+                decision(Permissions::Ask, true, k, &[outside]),
+                Decision::Allow
+            );
+        }
+        assert_eq!(
+            decision(Permissions::Ask, true, "edit", &[inside]),
+            Decision::Allow
+        );
+        for (k, p) in [
+            ("edit", outside),
+            ("edit", "/home/u/code/app/../x"),
+            ("delete", inside),
+            ("move", inside),
+            ("execute", inside),
+            ("fetch", inside),
+            ("other", inside),
+        ] {
+            assert_eq!(
+                decision(Permissions::Ask, true, k, &[p]),
+                Decision::Ask,
+                "{k} {p}"
+            );
+        }
+        assert!(matches!(
+            decision(Permissions::Ask, true, "switch_mode", &[]),
+            Decision::Reject(_)
+        ));
+        let deny = AskRules {
+            deny: vec![berth_core::approval::Rule::parse("execute: git push").unwrap()],
+            ..AskRules::default()
+        };
+        let push = Subject {
+            kind: "execute",
+            command: Some("git push origin main"),
+            paths: &[],
+        };
+        let Decision::Reject(why) = decide(Permissions::Ask, true, push, Path::new(DIR), &deny)
+        else {
+            panic!("a deny rule refuses without asking");
+        };
+        assert!(why.contains("execute: git push"), "{why}");
     }
 
     #[test]

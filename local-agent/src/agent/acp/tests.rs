@@ -123,6 +123,7 @@ where
             fenced: true,
         },
         dir: w.dir.as_fd(),
+        asker: None,
     };
     let canceller = async {
         if let Some(after) = cancel_after {

@@ -22,6 +22,12 @@ pub(super) struct ToolCall {
     pub paths: Vec<String>,
     /// A command in its input, for a denial's target.
     pub command: Option<String>,
+    /// Where [`ToolCall::paths`] come from, each as the latest update that had it set
+    /// it: an update's `locations`, `content` and `rawInput` *replace* the earlier
+    /// ones (the ACP schema), so a stale path announced earlier never counts.
+    locations: Vec<String>,
+    diffs: Vec<String>,
+    inputs: Vec<String>,
 }
 
 impl ToolCall {
@@ -54,6 +60,33 @@ impl ToolCall {
     }
 }
 
+/// A tool call as the rules see it (its kind, command, paths), owned apart from the
+/// view so the view may change meanwhile.
+#[derive(Debug, Clone)]
+pub(super) struct Subject {
+    kind: String,
+    command: Option<String>,
+    paths: Vec<String>,
+}
+
+impl Subject {
+    pub fn of(t: &ToolCall) -> Subject {
+        Subject {
+            kind: t.kind.clone(),
+            command: t.command.clone(),
+            paths: t.paths.clone(),
+        }
+    }
+
+    pub fn subject(&self) -> berth_core::approval::Subject<'_> {
+        berth_core::approval::Subject {
+            kind: &self.kind,
+            command: self.command.as_deref(),
+            paths: &self.paths,
+        }
+    }
+}
+
 /// The turn's view of the agent's updates.
 #[derive(Debug, Default)]
 pub(super) struct View {
@@ -71,6 +104,24 @@ fn text_of(content: &Value) -> Option<&str> {
     (content["type"] == "text")
         .then(|| content["text"].as_str())
         .flatten()
+}
+
+/// The command line an argument vector runs: a shell's script itself (`bash -lc
+/// 'cargo test'` is `cargo test`, as codex-acp sends its commands), else each word
+/// quoted as a shell would need it, so what a person reads (and a rule matches) is
+/// what runs.
+pub(super) fn command_line(argv: &[&str]) -> String {
+    const SHELLS: [&str; 6] = ["sh", "bash", "zsh", "/bin/sh", "/bin/bash", "/usr/bin/bash"];
+    if let [shell, flag, script] = argv
+        && SHELLS.contains(shell)
+        && matches!(*flag, "-c" | "-lc")
+    {
+        return (*script).to_owned();
+    }
+    argv.iter()
+        .map(|w| berth_core::quote::shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn push_path(paths: &mut Vec<String>, p: Option<&str>) {
@@ -100,30 +151,42 @@ impl View {
         if let Some(s) = call["status"].as_str() {
             t.status = s.to_owned();
         }
-        for l in call["locations"].as_array().into_iter().flatten() {
-            push_path(&mut t.paths, l["path"].as_str());
+        if let Some(locations) = call["locations"].as_array() {
+            t.locations.clear();
+            for l in locations {
+                push_path(&mut t.locations, l["path"].as_str());
+            }
         }
-        for c in call["content"].as_array().into_iter().flatten() {
-            if c["type"] == "diff" {
-                push_path(&mut t.paths, c["path"].as_str());
+        if let Some(content) = call["content"].as_array() {
+            t.diffs.clear();
+            for c in content.iter().filter(|c| c["type"] == "diff") {
+                push_path(&mut t.diffs, c["path"].as_str());
             }
         }
         let input = &call["rawInput"];
-        for key in [
-            "file_path",
-            "path",
-            "absolute_path",
-            "filePath",
-            "notebook_path",
-        ] {
-            push_path(&mut t.paths, input[key].as_str());
+        if input.is_object() {
+            t.inputs.clear();
+            for key in [
+                "file_path",
+                "path",
+                "absolute_path",
+                "filePath",
+                "notebook_path",
+            ] {
+                push_path(&mut t.inputs, input[key].as_str());
+            }
+            if let Some(cmd) = input["command"].as_str() {
+                t.command = Some(cmd.to_owned());
+            } else if let Some(argv) = input["command"].as_array() {
+                let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+                t.command = Some(command_line(&argv));
+            }
         }
-        if let Some(cmd) = input["command"].as_str() {
-            t.command = Some(cmd.to_owned());
-        } else if let Some(argv) = input["command"].as_array() {
-            let words: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
-            t.command = Some(words.join(" "));
+        let mut paths = Vec::new();
+        for p in t.locations.iter().chain(&t.diffs).chain(&t.inputs) {
+            push_path(&mut paths, Some(p));
         }
+        t.paths = paths;
         t.clone()
     }
 

@@ -63,7 +63,9 @@ pub(crate) fn permission_args(p: Permissions, fenced: bool) -> Vec<String> {
             "--permission-mode=acceptEdits".into(),
             "--allowedTools=Bash".into(),
         ],
-        Permissions::Edit => vec!["--permission-mode=acceptEdits".into()],
+        // Edits inside the directory without asking (acceptEdits); what Claude Code
+        // would ask about goes to Berth through its permission prompt (stdio).
+        Permissions::Edit | Permissions::Ask => vec!["--permission-mode=acceptEdits".into()],
         Permissions::Full => vec![
             "--permission-mode=acceptEdits".into(),
             format!("--allowedTools={ALL_TOOLS}"),
@@ -79,6 +81,9 @@ pub(crate) fn policy_note(p: Permissions) -> &'static str {
         }
         Permissions::Edit => {
             "fenced: edits files and runs shell commands, the fence keeping both to the directory; unfenced: edits only (acceptEdits), shell commands denied"
+        }
+        Permissions::Ask => {
+            "edits inside the directory without asking (acceptEdits); every other tool, shell included, waits for your answer (berth approvals)"
         }
         Permissions::Full => {
             "every tool without asking, shell included (--allowedTools; bypassPermissions is refused under root)"

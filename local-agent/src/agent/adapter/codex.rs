@@ -20,7 +20,8 @@ use serde_json::Value;
 pub(crate) fn sandbox(p: Permissions) -> &'static str {
     match p {
         Permissions::ReadOnly => "read-only",
-        Permissions::Edit => "workspace-write",
+        // `codex exec` cannot ask: `ask` runs as `edit` (its note and the run say so).
+        Permissions::Edit | Permissions::Ask => "workspace-write",
         Permissions::Full => "danger-full-access",
     }
 }
@@ -37,6 +38,9 @@ pub(crate) fn policy_note(p: Permissions) -> &'static str {
         }
         Permissions::Edit => {
             "fenced: edits and commands inside the directory, by Berth's fence (codex's own sandbox off); unfenced: sandbox workspace-write, no network"
+        }
+        Permissions::Ask => {
+            "codex exec cannot ask: runs as edit (commands without asking, kept to the directory by the fence); for approvals register codex-acp (--kind acp)"
         }
         Permissions::Full => {
             "fenced: edits and commands inside the directory, network on (Berth's fence); unfenced: sandbox danger-full-access, no sandbox at all"

@@ -523,6 +523,9 @@ impl Adapter {
                 Permissions::ReadOnly => {
                     "no permission prompts (a command agent has none); where the fence is on it writes nothing but its tmp, and unfenced whatever its program does"
                 }
+                Permissions::Ask => {
+                    "a command agent cannot ask: runs as edit; where the fence is on it edits its directory only, and unfenced whatever its program does"
+                }
                 Permissions::Edit | Permissions::Full => {
                     "no permission prompts (a command agent has none); where the fence is on it edits its directory only, and unfenced whatever its program does"
                 }
@@ -533,6 +536,9 @@ impl Adapter {
                 }
                 Permissions::Edit => {
                     "Berth answers the agent's permission requests: edits inside the directory, and commands where the fence confines them"
+                }
+                Permissions::Ask => {
+                    "Berth answers reads and edits inside the directory; every other request waits for your answer (berth approvals)"
                 }
                 Permissions::Full => "Berth allows every permission request the agent makes",
             },

@@ -145,7 +145,7 @@ impl Daemons {
                 if !fresh.is_empty() {
                     let now = received + fresh.len() as u64;
                     let mut running = log.running.load(Ordering::SeqCst);
-                    let items = run_items(&task_id, fresh, &mut running);
+                    let items = run_items(&task_id, &session_id, fresh, &mut running);
                     let sent = DaemonEvents {
                         task_id,
                         session_id,

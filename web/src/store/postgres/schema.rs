@@ -11,7 +11,7 @@ const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6, V7];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6, V7, V8];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -188,6 +188,19 @@ CREATE TRIGGER sessions_listed
         updated_at, binding_dir, binding_display, binding_machine, binding_mode,
         binding_state, work_dir, work_dir_display, owner, archived_at
     ON sessions FOR EACH STATEMENT EXECUTE FUNCTION berth_sessions_changed();
+"#;
+
+/// Approvals (SQLite's version 13).
+const V8: &str = r#"
+ALTER TABLE tasks ADD COLUMN approvals TEXT;
+CREATE TABLE session_rules (
+    session_id  TEXT COLLATE "C" NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    n           BIGINT NOT NULL,
+    rule        TEXT NOT NULL,
+    added_at    TEXT NOT NULL,
+    approval_id TEXT,
+    PRIMARY KEY (session_id, n)
+);
 "#;
 
 impl Pg {

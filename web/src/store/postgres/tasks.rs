@@ -19,7 +19,7 @@ use berth_core::resolve::Origin;
 use berth_core::{SessionId, TaskId};
 use tokio_postgres::GenericClient;
 
-pub(super) async fn get_task<C: GenericClient + Sync>(
+pub(crate) async fn get_task<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
     id: &TaskId,
 ) -> Result<TaskRow, StoreError> {
@@ -66,12 +66,13 @@ impl W<'_> {
                     self.append(t.session_id, Some(t.task_id), EventKind::Agent, payload)
                         .await?;
                 }
+                RunItem::Approval(a) => self.record_asked(t.task_id, a).await?,
             }
         }
         Ok(())
     }
 
-    async fn record_status(
+    pub(super) async fn record_status(
         &mut self,
         id: &TaskId,
         status: TaskStatus,
@@ -191,7 +192,8 @@ impl Pg {
                     COALESCE(m.name, t.handed_to), s.binding_rev, t.daemon_outcome
              FROM tasks t JOIN sessions s ON s.id = t.session_id
                   LEFT JOIN machines m ON m.id = t.handed_to
-             WHERE t.status IN ('queued', 'waiting_daemon', 'waiting_lock', 'running')
+             WHERE t.status IN ('queued', 'waiting_daemon', 'waiting_lock', 'running',
+                                'waiting_approval')
                AND t.started_at IS NOT NULL AND t.handed_at IS NOT NULL
                AND t.handed_to IS NOT NULL AND t.handed_instance IS NOT NULL
              ORDER BY t.session_id, t.seq",
@@ -218,7 +220,7 @@ impl Pg {
         }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM tasks
-             WHERE (status IN ('running', 'waiting_lock')
+             WHERE (status IN ('running', 'waiting_lock', 'waiting_approval')
                     OR (status IN ('queued', 'waiting_daemon') AND started_at IS NOT NULL))
                AND NOT (handed_at IS NOT NULL AND handed_to IS NOT NULL
                         AND handed_instance IS NOT NULL)

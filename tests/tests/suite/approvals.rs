@@ -1,0 +1,196 @@
+//! The `ask` policy end to end (issue 54), with a scripted ACP agent
+//! (`tests/src/peers/ask_peer.py`) through `berth serve`: a request waits for a person
+//! (`waiting_approval`, listed by `berth approvals`), is answered once from the CLI or
+//! the API, becomes a session rule with `--always`, is denied as timed out at its
+//! deadline (never as a person's "no"), and is answered `cancelled` when the task is.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
+
+use berth_tests::Berth;
+use berth_tests::steps::{
+    add_ask_peer, control, error_code, new_session, send_detached, task, wait_final,
+    waiting_approvals, write_script,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// A Berth serving a bound session of the scripted `ask` agent, whose directory holds
+/// `check.sh` (it appends a line to `ran.txt`).
+fn setup(tag: &str, settings: Option<&str>) -> (Berth, String, std::path::PathBuf) {
+    let mut b = Berth::new(tag);
+    if let Some(s) = settings {
+        std::fs::write(b.config.join("settings.jsonc"), s).unwrap();
+    }
+    b.serve();
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    write_script(&app.join("check.sh"), "echo ran >> ran.txt\n");
+    add_ask_peer(&b, "asker");
+    let session = new_session(&b, "asker", Some(&app));
+    (b, session, app)
+}
+
+/// How many times `check.sh` ran.
+fn runs(app: &Path) -> usize {
+    std::fs::read_to_string(app.join("ran.txt")).map_or(0, |s| s.lines().count())
+}
+
+fn answer(b: &Berth, id: &str, body: &Value) -> (u16, Value) {
+    control(
+        b,
+        "POST",
+        &format!("/api/v1/approvals/{id}"),
+        body.to_string().as_bytes(),
+    )
+}
+
+#[test]
+fn a_request_waits_for_a_person_and_is_decided_once_from_the_cli_or_the_api() {
+    let (b, session, app) = setup("approvals", None);
+
+    // 1. It waits, visible with its command; approved from the CLI, it runs.
+    let t1 = send_detached(&b, &session, "run: sh ./check.sh");
+    let waiting = waiting_approvals(&b, 1);
+    let a = &waiting[0];
+    assert_eq!(
+        (&a["kind"], &a["command"], &a["task_id"]),
+        (&json!("execute"), &json!("sh ./check.sh"), &json!(t1)),
+        "{a}"
+    );
+    assert_eq!(a["options"].as_array().unwrap().len(), 3, "{a}");
+    assert!(a["deadline"].is_string() && a["decision"].is_null(), "{a}");
+    let t = task(&b, &session, &t1).unwrap();
+    assert_eq!(t["status"], "waiting_approval", "{t}");
+    assert!(
+        t["wait_reason"].as_str().unwrap().contains("sh ./check.sh"),
+        "{t}"
+    );
+    assert_eq!(runs(&app), 0, "nothing runs before the answer");
+    let short = a["id"].as_str().unwrap()[..8].to_owned();
+    let said = b.ok(&["approve", &short]);
+    assert!(said.contains("allowed"), "{said}");
+    let done = wait_final(&b, &session, &t1);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(runs(&app), 1);
+    let d = &done["approvals"][0]["decision"];
+    assert_eq!(
+        (&d["decision"], &d["by"], &d["via"]),
+        (&json!("allow"), &json!("human"), &json!("cli")),
+        "{done}"
+    );
+
+    // 2. Denied over the API: it does not run, and the task carries the denial by a
+    // person. A second answer racing it hears who decided.
+    let t2 = send_detached(&b, &session, "run: sh ./check.sh");
+    let waiting = waiting_approvals(&b, 1);
+    let id = waiting[0]["id"].as_str().unwrap().to_owned();
+    let (status, first) = answer(&b, &id, &json!({"decision": "deny", "reason": "not now"}));
+    assert_eq!(status, 200, "{first}");
+    let (status, second) = answer(&b, &id, &json!({"decision": "allow"}));
+    assert_eq!(status, 409, "{second}");
+    assert_eq!(error_code("a second answer", &second), "already_decided");
+    let msg = second["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("denied by") && msg.contains("via api"),
+        "{msg}"
+    );
+    let done = wait_final(&b, &session, &t2);
+    assert_eq!(runs(&app), 1, "a denied command does not run");
+    let denial = done["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["target"] == "sh ./check.sh")
+        .unwrap_or_else(|| panic!("no denial: {done}"));
+    assert_eq!(denial["by"], "human", "{done}");
+    assert_eq!(done["approvals"][0]["decision"]["reason"], "not now");
+
+    // 3. "Always": the same command runs unasked next time, a compound one is still
+    // asked; the rule is listed, and once removed the session asks again.
+    let t3 = send_detached(&b, &session, "run: sh ./check.sh");
+    let waiting = waiting_approvals(&b, 1);
+    b.ok(&["approve", waiting[0]["id"].as_str().unwrap(), "--always"]);
+    wait_final(&b, &session, &t3);
+    assert_eq!(runs(&app), 2);
+    let rules = b.json(&["session", "rules", &session, "--json"]);
+    assert_eq!(
+        rules["rules"][0]["rule"], "execute: sh ./check.sh",
+        "{rules}"
+    );
+    let t4 = send_detached(
+        &b,
+        &session,
+        "run: sh ./check.sh\nrun: sh ./check.sh && echo more >> ran.txt",
+    );
+    let waiting = waiting_approvals(&b, 1);
+    assert_eq!(
+        waiting[0]["command"], "sh ./check.sh && echo more >> ran.txt",
+        "a compound command is asked though its start matches: {waiting:?}"
+    );
+    assert_eq!(runs(&app), 3, "the rule let the plain one run unasked");
+    b.ok(&["deny", waiting[0]["id"].as_str().unwrap()]);
+    let done = wait_final(&b, &session, &t4);
+    assert_eq!(done["approvals"][0]["decision"]["by"], "rule", "{done}");
+    assert_eq!(done["approvals"][1]["decision"]["by"], "human", "{done}");
+    assert_eq!(runs(&app), 3);
+    b.ok(&["session", "rules", &session, "--remove", "1"]);
+    let rules = b.json(&["session", "rules", &session, "--json"]);
+    assert_eq!(rules["rules"], json!([]), "{rules}");
+
+    // 4. Cancel while it waits: the agent hears `cancelled`, the task ends cancelled,
+    // and the request is closed, by the cancel.
+    let t5 = send_detached(&b, &session, "run: sh ./check.sh");
+    waiting_approvals(&b, 1);
+    b.ok(&["task", "cancel", &t5]);
+    let done = wait_final(&b, &session, &t5);
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert_eq!(done["approvals"][0]["decision"]["by"], "cancel", "{done}");
+    assert_eq!(runs(&app), 3);
+    let left = b.json(&["approvals", "--json"]);
+    assert_eq!(
+        left["approvals"],
+        json!([]),
+        "nothing is left waiting: {left}"
+    );
+}
+
+#[test]
+fn a_request_nobody_answers_is_denied_as_timed_out_and_a_late_answer_is_expired() {
+    let (b, session, app) = setup(
+        "approvals-timeout",
+        Some(r#"{ "ask": { "deadline_secs": 1 } }"#),
+    );
+    let t = send_detached(&b, &session, "run: sh ./check.sh");
+    let done = wait_final(&b, &session, &t);
+    assert_eq!(
+        runs(&app),
+        0,
+        "a wait over its limit never becomes an allow"
+    );
+    let d = &done["approvals"][0]["decision"];
+    assert_eq!(
+        (&d["decision"], &d["by"]),
+        (&json!("deny"), &json!("timeout")),
+        "{done}"
+    );
+    assert!(d["who"].is_null(), "no person is named: {done}");
+    assert!(
+        d["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("approval_timeout"),
+        "{done}"
+    );
+    let denial = &done["denials"][0];
+    assert_eq!(denial["by"], "timeout", "{done}");
+    let id = done["approvals"][0]["id"].as_str().unwrap();
+    let (status, late) = answer(&b, id, &json!({"decision": "allow"}));
+    assert_eq!(status, 410, "{late}");
+    assert_eq!(error_code("a late answer", &late), "expired");
+    let out = b.run(&["approve", &id[..8]]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expired"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
