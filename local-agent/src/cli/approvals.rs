@@ -6,7 +6,7 @@ use super::error::CliError;
 use super::render::print_json;
 use berth_core::ErrorCode;
 use hyper::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// What the person says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,50 +15,7 @@ pub enum Say {
     Deny { reason: Option<String> },
 }
 
-/// An approval id as a person types it: the task's first eight characters and the
-/// request's number (`3f9c0a12-1`).
-pub fn short_id(id: &str) -> String {
-    match id.rsplit_once('-') {
-        Some((task, n)) => format!("{}-{n}", &task[..task.len().min(8)]),
-        None => id.to_owned(),
-    }
-}
-
-/// What the request is about, on one line: its command, else its paths, else its
-/// title.
-pub fn what(a: &Value) -> String {
-    let line = match (a["command"].as_str(), a["paths"].as_array()) {
-        (Some(cmd), _) => cmd.to_owned(),
-        (None, Some(paths)) if !paths.is_empty() => paths
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => a["title"].as_str().unwrap_or_default().to_owned(),
-    };
-    berth_core::quote::escape_text(&line).into_owned()
-}
-
-/// How a decided request was decided, in words.
-pub fn decided(d: &Value) -> String {
-    let verdict = match d["decision"].as_str() {
-        Some("allow") => "allowed",
-        Some("deny") => "denied",
-        _ => "decided",
-    };
-    let by = match (d["by"].as_str(), d["who"].as_str()) {
-        (Some("human"), Some(who)) => who.to_owned(),
-        (Some("human"), None) => "you".to_owned(),
-        (Some("timeout"), _) => "nobody: it timed out".to_owned(),
-        (Some(other), _) => other.to_owned(),
-        (None, _) => "?".to_owned(),
-    };
-    let via = d["via"]
-        .as_str()
-        .map(|v| format!(" via {v}"))
-        .unwrap_or_default();
-    format!("{verdict} by {by}{via}")
-}
+pub use super::render::{decided, short_id, what};
 
 /// `berth approvals [--all] [--json]`.
 pub async fn list(c: &Client, all: bool, json: bool) -> Result<u8, CliError> {

@@ -465,6 +465,17 @@ impl Stream {
                     _ => {}
                 }
             }
+            "approval" => {
+                let short = short_id(s(&p["id"]));
+                let said = format!("{} {}", inert(s(&p["kind"])), inert(&what(p)));
+                match p.get("decision").filter(|d| d.is_object()) {
+                    None => self.alert(&format!(
+                        "the agent asks: {said}\n  answer: berth approve {short} [--always] | berth deny {short} [--reason TEXT] (until {})",
+                        s(&p["deadline"])
+                    )),
+                    Some(d) => self.note(&format!("{}: {said}", decided(d))),
+                }
+            }
             "agent" => match s(&p["type"]) {
                 "text" => println!("{}", inert(s(&p["text"]))),
                 "thinking" => self.note(&format!("(thinking) {}", inert(s(&p["text"])))),
@@ -748,4 +759,49 @@ pub fn daemon_tokens(tokens: &Value) {
         ]);
     }
     table(rows);
+}
+
+/// An approval id as a person types it: the task's first eight characters and the
+/// request's number (`3f9c0a12-1`).
+pub fn short_id(id: &str) -> String {
+    match id.rsplit_once('-') {
+        Some((task, n)) => format!("{}-{n}", &task[..task.len().min(8)]),
+        None => id.to_owned(),
+    }
+}
+
+/// What the request is about, on one line: its command, else its paths, else its
+/// title.
+pub fn what(a: &Value) -> String {
+    let line = match (a["command"].as_str(), a["paths"].as_array()) {
+        (Some(cmd), _) => cmd.to_owned(),
+        (None, Some(paths)) if !paths.is_empty() => paths
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => a["title"].as_str().unwrap_or_default().to_owned(),
+    };
+    berth_core::quote::escape_text(&line).into_owned()
+}
+
+/// How a decided request was decided, in words.
+pub fn decided(d: &Value) -> String {
+    let verdict = match d["decision"].as_str() {
+        Some("allow") => "allowed",
+        Some("deny") => "denied",
+        _ => "decided",
+    };
+    let by = match (d["by"].as_str(), d["who"].as_str()) {
+        (Some("human"), Some(who)) => who.to_owned(),
+        (Some("human"), None) => "you".to_owned(),
+        (Some("timeout"), _) => "nobody: it timed out".to_owned(),
+        (Some(other), _) => other.to_owned(),
+        (None, _) => "?".to_owned(),
+    };
+    let via = d["via"]
+        .as_str()
+        .map(|v| format!(" via {v}"))
+        .unwrap_or_default();
+    format!("{verdict} by {by}{via}")
 }

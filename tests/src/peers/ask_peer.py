@@ -75,7 +75,7 @@ while True:
                 stop = "cancelled"
                 break
             if outcome.get("optionId") in ("yes", "always"):
-                subprocess.run(cmd, shell=True, cwd=cwd[0])
+                subprocess.run(cmd, shell=True, cwd=cwd[0], stdout=sys.stderr)
                 said.append("ran " + cmd)
             else:
                 said.append("refused " + cmd)

@@ -194,3 +194,68 @@ fn a_request_nobody_answers_is_denied_as_timed_out_and_a_late_answer_is_expired(
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The prompt in `berth chat`, driven through a real terminal (tmux): `d` shows what
+/// the agent sent, `y` allows, `n` denies, `a` allows and keeps a session rule.
+#[test]
+fn the_chat_prompt_answers_with_y_n_a_and_shows_details_with_d() {
+    use berth_tests::tmux::Tmux;
+    let (b, session, app) = setup("approvals-chat", None);
+    let t = Tmux::berth(&b, &app, &["chat", &session[..8]], 100, 30);
+    t.wait(20, "the chat", |s| s.contains("may ask"));
+    // Sends `text` and waits until its request is on the prompt: the request's own id
+    // on screen, so a prompt still shown from an earlier one is never taken for it.
+    let ask = |text: &str| {
+        t.type_text(text);
+        t.keys(&["Enter"]);
+        let waiting = waiting_approvals(&b, 1);
+        let id = waiting[0]["id"].as_str().unwrap();
+        let short = format!("({}-", &id[..8]);
+        t.wait(20, "the prompt", |s| {
+            s.contains(&short) && s.contains("y allow · n deny")
+        });
+    };
+
+    ask("run: sh ./check.sh");
+    assert!(t.screen().contains("the agent asks: execute sh ./check.sh"));
+    t.keys(&["d"]);
+    t.wait(10, "the details", |s| {
+        s.contains("\"command\": \"sh ./check.sh\"")
+    });
+    t.keys(&["y"]);
+    t.wait(20, "the allowed command", |s| {
+        s.contains("allowed by you via chat") && s.contains("ran sh ./check.sh")
+    });
+    assert_eq!(runs(&app), 1);
+
+    ask("run: sh ./check.sh");
+    t.keys(&["n"]);
+    t.wait(20, "the denial", |s| s.contains("refused sh ./check.sh"));
+    assert_eq!(runs(&app), 1);
+
+    ask("run: sh ./check.sh");
+    t.keys(&["a"]);
+    berth_tests::eventually(20, || (runs(&app) == 2).then_some(()))
+        .unwrap_or_else(|| panic!("`a` did not allow it: {}", t.screen()));
+    let rules = b.json(&["session", "rules", &session, "--json"]);
+    assert_eq!(
+        rules["rules"][0]["rule"], "execute: sh ./check.sh",
+        "{rules}"
+    );
+
+    // Typing is never taken for an answer: with text in the composer, `y` is a letter.
+    ask("run: sh ./check.sh && echo x");
+    t.type_text("hey");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let left = b.json(&["approvals", "--json"]);
+    assert_eq!(
+        left["approvals"].as_array().map(Vec::len),
+        Some(1),
+        "typing answered nothing: {}",
+        t.screen()
+    );
+    t.keys(&["C-u", "n"]);
+    t.wait(20, "the compound denial", |s| {
+        s.contains("refused sh ./check.sh && echo x")
+    });
+}

@@ -420,6 +420,30 @@ impl Chat {
         Ok(said)
     }
 
+    /// Answers the first request waiting in this session (`y`, `n`, `a` in the
+    /// composer): as `berth approve` / `berth deny` do, said from the chat.
+    pub async fn answer(&mut self, allow: bool, always: bool) -> Result<Said, CliError> {
+        let Some(a) = self.view.pending.first().cloned() else {
+            return Ok(vec![(
+                Style::Info,
+                String::from("nothing waits for an answer"),
+            )]);
+        };
+        let id = a["id"].as_str().unwrap_or_default().to_owned();
+        let body = json!({
+            "decision": if allow { "allow" } else { "deny" },
+            "always": always,
+            "via": "chat",
+        });
+        self.client
+            .post(&format!("/api/v1/approvals/{}", encode(&id)), &body)
+            .await?;
+        // The decision's own event says it, and takes it off the prompt; until then
+        // the next key must not answer it again.
+        self.view.pending.retain(|p| p["id"] != a["id"]);
+        Ok(Said::new())
+    }
+
     /// Cancels every task of this session that has not ended.
     pub async fn cancel(&mut self) -> Result<Said, CliError> {
         let ids: Vec<String> = self.view.active.keys().cloned().collect();

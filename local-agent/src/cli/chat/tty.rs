@@ -228,6 +228,30 @@ async fn key_press(chat: &mut Chat, ui: &mut Ui, key: KeyEvent) {
         ui.quit_armed = false;
     }
     ui.status = None;
+    // A request waits and nothing is being typed: y / n / a / d answer it.
+    if !ctrl && !alt && ui.editor.is_empty() && !chat.view.pending.is_empty() {
+        let answer = match key.code {
+            KeyCode::Char('y') => Some((true, false)),
+            KeyCode::Char('n') => Some((false, false)),
+            KeyCode::Char('a') => Some((true, true)),
+            KeyCode::Char('d') => {
+                if let Some(a) = chat.view.pending.first().cloned() {
+                    for line in View::details(&a) {
+                        chat.view.push(Style::Dim, line);
+                    }
+                }
+                return;
+            }
+            _ => None,
+        };
+        if let Some((allow, always)) = answer {
+            match chat.answer(allow, always).await {
+                Ok(said) => say(chat, said),
+                Err(e) => say(chat, error_lines(&e)),
+            }
+            return;
+        }
+    }
     match key.code {
         KeyCode::Char('c') if ctrl => {
             if chat.view.running().is_some() {
@@ -544,13 +568,21 @@ fn draw(view: &View, ui: &Ui, (w, h): (u16, u16)) {
             None => row(&mut out, y, cols, Style::Plain, ""),
         }
     }
-    let (style, status) = match (&ui.status, scroll) {
-        (Some((style, text)), _) => (*style, text.clone()),
-        (None, s) if s > 0 => (
+    let asking = view.pending.first().map(|a| {
+        format!(
+            "the agent asks: {} {} · y allow · n deny · a always (this session) · d details",
+            berth_local_agent::front::render::inert(a["kind"].as_str().unwrap_or("?")),
+            crate::cli::approvals::what(a)
+        )
+    });
+    let (style, status) = match (&ui.status, scroll, asking) {
+        (Some((style, text)), _, _) => (*style, text.clone()),
+        (None, _, Some(ask)) if ui.editor.is_empty() => (Style::Alert, ask),
+        (None, s, _) if s > 0 => (
             Style::Dim,
             format!("── scrolled up {s} rows · PgDn or Esc returns ──"),
         ),
-        (None, _) => (Style::Dim, "─".repeat(cols)),
+        (None, _, _) => (Style::Dim, "─".repeat(cols)),
     };
     row(&mut out, status_y as u16, cols, style, &status);
     for (i, text) in rows.iter().skip(first).take(shown).enumerate() {

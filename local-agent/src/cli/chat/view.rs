@@ -100,6 +100,9 @@ pub struct View {
     pub fence: Option<(bool, String)>,
     /// The agent's last stderr line: a denial naming it points at it.
     pub last_stderr: Option<String>,
+    /// What the agent asks and no one has answered yet (`approval` events), oldest
+    /// first: the prompt below the transcript answers the first.
+    pub pending: Vec<Value>,
     pub lines: Vec<Line>,
 }
 
@@ -297,6 +300,7 @@ impl View {
                 }
             }
             "agent" => self.agent(p),
+            "approval" => self.approval(p),
             "task" => {
                 self.active.remove(&task);
                 self.finish(&p["task"]);
@@ -350,6 +354,67 @@ impl View {
             _ => {}
         }
         false
+    }
+
+    /// A request put to a person, or its decision.
+    fn approval(&mut self, a: &Value) {
+        use super::super::approvals::{decided, short_id, what};
+        let id = s(&a["id"]).to_owned();
+        let said = format!("{} {}", inert(s(&a["kind"])), inert(&what(a)));
+        match a.get("decision").filter(|d| d.is_object()) {
+            None => {
+                if !self.pending.iter().any(|p| p["id"] == a["id"]) {
+                    self.pending.push(a.clone());
+                }
+                self.push(
+                    Style::Alert,
+                    format!(
+                        "⏸ the agent asks: {said} ({}) · y allow · n deny · a always · d details",
+                        short_id(&id)
+                    ),
+                );
+            }
+            Some(d) => {
+                self.pending.retain(|p| p["id"] != a["id"]);
+                let style = if d["decision"] == "allow" {
+                    Style::Info
+                } else {
+                    Style::Denied
+                };
+                self.push(style, format!("{}: {said}", decided(d)));
+            }
+        }
+    }
+
+    /// The lines `d` shows of a request: everything the agent sent with it.
+    pub fn details(a: &Value) -> Vec<String> {
+        let mut out = vec![format!(
+            "request {} · {} · until {}",
+            s(&a["id"]),
+            inert(s(&a["kind"])),
+            s(&a["deadline"])
+        )];
+        out.push(format!("title: {}", inert(s(&a["title"]))));
+        if let Some(c) = a["command"].as_str() {
+            out.push(format!("command: {}", inert(c)));
+        }
+        for p in a["paths"].as_array().into_iter().flatten() {
+            out.push(format!("path: {}", inert(s(p))));
+        }
+        let input = serde_json::to_string_pretty(&a["input"]).unwrap_or_default();
+        for line in input.lines().take(40) {
+            out.push(format!("  {}", inert(line)));
+        }
+        let options: Vec<String> = a["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| format!("{} ({})", inert(s(&o["name"])), s(&o["kind"])))
+            .collect();
+        if !options.is_empty() {
+            out.push(format!("the agent offers: {}", options.join(", ")));
+        }
+        out
     }
 
     fn agent(&mut self, p: &Value) {
