@@ -104,6 +104,22 @@ where
     F: FnOnce(Peer) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    turn_asking(w, permissions, None, resume_id, cancel_after, agent).await
+}
+
+/// [`turn`], with `asker` putting the `ask` policy's requests to a person.
+async fn turn_asking<F, Fut>(
+    w: &World,
+    permissions: Permissions,
+    asker: Option<&crate::agent::ask::Asker>,
+    resume_id: Option<&str>,
+    cancel_after: Option<Duration>,
+    agent: F,
+) -> (Conversation, Vec<AgentEvent>)
+where
+    F: FnOnce(Peer) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let (berth, theirs) = tokio::io::duplex(1 << 20);
     let (r, wr) = tokio::io::split(berth);
     let (tr, tw) = tokio::io::split(theirs);
@@ -123,7 +139,7 @@ where
             fenced: true,
         },
         dir: w.dir.as_fd(),
-        asker: None,
+        asker,
     };
     let canceller = async {
         if let Some(after) = cancel_after {
@@ -669,4 +685,202 @@ async fn opencodes_refusals_are_the_fences_denials_and_its_prose_is_not() {
         ]
     );
     assert!(conv.state.all_denied());
+}
+
+/// An asker for task `t1` whose requests go to `events` (the test answers them through
+/// the returned [`crate::agent::ask::Waiting`]).
+fn asker() -> (
+    crate::agent::ask::Asker,
+    crate::agent::ask::Waiting,
+    mpsc::UnboundedReceiver<ExecEvent>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let waiting = crate::agent::ask::Waiting::default();
+    let a = crate::agent::ask::Asker::new(
+        berth_core::TaskId::parse("t1").unwrap(),
+        berth_core::approval::AskRules::default(),
+        waiting.clone(),
+        tx,
+    );
+    (a, waiting, rx)
+}
+
+/// Answers request `id` as soon as the run waits on it.
+async fn decide(waiting: &crate::agent::ask::Waiting, id: &str, allow: bool) {
+    use berth_core::approval::{Answer, DecidedBy, Verdict};
+    let answer = Answer {
+        verdict: if allow { Verdict::Allow } else { Verdict::Deny },
+        by: DecidedBy::Human,
+        reason: (!allow).then(|| "not this one".to_owned()),
+        always: false,
+    };
+    for _ in 0..500 {
+        if waiting.answer(id, answer.clone()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no run waited on {id}");
+}
+
+const OPTIONS: &str = r#"[{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "always", "name": "Always", "kind": "allow_always"},
+    {"optionId": "no", "name": "Reject", "kind": "reject_once"}]"#;
+
+async fn prompt_started(p: &mut Peer) -> Value {
+    p.start(json!({})).await;
+    p.answer("session/new", json!({"sessionId": "s1"})).await;
+    p.recv().await
+}
+
+#[tokio::test]
+async fn under_ask_a_request_is_held_while_the_agent_talks_on_and_answered_with_its_option() {
+    let w = world();
+    let (asker, waiting, mut asked) = asker();
+    let (conv, events) = turn_asking(
+        &w,
+        Permissions::Ask,
+        Some(&asker),
+        None,
+        None,
+        |mut p| async move {
+            let prompt = prompt_started(&mut p).await;
+            let options: Value = serde_json::from_str(OPTIONS).unwrap();
+            p.send(
+                json!({"jsonrpc": "2.0", "id": 7, "method": "session/request_permission",
+            "params": {"sessionId": "s1", "options": options,
+                "toolCall": {"toolCallId": "c1", "title": "Run the check", "kind": "execute",
+                    "rawInput": {"command": ["bash", "-lc", "sh ./check.sh"]}}}}),
+            )
+            .await;
+            // Held: the agent's other messages are read meanwhile.
+            p.update(json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "while you decide"}}))
+                .await;
+            decide(&waiting, "t1-1", true).await;
+            let a = p.recv().await;
+            assert_eq!(a["id"], 7, "{a}");
+            assert_eq!(
+                a["result"]["outcome"],
+                json!({"outcome": "selected", "optionId": "yes"})
+            );
+            p.send(
+                json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}),
+            )
+            .await;
+        },
+    )
+    .await;
+    assert_eq!(conv.state.ok, Some(true));
+    assert!(
+        texts(&events).iter().any(|t| t == "while you decide"),
+        "{events:?}"
+    );
+    let Ok(ExecEvent::Approval(req)) = asked.try_recv() else {
+        panic!("the request was put to a person");
+    };
+    assert_eq!(
+        (req.id.as_str(), req.kind.as_str(), req.command.as_deref()),
+        ("t1-1", "execute", Some("sh ./check.sh")),
+        "a shell's script is the command shown: {req:?}"
+    );
+    assert_eq!(req.options.len(), 3);
+    assert_eq!(
+        req.input["rawInput"]["command"][2], "sh ./check.sh",
+        "the full input"
+    );
+}
+
+#[tokio::test]
+async fn a_persons_deny_is_the_agents_reject_and_a_denial_by_a_human() {
+    let w = world();
+    let (asker, waiting, _asked) = asker();
+    let (conv, events) = turn_asking(
+        &w,
+        Permissions::Ask,
+        Some(&asker),
+        None,
+        None,
+        |mut p| async move {
+            let prompt = prompt_started(&mut p).await;
+            let options: Value = serde_json::from_str(OPTIONS).unwrap();
+            p.send(
+                json!({"jsonrpc": "2.0", "id": 7, "method": "session/request_permission",
+            "params": {"sessionId": "s1", "options": options,
+                "toolCall": {"toolCallId": "c1", "title": "rm", "kind": "delete",
+                    "locations": [{"path": "/w/app/build"}]}}}),
+            )
+            .await;
+            decide(&waiting, "t1-1", false).await;
+            let a = p.recv().await;
+            assert_eq!(a["result"]["outcome"]["optionId"], "no", "{a}");
+            p.send(
+                json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}),
+            )
+            .await;
+        },
+    )
+    .await;
+    assert_eq!(conv.state.denials.len(), 1, "{:?}", conv.state.denials);
+    assert_eq!(conv.state.denials[0].by.as_deref(), Some("human"));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Denied { .. })),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn cancel_answers_a_held_request_cancelled() {
+    let w = world();
+    let (asker, _waiting, _asked) = asker();
+    let (conv, _) = turn_asking(
+        &w,
+        Permissions::Ask,
+        Some(&asker),
+        None,
+        Some(Duration::from_millis(300)),
+        |mut p| async move {
+            let prompt = prompt_started(&mut p).await;
+            let options: Value = serde_json::from_str(OPTIONS).unwrap();
+            p.send(json!({"jsonrpc": "2.0", "id": 7, "method": "session/request_permission",
+                "params": {"sessionId": "s1", "options": options,
+                    "toolCall": {"toolCallId": "c1", "kind": "execute",
+                        "rawInput": {"command": "git push"}}}}))
+                .await;
+            let cancel = p.recv().await;
+            assert_eq!(cancel["method"], "session/cancel", "{cancel}");
+            let a = p.recv().await;
+            assert_eq!((&a["id"], &a["result"]["outcome"]["outcome"]), (&json!(7), &json!("cancelled")), "{a}");
+            p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "cancelled"}}))
+                .await;
+        },
+    )
+    .await;
+    assert!(conv.cancelled);
+}
+
+/// A `tool_call_update`'s `locations` replace the ones announced before (the ACP
+/// schema): a request for a path inside the directory is judged on that path, not
+/// refused for a stale one outside.
+#[tokio::test]
+async fn an_updates_locations_replace_the_earlier_ones() {
+    let w = world();
+    let inside = w.app.join("src/x.rs").display().to_string();
+    let (_, _) = turn(&w, Permissions::Edit, None, None, |mut p| async move {
+        let prompt = prompt_started(&mut p).await;
+        p.update(json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "kind": "edit",
+            "title": "edit", "locations": [{"path": "/etc/passwd"}]}))
+            .await;
+        let a = p
+            .ask(7, "session/request_permission", json!({"sessionId": "s1",
+                "options": [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"}],
+                "toolCall": {"toolCallId": "c1", "locations": [{"path": inside}]}}))
+            .await;
+        assert_eq!(a["result"]["outcome"]["optionId"], "yes", "{a}");
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
 }
