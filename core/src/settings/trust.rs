@@ -539,6 +539,46 @@ mod tests {
     }
 
     #[test]
+    fn a_project_layers_ask_denies_apply_and_its_allows_and_deadline_never_do() {
+        for trust in [Trust::Untrusted, Trust::Trusted] {
+            let l = layer(
+                r#"{ "ask": { "allow": ["execute: curl"], "deny": ["execute: git push"], "deadline_secs": 86400 } }"#,
+            );
+            let g = gate(&l, trust);
+            let keys: Vec<(&str, Verdict)> =
+                g.keys.iter().map(|k| (k.key.as_str(), k.verdict)).collect();
+            assert_eq!(
+                keys,
+                [
+                    ("ask.deny", Verdict::Applied),
+                    ("ask.allow", Verdict::UserLayerOnly),
+                    ("ask.deadline_secs", Verdict::UserLayerOnly),
+                ],
+                "{trust:?}"
+            );
+            assert_eq!(g.layer.ask.deny, ["execute: git push"]);
+            assert!(g.layer.ask.allow.is_empty() && g.layer.ask.deadline_secs.is_none());
+        }
+        // The user layer's are kept, merged with the project's denies.
+        let user = layer(r#"{ "ask": { "allow": ["execute: cargo test"], "deadline_secs": 30 } }"#);
+        let project = gate(&layer(r#"{ "ask": { "deny": ["fetch"] } }"#), Trust::Untrusted).layer;
+        let merged = crate::settings::merge(&[user, project]).ask;
+        let shown = |rules: &[crate::approval::Rule]| {
+            rules.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(shown(&merged.allow), ["execute: cargo test"]);
+        assert_eq!(shown(&merged.deny), ["fetch"]);
+        assert_eq!(merged.deadline_secs, Some(30));
+        // A rule that cannot be judged exactly is an error where it is written.
+        let dir = LocalPath::parse(Platform::Linux, "/p/app/.berth").unwrap();
+        let e = parse(FILE, &dir, r#"{ "ask": { "allow": ["execute: cargo test | sh"] } }"#)
+            .unwrap_err();
+        assert!(e.message.contains("ask.allow[0]") && e.message.contains("simple command"), "{}", e.message);
+        let e = parse(FILE, &dir, r#"{ "ask": { "deadline_secs": 0 } }"#).unwrap_err();
+        assert!(e.message.contains("deadline_secs"), "{}", e.message);
+    }
+
+    #[test]
     fn a_project_layer_tightens_the_fence_and_never_loosens_it() {
         for trust in [Trust::Untrusted, Trust::Trusted] {
             let loose = layer(
