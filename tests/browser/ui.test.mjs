@@ -1182,6 +1182,130 @@ uiTest("the list flags a binding whose directory is gone or replaced, with the c
   await page.close();
 });
 
+uiTest("a request put to a person waits in the transcript with the commands that answer it, then says how it was decided", { timeout: 120000 }, async () => {
+  // The approval suite's scripted ACP agent (tests/src/peers/ask_peer.py) under `ask`:
+  // each `run: CMD` line of a message is a request to run CMD, put to a person.
+  const peer = path.join(tmp, "agents", "ask_peer.py");
+  fs.mkdirSync(path.dirname(peer), { recursive: true });
+  fs.copyFileSync(path.join(repo, "tests/src/peers/ask_peer.py"), peer);
+  await berth(["agent", "add", "asker", "--kind", "acp", "--permissions", "ask", "--command", "python3", peer]);
+  const dir = path.join(home, "code", "asks");
+  fs.mkdirSync(dir, { recursive: true });
+  const id = JSON.parse(await berth(["session", "new", "--agent", "asker", "--title", "Asks first", "--dir", dir, "--json"])).id;
+  const waiting = () =>
+    waitFor("a request to wait", async () => {
+      const t = (await api(`/api/v1/tasks?session=${id}`)).at(-1);
+      return t?.status === "waiting_approval" ? t : null;
+    });
+  const short = (a) => `${a.task_id.slice(0, 8)}-${a.id.split("-").at(-1)}`;
+
+  const { page, requests, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".live[data-state=live]").waitFor();
+  // 1. A hostile command waits: the block, its words as text, the two commands.
+  const hostile = `echo '<img src=x onerror="window.__pwned=3">' & co`;
+  await berth(["send", id, `run: ${hostile}`, "--detach"]);
+  const t1 = await waiting();
+  const a1 = t1.approvals[0];
+  const block = page.locator(`.transcript .ev-approval[data-approval="${a1.id}"]`);
+  await page.locator(".transcript .ev-approval.is-pending").waitFor();
+  assert.equal(await block.getAttribute("data-state"), "pending");
+  assert.equal(await block.locator(".approval-head strong").textContent(), "Waiting for your answer");
+  assert.match(await block.locator(".approval-deadline").textContent(), /^ · until .+, then denied$/);
+  assert.equal(await block.locator(".approval-deadline").getAttribute("title"), `denied as unanswered at ${a1.deadline}`);
+  assert.equal(await block.locator(".approval-kind").textContent(), "execute");
+  assert.equal(await block.locator("[data-testid=approval-command]").textContent(), hostile);
+  assert.equal(await block.locator(".approval-options").textContent(), "the agent offers: Allow · Always allow · Reject");
+  const commands = await block.locator(".approval-answer input").evaluateAll((es) => es.map((e) => [e.value, e.readOnly]));
+  assert.deepEqual(commands, [
+    [`berth approve ${short(a1)}`, true],
+    [`berth deny ${short(a1)}`, true],
+  ]);
+  // Copy: to the clipboard, else the command is selected to copy by hand.
+  await block.locator(".approval-answer button").nth(1).click();
+  await block.locator(".copied", { hasText: /./ }).waitFor();
+  assert.match(await block.locator(".copied").textContent(), new RegExp(`^copied: berth deny ${short(a1)}$|^selected: press Ctrl`));
+  const inert = await page.evaluate(() => ({
+    pwned: window.__pwned,
+    elements: document.querySelectorAll(".transcript img, .transcript script").length,
+    text: document.querySelector(".transcript").textContent,
+  }));
+  assert.equal(inert.pwned, undefined, "no script ran");
+  assert.equal(inert.elements, 0, "no element made from the command");
+  assert.ok(inert.text.includes(`<img src=x onerror="window.__pwned=3">`), "the command shows as literal text");
+  // The task's state, in words, where statuses show: the Tasks panel and the list.
+  const badge = page.locator(`.tasks tbody tr[data-task="${t1.id}"] .badge`).first();
+  await page.waitForFunction((tid) => document.querySelector(`.tasks tbody tr[data-task="${tid}"]`)?.dataset.status === "waiting_approval", t1.id);
+  assert.equal(await badge.textContent(), "waiting for your approval");
+  assert.match(await badge.getAttribute("class"), /\btone-ask\b/);
+  assert.match(await exitOf(page, t1.id).textContent(), new RegExp(`berth approve ${short(a1)} / berth deny ${short(a1)}$`));
+  await assertNothingClipped(page);
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-approval-waiting.png"), fullPage: true });
+  await page.click("text=← Sessions");
+  await page.click('button[data-filter="waiting"]');
+  const listed = page.locator(`tr[data-session="${id}"]`);
+  await listed.waitFor();
+  assert.equal(await listed.locator(".badge").textContent(), "waiting for your approval");
+  assert.equal(await listed.locator("[data-testid=approval-flag]").textContent(), `berth approve ${short(a1)} / berth deny ${short(a1)}`);
+  await page.goBack();
+  await block.waitFor();
+
+  // 2. Denied from the CLI: the block becomes one line, in the open page.
+  await berth(["deny", short(a1)]);
+  await page.locator(`.transcript .ev-approval[data-approval="${a1.id}"][data-state=deny]`).waitFor();
+  assert.equal(await block.locator(".ev-text").textContent(), `execute ${hostile} — denied by you via cli`);
+  assert.equal(await page.locator(".transcript .ev-approval.is-pending").count(), 0, "no block left waiting");
+  await finished(id);
+
+  // 3. Allowed "always", then the same command again: allowed by the session's rule.
+  await berth(["send", id, "run: true", "--detach"]);
+  const a2 = (await waiting()).approvals[0];
+  await page.locator(`.transcript .ev-approval.is-pending[data-approval="${a2.id}"]`).waitFor();
+  await berth(["approve", short(a2), "--always"]);
+  await finished(id);
+  await berth(["send", id, "run: true", "--detach"]);
+  await finished(id);
+
+  // 4. Nobody answers within a deadline of a second: denied as timed out, never as a "no".
+  const settings = path.join(env.BERTH_CONFIG_DIR, "settings.jsonc");
+  fs.mkdirSync(env.BERTH_CONFIG_DIR, { recursive: true });
+  fs.writeFileSync(settings, '{ "ask": { "deadline_secs": 1 } }\n');
+  try {
+    await berth(["send", id, "run: sh ./never.sh", "--detach"]);
+    await waitFor("the request to time out", async () => (await api(`/api/v1/tasks?session=${id}`)).at(-1).approvals?.[0]?.decision);
+  } finally {
+    fs.rmSync(settings);
+  }
+  await finished(id);
+
+  const lines = () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll(".transcript .ev-approval")].map((e) => `${e.dataset.state}: ${e.querySelector(".ev-text").textContent}`),
+    );
+  const expected = [
+    `deny: execute ${hostile} — denied by you via cli`,
+    "allow: execute true — allowed by you via cli, always for this session",
+    "allow: execute true — allowed by rule (session rule 1: execute: true)",
+    "deny: execute sh ./never.sh — denied: nobody answered in time (approval_timeout)",
+  ];
+  await page.waitForFunction((n) => document.querySelectorAll(".transcript .ev-approval.is-decided").length === n, expected.length);
+  assert.deepEqual(await lines(), expected);
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-approval-decided.png"), fullPage: true });
+
+  // 5. Replayed from the stored transcript: the same end, each request once.
+  await page.reload();
+  await page.waitForFunction((n) => document.querySelectorAll(".transcript .ev-approval.is-decided").length === n, expected.length);
+  await page.locator(".transcript .ev-task").last().waitFor();
+  assert.deepEqual(await lines(), expected);
+  assert.equal(await page.locator(".transcript .ev-approval.is-pending").count(), 0);
+  const { text, html } = await pageTexts(page);
+  assertPrivate("the page's text", text);
+  assertPrivate("the page's HTML", html);
+  assert.deepEqual([...new Set(requests.map((r) => r.method))], ["GET"], "the page only reads");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 // Last: a cookie names no port, so its members' cookies replace the one `berth serve`'s
 // pages use on 127.0.0.1.
 uiTest("on a team server the page is one member's: their sessions, their name", { timeout: 60000 }, async () => {

@@ -126,7 +126,7 @@ export function errorText(r) {
   return `the server answered ${r.status || "nothing"}`;
 }
 
-/** Task status → the class of its badge (ok, run, wait, bad, idle). */
+/** Task status → the class of its badge (ok, run, ask, wait, bad, idle). */
 export function statusTone(status) {
   switch (status) {
     case "succeeded":
@@ -134,6 +134,9 @@ export function statusTone(status) {
     case "queued":
     case "running":
       return "run";
+    case "waiting_approval":
+      // Running, and stopped on a person: the one state that needs the reader.
+      return "ask";
     case "waiting_lock":
     case "waiting_daemon":
       return "wait";
@@ -154,6 +157,8 @@ export function statusText(status) {
       return "waiting for its directory";
     case "waiting_daemon":
       return "waiting for its machine";
+    case "waiting_approval":
+      return "waiting for your approval";
     case undefined:
     case null:
       return "no task yet";
@@ -165,6 +170,15 @@ export function statusText(status) {
 /** An id as the page shows it: its first 8 characters (the full id goes in a title). */
 export function shortId(id) {
   return id ? String(id).slice(0, 8) : "—";
+}
+
+/**
+ * An approval id as a person types it: the task's first 8 characters and the
+ * request's number (`3f9c0a12-1`), as web/src/store/approvals.rs `short` makes it.
+ */
+export function approvalShort(id) {
+  const m = /^(.*)-(\d+)$/.exec(String(id ?? ""));
+  return m ? `${m[1].slice(0, 8)}-${m[2]}` : String(id ?? "");
 }
 
 const UUID = /\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;

@@ -1,13 +1,13 @@
 // The sessions list: title, agent, directory (privacy-stripped, from the server),
 // mode, latest task status, updated time; filtered by state.
 
-import { badge, errorText, getJSON, h, navLink, replace, shortId, when } from "./dom.js";
+import { approvalShort, badge, errorText, getJSON, h, navLink, replace, shortId, when } from "./dom.js";
 
 /** The filters, each a set of latest-task states. */
 const FILTERS = [
   ["all", "All", null],
   ["running", "Running", ["queued", "running"]],
-  ["waiting", "Waiting", ["waiting_lock", "waiting_daemon"]],
+  ["waiting", "Waiting", ["waiting_approval", "waiting_lock", "waiting_daemon"]],
   ["failed", "Failed", ["failed", "refused", "interrupted", "cancelled"]],
   ["ok", "Succeeded", ["succeeded"]],
   ["idle", "No task yet", [null]],
@@ -45,6 +45,14 @@ function bindingFlag(s) {
   }
 }
 
+/** For a task waiting for a person: the commands that answer its first open request. */
+function approvalFlag(task) {
+  if (task?.status !== "waiting_approval") return null;
+  const a = (task.approvals ?? []).find((x) => !x.decision);
+  const text = a ? `berth approve ${approvalShort(a.id)} / berth deny ${approvalShort(a.id)}` : "answer with berth approvals";
+  return h("span", { class: "task-flag tone-ask", data: { testid: "approval-flag" }, text });
+}
+
 function row(s, task) {
   const b = s.binding;
   const dir = b ? b.display : s.work_dir ?? null;
@@ -63,7 +71,7 @@ function row(s, task) {
       flag ? h("span", { class: `binding-flag tone-${flag.tone}`, data: { testid: "binding-flag" }, text: flag.text }) : null,
     ),
     h("td", { class: "mode", text: b ? b.mode : "—" }),
-    h("td", {}, badge(task?.status ?? null)),
+    h("td", {}, badge(task?.status ?? null), approvalFlag(task)),
     h("td", { class: "time", text: when(updatedAt(s, task)) }),
   );
 }

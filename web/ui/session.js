@@ -7,7 +7,7 @@ import { mountPreview } from "./preview.js";
 import { Transcript } from "./transcript.js";
 
 /** The SSE event names the server sends (`event:` lines). */
-const KINDS = ["message", "status", "agent", "task", "binding_changed", "undo"];
+const KINDS = ["message", "status", "agent", "task", "binding_changed", "undo", "approval"];
 
 /** The longest wait between two attempts to reopen a closed stream. */
 const MAX_BACKOFF_MS = 10000;
@@ -85,6 +85,12 @@ function header(s, latest, agent, fence) {
       s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
     ),
   );
+}
+
+/** Whether a task in `status` is under way: its duration counts (a wait for a person
+ * too, as the agent was started). */
+function underWay(status) {
+  return ["run", "ask"].includes(statusTone(status));
 }
 
 /** Start and end of each task, from the transcript's timestamps, and its message. */
@@ -165,7 +171,7 @@ function tasksTable(tasks, clock) {
       {},
       [...tasks].reverse().flatMap((t) => {
         const [start, end] = clock.span(t);
-        const running = statusTone(t.status) === "run";
+        const running = underWay(t.status);
         const ms = start ? (end ?? (running ? now : null)) - start : null;
         const parts = [t.exit_code != null ? `code ${t.exit_code}` : null, t.error_code ? `[${t.error_code}]` : null];
         const exit = [...parts, t.error ? shortIds(t.error) : null, t.status === "waiting_lock" ? waitText(t) : t.wait_reason ? shortIds(t.wait_reason) : null]
@@ -249,7 +255,7 @@ export function showSession(main, id) {
   function tick() {
     clearTimeout(tickTimer);
     const latest = tasks[tasks.length - 1];
-    if (latest && statusTone(latest.status) === "run" && !stopped) {
+    if (latest && underWay(latest.status) && !stopped) {
       tickTimer = setTimeout(() => {
         replace(tasksBox, tasksTable(tasks, clock));
         tick();
@@ -291,7 +297,7 @@ export function showSession(main, id) {
         paint();
       }
     }
-    if (ev.kind === "status" || ev.kind === "task" || ev.kind === "binding_changed" || ev.kind === "message") refreshSoon();
+    if (["status", "task", "binding_changed", "message", "approval"].includes(ev.kind)) refreshSoon();
   }
 
   function onMessage(e) {

@@ -5,8 +5,12 @@
 // here, so a reconnect never shows an event twice. Appends are batched per animation
 // frame and built off the page (DocumentFragment), in chunks of rows that the browser
 // skips while they are off screen: a backlog of thousands costs a few layouts.
+//
+// An `approval` event is a request the agent put to a person: shown as a block with
+// the commands that answer it until the same request comes again decided, when that
+// block becomes one line saying how. A replayed transcript ends the same way.
 
-import { plain, shortId as short, shortIds, statusText, when } from "./dom.js";
+import { approvalShort, h, plain, shortId as short, shortIds, statusText, when } from "./dom.js";
 
 /** Rows per chunk of the transcript (see `append`). */
 const CHUNK = 100;
@@ -127,6 +131,100 @@ function describe(ev) {
   }
 }
 
+/** What a request is about, on one line: its command, else its paths, else its title. */
+function asked(a) {
+  if (a.command != null) return plain(a.command);
+  if (a.paths?.length) return a.paths.map((p) => plain(p)).join(", ");
+  return plain(a.title);
+}
+
+/** How a request was decided, in words (as the CLI says it: `allowed by alice via cli`). */
+function decided(d) {
+  const verdict = d.decision === "allow" ? "allowed" : "denied";
+  switch (d.by) {
+    case "timeout":
+      return "denied: nobody answered in time (approval_timeout)";
+    case "cancel":
+      return "denied: the task was cancelled while it waited";
+    case "policy":
+      return `${verdict} by the policy`;
+    case "rule":
+      return `${verdict} by rule${d.via ? ` (${plain(d.via)})` : ""}`;
+    default: {
+      const how = `${verdict} by ${d.who ? plain(d.who) : "you"}${d.via ? ` via ${plain(d.via)}` : ""}`;
+      // A person's own reason; not the one the server gives the agent when they gave
+      // none (web/src/scheduler/approvals.rs), which only says this line again.
+      const reason = d.reason && !d.reason.endsWith("(a person said no to this request)") ? `: ${plain(d.reason)}` : "";
+      return `${how}${d.always ? ", always for this session" : ""}${reason}`;
+    }
+  }
+}
+
+/** A command to copy: read-only, with a Copy button that says what it did in `said`. */
+function copyable(label, command, said) {
+  const input = h("input", { class: "command", attrs: { type: "text", readonly: true, "aria-label": `The command that would ${label} it` } });
+  input.value = command;
+  const copy = async () => {
+    try {
+      await navigator.clipboard.writeText(command);
+      said.textContent = `copied: ${command}`;
+    } catch {
+      input.select();
+      said.textContent = "selected: press Ctrl+C (or ⌘C) to copy";
+    }
+  };
+  return [h("span", { class: "approval-label", text: label }), input, h("button", { text: "Copy", attrs: { type: "button" }, on: { click: copy } })];
+}
+
+/** The block of a request that waits: what, until when, and the two commands that answer it. */
+function pendingBox(a) {
+  const id = approvalShort(a.id);
+  const what = asked(a);
+  const title = plain(a.title);
+  const options = (a.options ?? []).map((o) => plain(o.name)).join(" · ");
+  let input = "";
+  try {
+    input = JSON.stringify(a.input ?? null, null, 1) ?? "";
+  } catch {
+    input = String(a.input);
+  }
+  if (input.length > MAX_INPUT) input = `${input.slice(0, MAX_INPUT)}… (${input.length - MAX_INPUT} more characters)`;
+  const said = h("span", { class: "copied muted", attrs: { role: "status" } });
+  return h(
+    "div",
+    { class: "ev-text approval-box" },
+    h(
+      "div",
+      { class: "approval-head" },
+      h("strong", { text: "Waiting for your answer" }),
+      h("span", { class: "approval-deadline", attrs: { title: a.deadline ? `denied as unanswered at ${plain(a.deadline)}` : null }, text: ` · until ${when(a.deadline)}, then denied` }),
+    ),
+    h("div", { class: "approval-what" }, h("span", { class: "approval-kind", text: plain(a.kind) }), title && title !== what ? ` ${title}` : null),
+    h("pre", { class: "approval-command", data: { testid: "approval-command" }, text: what }),
+    options ? h("div", { class: "approval-options", text: `the agent offers: ${options}` }) : null,
+    input && input !== "null" ? h("details", { class: "approval-input" }, h("summary", { text: "the agent's input" }), h("pre", { text: plain(input) })) : null,
+    h("div", { class: "approval-answer" }, copyable("allow", `berth approve ${id}`, said), copyable("deny", `berth deny ${id}`, said)),
+    h("div", { class: "approval-note muted" }, "This page cannot answer: run one of these in your shell. ", said),
+  );
+}
+
+/** Shows request `a` in `row`: the block while it waits, else one line. `ended` says
+ * how its task ended, for a request it never decided. */
+function fillApproval(row, a, at, ended) {
+  const d = a.decision;
+  const state = d ? d.decision : ended ? "ended" : "pending";
+  row.className = `ev ev-approval ${state === "pending" ? "is-pending" : `is-decided is-${state}`}`;
+  row.dataset.approval = a.id;
+  row.dataset.state = state;
+  const time = el("span", "ev-at", when(at));
+  if (at) time.title = at;
+  const text =
+    state === "pending"
+      ? pendingBox(a)
+      : el("div", "ev-text", `${plain(a.kind)} ${asked(a)} — ${d ? decided(d) : `not answered: the task ended (${statusText(plain(ended))})`}`);
+  row.replaceChildren(el("span", "ev-who", state === "pending" ? "approval asked" : "approval"), time, text);
+}
+
 /** An element with a class and text. */
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -163,6 +261,8 @@ export class Transcript {
     this.pending = [];
     this.frame = 0;
     this.prevKey = "";
+    /** Each request shown, by id: `{row, a}`, its row and the request as it stands. */
+    this.asks = new Map();
   }
 
   /** Takes one event from the stream; duplicates (by `seq`) are ignored. */
@@ -200,17 +300,22 @@ export class Transcript {
   // built off the page and added with one fragment.
   append(batch) {
     const c = this.container;
+    const rows = [];
+    for (const ev of batch) {
+      const row = this.row(ev);
+      if (row) rows.push(row);
+    }
     let i = 0;
     const open = c.lastElementChild;
     if (open && open.childElementCount < CHUNK) {
       const frag = document.createDocumentFragment();
-      for (; i < batch.length && open.childElementCount + frag.childElementCount < CHUNK; i++) frag.appendChild(this.row(batch[i]));
+      for (; i < rows.length && open.childElementCount + frag.childElementCount < CHUNK; i++) frag.appendChild(rows[i]);
       open.appendChild(frag);
     }
     const frag = document.createDocumentFragment();
-    while (i < batch.length) {
+    while (i < rows.length) {
       const chunk = el("div", "ev-chunk");
-      for (let n = 0; n < CHUNK && i < batch.length; n++, i++) chunk.appendChild(this.row(batch[i]));
+      for (let n = 0; n < CHUNK && i < rows.length; n++, i++) chunk.appendChild(rows[i]);
       frag.appendChild(chunk);
     }
     c.appendChild(frag);
@@ -222,6 +327,7 @@ export class Transcript {
     const rows = Array.from(this.container.getElementsByClassName("ev"));
     for (const ev of batch) {
       const row = this.row(ev);
+      if (!row) continue;
       let at = rows.length - 1;
       while (at >= 0 && Number(rows[at].dataset.seq) > ev.seq) at--;
       if (at >= 0) rows[at].after(row);
@@ -230,10 +336,45 @@ export class Transcript {
     }
   }
 
+  /** The row of a new event; null when it changed a row shown already (a decision). */
   row(ev) {
+    if (ev.kind === "approval") return this.approval(ev);
+    if (ev.kind === "task") this.ended(ev.payload?.task ?? {}, ev.at);
     const [row, key] = node(ev, this.prevKey);
     this.prevKey = key;
     return row;
+  }
+
+  // A request's first event makes its row; the same request again (decided) redraws
+  // that row in place, and makes none.
+  approval(ev) {
+    const a = ev.payload ?? {};
+    const known = this.asks.get(a.id);
+    if (known) {
+      if (a.decision) {
+        known.a = a;
+        fillApproval(known.row, a, ev.at);
+      }
+      return null;
+    }
+    const row = document.createElement("div");
+    row.dataset.seq = String(ev.seq);
+    fillApproval(row, a, ev.at);
+    this.asks.set(a.id, { row, a });
+    this.prevKey = "";
+    return row;
+  }
+
+  // A task that ended with a request still shown open: its block takes the decision
+  // the final task document keeps, else says the task ended (a restart interrupted it)
+  // rather than wait on.
+  ended(task, at) {
+    for (const ask of this.asks.values()) {
+      if (ask.a.decision || ask.a.task_id !== task.id) continue;
+      const kept = (task.approvals ?? []).find((x) => x.id === ask.a.id && x.decision);
+      if (kept) ask.a = kept;
+      fillApproval(ask.row, ask.a, at, task.status ?? "ended");
+    }
   }
 
   /** Stops any pending frame. */
