@@ -561,7 +561,11 @@ mod tests {
         }
         // The user layer's are kept, merged with the project's denies.
         let user = layer(r#"{ "ask": { "allow": ["execute: cargo test"], "deadline_secs": 30 } }"#);
-        let project = gate(&layer(r#"{ "ask": { "deny": ["fetch"] } }"#), Trust::Untrusted).layer;
+        let project = gate(
+            &layer(r#"{ "ask": { "deny": ["fetch"] } }"#),
+            Trust::Untrusted,
+        )
+        .layer;
         let merged = crate::settings::merge(&[user, project]).ask;
         let shown = |rules: &[crate::approval::Rule]| {
             rules.iter().map(ToString::to_string).collect::<Vec<_>>()
@@ -571,9 +575,17 @@ mod tests {
         assert_eq!(merged.deadline_secs, Some(30));
         // A rule that cannot be judged exactly is an error where it is written.
         let dir = LocalPath::parse(Platform::Linux, "/p/app/.berth").unwrap();
-        let e = parse(FILE, &dir, r#"{ "ask": { "allow": ["execute: cargo test | sh"] } }"#)
-            .unwrap_err();
-        assert!(e.message.contains("ask.allow[0]") && e.message.contains("simple command"), "{}", e.message);
+        let e = parse(
+            FILE,
+            &dir,
+            r#"{ "ask": { "allow": ["execute: cargo test | sh"] } }"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("ask.allow[0]") && e.message.contains("simple command"),
+            "{}",
+            e.message
+        );
         let e = parse(FILE, &dir, r#"{ "ask": { "deadline_secs": 0 } }"#).unwrap_err();
         assert!(e.message.contains("deadline_secs"), "{}", e.message);
     }

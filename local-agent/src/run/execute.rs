@@ -310,6 +310,14 @@ async fn execute(
             };
             crate::agent::acp::drive(proc, &ctx, events, cancel, inner.cfg.grace).await
         } else {
+            // Claude Code under `ask` puts its permission prompts to Berth.
+            let asking = (adapter == Adapter::Claude && inv.stdin_pipe).then_some(
+                crate::agent::turn::Asking {
+                    asker: &asker,
+                    prompt: &task.prompt,
+                    work_dir: place.pinned.path(),
+                },
+            );
             stream(
                 adapter,
                 proc,
@@ -318,6 +326,7 @@ async fn execute(
                 cancel,
                 inner.cfg.grace,
                 prepared.fence.fenced,
+                asking,
             )
             .await
         };

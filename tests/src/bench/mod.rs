@@ -5,6 +5,7 @@
 //! regenerates `BENCHMARKS.md`; `tests/tests/suite/bench_smoke.rs` runs them with tiny
 //! counts so they cannot rot. Timings are reported here, never asserted.
 
+pub mod approvals;
 pub mod dispatch;
 pub mod first;
 pub mod footprint;
@@ -33,6 +34,8 @@ pub struct Config {
     pub mode: &'static str,
     /// Round trips per dispatch variant.
     pub dispatch_messages: usize,
+    /// Requests the approval benchmark answers (after its warm-up).
+    pub approval_requests: usize,
     pub throughput_sessions: usize,
     pub throughput_messages: usize,
     /// Connections submitting messages at once.
@@ -79,6 +82,7 @@ impl Config {
         Config {
             mode: "full",
             dispatch_messages: 1_000,
+            approval_requests: 1_000,
             throughput_sessions: 100,
             throughput_messages: 20,
             submitters: 4,
@@ -109,6 +113,7 @@ impl Config {
         Config {
             mode: "quick",
             dispatch_messages: 100,
+            approval_requests: 200,
             throughput_sessions: 20,
             throughput_messages: 5,
             list_sessions: 1_000,
@@ -136,6 +141,7 @@ impl Config {
         Config {
             mode: "tiny",
             dispatch_messages: 3,
+            approval_requests: 5,
             throughput_sessions: 3,
             throughput_messages: 2,
             submitters: 2,
@@ -330,9 +336,10 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
 }
 
 /// The benchmark groups, in the order they run.
-pub const GROUPS: [&str; 8] = [
+pub const GROUPS: [&str; 9] = [
     "footprint",
     "dispatch",
+    "approvals",
     "first",
     "remote",
     "throughput",
@@ -353,6 +360,9 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
     if wanted("dispatch") {
         rows.extend(guarded("dispatch", || dispatch::run(cfg)));
+    }
+    if wanted("approvals") {
+        rows.extend(guarded("approvals", || approvals::run(cfg)));
     }
     if wanted("first") {
         rows.extend(guarded("first", || first::run(cfg)));

@@ -36,6 +36,16 @@ fn run() -> Result<ExitCode> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
+            // Not a benchmark: the scripted ACP agent the approvals group runs.
+            "--acp-peer" => {
+                let n = args
+                    .next()
+                    .context("--acp-peer needs a count")?
+                    .parse()
+                    .context("--acp-peer needs a count")?;
+                bench::approvals::peer(n)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             "--json" => json = true,
             "--quick" => quick = true,
             "--markdown" => markdown = Some(args.next().context("--markdown needs a path")?.into()),

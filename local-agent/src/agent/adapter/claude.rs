@@ -96,8 +96,23 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)
         .to_vec();
+    let asks = asks_berth(turn, &extra);
     if !chooses_permissions(&extra) {
         args.extend(permission_args(turn.permissions, turn.fenced));
+    }
+    if asks {
+        // What Claude Code would ask about comes to Berth on stdout (`control_request`
+        // `can_use_tool`), answered on stdin: the prompt then goes as a stream-json
+        // line, and stdin stays open until the turn's result.
+        args.extend(
+            [
+                "--input-format",
+                "stream-json",
+                "--permission-prompt-tool",
+                "stdio",
+            ]
+            .map(String::from),
+        );
     }
     if let Some(brief) = turn.brief {
         args.push("--append-system-prompt".to_owned());
@@ -111,9 +126,127 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     Invocation {
         program,
         args,
-        stdin: Some(turn.prompt.as_bytes().to_vec()),
+        stdin: (!asks).then(|| turn.prompt.as_bytes().to_vec()),
         pass_prefixes: &["ANTHROPIC_", "CLAUDE_", "AWS_", "GOOGLE_", "VERTEX_"],
-        stdin_pipe: false,
+        stdin_pipe: asks,
+    }
+}
+
+/// Whether a turn's permission prompts come to Berth: under `ask`, unless the agent's
+/// own arguments choose its permissions.
+pub(crate) fn asks_berth(turn: &Turn<'_>, extra: &[String]) -> bool {
+    turn.permissions == Permissions::Ask && !chooses_permissions(extra)
+}
+
+/// The prompt as the one user line of `--input-format stream-json`.
+pub(crate) fn user_line(prompt: &str) -> Vec<u8> {
+    let mut line = serde_json::json!({
+        "type": "user",
+        "message": {"role": "user", "content": prompt},
+    })
+    .to_string()
+    .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// A permission request of Claude Code's (`control_request` `can_use_tool`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CanUseTool {
+    pub request_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub tool_use_id: Option<String>,
+    pub description: Option<String>,
+}
+
+/// The line as a permission request, if it is one.
+pub(crate) fn can_use_tool(line: &str) -> Option<CanUseTool> {
+    if !line.contains("control_request") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    let r = &v["request"];
+    if v["type"] != "control_request" || r["subtype"] != "can_use_tool" {
+        return None;
+    }
+    Some(CanUseTool {
+        request_id: v["request_id"].as_str()?.to_owned(),
+        tool: r["tool_name"].as_str().unwrap_or_default().to_owned(),
+        input: r["input"].clone(),
+        tool_use_id: r["tool_use_id"].as_str().map(str::to_owned),
+        description: r["description"].as_str().map(str::to_owned),
+    })
+}
+
+/// Whether the line is the turn's `result` (stdin may close after it).
+pub(crate) fn is_result(line: &str) -> bool {
+    line.contains("\"result\"")
+        && serde_json::from_str::<Value>(line).is_ok_and(|v| v["type"] == "result")
+}
+
+impl CanUseTool {
+    /// The request in the rules' words: an ACP kind, the command, the paths.
+    pub fn ask(&self) -> crate::agent::ask::Ask {
+        let kind = match self.tool.as_str() {
+            "Bash" | "BashOutput" | "KillShell" => "execute",
+            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => "edit",
+            "Read" | "Grep" | "Glob" | "LS" => "read",
+            "WebFetch" | "WebSearch" => "fetch",
+            "TodoWrite" | "Task" | "ExitPlanMode" => "think",
+            _ => "other",
+        };
+        let command = (kind == "execute")
+            .then(|| self.input["command"].as_str().map(str::to_owned))
+            .flatten();
+        let paths = ["file_path", "notebook_path", "path"]
+            .iter()
+            .filter_map(|k| self.input[*k].as_str())
+            .map(str::to_owned)
+            .collect();
+        let title = self
+            .description
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| format!("{} {}", self.tool, target_of(&self.input)));
+        crate::agent::ask::Ask {
+            kind: kind.to_owned(),
+            title,
+            command,
+            paths,
+            input: serde_json::json!({"tool_name": self.tool, "input": self.input}),
+            options: Vec::new(),
+        }
+    }
+
+    /// Berth's answer on stdin: an allow echoes the input back (an empty
+    /// `updatedInput` would run with nothing changed, but a changed one is what runs,
+    /// so the request's own is sent); a deny carries the words the model is given.
+    /// `updatedPermissions` is never sent: Claude Code would write the rule into the
+    /// project's `.claude/settings.local.json`.
+    pub fn answer(&self, allow: bool, message: &str) -> Vec<u8> {
+        let response = if allow {
+            serde_json::json!({"behavior": "allow", "updatedInput": self.input})
+        } else {
+            serde_json::json!({"behavior": "deny", "message": message})
+        };
+        let mut line = serde_json::json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": self.request_id, "response": response},
+        })
+        .to_string()
+        .into_bytes();
+        line.push(b'\n');
+        line
+    }
+
+    /// The denial the task records for a deny of Berth's.
+    pub fn denial(&self, by: &str) -> Denial {
+        Denial {
+            tool: self.tool.clone(),
+            target: target_of(&self.input),
+            by: Some(by.to_owned()),
+        }
     }
 }
 
