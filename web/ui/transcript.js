@@ -152,9 +152,8 @@ function decided(d) {
       return `${verdict} by rule${d.via ? ` (${plain(d.via)})` : ""}`;
     default: {
       const how = `${verdict} by ${d.who ? plain(d.who) : "you"}${d.via ? ` via ${plain(d.via)}` : ""}`;
-      // A person's own reason; not the one the server gives the agent when they gave
-      // none (web/src/scheduler/approvals.rs), which only says this line again.
-      const reason = d.reason && !d.reason.endsWith("(a person said no to this request)") ? `: ${plain(d.reason)}` : "";
+      // The person's own reason, when they gave one.
+      const reason = d.reason ? `: ${plain(d.reason)}` : "";
       return `${how}${d.always ? ", always for this session" : ""}${reason}`;
     }
   }

@@ -58,12 +58,21 @@ fn decision(verdict: Verdict, by: DecidedBy, reason: Option<String>) -> Decision
     }
 }
 
-/// What the run is told of a decision.
+/// What the run is told of a decision: a person's deny without a reason is said to
+/// be a person's, so the model does not take it for a failure to retry.
 fn answer_of(d: &Decision) -> Answer {
+    let reason = d.reason.clone().or_else(|| {
+        (d.decision == Verdict::Deny && d.by == DecidedBy::Human).then(|| {
+            format!(
+                "denied by {} (a person said no to this request)",
+                d.who.as_deref().unwrap_or("the user")
+            )
+        })
+    });
     Answer {
         verdict: d.decision,
         by: d.by,
-        reason: d.reason.clone(),
+        reason,
         always: d.always,
     }
 }
@@ -196,14 +205,9 @@ impl Scheduler {
         } else {
             None
         };
-        let reason = human.reason.clone().or_else(|| {
-            (human.verdict == Verdict::Deny).then(|| {
-                format!(
-                    "denied by {} (a person said no to this request)",
-                    human.who.as_deref().unwrap_or("the user")
-                )
-            })
-        });
+        // Kept as the person gave it (or none): the words the agent hears without
+        // one are made when it is told (`answer_of`).
+        let reason = human.reason.clone();
         let d = Decision {
             decision: human.verdict,
             by: DecidedBy::Human,
