@@ -11,6 +11,16 @@ source scripts/lib.sh
 quick=""
 [[ "${1:-}" == "--quick" ]] && quick=1
 
+# A full run's builds (four feature sets, macOS, release, musl) take about 20 GB of
+# target directories: say so up front rather than fail half-way with ENOSPC.
+target_parent=$(dirname "${CARGO_TARGET_DIR:-$PWD/target}")
+mkdir -p "$target_parent"
+free_kb=$(df -Pk "$target_parent" | awk 'NR == 2 {print $4}')
+if [[ -n "$free_kb" ]] && ((free_kb < 20 * 1024 * 1024)); then
+  echo "warning: $((free_kb / 1024 / 1024)) GB free under $target_parent; a full run's builds need about 20 GB" >&2
+  echo "hint: remove old target directories (cargo clean) or point CARGO_TARGET_DIR at a bigger disk" >&2
+fi
+
 ensure_wasm_toolchain
 ensure_node
 ensure_agent_clis
