@@ -768,7 +768,9 @@ pub(crate) fn run_items(
         match ev {
             ExecEvent::Approval(req) => {
                 *running = true;
-                items.push(RunItem::Approval(approvals::arrived(task, session, req)));
+                items.push(RunItem::Approval(Box::new(approvals::arrived(
+                    task, session, req,
+                ))));
             }
             ExecEvent::Status {
                 status,
