@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod fake_models;
 pub mod steps;
+pub mod team;
 pub mod tls;
 pub mod tmux;
 

@@ -454,7 +454,19 @@ mod tests {
                 "berth_sse_clients",
                 "berth_store_errors",
                 "berth_leader",
+                "berth_approvals",
             ]
+        );
+        for d in ["allow", "deny", "timeout"] {
+            assert_eq!(
+                value(&text, &format!("berth_approvals_total{{decision=\"{d}\"}}")),
+                Some(0.0),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            value(&text, r#"berth_tasks_waiting{reason="approval"}"#),
+            Some(0.0)
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(

@@ -597,7 +597,13 @@ impl Reader<'_> {
                             ),
                         ),
                     },
-                    other => self.wrong_type(&key, "a number of seconds", other),
+                    other @ (Value::StringLit(_)
+                    | Value::BooleanLit(_)
+                    | Value::Object(_)
+                    | Value::Array(_)
+                    | Value::NullKeyword(_)) => {
+                        self.wrong_type(&key, "a number of seconds", other);
+                    }
                 },
                 _ => self.unknown(prop, "ask", &ASK_KEYS),
             }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Heartbeats until the process ends (they go on while stopping, so tasks that are
-/// still reporting are not declared lost). Acts on the server's cancellations.
+/// still reporting are not declared lost). Acts on the server's cancellations and
+/// hands its decisions to the runs that wait on them.
 pub(super) async fn heartbeats(d: Arc<Daemon>) {
     loop {
         tokio::time::sleep(d.heartbeat_every()).await;
@@ -25,6 +26,9 @@ pub(super) async fn heartbeats(d: Arc<Daemon>) {
                 d.link_ok();
                 for id in reply.cancel {
                     d.cancel(&id);
+                }
+                for a in reply.answers {
+                    d.answer(a);
                 }
             }
             Err(e) if e.is_unauthorized() => {

@@ -1,6 +1,7 @@
 //! What the daemon's loops ([`super::link`]), tasks ([`super::task`]) and socket
 //! ([`super::proxy`]) share: its standing with the server (registration, whether the
-//! link is up), the tasks it is running, and stopping.
+//! link is up), the tasks it is running (their cancels and the decisions their
+//! requests wait for), and stopping.
 //!
 //! A 401 on a heartbeat or claim means the server no longer knows this process (it
 //! restarted) or the token was revoked: the daemon registers again once, and only a
@@ -12,7 +13,7 @@ use super::remote::{CallError, Remote};
 use super::{RESTORE_WAIT, SEND_WAIT};
 use crate::run::NativeExecutor;
 use berth_core::TaskId;
-use berth_web::daemon::wire::{Register, Registered};
+use berth_web::daemon::wire::{Register, Registered, WireAnswer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -314,6 +315,17 @@ impl Daemon {
     pub(super) fn cancel(&self, id: &TaskId) {
         if let Some(r) = lock(&self.running).get(id) {
             r.cancel.send_replace(true);
+        }
+    }
+
+    /// Hands a decision from the server to the run that waits on it. One for a task
+    /// this process no longer runs, for a request not of that task, or for a request
+    /// no longer waiting (answered, timed out) is dropped.
+    pub(super) fn answer(&self, a: WireAnswer) {
+        let ours = lock(&self.running).contains_key(&a.task_id)
+            && berth_web::store::approval_task(&a.id).is_ok_and(|t| t == a.task_id);
+        if ours {
+            self.executor.answer_request(&a.id, a.answer);
         }
     }
 

@@ -171,6 +171,9 @@ async fn stream(
                         if reply.cancel {
                             cancel.send_replace(true);
                         }
+                        for a in reply.answers {
+                            d.answer(a);
+                        }
                         if let Err(lost) = outbox.ack(reply.received) {
                             eprintln!("task {}: {lost}; stopping it", short(id));
                             gone = true;

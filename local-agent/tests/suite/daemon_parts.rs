@@ -207,7 +207,7 @@ async fn fake_handle(
             StatusCode::OK,
             &EventsReply {
                 received,
-                cancel: false,
+                ..EventsReply::default()
             },
         ));
     }

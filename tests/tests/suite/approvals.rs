@@ -3,6 +3,8 @@
 //! (`waiting_approval`, listed by `berth approvals`), is answered once from the CLI or
 //! the API, becomes a session rule with `--always`, is denied as timed out at its
 //! deadline (never as a person's "no"), and is answered `cancelled` when the task is.
+//! On a team server (`berth-server`), the same for a run on a member's `berth daemon`:
+//! only the session's owner answers, and the decision travels to her machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::Berth;
@@ -375,4 +377,149 @@ mod real_claude {
         assert_eq!(done["status"], "succeeded", "{done}");
         assert_eq!(runs(&app), 1, "{done}");
     }
+}
+
+/// Issue 54 on a team server: member alice's session runs on her own machine, through
+/// her `berth daemon`, and its requests wait on the server. Only she answers them (bob
+/// hears `unknown_approval`, the admin `owner_only`: an admin reads, never runs); her
+/// decisions travel to her daemon, which hands them to the waiting run. A session rule
+/// answers a request from her machine as from a local run, and the server's deadline
+/// denies one nobody answers, as timed out. Each answer is in the audit trail.
+#[test]
+fn decisions_reach_a_run_on_a_members_daemon() {
+    use berth_tests::team::Team;
+    let team = Team::start();
+    let alice = team.member("alice");
+    let bob = team.member("bob");
+    let peer = team.root.path().join("ask_peer.py");
+    std::fs::write(&peer, include_str!("../../src/peers/ask_peer.py")).unwrap();
+    let agent = json!({"name": "asker", "kind": "acp", "permissions": "ask",
+                       "command": ["python3", peer.to_str().unwrap()]});
+    let (st, v) = team.api(&team.admin, "POST", "/api/v1/agents", &agent.to_string());
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = team.api(
+        &alice,
+        "POST",
+        "/api/v1/daemon/tokens",
+        r#"{"name":"alice-laptop"}"#,
+    );
+    assert_eq!(st, 201, "{v}");
+    let mut laptop = Berth::new("approvals-team");
+    laptop.daemon(&team.url, v["token"].as_str().unwrap(), "laptop-alice");
+    let app = laptop.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    write_script(&app.join("check.sh"), "echo ran >> ran.txt\n");
+    let session = new_session(&laptop, "asker", Some(&app));
+
+    let send = |text: &str| {
+        let (st, v) = team.api(
+            &alice,
+            "POST",
+            &format!("/api/v1/sessions/{session}/messages"),
+            &json!({ "text": text }).to_string(),
+        );
+        assert_eq!(st, 202, "{v}");
+        v["task"]["id"].as_str().unwrap().to_owned()
+    };
+    let waiting = |token: &str| {
+        let (st, v) = team.api(token, "GET", "/api/v1/approvals", "");
+        assert_eq!(st, 200, "{v}");
+        v["approvals"].as_array().unwrap().clone()
+    };
+    let one_waiting = || {
+        berth_tests::eventually(30, || waiting(&alice).into_iter().next())
+            .unwrap_or_else(|| panic!("no request waits: {:?}", waiting(&team.admin)))
+    };
+    let answer = |token: &str, id: &str, body: Value| {
+        team.api(
+            token,
+            "POST",
+            &format!("/api/v1/approvals/{id}"),
+            &body.to_string(),
+        )
+    };
+
+    // 1. It waits, listed for alice; bob and the admin cannot answer it; alice's
+    // allow reaches her daemon and the command runs.
+    let t1 = send("run: sh ./check.sh");
+    let a = one_waiting();
+    assert_eq!(
+        (&a["task_id"], &a["command"]),
+        (&json!(t1), &json!("sh ./check.sh")),
+        "{a}"
+    );
+    let id = a["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        team.wait_status(&alice, &t1, &["waiting_approval"])["status"],
+        "waiting_approval"
+    );
+    assert_eq!(
+        waiting(&bob),
+        Vec::<Value>::new(),
+        "bob sees alice's requests"
+    );
+    let (st, v) = answer(&bob, &id, json!({"decision": "allow"}));
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(error_code("bob's answer", &v), "unknown_approval");
+    let (st, v) = answer(&team.admin, &id, json!({"decision": "allow"}));
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(error_code("the admin's answer", &v), "owner_only");
+    assert_eq!(runs(&app), 0, "nothing runs before her answer");
+    let (st, v) = answer(&alice, &id, json!({"decision": "allow"}));
+    assert_eq!(st, 200, "{v}");
+    let done = team.wait_status(&alice, &t1, &["succeeded", "failed", "cancelled"]);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(runs(&app), 1);
+    let d = &done["approvals"][0]["decision"];
+    assert_eq!(
+        (&d["decision"], &d["by"], &d["who"]),
+        (&json!("allow"), &json!("human"), &json!("alice")),
+        "{done}"
+    );
+
+    // 2. "Always" becomes a session rule, which answers the next request of her run
+    // on her machine at once.
+    let t2 = send("run: sh ./check.sh");
+    let id = one_waiting()["id"].as_str().unwrap().to_owned();
+    let (st, v) = answer(&alice, &id, json!({"decision": "allow", "always": true}));
+    assert_eq!(st, 200, "{v}");
+    team.wait_status(&alice, &t2, &["succeeded"]);
+    let t3 = send("run: sh ./check.sh");
+    let done = team.wait_status(&alice, &t3, &["succeeded"]);
+    assert_eq!(done["approvals"][0]["decision"]["by"], "rule", "{done}");
+    assert_eq!(runs(&app), 3);
+
+    // 3. Nobody answers: the server's deadline denies it as timed out, never a
+    // person's "no", and it does not run.
+    std::fs::write(
+        laptop.config.join("settings.jsonc"),
+        r#"{ "ask": { "deadline_secs": 1 } }"#,
+    )
+    .unwrap();
+    let t4 = send("run: sh ./check.sh && echo more >> ran.txt");
+    let done = team.wait_status(&alice, &t4, &["succeeded", "failed", "cancelled"]);
+    let d = &done["approvals"][0]["decision"];
+    assert_eq!(
+        (&d["decision"], &d["by"]),
+        (&json!("deny"), &json!("timeout")),
+        "{done}"
+    );
+    assert_eq!(
+        runs(&app),
+        3,
+        "a wait over its limit never becomes an allow"
+    );
+    assert_eq!(waiting(&alice), Vec::<Value>::new());
+
+    // The audit trail has her answers, and only hers.
+    let (st, trail) = team.api(&team.admin, "GET", "/api/v1/audit", "");
+    assert_eq!(st, 200, "{trail}");
+    let answers: Vec<&Value> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "approval.answer")
+        .collect();
+    assert_eq!(answers.len(), 2, "{trail}");
+    assert!(answers.iter().all(|e| e["member"] == "alice"), "{trail}");
 }

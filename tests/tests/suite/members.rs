@@ -7,108 +7,16 @@
 //! `waiting_daemon`, and the audit trail shows each step.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
-use berth_tests::steps::{raw_http, s, write_script};
-use berth_tests::{Berth, TempDir, eventually, free_port, server_bin};
+use berth_tests::steps::{s, write_script};
+use berth_tests::team::Team;
+use berth_tests::{Berth, eventually};
 use serde_json::{Value, json};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// An agent that says where it ran; a prompt starting `slow` sleeps a minute.
 const REPORTER: &str =
     r#"p=$(cat); printf 'cwd=%s\n' "$PWD"; case "$p" in slow*) exec sleep 60;; esac"#;
-
-struct Team {
-    root: TempDir,
-    home: PathBuf,
-    url: String,
-    addr: String,
-    admin: String,
-    child: Child,
-}
-
-impl Drop for Team {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Team {
-    fn start() -> Team {
-        let root = TempDir::new("team");
-        let home = root.path().join("server");
-        let port = free_port();
-        let log = std::fs::File::create(root.path().join("server.log")).unwrap();
-        let child = Command::new(server_bin())
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--home", s(&home)])
-            .env("BERTH_DAEMON_WINDOW_MS", "1500")
-            .env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let info = eventually(30, || std::fs::read_to_string(home.join("serve.json")).ok())
-            .expect("serve.json");
-        let info: Value = serde_json::from_str(&info).unwrap();
-        let url = info["url"].as_str().unwrap().to_owned();
-        Team {
-            addr: url.trim_start_matches("http://").to_owned(),
-            url,
-            admin: info["token"].as_str().unwrap().to_owned(),
-            home,
-            root,
-            child,
-        }
-    }
-
-    /// `berth-server ARGS --home HOME`.
-    fn admin_cmd(&self, args: &[&str]) -> std::process::Output {
-        Command::new(server_bin())
-            .args(args)
-            .args(["--home", s(&self.home)])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn admin_json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let out = self.admin_cmd(&all);
-        assert!(
-            out.status.success(),
-            "berth-server {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// One request to the listener with extra headers; (status, JSON body or text).
-    fn http(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        if !body.is_empty() {
-            head.push_str("Content-Type: application/json\r\n");
-        }
-        let (status, bytes) = raw_http(&mut stream, &head, body.as_bytes());
-        let v = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        (status, v)
-    }
-
-    fn api(&self, token: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
-        let auth = format!("Bearer {token}");
-        self.http(method, path, &[("Authorization", &auth)], body)
-    }
-}
 
 fn code(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("")
@@ -137,19 +45,6 @@ fn cwds(b: &Berth, session: &str) -> Vec<String> {
         .iter()
         .filter_map(|t| t["work_dir"].as_str().map(str::to_owned))
         .collect()
-}
-
-fn wait_status(team: &Team, token: &str, task: &str, want: &[&str]) -> Value {
-    eventually(30, || {
-        let (st, t) = team.api(token, "GET", &format!("/api/v1/tasks/{task}"), "");
-        (st == 200 && want.contains(&t["status"].as_str().unwrap_or(""))).then_some(t)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "task {task} never became {want:?}: {:?}",
-            team.api(token, "GET", &format!("/api/v1/tasks/{task}"), "")
-        )
-    })
 }
 
 #[test]
@@ -248,12 +143,7 @@ fn members_reach_only_their_own_sessions_and_machines() {
             &json!({ "text": format!("api {i}") }).to_string(),
         );
         assert_eq!(st, 202, "{v}");
-        wait_status(
-            &team,
-            &ann,
-            v["task"]["id"].as_str().unwrap(),
-            &["succeeded"],
-        );
+        team.wait_status(&ann, v["task"]["id"].as_str().unwrap(), &["succeeded"]);
     }
     let ann_home = s(&ann_m.user_home).to_owned();
     for sid in [&s1, &s2] {
@@ -397,7 +287,7 @@ fn members_reach_only_their_own_sessions_and_machines() {
         r#"{"text":"slow one"}"#,
     );
     let long = v["task"]["id"].as_str().unwrap().to_owned();
-    wait_status(&team, &ann, &long, &["running"]);
+    team.wait_status(&ann, &long, &["running"]);
     let (_, v) = team.api(
         &ann,
         "POST",
@@ -471,10 +361,10 @@ fn members_reach_only_their_own_sessions_and_machines() {
         "no clear error: {}",
         ann_m.serve_log()
     );
-    wait_status(&team, &admin, &long, &["interrupted"]);
-    let waiting = wait_status(&team, &admin, &queued, &["waiting_daemon"]);
+    team.wait_status(&admin, &long, &["interrupted"]);
+    let waiting = team.wait_status(&admin, &queued, &["waiting_daemon"]);
     std::thread::sleep(Duration::from_millis(1500));
-    let still = wait_status(&team, &admin, &queued, &["waiting_daemon"]);
+    let still = team.wait_status(&admin, &queued, &["waiting_daemon"]);
     assert_eq!(waiting["status"], still["status"], "bob's machine took it");
 
     // The audit trail: each change, who, and from where.
@@ -765,7 +655,7 @@ fn a_members_view_shows_a_daemons_paths_by_its_own_home() {
     );
     assert_eq!(st, 202, "{v}");
     let task = v["task"]["id"].as_str().unwrap().to_owned();
-    let done = wait_status(&team, &ann, &task, &["succeeded"]);
+    let done = team.wait_status(&ann, &task, &["succeeded"]);
     let scratch = format!("~/.local/share/berth/scratch/{session}");
     assert_eq!(done["work_dir"], scratch.as_str(), "{done}");
     let cookie = format!("berth_token={ann}");

@@ -24,6 +24,16 @@
 //!   holds in all, so a batch resent after a lost answer is never stored twice and the
 //!   daemon drops what was acknowledged. `cancel: true` asks the daemon to stop the
 //!   agent.
+//! - **decisions** on the requests a run put to a person ([`WireEvent::Approval`]:
+//!   a person's answer, a session rule's, the deadline's) are kept by the server for
+//!   the machine running the task and handed over once, on the daemon's next
+//!   exchange: `answers` in [`EventsReply`] (that task's) or in [`HeartbeatReply`]
+//!   (any of the machine's). A waiting task sends an empty batch every heartbeat
+//!   period, so a decision arrives within about one period. The daemon hands each to
+//!   its executor; one for a task or request it no longer runs is dropped. A reply
+//!   lost on its way loses its decisions: those runs meet their deadline (a denial as
+//!   timed out, never an allow). The field is additive: an older daemon ignores it,
+//!   and its runs meet their deadline as before; an older server sends none.
 //! - **finish** carries the number of events sent; the server answers 409
 //!   (`events_missing`) until it holds them all, so nothing is lost behind the outcome.
 //!   A finish repeated after a lost answer is acknowledged again.
@@ -104,6 +114,19 @@ pub struct HeartbeatReply {
     /// Running tasks the daemon must stop (cancelled by a user).
     #[serde(default)]
     pub cancel: Vec<TaskId>,
+    /// Decisions for requests the machine's runs wait on, handed over once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<WireAnswer>,
+}
+
+/// A decision on a request a run put to a person ([`WireEvent::Approval`]), for the
+/// daemon to hand to the run that waits on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireAnswer {
+    pub task_id: TaskId,
+    /// The request's id, as the run announced it.
+    pub id: String,
+    pub answer: berth_core::approval::Answer,
 }
 
 /// `POST leave`: this process stops; its machine is offline from now.
@@ -297,12 +320,15 @@ pub struct EventBatch {
 }
 
 /// The answer to `events`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct EventsReply {
     /// How many events of the task the server holds (the next number it expects).
     pub received: u64,
     /// Stop the agent: the task was cancelled.
     pub cancel: bool,
+    /// Decisions for requests this task waits on, handed over once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<WireAnswer>,
 }
 
 /// `POST tasks/{id}/finish`.

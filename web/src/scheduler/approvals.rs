@@ -86,13 +86,8 @@ fn covering<'r>(rules: &'r [SessionRule], a: &Approval) -> Option<&'r SessionRul
 
 /// A request just recorded: answered at once by a rule of its session, else left to
 /// a person until its deadline, when it is denied as timed out.
-pub(super) async fn pending(
-    inner: &Arc<Inner>,
-    executor: &Arc<dyn Executor>,
-    task: &TaskRow,
-    a: &Approval,
-) {
-    match inner.store.session_rules(&task.session_id).await {
+pub(super) async fn pending(inner: &Arc<Inner>, executor: &Arc<dyn Executor>, a: &Approval) {
+    match inner.store.session_rules(&a.session_id).await {
         Ok(rules) => {
             if let Some(r) = covering(&rules, a) {
                 let mut d = decision(Verdict::Allow, DecidedBy::Rule, None);
@@ -103,7 +98,9 @@ pub(super) async fn pending(
                 return;
             }
         }
-        Err(e) => tracing::warn!(task = %task.id, error = %e, "could not read the session's rules"),
+        Err(e) => {
+            tracing::warn!(task = %a.task_id, error = %e, "could not read the session's rules")
+        }
     }
     let deadline = clock::parse_millis(&a.deadline).unwrap_or(0);
     let asked = clock::parse_millis(&a.asked_at).unwrap_or(0);

@@ -19,7 +19,7 @@ pub mod placement;
 mod remote;
 
 pub use approvals::HumanAnswer;
-pub use remote::{RemoteMachines, waiting_for};
+pub use remote::{Asked, RemoteMachines, waiting_for};
 
 use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
 use crate::store::{Adopted, Finish, NextRun, RunItem, Store, StoreError, TaskRow};
@@ -115,7 +115,7 @@ impl Inner {
 struct Run {
     cancel: watch::Sender<bool>,
     /// What runs it: the decisions to its requests go there (`None` for a run a new
-    /// leader adopted from a daemon).
+    /// leader adopted with no daemons attached: nothing can reach it).
     executor: Option<Arc<dyn Executor>>,
     interrupted: Arc<AtomicBool>,
     /// On a daemon: at a hand-over ([`Scheduler::hand_over`]) it goes on there.
@@ -296,15 +296,23 @@ impl Scheduler {
                     rx
                 }
             };
+            // Decisions on its requests go to its daemon, as for a run started here;
+            // those still waiting get their session's rules and deadline again.
+            let executor = self.inner.daemons.get().map(|d| d.executor(&a.machine));
             self.inner.running.lock().await.insert(
                 a.task.id.clone(),
                 Run {
                     cancel: cancel_tx,
-                    executor: None,
+                    executor: executor.clone(),
                     interrupted: interrupted.clone(),
                     remote: true,
                 },
             );
+            if let (Some(executor), None) = (&executor, &a.outcome) {
+                for waiting in a.task.approvals.iter().filter(|x| x.decision.is_none()) {
+                    approvals::pending(&self.inner, executor, waiting).await;
+                }
+            }
             let first = Resumed {
                 task: a.task,
                 binding_rev: a.binding_rev,
@@ -337,9 +345,21 @@ impl Scheduler {
     /// scheduled again.
     pub fn attach_daemons(&self, daemons: impl RemoteMachines) {
         let mut online = daemons.subscribe();
-        if self.inner.daemons.set(Arc::new(daemons)).is_err() {
+        let daemons: Arc<dyn RemoteMachines> = Arc::new(daemons);
+        if self.inner.daemons.set(daemons.clone()).is_err() {
             return;
         }
+        // Their runs' requests, stored by the registry: answered by a session rule, or
+        // timed out at their deadline, as a run of this server's own.
+        let mut asked = daemons.requests();
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(Asked { machine, approval }) = asked.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let executor = daemons.executor(&machine);
+                approvals::pending(&inner, &executor, &approval).await;
+            }
+        });
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             while online.changed().await.is_ok() {
@@ -483,6 +503,7 @@ fn start_worker(inner: &Arc<Inner>, session: SessionId, first: Option<Resumed>) 
             let outcome = finished.unwrap_or_else(|_| {
                 interrupted_run("the server lost track of the task on its machine")
             });
+            approvals::settle_left(&guard.inner, &r.task.id).await;
             let recorded = record(
                 &guard.inner,
                 &r.task,
@@ -768,7 +789,9 @@ pub(crate) fn run_items(
         match ev {
             ExecEvent::Approval(req) => {
                 *running = true;
-                items.push(RunItem::Approval(approvals::arrived(task, session, req)));
+                items.push(RunItem::Approval(Box::new(approvals::arrived(
+                    task, session, req,
+                ))));
             }
             ExecEvent::Status {
                 status,
@@ -824,7 +847,7 @@ async fn execute(
         }
         for item in &items {
             if let RunItem::Approval(a) = item {
-                approvals::pending(inner, executor, task, a).await;
+                approvals::pending(inner, executor, a).await;
             }
         }
     }

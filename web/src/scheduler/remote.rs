@@ -6,9 +6,19 @@
 
 use crate::executor::{Executor, TaskOutcome};
 use crate::store::Adopted;
+use berth_core::approval::Approval;
 use berth_core::binding::MachineId;
 use std::sync::Arc;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// A request a run on a remote machine put to a person, just stored: the scheduler
+/// answers it by a session rule or starts its deadline, as for a run of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// The machine whose daemon runs the task: decisions go to its executor.
+    pub machine: MachineId,
+    pub approval: Approval,
+}
 
 /// Machines other than this server's own that claim tasks (remote daemons).
 pub trait RemoteMachines: Send + Sync + 'static {
@@ -36,6 +46,11 @@ pub trait RemoteMachines: Send + Sync + 'static {
 
     /// Told (the counter changes) whenever a machine comes online.
     fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// The requests the machines' runs put to a person, each once it is stored (their
+    /// events reach the store without passing the scheduler). Nothing is kept before
+    /// this is called; a second call takes the stream from the first.
+    fn requests(&self) -> mpsc::UnboundedReceiver<Asked>;
 }
 
 /// Why a task waits for machine `name`: one wording wherever it is decided (here, and

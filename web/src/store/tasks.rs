@@ -71,7 +71,7 @@ pub enum RunItem {
     Agent(serde_json::Value),
     /// A request put to a person, its deadline set (the task then shows
     /// `waiting_approval`).
-    Approval(berth_core::approval::Approval),
+    Approval(Box<berth_core::approval::Approval>),
 }
 
 pub(crate) fn get_task(conn: &Connection, id: &TaskId) -> Result<TaskRow, StoreError> {
@@ -153,7 +153,7 @@ fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Resu
                 record_status(conn, outbox, t.task_id, status, why)?;
             }
             RunItem::Approval(a) => {
-                super::approvals::record_asked(conn, outbox, t.task_id, a)?;
+                super::approvals::record_asked(conn, outbox, t.task_id, *a)?;
             }
         }
     }

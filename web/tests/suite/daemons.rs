@@ -1,7 +1,7 @@
 //! The daemon registry through its HTTP routes, in process, with a daemon played by
 //! the test (the real `berth daemon` is exercised in `tests/tests/suite/daemons.rs`):
-//! waiting for an offline machine, lost claims, restarts, cancels, and tasks the server
-//! no longer expects.
+//! waiting for an offline machine, lost claims, restarts, cancels, decisions on a run's
+//! requests, and tasks the server no longer expects.
 #![cfg(feature = "local-binding")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
@@ -311,6 +311,89 @@ async fn a_cancel_reaches_the_daemon_and_an_unclaimed_task_is_cancelled_at_once(
         (r.status, r.json["error"]["code"].as_str()),
         (401, Some("unauthorized"))
     );
+}
+
+/// Decisions on a daemon run's requests (issue 54): a person's answer is kept for the
+/// machine and handed over once, on its next heartbeat; a request nobody answers is
+/// denied at its deadline by the server, and the decision goes on the task's next
+/// events reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_reach_the_daemon_once_and_the_deadline_is_kept() {
+    let (t, fake, session) = setup_with(Duration::from_secs(5)).await;
+    let id = post(&t, &session, "one").await;
+    assert_eq!(fake.claim(2000).await.json["task_id"], id.as_str());
+    let path = format!("/api/v1/daemon/tasks/{id}/events");
+    let events = |first: u64, asked: Option<(&str, u64)>| {
+        let events: Vec<Value> = asked
+            .into_iter()
+            .map(|(req, secs)| {
+                json!({"type": "approval", "request": {"id": req, "kind": "execute",
+                       "title": "sh ./check.sh", "command": "sh ./check.sh",
+                       "deadline_secs": secs}})
+            })
+            .collect();
+        fake.call("POST", &path, json!({"first": first, "events": events}))
+    };
+
+    // A person's answer: on the next heartbeat, once.
+    let first = format!("{id}-1");
+    let r = events(0, Some((&first, 600))).await;
+    assert_eq!(
+        r.json,
+        json!({"received": 1, "cancel": false}),
+        "{}",
+        r.text
+    );
+    until(&t, &id, "waiting_approval").await;
+    let r = t
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{first}"),
+            Some(json!({"decision": "allow"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let hb = fake.heartbeat(&[id.as_str()]).await;
+    assert_eq!(
+        hb,
+        json!({"cancel": [], "answers": [{"task_id": id, "id": first,
+               "answer": {"verdict": "allow", "by": "human", "always": false}}]})
+    );
+    assert_eq!(fake.heartbeat(&[id.as_str()]).await, json!({"cancel": []}));
+
+    // Nobody answers: the server's deadline denies it, on the task's next reply.
+    let second = format!("{id}-2");
+    let r = events(1, Some((&second, 1))).await;
+    assert_eq!(r.json["received"], 2, "{}", r.text);
+    let mut answers = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = events(2, None).await;
+        if !r.json["answers"].is_null() {
+            answers = r.json["answers"].clone();
+            break;
+        }
+    }
+    assert_eq!(answers[0]["id"], second.as_str(), "{answers}");
+    assert_eq!(
+        (
+            &answers[0]["answer"]["verdict"],
+            &answers[0]["answer"]["by"]
+        ),
+        (&json!("deny"), &json!("timeout")),
+        "{answers}"
+    );
+    let finish = json!({"events": 2, "outcome": {"status": "succeeded"}});
+    fake.call("POST", &format!("/api/v1/daemon/tasks/{id}/finish"), finish)
+        .await;
+    let done = until(&t, &id, "succeeded").await;
+    let by: Vec<&Value> = done["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["decision"]["by"])
+        .collect();
+    assert_eq!(by, [&json!("human"), &json!("timeout")], "{done}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

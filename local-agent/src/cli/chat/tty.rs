@@ -230,11 +230,11 @@ async fn key_press(chat: &mut Chat, ui: &mut Ui, key: KeyEvent) {
     ui.status = None;
     // A request waits and nothing is being typed: y / n / a / d answer it.
     if !ctrl && !alt && ui.editor.is_empty() && !chat.view.pending.is_empty() {
-        let answer = match key.code {
-            KeyCode::Char('y') => Some((true, false)),
-            KeyCode::Char('n') => Some((false, false)),
-            KeyCode::Char('a') => Some((true, true)),
-            KeyCode::Char('d') => {
+        let answer = match key.code.as_char() {
+            Some('y') => Some((true, false)),
+            Some('n') => Some((false, false)),
+            Some('a') => Some((true, true)),
+            Some('d') => {
                 if let Some(a) = chat.view.pending.first().cloned() {
                     for line in View::details(&a) {
                         chat.view.push(Style::Dim, line);
@@ -242,7 +242,7 @@ async fn key_press(chat: &mut Chat, ui: &mut Ui, key: KeyEvent) {
                 }
                 return;
             }
-            _ => None,
+            Some(_) | None => None,
         };
         if let Some((allow, always)) = answer {
             match chat.answer(allow, always).await {

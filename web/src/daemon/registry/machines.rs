@@ -157,8 +157,9 @@ impl Daemons {
 
     /// A heartbeat: the machine is alive. Claimed tasks the daemon does not list for
     /// longer than the window never reached it (a lost claim answer): back in line if
-    /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop:
-    /// those cancelled, and those it lists that the server no longer expects.
+    /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop
+    /// (those cancelled, and those it lists that the server no longer expects) and the
+    /// decisions its runs' requests wait for.
     pub fn heartbeat(
         &self,
         caller: &Caller,
@@ -201,7 +202,13 @@ impl Daemons {
                 .filter(|id| !m.runs.contains_key(*id) && !m.finished.iter().any(|(f, _)| f == *id))
                 .cloned(),
         );
-        Ok(HeartbeatReply { cancel })
+        // Decisions for its runs' requests, each handed over once.
+        let answers = m
+            .runs
+            .values_mut()
+            .flat_map(|r| std::mem::take(&mut r.answers))
+            .collect();
+        Ok(HeartbeatReply { cancel, answers })
     }
 
     /// A daemon stopping cleanly: its machine is offline at once. Whatever it still

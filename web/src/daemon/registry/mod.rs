@@ -15,7 +15,8 @@
 //! - [`machines`]: registration, heartbeats, leaving, the offline monitor, and which
 //!   machine runs unbound work;
 //! - [`queue`]: the tasks waiting for a machine, and its daemon's claims;
-//! - [`runs`]: the runs a daemon holds: their events and how they end;
+//! - [`runs`]: the runs a daemon holds: their events, the decisions on their
+//!   requests waiting to be handed over, and how they end;
 //! - [`remote`]: the executor that runs a task on a machine through all of these.
 
 mod machines;
@@ -30,7 +31,7 @@ pub use tokens::{AuthError, Caller};
 
 use super::DaemonConfig;
 use crate::executor::{Executor, TaskOutcome};
-use crate::scheduler::RemoteMachines;
+use crate::scheduler::{Asked, RemoteMachines};
 use crate::store::{Adopted, Store, StoreError, TokenRow};
 use berth_core::TaskId;
 use berth_core::api::TaskStatus;
@@ -40,7 +41,7 @@ use runs::{RemoteRun, back_in_line, outcome};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 /// A machine as this process knows it: its daemon's liveness, queue and runs.
 struct Machine {
@@ -113,6 +114,9 @@ struct State {
     tokens: HashMap<String, TokenRow>,
     /// Round-robin cursor for unbound work.
     turn: usize,
+    /// Where the requests runs put to a person go once stored (the scheduler's
+    /// [`RemoteMachines::requests`]); none kept before it asks.
+    asked: Option<mpsc::UnboundedSender<Asked>>,
 }
 
 struct Inner {
@@ -237,5 +241,11 @@ impl RemoteMachines for Daemons {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         Daemons::subscribe(self)
+    }
+
+    fn requests(&self) -> mpsc::UnboundedReceiver<Asked> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.inner.state).asked = Some(tx);
+        rx
     }
 }

@@ -2,7 +2,7 @@
 //! one and holds it as a run ([`super::runs`]).
 
 use super::machines::current;
-use super::runs::{Link, RemoteRun};
+use super::runs::{Link, RemoteRun, RunLog};
 use super::tokens::{AuthError, Caller};
 use super::{Daemons, lock};
 use crate::daemon::wire::ClaimedTask;
@@ -72,13 +72,12 @@ impl Daemons {
             let id = p.task.task_id.clone();
             m.runs.insert(
                 id,
-                RemoteRun {
-                    link: p.link,
-                    session_id: p.task.session_id.clone(),
-                    log: Arc::default(),
-                    claimed_at: Instant::now(),
-                    instance: instance.to_owned(),
-                },
+                RemoteRun::new(
+                    p.link,
+                    p.task.session_id.clone(),
+                    RunLog::default(),
+                    instance.to_owned(),
+                ),
             );
             return Some(p.task);
         }

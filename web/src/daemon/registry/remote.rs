@@ -6,7 +6,9 @@ use super::runs::{Link, back_in_line, outcome};
 use super::{Daemons, lock};
 use crate::daemon::wire::ClaimedTask;
 use crate::executor::{BoxFuture, ExecEvent, Executor, TaskOutcome, TaskSpec};
+use berth_core::TaskId;
 use berth_core::api::TaskStatus;
+use berth_core::approval::Answer;
 use berth_core::binding::MachineId;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -88,6 +90,12 @@ impl Executor for RemoteExecutor {
                 }
             }
         })
+    }
+
+    /// Kept for the machine's daemon, which hands it to its run on its next
+    /// exchange with this server (see `wire`'s decisions).
+    fn answer(&self, task: &TaskId, id: &str, answer: Answer) -> bool {
+        self.daemons.hand(&self.machine, task, id, answer)
     }
 
     #[cfg(feature = "local-binding")]

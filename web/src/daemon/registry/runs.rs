@@ -3,11 +3,13 @@
 
 use super::tokens::Caller;
 use super::{Daemons, Machine, State, lock};
-use crate::daemon::wire::{EventBatch, EventsReply, FinishRequest};
+use crate::daemon::wire::{EventBatch, EventsReply, FinishRequest, WireAnswer};
 use crate::executor::{ExecEvent, TaskOutcome};
-use crate::scheduler::{run_items, waiting_for};
-use crate::store::{Adopted, DaemonEvents, StoreError};
+use crate::scheduler::{Asked, run_items, waiting_for};
+use crate::store::{Adopted, DaemonEvents, RunItem, StoreError};
 use berth_core::api::TaskStatus;
+use berth_core::approval::Answer;
+use berth_core::binding::MachineId;
 use berth_core::{ErrorCode, SessionId, TaskId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,9 +85,24 @@ pub(super) struct RemoteRun {
     pub(super) claimed_at: Instant,
     /// The daemon process that holds it.
     pub(super) instance: String,
+    /// Decisions on its requests not yet handed to its daemon (see `wire`'s
+    /// decisions): each goes once, on the daemon's next exchange.
+    pub(super) answers: Vec<WireAnswer>,
 }
 
 impl RemoteRun {
+    /// A run just claimed by (or handed over to) `instance`, nothing heard of it yet.
+    pub(super) fn new(link: Link, session_id: SessionId, log: RunLog, instance: String) -> Self {
+        RemoteRun {
+            link,
+            session_id,
+            log: Arc::new(log),
+            claimed_at: Instant::now(),
+            instance,
+            answers: Vec::new(),
+        }
+    }
+
     /// How many of its events are stored.
     pub(super) fn received(&self) -> u64 {
         self.log.received.load(Ordering::SeqCst)
@@ -116,16 +133,19 @@ impl Daemons {
         task: &TaskId,
         batch: EventBatch,
     ) -> Result<EventsReply, TaskCallError> {
-        let (log, session_id, cancel) = {
+        let (log, session_id, cancel, asked) = {
             let mut state = lock(&self.inner.state);
+            let asked = state.asked.clone();
             let m = holding(&mut state, caller, task)?;
             let run = m.runs.get(task).ok_or_else(|| gone(caller, task))?;
             (
                 run.log.clone(),
                 run.session_id.clone(),
                 run.link.cancel.clone(),
+                asked,
             )
         };
+        let machine = caller.machine.clone();
         // On a task of its own: a daemon that gives up on the request (or loses its
         // connection) drops this handler, and a write that committed must still be
         // counted, or the events would be stored again when they come again.
@@ -146,6 +166,13 @@ impl Daemons {
                     let now = received + fresh.len() as u64;
                     let mut running = log.running.load(Ordering::SeqCst);
                     let items = run_items(&task_id, &session_id, fresh, &mut running);
+                    let requests: Vec<_> = items
+                        .iter()
+                        .filter_map(|i| match i {
+                            RunItem::Approval(a) => Some((**a).clone()),
+                            RunItem::Status(..) | RunItem::Agent(_) => None,
+                        })
+                        .collect();
                     let sent = DaemonEvents {
                         task_id,
                         session_id,
@@ -156,6 +183,16 @@ impl Daemons {
                     let stored = store.daemon_events(sent).await?;
                     if stored == now {
                         log.running.store(running, Ordering::SeqCst);
+                        // Stored by this batch (not an earlier copy of it): each
+                        // request gets its session's rules and its deadline once.
+                        for approval in requests {
+                            if let Some(tx) = &asked {
+                                let _ = tx.send(Asked {
+                                    machine: machine.clone(),
+                                    approval,
+                                });
+                            }
+                        }
                     }
                     log.received.store(stored, Ordering::SeqCst);
                 }
@@ -166,7 +203,43 @@ impl Daemons {
             .await
             .map_err(|e| StoreError::Worker(format!("storing a daemon's events failed: {e}")))??;
         let cancel = *cancel.borrow();
-        Ok(EventsReply { received, cancel })
+        let answers = lock(&self.inner.state)
+            .machines
+            .get_mut(&caller.machine)
+            .and_then(|m| m.runs.get_mut(task))
+            .map(|run| std::mem::take(&mut run.answers))
+            .unwrap_or_default();
+        Ok(EventsReply {
+            received,
+            cancel,
+            answers,
+        })
+    }
+
+    /// Keeps a decision on request `id` for the daemon running `task` on `machine`,
+    /// to hand over on its next exchange; `false` when no daemon of `machine` holds
+    /// the task (it ended, or was never claimed): nothing is kept.
+    pub(super) fn hand(
+        &self,
+        machine: &MachineId,
+        task: &TaskId,
+        id: &str,
+        answer: Answer,
+    ) -> bool {
+        let mut state = lock(&self.inner.state);
+        let Some(run) = state
+            .machines
+            .get_mut(machine)
+            .and_then(|m| m.runs.get_mut(task))
+        else {
+            return false;
+        };
+        run.answers.push(WireAnswer {
+            task_id: task.clone(),
+            id: id.to_owned(),
+            answer,
+        });
+        true
     }
 
     /// Carries on with a task the last leader handed to `a.machine`'s daemon process
@@ -193,13 +266,12 @@ impl Daemons {
             .store(a.task.status == TaskStatus::Running, Ordering::SeqCst);
         m.runs.insert(
             a.task.id.clone(),
-            RemoteRun {
-                link: Link { done, cancel },
-                session_id: a.task.session_id.clone(),
-                log: Arc::new(log),
-                claimed_at: now,
-                instance: a.instance.clone(),
-            },
+            RemoteRun::new(
+                Link { done, cancel },
+                a.task.session_id.clone(),
+                log,
+                a.instance.clone(),
+            ),
         );
         finished
     }

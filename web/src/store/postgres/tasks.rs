@@ -66,7 +66,7 @@ impl W<'_> {
                     self.append(t.session_id, Some(t.task_id), EventKind::Agent, payload)
                         .await?;
                 }
-                RunItem::Approval(a) => self.record_asked(t.task_id, a).await?,
+                RunItem::Approval(a) => self.record_asked(t.task_id, *a).await?,
             }
         }
         Ok(())
