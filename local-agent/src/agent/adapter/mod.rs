@@ -557,6 +557,20 @@ impl Adapter {
     ) -> Option<String> {
         let (_, extra) = program(spec, "");
         match self {
+            // Neither has a way to ask: `ask` runs as `edit`, and every run says so.
+            Adapter::Command if permissions == Permissions::Ask => Some(format!(
+                "permissions ask cannot be kept by the command agent {:?}: it has no protocol to ask with, so it runs as edit{}",
+                spec.name,
+                if fenced { " (the fence keeps it to its directory)" } else { ", and this run is unfenced" }
+            )),
+            Adapter::Codex
+                if permissions == Permissions::Ask && !codex::chooses_permissions(&extra) =>
+            {
+                Some(format!(
+                    "permissions ask cannot be kept by the codex agent {:?}: codex exec has no way to ask, so it runs as edit; for approvals register Codex through codex-acp (--kind acp)",
+                    spec.name
+                ))
+            }
             Adapter::Command if fenced => None,
             Adapter::Command => spec.permissions.map(|p| {
                 format!(
@@ -741,6 +755,125 @@ mod tests {
         let mut st = TurnState::default();
         Adapter::Codex.stderr_line("Error: no rollout found for thread id th", true, &mut st);
         assert!(st.stale_resume);
+    }
+
+    #[test]
+    fn agents_that_cannot_ask_say_so_under_ask_and_claude_asks_berth() {
+        let spec = |kind, command: &[&str]| AgentSpec {
+            name: "a".into(),
+            kind,
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            permissions: Some(Permissions::Ask),
+        };
+        let command = spec(AgentKind::Command, &["cat"]);
+        for fenced in [true, false] {
+            let why = Adapter::Command
+                .unenforced(&command, Permissions::Ask, fenced)
+                .unwrap();
+            assert!(why.contains("runs as edit"), "{why}");
+        }
+        let codex = spec(AgentKind::Codex, &["codex"]);
+        let why = Adapter::Codex
+            .unenforced(&codex, Permissions::Ask, true)
+            .unwrap();
+        assert!(why.contains("codex-acp"), "{why}");
+        assert_eq!(
+            Adapter::Codex.unenforced(&codex, Permissions::Edit, true),
+            None
+        );
+        // Claude Code under `ask`: its prompts come to Berth on stdio, the prompt on
+        // stdin as a stream-json line (stdin kept open).
+        let claude = spec(AgentKind::Claude, &["claude"]);
+        let turn = Turn {
+            prompt: "p",
+            brief: None,
+            resume_id: None,
+            work_dir: Path::new("/w"),
+            permissions: Permissions::Ask,
+            fenced: true,
+        };
+        let inv = Adapter::Claude.invocation(&claude, &turn).unwrap();
+        let args = inv.args.join(" ");
+        assert!(
+            args.contains("--input-format stream-json --permission-prompt-tool stdio")
+                && args.contains("--permission-mode=acceptEdits")
+                && !args.contains("--allowedTools"),
+            "{args}"
+        );
+        assert!(inv.stdin.is_none() && inv.stdin_pipe);
+        let edit = Adapter::Claude
+            .invocation(
+                &claude,
+                &Turn {
+                    permissions: Permissions::Edit,
+                    ..turn
+                },
+            )
+            .unwrap();
+        assert!(!edit.args.join(" ").contains("--permission-prompt-tool"));
+    }
+
+    /// Claude Code 2.1.332's permission prompt, verbatim (ids shortened), and Berth's
+    /// answers in the shape it accepts.
+    #[test]
+    fn claudes_permission_prompt_is_read_and_answered_in_its_own_shape() {
+        let line = r#"{"type":"control_request","request_id":"r-1","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"sh ./check.sh","description":"run check"},"description":"run check","permission_suggestions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"sh ./check.sh"}],"behavior":"allow","destination":"localSettings"}],"decision_reason":"This command requires approval","decision_reason_type":"other","tool_use_id":"toolu_1"}}"#;
+        let req = claude::can_use_tool(line).unwrap();
+        assert_eq!(
+            (
+                req.request_id.as_str(),
+                req.tool.as_str(),
+                req.tool_use_id.as_deref()
+            ),
+            ("r-1", "Bash", Some("toolu_1"))
+        );
+        let ask = req.ask();
+        assert_eq!(
+            (
+                ask.kind.as_str(),
+                ask.command.as_deref(),
+                ask.title.as_str()
+            ),
+            ("execute", Some("sh ./check.sh"), "run check")
+        );
+        let allow: serde_json::Value = serde_json::from_slice(&req.answer(true, "")).unwrap();
+        assert_eq!(
+            allow,
+            serde_json::json!({"type": "control_response", "response": {"subtype": "success",
+                "request_id": "r-1", "response": {"behavior": "allow",
+                "updatedInput": {"command": "sh ./check.sh", "description": "run check"}}}})
+        );
+        assert!(
+            allow.to_string().find("updatedPermissions").is_none(),
+            "never a rule Claude Code would write into the project"
+        );
+        let deny: serde_json::Value =
+            serde_json::from_slice(&req.answer(false, "not today")).unwrap();
+        assert_eq!(
+            deny["response"]["response"],
+            serde_json::json!({"behavior": "deny", "message": "not today"})
+        );
+        let write = claude::can_use_tool(
+            r#"{"type":"control_request","request_id":"r-2","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"/tmp/outside-x.txt","content":"x"},"tool_use_id":"toolu_2"}}"#,
+        )
+        .unwrap()
+        .ask();
+        assert_eq!(
+            (write.kind.as_str(), write.paths.as_slice()),
+            ("edit", ["/tmp/outside-x.txt".to_owned()].as_slice())
+        );
+        assert_eq!(
+            claude::can_use_tool(
+                r#"{"type":"control_request","request_id":"x","request":{"subtype":"interrupt"}}"#
+            ),
+            None
+        );
+        assert!(claude::is_result(
+            r#"{"is_error":false,"type":"result","result":"ok"}"#
+        ));
+        assert!(!claude::is_result(
+            r#"{"type":"assistant","message":{"content":"result"}}"#
+        ));
     }
 
     #[test]
