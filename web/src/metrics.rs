@@ -497,11 +497,32 @@ mod tests {
         m.set_daemons_online(2);
         m.set_leader(true);
         m.store_error(StoreErrorKind::Unavailable);
+        m.set_waiting(WaitReason::Approval, 1);
+        let decided = |decision, by| berth_core::approval::Decision {
+            decision,
+            by,
+            who: None,
+            via: None,
+            at: String::new(),
+            reason: None,
+            always: false,
+        };
+        use berth_core::approval::{DecidedBy, Verdict};
+        m.approval_decided(&decided(Verdict::Allow, DecidedBy::Human));
+        m.approval_decided(&decided(Verdict::Allow, DecidedBy::Rule));
+        m.approval_decided(&decided(Verdict::Deny, DecidedBy::Timeout));
         // The second client through a clone: it counts in the same registry.
         #[allow(clippy::redundant_clone)]
         let clients = [m.sse_client(), m.clone().sse_client()];
         let text = m.encode();
         let got = |series: &str| value(&text, series);
+        assert_eq!(got(r#"berth_approvals_total{decision="allow"}"#), Some(2.0));
+        assert_eq!(got(r#"berth_approvals_total{decision="deny"}"#), Some(0.0));
+        assert_eq!(
+            got(r#"berth_approvals_total{decision="timeout"}"#),
+            Some(1.0)
+        );
+        assert_eq!(got(r#"berth_tasks_waiting{reason="approval"}"#), Some(1.0));
         assert_eq!(
             got(r#"berth_tasks_finished_total{status="succeeded"}"#),
             Some(2.0)

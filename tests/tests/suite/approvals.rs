@@ -197,6 +197,33 @@ fn a_request_nobody_answers_is_denied_as_timed_out_and_a_late_answer_is_expired(
     );
 }
 
+/// A `berth serve` stopped while a request waits ends the task `interrupted` (as any
+/// running agent's) and closes the request; started again, nothing is left waiting.
+#[test]
+fn a_restart_while_a_request_waits_ends_the_task_interrupted() {
+    let (mut b, session, app) = setup("approvals-restart", None);
+    let t = send_detached(&b, &session, "run: sh ./check.sh");
+    waiting_approvals(&b, 1);
+    let stopped = std::time::Instant::now();
+    b.stop("-TERM");
+    assert!(
+        stopped.elapsed() < std::time::Duration::from_secs(20),
+        "{}",
+        b.serve_log()
+    );
+    b.serve();
+    let done = wait_final(&b, &session, &t);
+    assert_eq!(done["status"], "interrupted", "{done}");
+    assert!(
+        done["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{done}"
+    );
+    assert!(done["approvals"][0]["decision"].is_object(), "{done}");
+    assert_eq!(runs(&app), 0);
+    let left = b.json(&["approvals", "--json"]);
+    assert_eq!(left["approvals"], json!([]), "{left}");
+}
+
 /// The prompt in `berth chat`, driven through a real terminal (tmux): `d` shows what
 /// the agent sent, `y` allows, `n` denies, `a` allows and keeps a session rule.
 #[test]
