@@ -93,10 +93,10 @@ fn last_text(b: &crate::Berth, session: &str) -> Result<String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     stdout
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["kind"] == "agent" && v["payload"]["type"] == "text")
-        .filter_map(|v| v["payload"]["text"].as_str().map(str::to_owned))
-        .last()
+        .find_map(|v| v["payload"]["text"].as_str().map(str::to_owned))
         .context("the peer reported no times")
 }
 
