@@ -17,6 +17,7 @@ use berth_core::approval::{
 use berth_core::exec::ExecEvent;
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -76,6 +77,20 @@ impl Ask {
             paths: &self.paths,
         }
     }
+}
+
+/// Whether `path` names something inside `dir` (lexically: absolute, no `..`). A
+/// relative path is taken as relative to `dir`.
+pub fn inside(dir: &Path, path: &str) -> bool {
+    let p = Path::new(path);
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    };
+    !p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+        && p.starts_with(dir)
 }
 
 /// One run's asking: its task (the requests' ids), the user's rules and deadline.

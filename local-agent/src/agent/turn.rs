@@ -111,7 +111,7 @@ pub(crate) async fn stream(
                     Some(line) => {
                         if let (Some(a), Some(req)) = (asking, claude::can_use_tool(&line)) {
                             let ask = req.ask();
-                            let inside = |p: &str| crate::agent::acp::policy::inside(a.work_dir, p);
+                            let inside = |p: &str| crate::agent::ask::inside(a.work_dir, p);
                             match a.asker.judge(ask.subject(), inside) {
                                 Judgement::Allow { .. } => {
                                     write(&mut input, &req.answer(true, "")).await;

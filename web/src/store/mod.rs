@@ -38,6 +38,7 @@ macro_rules! on_pg {
 
 mod agents;
 mod approvals;
+mod asked;
 mod channels;
 mod daemons;
 #[cfg(feature = "postgres")]
@@ -52,7 +53,7 @@ mod sessions;
 mod tasks;
 
 pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
-pub use approvals::{short as short_approval_id, task_of as approval_task};
+pub use asked::{short as short_approval_id, task_of as approval_task};
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};

@@ -1,7 +1,9 @@
 //! Messages and the tasks they become.
 
 use super::agents::{get_agent, project_dirs};
+use super::asked::{asked, payload, status_after};
 use super::rows::{Finish, TASK_COLUMNS};
+use super::rules::json_text;
 use super::rules::{self, Ended};
 use super::sessions::{append_event, get_session, session_id};
 use super::{
@@ -12,6 +14,7 @@ use crate::executor::AgentSpec;
 use crate::metrics::WaitReason;
 use crate::transcript::{EventKind, TranscriptEvent};
 use berth_core::api::TaskStatus;
+use berth_core::approval::Approval;
 use berth_core::binding::MachineId;
 use berth_core::resolve::Origin;
 use berth_core::{SessionId, TaskId};
@@ -153,7 +156,7 @@ fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Resu
                 record_status(conn, outbox, t.task_id, status, why)?;
             }
             RunItem::Approval(a) => {
-                super::approvals::record_asked(conn, outbox, t.task_id, *a)?;
+                record_asked(conn, outbox, t.task_id, *a)?;
             }
         }
     }
@@ -687,4 +690,43 @@ pub(crate) fn waiting_by_reason(
         }
     }
     Ok(counts)
+}
+
+/// Writes a task's list back and shows its status, in the caller's transaction.
+pub(crate) fn store_approvals(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    task: &TaskRow,
+    list: &[Approval],
+    changed: &Approval,
+) -> Result<(), StoreError> {
+    let (status, why) = status_after(list);
+    conn.prepare_cached("UPDATE tasks SET approvals = ?2 WHERE id = ?1")?
+        .execute(params![task.id.as_str(), json_text(&list)?])?;
+    append_event(
+        conn,
+        outbox,
+        &task.session_id,
+        Some(&task.id),
+        EventKind::Approval,
+        payload(changed),
+    )?;
+    // A task that ended meanwhile keeps its final status.
+    if !task.status.is_final() && (task.status != status || task.wait_reason != why) {
+        record_status(conn, outbox, &task.id, status, why)?;
+    }
+    Ok(())
+}
+
+/// Records a request the run sent (a [`super::RunItem::Approval`]).
+pub(crate) fn record_asked(
+    conn: &Connection,
+    outbox: &mut Outbox,
+    task_id: &TaskId,
+    a: Approval,
+) -> Result<(), StoreError> {
+    let task = get_task(conn, task_id)?;
+    let mut list = task.approvals.clone();
+    asked(&mut list, a.clone());
+    store_approvals(conn, outbox, &task, &list, &a)
 }

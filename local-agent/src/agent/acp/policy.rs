@@ -80,19 +80,7 @@ pub fn decide(
     }
 }
 
-/// Whether `path` names something inside `dir` (lexically: absolute, no `..`). A
-/// relative path is taken as relative to `dir`.
-pub fn inside(dir: &Path, path: &str) -> bool {
-    let p = Path::new(path);
-    let p = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        dir.join(p)
-    };
-    !p.components()
-        .any(|c| matches!(c, std::path::Component::ParentDir))
-        && p.starts_with(dir)
-}
+pub use crate::agent::ask::inside;
 
 /// The option to answer with, by kind: an allow option for [`Decision::Allow`], a
 /// reject option otherwise. `None` when the agent offers none of that side: the

@@ -6,7 +6,7 @@ use super::Pg;
 use super::pool::W;
 use super::tasks::get_task;
 use crate::clock;
-use crate::store::approvals::{RECENT, apply, asked, listed, owns, status_after, task_of};
+use crate::store::asked::{RECENT, apply, asked, listed, owns, status_after, task_of};
 use crate::store::rows::TASK_COLUMNS;
 use crate::store::rules::json_text;
 use crate::store::{StoreError, TaskRow};
@@ -30,7 +30,7 @@ impl W<'_> {
                 &[&task.id.as_str(), &json_text(&list)?],
             )
             .await?;
-        let payload = crate::store::approvals::payload(changed);
+        let payload = crate::store::asked::payload(changed);
         self.append(
             &task.session_id,
             Some(&task.id),
@@ -105,11 +105,11 @@ impl Pg {
             )
             .await?;
         let Some(row) = locked else {
-            return Err(crate::store::approvals::unknown_id(&id));
+            return Err(crate::store::asked::unknown(&id));
         };
         let session_owner: Option<String> = row.get(0);
         if !owns(owner.as_deref(), session_owner.as_deref()) {
-            return Err(crate::store::approvals::unknown_id(&id));
+            return Err(crate::store::asked::unknown(&id));
         }
         let task = get_task(&mut w.q(), &task_id).await?;
         let mut list = task.approvals.clone();
@@ -217,7 +217,7 @@ impl Pg {
             )
             .await?;
         let Some(r) = found else {
-            return Err(crate::store::approvals::no_rule(id, n));
+            return Err(crate::store::asked::no_rule(id, n));
         };
         let rule = SessionRule {
             n,
