@@ -488,7 +488,8 @@ mod tests {
              member_protected unknown_task ambiguous_id agent_exists unknown_project project_exists \
              agent_in_use session_busy unavailable bad_gateway server_unreachable \
              not_running trust_list plain_http option_in_command not_trusted confirmation_needed \
-             changed_since settings_invalid not_a_regular_file file_too_large unreadable"
+             changed_since settings_invalid not_a_regular_file file_too_large unreadable \
+             unknown_approval already_decided expired approval_timeout no_exact_rule"
         );
         for c in ErrorCode::ALL {
             assert_eq!(

@@ -162,22 +162,6 @@ codes! {
         "restart berth-server for a new first-admin token; other admins can be removed",
     );
     UnknownTask = "unknown_task", Some("`berth task list` shows the tasks");
-    /// An approval id that names no request (or one of another member's sessions).
-    UnknownApproval = "unknown_approval", Some("`berth approvals` lists what waits");
-    /// A second answer to a request already decided (the message says how and by whom).
-    AlreadyDecided = "already_decided", Some("`berth approvals --all` shows every decision");
-    /// An answer after the request's deadline: it was denied as timed out.
-    Expired = "expired", Some(
-        "the agent was told nobody answered in time; send the message again to retry",
-    );
-    /// A request nobody answered before its deadline, denied as such (never a person's
-    /// "no"): on the task's approvals and its denials.
-    ApprovalTimeout = "approval_timeout",
-        Some("answer sooner, or raise \"ask\": {\"deadline_secs\": …} in the user settings");
-    /// "Always" for a request no exact rule can be made of (a compound command,
-    /// several paths).
-    NoExactRule = "no_exact_rule",
-        Some("answer this one without --always, or write an ask.allow rule in the settings");
     AmbiguousId = "ambiguous_id", Some("give more characters of the id");
     AgentExists = "agent_exists", Some("choose another name");
     UnknownProject = "unknown_project", Some("create it with `berth project add NAME`");
@@ -219,6 +203,24 @@ codes! {
     FileTooLarge = "file_too_large", Some("shorten the file, or remove it");
     /// A settings file that cannot be read.
     Unreadable = "unreadable", Some("check the file's permissions, or remove it");
+
+    // Approvals (issue 54): the `ask` policy's requests and their answers.
+    /// An approval id that names no request (or one of another member's sessions).
+    UnknownApproval = "unknown_approval", Some("`berth approvals` lists what waits");
+    /// A second answer to a request already decided (the message says how and by whom).
+    AlreadyDecided = "already_decided", Some("`berth approvals --all` shows every decision");
+    /// An answer after the request's deadline: it was denied as timed out.
+    Expired = "expired", Some(
+        "the agent was told nobody answered in time; send the message again to retry",
+    );
+    /// A request nobody answered before its deadline, denied as such (never a person's
+    /// "no"): on the task's approvals and its denials.
+    ApprovalTimeout = "approval_timeout",
+        Some("answer sooner, or raise \"ask\": {\"deadline_secs\": …} in the user settings");
+    /// "Always" for a request no exact rule can be made of (a compound command,
+    /// several paths).
+    NoExactRule = "no_exact_rule",
+        Some("answer this one without --always, or write an ask.allow rule in the settings");
     }
 }
 
