@@ -117,21 +117,16 @@ fn approve_then_deny(b: &Berth, session: &str, app: &Path, field: &str, options:
     );
 }
 
-/// codex-acp, its own sandbox off (it cannot start inside Berth's fence) and asking
-/// before each command (`approval_policy="untrusted"`). With those overrides it
-/// offers no modes (0.16.0), so Berth sets none; with its default approval
-/// (`on-request`) it runs `sh ./check.sh` without asking.
+/// codex-acp with its own sandbox off (it cannot start inside Berth's fence), as a
+/// user registers it: with its default approval (`on-request`) it runs `sh ./check.sh`
+/// without asking, so under `ask` Berth adds `-c approval_policy="untrusted"` and it
+/// asks before each command. With those overrides it offers no modes (0.16.0), so
+/// Berth sets none.
 #[test]
 fn real_codex_acp_asks_a_person() {
     let fake = FakeModels::start();
     let bin = agent_cli("codex-acp");
-    let command = [
-        s(&bin),
-        "-c",
-        "sandbox_mode=\"danger-full-access\"",
-        "-c",
-        "approval_policy=\"untrusted\"",
-    ];
+    let command = [s(&bin), "-c", "sandbox_mode=\"danger-full-access\""];
     let (b, session, app) = asking("ask-codex-acp", |h| fake.codex_env(h), &command);
     approve_then_deny(&b, &session, &app, "command", &CODEX_OPTIONS);
 }

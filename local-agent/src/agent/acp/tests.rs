@@ -1067,3 +1067,56 @@ async fn an_updates_locations_replace_the_earlier_ones() {
     })
     .await;
 }
+
+/// codex-acp runs commands unasked with its default approval: under `ask` (only) Berth
+/// adds `-c approval_policy="untrusted"`, unless the user's arguments set one.
+#[test]
+fn codex_acp_is_told_to_ask_under_ask_only() {
+    use crate::agent::adapter::{Adapter, Turn};
+    use berth_core::exec::{AgentKind, AgentSpec};
+    let args = |command: &[&str], permissions| {
+        let spec = AgentSpec {
+            name: "a".into(),
+            kind: AgentKind::Acp,
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            permissions: None,
+        };
+        let turn = Turn {
+            prompt: "p",
+            brief: None,
+            resume_id: None,
+            work_dir: std::path::Path::new("/w"),
+            permissions,
+            fenced: true,
+        };
+        Adapter::Acp.invocation(&spec, &turn).unwrap().args
+    };
+    let untrusted = ["-c".to_owned(), "approval_policy=\"untrusted\"".to_owned()];
+    let asked = args(
+        &[
+            "/opt/codex-acp",
+            "-c",
+            "sandbox_mode=\"danger-full-access\"",
+        ],
+        Permissions::Ask,
+    );
+    assert!(asked.ends_with(&untrusted), "{asked:?}");
+    let npx = args(
+        &["npx", "@zed-industries/codex-acp@0.16.0"],
+        Permissions::Ask,
+    );
+    assert!(npx.ends_with(&untrusted), "{npx:?}");
+    for p in [Permissions::Edit, Permissions::Full, Permissions::ReadOnly] {
+        assert!(!args(&["codex-acp"], p).ends_with(&untrusted), "{p}");
+    }
+    let own = args(
+        &["codex-acp", "-c", "approval_policy=\"on-failure\""],
+        Permissions::Ask,
+    );
+    assert_eq!(
+        own.iter().filter(|a| a.contains("approval_policy")).count(),
+        1,
+        "{own:?}"
+    );
+    assert!(!args(&["gemini", "--acp"], Permissions::Ask).ends_with(&untrusted));
+}

@@ -607,6 +607,7 @@ impl Adapter {
                     });
                 }
                 let env = acp_env(&program, &args, turn.permissions);
+                let args = acp_args(&program, args, turn.permissions);
                 Ok(Invocation {
                     program,
                     args,
@@ -693,6 +694,31 @@ pub fn is_opencode(program: &str, args: &[String]) -> bool {
         base == "opencode" || base.starts_with("opencode-ai")
     };
     named(program) || args.iter().take_while(|a| *a != "acp").any(|a| named(a))
+}
+
+/// Whether an ACP command starts Zed's Codex adapter (`codex-acp`, or the npm package
+/// `@zed-industries/codex-acp` through `npx`).
+pub fn is_codex_acp(program: &str, args: &[String]) -> bool {
+    let named = |a: &str| {
+        let base = Path::new(a)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
+        base == "codex-acp" || a.starts_with("@zed-industries/codex-acp")
+    };
+    named(program) || args.iter().any(|a| named(a))
+}
+
+/// The arguments Berth adds to an ACP agent's: for codex-acp under `ask`,
+/// `-c approval_policy="untrusted"`, without which it runs commands unasked (0.16.0:
+/// none of its modes asks per command), unless the user's arguments set an approval
+/// policy themselves (then theirs holds, and `agent list` shows it).
+fn acp_args(program: &str, mut args: Vec<String>, permissions: Permissions) -> Vec<String> {
+    let own = args.iter().any(|a| a.contains("approval_policy"));
+    if permissions == Permissions::Ask && is_codex_acp(program, &args) && !own {
+        args.extend(["-c".to_owned(), "approval_policy=\"untrusted\"".to_owned()]);
+    }
+    args
 }
 
 /// The variables Berth sets for an ACP agent: for opencode under `ask`,
