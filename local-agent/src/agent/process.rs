@@ -161,8 +161,10 @@ pub struct AgentProcess {
 pub type Input = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 
 /// The environment of an agent: the allowlist (plus the adapter's credential
-/// prefixes) from Berth's own environment, `HOME`, the settings' `env`, then Berth's
-/// variables, which nothing can override.
+/// prefixes) from Berth's own environment, `HOME`, the settings' `env`, then the
+/// adapter's variables ([`Invocation::env`]) and Berth's, which nothing can override.
+/// An adapter's variable whose value is a JSON object is laid over the object the
+/// agent would have had in it otherwise ([`lay_over`]).
 pub fn agent_env(
     inv: &Invocation,
     home: Option<&std::path::Path>,
@@ -180,8 +182,47 @@ pub fn agent_env(
         env.push(("HOME".into(), home.into()));
     }
     env.extend(settings_env.iter().map(|(k, v)| (k.into(), v.into())));
+    for (k, ours) in &inv.env {
+        let before = env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == k)
+            .and_then(|(_, v)| v.to_str());
+        let value = lay_over(before, ours);
+        env.retain(|(name, _)| name != k);
+        env.push(((*k).into(), value.into()));
+    }
     env.extend(berth.iter().map(|(k, v)| ((*k).into(), v.into())));
     env
+}
+
+/// `ours`, a JSON object, laid over `before`, the value the variable had (the user's
+/// own, e.g. opencode's `OPENCODE_PERMISSION`): `before`'s text is kept as written
+/// and `ours`'s keys are appended, so that they win (a later duplicate key does, in
+/// `JSON.parse`), except where `before` gives the key the string `"deny"`, which
+/// stays. Without a `before` that is a JSON object, `ours` alone.
+pub fn lay_over(before: Option<&str>, ours: &str) -> String {
+    use serde_json::Value;
+    let Some(before) = before.map(str::trim) else {
+        return ours.to_owned();
+    };
+    let (Ok(Value::Object(theirs)), Ok(Value::Object(mine))) = (
+        serde_json::from_str::<Value>(before),
+        serde_json::from_str::<Value>(ours),
+    ) else {
+        return ours.to_owned();
+    };
+    let added: Vec<String> = mine
+        .iter()
+        .filter(|(k, _)| theirs.get(*k).and_then(Value::as_str) != Some("deny"))
+        .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+        .collect();
+    if added.is_empty() {
+        return before.to_owned();
+    }
+    let open = before.strip_suffix('}').unwrap_or(before).trim_end();
+    let sep = if theirs.is_empty() { "" } else { "," };
+    format!("{open}{sep}{}}}", added.join(","))
 }
 
 /// Starts `inv` in the directory `dir` with exactly `env`, its process group recorded

@@ -274,6 +274,7 @@ async fn attempt(
         args,
         stdin: None,
         pass_prefixes: &[],
+        env: Vec::new(),
         stdin_pipe: false,
     };
     let mut env: Vec<(OsString, OsString)> = vec![
@@ -671,6 +672,7 @@ async fn fenced_processes_carry_the_mark() {
             args: vec!["-c".into(), script.into()],
             stdin: None,
             pass_prefixes: &[],
+            env: Vec::new(),
             stdin_pipe: false,
         };
         let env = vec![

@@ -18,6 +18,7 @@ mod metrics;
 mod ops;
 mod postgres;
 mod real_acp;
+mod real_acp_ask;
 mod real_agents;
 mod real_clis;
 mod settings;

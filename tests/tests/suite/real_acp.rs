@@ -4,7 +4,9 @@
 //! writes through Berth's `fs/write_text_file`) and Zed's Codex adapter (`codex-acp`,
 //! the fake Responses API; it asks Berth before each patch and command), and opencode
 //! (`opencode acp`, the fake Messages API; it writes and runs commands itself, asking
-//! nothing, so only the fence stops it). Each passes [`battery`].
+//! nothing unless told to, as under `ask`; read-only, it is in its `plan` mode, whose
+//! own rules refuse its writes, and the fence stops the rest). Each passes
+//! [`battery`]. The `ask` policy with each: `real_acp_ask`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 use berth_tests::fake_models::FakeModels;
@@ -215,7 +217,8 @@ fn real_codex_acp() {
     battery(&b, &fake, &command, || {});
 }
 
-/// opencode 1.18 (`opencode acp`), on the fake Messages API through its configuration.
+/// opencode 1.18 (`opencode acp`), on the fake Messages API through its configuration;
+/// read-only, in its `plan` mode (its own rules refuse the write).
 #[test]
 fn real_opencode_over_acp() {
     let fake = FakeModels::start();
@@ -224,12 +227,15 @@ fn real_opencode_over_acp() {
     battery(&b, &fake, &[s(&opencode), "acp"], || {});
 }
 
-/// A read-only opencode asks no permission: it writes with its own `write` tool and
-/// runs `touch` in its own shell, and the kernel refuses both. Its words for that are
-/// its own (`PermissionDenied: FileSystem.writeFile (…)` on a failed call; `touch:
-/// cannot touch '…': Permission denied` in a bash call it reports *completed*): each is
-/// a denial by the fence, and the task fails `permission_denied`. The final text
-/// quoting those words (the fake repeats each result) adds none.
+/// A read-only opencode is in its `plan` mode (Berth sets it through its mode
+/// configuration option) and asks no permission: its own rules refuse its `write`
+/// call (`The user has specified a rule which prevents you from using this specific
+/// tool call…`: a denial by the agent's own permission system), and it runs `touch` in
+/// its own shell, which the kernel refuses (`touch: cannot touch '…': Permission
+/// denied` in a bash call it reports *completed*: a denial by the fence). The task
+/// fails `permission_denied`. The final text quoting those words (the fake repeats
+/// each result) adds none. (A `write` the fence refuses, `PermissionDenied:
+/// FileSystem.writeFile (…)`, is read as the fence's: `acp::tests`.)
 #[test]
 fn real_opencode_fence_refusals_are_denials() {
     let fake = FakeModels::start();
@@ -265,11 +271,16 @@ fn real_opencode_fence_refusals_are_denials() {
     assert!(!app.join("touched.txt").exists(), "nothing went through");
     let denials = task["denials"].as_array().unwrap();
     assert_eq!(denials.len(), 2, "{task}\n{events:#?}");
-    assert!(denials.iter().all(|d| d["by"] == "fence"), "{task}");
+    assert_eq!(
+        (&denials[0]["tool"], &denials[0]["by"]),
+        (&Value::from("write"), &Value::Null),
+        "opencode's own rule (plan mode): {task}"
+    );
     assert!(
         denials[0]["target"].as_str().unwrap().ends_with("tool.txt"),
         "{task}"
     );
+    assert_eq!(denials[1]["by"], "fence", "{task}");
     // The shell call's name is its command; its target, the directory it ran in.
     assert_eq!(denials[1]["tool"], "touch touched.txt", "{task}");
     assert_eq!(agent_events(&events, "denied").len(), 2, "{events:#?}");

@@ -113,10 +113,35 @@ pub fn mode_for(
 ) -> Option<String> {
     let wanted: &[&str] = match permissions {
         Permissions::ReadOnly => &["read-only"],
-        // codex-acp's `auto` asks Berth before each patch and command: under `ask`
-        // Berth puts those to a person (or lets them through by the rules).
+        // codex-acp's `auto` (0.16: approvals on request, its workspace sandbox) asks
+        // for what leaves its sandbox; none of its modes asks before each command.
+        // That takes `-c approval_policy="untrusted"`, with which (and with the
+        // sandbox override a fenced run needs) it offers no modes, and Berth sets
+        // none: it asks, and under `ask` Berth puts each request to a person.
         Permissions::Edit | Permissions::Ask => &["auto"],
         Permissions::Full => &["full-access"],
+    };
+    wanted
+        .iter()
+        .find(|m| available.contains(m))
+        .filter(|m| Some(**m) != current)
+        .map(|m| (*m).to_owned())
+}
+
+/// The value to set for `permissions` in an agent's mode *configuration option*
+/// (ACP `configOptions`, category `mode`, set with `session/set_config_option`; for
+/// an agent that offers no `modes`) among its `available` values, if one matches and
+/// is not the current one: opencode's `plan` for read-only and `build` otherwise, or
+/// the values [`mode_for`] names.
+pub fn config_mode_for(
+    permissions: Permissions,
+    current: Option<&str>,
+    available: &[&str],
+) -> Option<String> {
+    let wanted: &[&str] = match permissions {
+        Permissions::ReadOnly => &["read-only", "plan"],
+        Permissions::Edit | Permissions::Ask => &["auto", "build"],
+        Permissions::Full => &["full-access", "build"],
     };
     wanted
         .iter()
@@ -414,6 +439,9 @@ where
         }
     }
 
+    /// The mode that matches the policy: through `modes` (`session/set_mode`), or,
+    /// for an agent that offers none, through its mode configuration option
+    /// (`session/set_config_option`: opencode).
     async fn set_mode(&mut self, opened: &Value, cancel: &mut watch::Receiver<bool>) {
         let modes = &opened["modes"];
         let available: Vec<&str> = modes["availableModes"]
@@ -422,21 +450,40 @@ where
             .flatten()
             .filter_map(|m| m["id"].as_str())
             .collect();
-        let current = modes["currentModeId"].as_str();
-        let Some(mode) = mode_for(self.ctx.turn.permissions, current, &available) else {
-            return;
+        let (method, params, mode) = if available.is_empty() {
+            let Some(option) = opened["configOptions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["category"] == "mode" && o["type"] == "select")
+            else {
+                return;
+            };
+            let values: Vec<&str> = option["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["value"].as_str())
+                .collect();
+            let current = option["currentValue"].as_str();
+            let Some(mode) = config_mode_for(self.ctx.turn.permissions, current, &values) else {
+                return;
+            };
+            let id = option["id"].clone();
+            let params = json!({"sessionId": self.session, "configId": id, "value": mode});
+            ("session/set_config_option", params, mode)
+        } else {
+            let current = modes["currentModeId"].as_str();
+            let Some(mode) = mode_for(self.ctx.turn.permissions, current, &available) else {
+                return;
+            };
+            let params = json!({"sessionId": self.session, "modeId": mode});
+            ("session/set_mode", params, mode)
         };
-        let params = json!({"sessionId": self.session, "modeId": mode});
-        match self
-            .call("session/set_mode", params, SESSION_TIMEOUT, cancel)
-            .await
-        {
+        match self.call(method, params, SESSION_TIMEOUT, cancel).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => self.warn(format!("the agent refused mode {mode}: {e}")),
-            Err(e) => self.warn(format!(
-                "mode {mode}: {}",
-                self.no_answer("session/set_mode", &e)
-            )),
+            Err(e) => self.warn(format!("mode {mode}: {}", self.no_answer(method, &e))),
         }
     }
 

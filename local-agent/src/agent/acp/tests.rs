@@ -606,6 +606,134 @@ fn modes_follow_the_policy() {
     );
 }
 
+/// opencode offers its modes as a configuration option (`configOptions`, category
+/// `mode`: `build`, `plan`), not as `modes`: read-only is its `plan`, every other
+/// policy its `build`.
+#[test]
+fn opencodes_mode_option_follows_the_policy() {
+    let opencode = ["build", "plan"];
+    assert_eq!(
+        config_mode_for(Permissions::ReadOnly, Some("build"), &opencode).as_deref(),
+        Some("plan")
+    );
+    for p in [Permissions::Edit, Permissions::Ask, Permissions::Full] {
+        assert_eq!(config_mode_for(p, Some("build"), &opencode), None, "{p}");
+        assert_eq!(
+            config_mode_for(p, Some("plan"), &opencode).as_deref(),
+            Some("build"),
+            "{p}"
+        );
+    }
+    assert_eq!(config_mode_for(Permissions::ReadOnly, None, &["x"]), None);
+}
+
+/// A read-only turn of an agent with a mode option sets it with
+/// `session/set_config_option` (the option's own id), and never `session/set_mode`.
+#[tokio::test]
+async fn a_mode_option_is_set_with_set_config_option() {
+    let w = world();
+    let (conv, _) = turn(&w, Permissions::ReadOnly, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer(
+            "session/new",
+            json!({"sessionId": "s1", "configOptions": [
+                {"id": "model", "category": "model", "type": "select", "currentValue": "m",
+                 "options": [{"value": "m", "name": "m"}, {"value": "plan", "name": "x"}]},
+                {"id": "mode", "name": "Session Mode", "category": "mode", "type": "select",
+                 "currentValue": "build",
+                 "options": [{"value": "build", "name": "build"}, {"value": "plan", "name": "plan"}]}]}),
+        )
+        .await;
+        let set = p.answer("session/set_config_option", json!({"configOptions": []})).await;
+        assert_eq!(
+            set["params"],
+            json!({"sessionId": "s1", "configId": "mode", "value": "plan"})
+        );
+        let prompt = p.recv().await;
+        assert_eq!(prompt["method"], "session/prompt");
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert_eq!(conv.state.ok, Some(true));
+}
+
+/// Under `ask` only, an opencode command (its program, or the package `npx` starts)
+/// is told to ask for commands, edits, fetches and paths outside
+/// (`OPENCODE_PERMISSION`); other agents and policies get nothing.
+#[test]
+fn opencode_is_told_to_ask_under_ask_only() {
+    use crate::agent::adapter::{Adapter, Turn, is_opencode};
+    use berth_core::exec::{AgentKind, AgentSpec};
+    let inv = |command: &[&str], permissions| {
+        let spec = AgentSpec {
+            name: "a".into(),
+            kind: AgentKind::Acp,
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            permissions: None,
+        };
+        let turn = Turn {
+            prompt: "p",
+            brief: None,
+            resume_id: None,
+            work_dir: std::path::Path::new("/w"),
+            permissions,
+            fenced: true,
+        };
+        Adapter::Acp.invocation(&spec, &turn).unwrap().env
+    };
+    let asked = inv(&["/opt/bin/opencode", "acp"], Permissions::Ask);
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].0, "OPENCODE_PERMISSION");
+    let v: Value = serde_json::from_str(&asked[0].1).unwrap();
+    assert_eq!(
+        v,
+        json!({"bash": "ask", "edit": "ask", "webfetch": "ask", "external_directory": "ask"})
+    );
+    assert_eq!(
+        inv(
+            &["npx", "-y", "opencode-ai@1.18.33", "acp"],
+            Permissions::Ask
+        )
+        .len(),
+        1
+    );
+    for p in [Permissions::ReadOnly, Permissions::Edit, Permissions::Full] {
+        assert!(inv(&["opencode", "acp"], p).is_empty(), "{p}");
+    }
+    assert!(inv(&["gemini", "--acp"], Permissions::Ask).is_empty());
+    assert!(inv(&["codex-acp"], Permissions::Ask).is_empty());
+    // A project directory named like it is not the program.
+    assert!(!is_opencode(
+        "gemini",
+        &["--acp".into(), "acp".into(), "opencode".into()]
+    ));
+}
+
+/// Berth's `OPENCODE_PERMISSION` laid over the user's own: the user's text is kept,
+/// Berth's keys follow (and so win), a key the user denies stays denied; a value that
+/// is not a JSON object is replaced.
+#[test]
+fn berths_permission_is_laid_over_the_users() {
+    use crate::agent::process::lay_over;
+    let ours = r#"{"bash":"ask","edit":"ask"}"#;
+    assert_eq!(lay_over(None, ours), ours);
+    assert_eq!(lay_over(Some("not json"), ours), ours);
+    assert_eq!(lay_over(Some("{}"), ours), r#"{"bash":"ask","edit":"ask"}"#);
+    let theirs = r#"{"read": {"*.env": "deny", "*": "allow"}, "bash": "allow"}"#;
+    let laid = lay_over(Some(theirs), ours);
+    assert_eq!(
+        laid,
+        r#"{"read": {"*.env": "deny", "*": "allow"}, "bash": "allow","bash":"ask","edit":"ask"}"#
+    );
+    let denied = lay_over(Some(r#"{"bash": "deny"}"#), ours);
+    assert_eq!(denied, r#"{"bash": "deny","edit":"ask"}"#);
+    assert_eq!(
+        lay_over(Some(r#"{"bash":"deny","edit":"deny"}"#), ours),
+        r#"{"bash":"deny","edit":"deny"}"#
+    );
+}
+
 /// opencode's refusals, as `opencode acp` 1.18 reports them when the fence stops it: a
 /// failed `write` (`PermissionDenied: FileSystem.writeFile (…)`) and a bash call it
 /// reports *completed* whose output is `touch`'s refusal. Each is a denial by the
@@ -683,6 +811,61 @@ async fn opencodes_refusals_are_the_fences_denials_and_its_prose_is_not() {
             Some(format!("PermissionDenied: FileSystem.writeFile ({file})")),
             Some("touch: cannot touch 'touched.txt': Permission denied".into()),
         ]
+    );
+    assert!(conv.state.all_denied());
+}
+
+/// opencode's own rules refusing a call without asking (its `plan` mode's edits, a
+/// `deny` rule): a failed call saying so is a denial by the agent's own permission
+/// system, fenced or not; a completed one quoting the words is not.
+#[tokio::test]
+async fn opencodes_own_rule_refusal_is_a_denial_by_the_agent() {
+    let w = world();
+    let file = w.app.join("tool.txt").display().to_string();
+    let f = file.clone();
+    let said = "The user has specified a rule which prevents you from using this specific tool call. Here are some of the relevant rules [{\"permission\":\"edit\",\"pattern\":\"*\",\"action\":\"deny\"}]";
+    let (conv, events) = turn(&w, Permissions::ReadOnly, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        p.update(
+            json!({"sessionUpdate": "tool_call", "toolCallId": "w1", "kind": "edit",
+            "title": "write", "status": "pending", "locations": [{"path": f}],
+            "rawInput": {"filePath": f, "content": "nope"}}),
+        )
+        .await;
+        p.update(
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "w1", "status": "failed",
+            "content": [{"type": "content", "content": {"type": "text", "text": said}}]}),
+        )
+        .await;
+        p.update(
+            json!({"sessionUpdate": "tool_call", "toolCallId": "r1", "kind": "read",
+            "title": "read", "status": "completed", "locations": [{"path": "notes.txt"}]}),
+        )
+        .await;
+        p.update(
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "r1", "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": said}}]}),
+        )
+        .await;
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    assert_eq!(
+        conv.state.denials,
+        vec![Denial {
+            tool: "write".into(),
+            target: file,
+            by: None,
+        }]
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Denied { message: Some(m), .. } if m == said)),
+        "{events:?}"
     );
     assert!(conv.state.all_denied());
 }
@@ -883,4 +1066,57 @@ async fn an_updates_locations_replace_the_earlier_ones() {
             .await;
     })
     .await;
+}
+
+/// codex-acp runs commands unasked with its default approval: under `ask` (only) Berth
+/// adds `-c approval_policy="untrusted"`, unless the user's arguments set one.
+#[test]
+fn codex_acp_is_told_to_ask_under_ask_only() {
+    use crate::agent::adapter::{Adapter, Turn};
+    use berth_core::exec::{AgentKind, AgentSpec};
+    let args = |command: &[&str], permissions| {
+        let spec = AgentSpec {
+            name: "a".into(),
+            kind: AgentKind::Acp,
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            permissions: None,
+        };
+        let turn = Turn {
+            prompt: "p",
+            brief: None,
+            resume_id: None,
+            work_dir: std::path::Path::new("/w"),
+            permissions,
+            fenced: true,
+        };
+        Adapter::Acp.invocation(&spec, &turn).unwrap().args
+    };
+    let untrusted = ["-c".to_owned(), "approval_policy=\"untrusted\"".to_owned()];
+    let asked = args(
+        &[
+            "/opt/codex-acp",
+            "-c",
+            "sandbox_mode=\"danger-full-access\"",
+        ],
+        Permissions::Ask,
+    );
+    assert!(asked.ends_with(&untrusted), "{asked:?}");
+    let npx = args(
+        &["npx", "@zed-industries/codex-acp@0.16.0"],
+        Permissions::Ask,
+    );
+    assert!(npx.ends_with(&untrusted), "{npx:?}");
+    for p in [Permissions::Edit, Permissions::Full, Permissions::ReadOnly] {
+        assert!(!args(&["codex-acp"], p).ends_with(&untrusted), "{p}");
+    }
+    let own = args(
+        &["codex-acp", "-c", "approval_policy=\"on-failure\""],
+        Permissions::Ask,
+    );
+    assert_eq!(
+        own.iter().filter(|a| a.contains("approval_policy")).count(),
+        1,
+        "{own:?}"
+    );
+    assert!(!args(&["gemini", "--acp"], Permissions::Ask).ends_with(&untrusted));
 }

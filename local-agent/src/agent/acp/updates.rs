@@ -7,6 +7,7 @@
 //! [`AgentEvent::Plan`]. Unknown updates are ignored: agents add their own.
 
 use crate::agent::adapter::TurnState;
+use berth_core::api::Denial;
 use berth_core::event::{AgentEvent, PlanEntry};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -104,6 +105,20 @@ fn text_of(content: &Value) -> Option<&str> {
     (content["type"] == "text")
         .then(|| content["text"].as_str())
         .flatten()
+}
+
+/// What opencode says when its own permission rules refuse a tool call without
+/// asking (a `deny` rule, or its `plan` mode's refusal of edits): its
+/// `PermissionDeniedError`.
+const OWN_RULE_REFUSAL: &str =
+    "The user has specified a rule which prevents you from using this specific tool call";
+
+/// A failed tool call's refusal by the agent's own rules, as its denial's message.
+fn own_rule_refusal(output: &str) -> Option<String> {
+    output
+        .lines()
+        .find(|l| l.contains(OWN_RULE_REFUSAL))
+        .map(|l| crate::agent::adapter::cut(l.trim(), 300).to_owned())
 }
 
 /// The command line an argument vector runs: a shell's script itself (`bash -lc
@@ -251,7 +266,14 @@ impl View {
                     // completes whatever its commands' fate); ACP's reading kinds
                     // return content, never their own refusal when completed.
                     let reads = matches!(t.kind.as_str(), "read" | "search" | "fetch" | "think");
-                    let denied = if fenced {
+                    let denied = if failed && let Some(rule) = own_rule_refusal(&output) {
+                        let denial = Denial {
+                            tool: t.name(),
+                            target: t.target(),
+                            by: None,
+                        };
+                        st.deny(Some(&t.id), denial, Some(rule))
+                    } else if fenced {
                         st.fence_result(Some(&t.id), &output, failed, reads)
                     } else {
                         None

@@ -128,6 +128,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
         args,
         stdin: (!asks).then(|| turn.prompt.as_bytes().to_vec()),
         pass_prefixes: &["ANTHROPIC_", "CLAUDE_", "AWS_", "GOOGLE_", "VERTEX_"],
+        env: Vec::new(),
         stdin_pipe: asks,
     }
 }

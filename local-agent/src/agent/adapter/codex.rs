@@ -107,6 +107,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
         args,
         stdin,
         pass_prefixes: &["OPENAI_", "CODEX_", "AZURE_OPENAI_"],
+        env: Vec::new(),
         stdin_pipe: false,
     }
 }

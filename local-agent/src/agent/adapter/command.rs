@@ -18,6 +18,7 @@ pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Result<Invocation
         args,
         stdin: Some(turn.prompt.as_bytes().to_vec()),
         pass_prefixes: &[],
+        env: Vec::new(),
         stdin_pipe: false,
     })
 }

@@ -55,6 +55,9 @@ pub struct Invocation {
     /// Environment variable prefixes passed through from Berth's own environment
     /// (credentials the agent's CLI reads).
     pub pass_prefixes: &'static [&'static str],
+    /// Variables the adapter sets for this agent, over the pass-through and the
+    /// settings' `env` (see [`crate::agent::process::agent_env`]); empty for most.
+    pub env: Vec<(&'static str, String)>,
 }
 
 /// What the adapter learnt from a turn's output.
@@ -603,11 +606,14 @@ impl Adapter {
                         name: spec.name.clone(),
                     });
                 }
+                let env = acp_env(&program, &args, turn.permissions);
+                let args = acp_args(&program, args, turn.permissions);
                 Ok(Invocation {
                     program,
                     args,
                     stdin: None,
                     stdin_pipe: true,
+                    env,
                     // The credentials of the agents that speak ACP today (opencode's
                     // `OPENCODE_CONFIG` and switches too).
                     pass_prefixes: &[
@@ -669,6 +675,71 @@ impl Adapter {
             Adapter::Acp => st.ok == Some(true),
         }
     }
+}
+
+/// What opencode is told under `ask`: to ask before each shell command, edit, web
+/// fetch and path outside its directory (its own permission keys), so each comes to
+/// Berth as `session/request_permission`; Berth lets edits inside the directory
+/// through and puts the rest to a person. opencode asks nothing by default.
+pub const OPENCODE_ASK: &[&str] = &["bash", "edit", "webfetch", "external_directory"];
+
+/// Whether an ACP command starts opencode: its program, or the package a runner such
+/// as `npx` starts, is `opencode` (`opencode-ai`, `opencode-ai@1.18.33`).
+pub fn is_opencode(program: &str, args: &[String]) -> bool {
+    let named = |a: &str| {
+        let base = Path::new(a)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
+        base == "opencode" || base.starts_with("opencode-ai")
+    };
+    named(program) || args.iter().take_while(|a| *a != "acp").any(|a| named(a))
+}
+
+/// Whether an ACP command starts Zed's Codex adapter (`codex-acp`, or the npm package
+/// `@zed-industries/codex-acp` through `npx`).
+pub fn is_codex_acp(program: &str, args: &[String]) -> bool {
+    let named = |a: &str| {
+        let base = Path::new(a)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
+        base == "codex-acp" || a.starts_with("@zed-industries/codex-acp")
+    };
+    named(program) || args.iter().any(|a| named(a))
+}
+
+/// The arguments Berth adds to an ACP agent's: for codex-acp under `ask`,
+/// `-c approval_policy="untrusted"`, without which it runs commands unasked (0.16.0:
+/// none of its modes asks per command), unless the user's arguments set an approval
+/// policy themselves (then theirs holds, and `agent list` shows it).
+fn acp_args(program: &str, mut args: Vec<String>, permissions: Permissions) -> Vec<String> {
+    let own = args.iter().any(|a| a.contains("approval_policy"));
+    if permissions == Permissions::Ask && is_codex_acp(program, &args) && !own {
+        args.extend(["-c".to_owned(), "approval_policy=\"untrusted\"".to_owned()]);
+    }
+    args
+}
+
+/// The variables Berth sets for an ACP agent: for opencode under `ask`,
+/// `OPENCODE_PERMISSION` asking for [`OPENCODE_ASK`] (laid over the user's own value
+/// of it, see [`crate::agent::process::agent_env`]). Nothing otherwise.
+fn acp_env(
+    program: &str,
+    args: &[String],
+    permissions: Permissions,
+) -> Vec<(&'static str, String)> {
+    if permissions != Permissions::Ask || !is_opencode(program, args) {
+        return Vec::new();
+    }
+    let ask: serde_json::Map<String, serde_json::Value> = OPENCODE_ASK
+        .iter()
+        .map(|k| ((*k).to_owned(), serde_json::Value::from("ask")))
+        .collect();
+    vec![(
+        "OPENCODE_PERMISSION",
+        serde_json::Value::Object(ask).to_string(),
+    )]
 }
 
 /// The program of `spec`, or `default` when the command is empty, and its arguments.
