@@ -85,7 +85,119 @@ on_both!(
     channel_messages_are_taken_in_once,
     projects_bindings_and_listing,
     sessions_and_agents_are_mended,
+    approvals_are_decided_once_and_sessions_keep_their_rules,
 );
+
+/// Issue 54: a request a run sends is kept on its task (`waiting_approval` meanwhile),
+/// listed while it waits, decided exactly once (a second answer hears how and by whom),
+/// and a session's rules are numbered, kept once each, and removed by number.
+async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) {
+    use berth_core::approval::{Approval, DecidedBy, Decision, Verdict};
+    let store = place.open().await;
+    store.add_agent(agent()).await.unwrap();
+    let s = store.create_session(unbound("asks")).await.unwrap();
+    let (t, _) = store
+        .add_message(s.id.to_string(), Origin::Desktop, "run it".into())
+        .await
+        .unwrap();
+    assert!(store.claim(t.id.clone()).await.unwrap());
+    let id = format!("{}-1", t.id);
+    let a = Approval {
+        id: id.clone(),
+        task_id: t.id.clone(),
+        session_id: s.id.clone(),
+        kind: "execute".into(),
+        title: "check".into(),
+        command: Some("sh ./check.sh".into()),
+        paths: vec![],
+        input: serde_json::json!({"command": "sh ./check.sh"}),
+        options: vec![],
+        asked_at: "2026-01-01T00:00:00.000Z".into(),
+        deadline: "2099-01-01T00:00:00.000Z".into(),
+        decision: None,
+    };
+    store
+        .run_events(
+            t.clone(),
+            vec![
+                RunItem::Status(TaskStatus::Running, None),
+                RunItem::Approval(Box::new(a.clone())),
+            ],
+        )
+        .await
+        .unwrap();
+    let waiting = store.task(&t.id).await.unwrap();
+    assert_eq!(waiting.status, TaskStatus::WaitingApproval);
+    assert!(
+        waiting
+            .wait_reason
+            .as_deref()
+            .unwrap()
+            .contains("sh ./check.sh")
+    );
+    let listed = store.approvals(None, false).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, id);
+    let d = |who: &str, v| Decision {
+        decision: v,
+        by: DecidedBy::Human,
+        who: Some(who.to_owned()),
+        via: Some("cli".into()),
+        at: "2026-01-01T00:00:01.000Z".into(),
+        reason: None,
+        always: false,
+    };
+    let (decided, task) = store
+        .decide_approval(id.clone(), None, d("alice", Verdict::Allow))
+        .await
+        .unwrap();
+    assert_eq!(decided.decision.unwrap().decision, Verdict::Allow);
+    assert_eq!(task.status, TaskStatus::Running);
+    let again = store
+        .decide_approval(id.clone(), None, d("bob", Verdict::Deny))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, StoreError::Approval { code, message }
+            if *code == berth_core::ErrorCode::AlreadyDecided && message.contains("allowed by alice")),
+        "{again:?}"
+    );
+    assert!(store.approvals(None, false).await.unwrap().is_empty());
+    assert_eq!(store.approvals(None, true).await.unwrap().len(), 1);
+    assert_eq!(store.task(&t.id).await.unwrap().approvals.len(), 1);
+    // Another member's request is unknown to them.
+    let theirs = store
+        .decide_approval(
+            format!("{}-2", t.id),
+            Some(berth_core::Member::new("bob")),
+            d("bob", Verdict::Allow),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(theirs, StoreError::Approval { .. }), "{theirs:?}");
+
+    let r1 = store
+        .add_session_rule(&s.id, "execute: sh ./check.sh".into(), Some(id.clone()))
+        .await
+        .unwrap();
+    let r2 = store
+        .add_session_rule(&s.id, "fetch".into(), None)
+        .await
+        .unwrap();
+    let same = store
+        .add_session_rule(&s.id, "execute: sh ./check.sh".into(), None)
+        .await
+        .unwrap();
+    assert_eq!((r1.n, r2.n, same.n), (1, 2, 1));
+    let rules = store.session_rules(&s.id).await.unwrap();
+    assert_eq!(rules.iter().map(|r| r.n).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(
+        store.remove_session_rule(&s.id, 1).await.unwrap().rule,
+        "execute: sh ./check.sh"
+    );
+    assert!(store.remove_session_rule(&s.id, 1).await.is_err());
+    assert_eq!(store.session_rules(&s.id).await.unwrap().len(), 1);
+}
 
 async fn everything_accepted_survives_a_restart_and_running_tasks_become_interrupted(place: Place) {
     let (session, running, queued) = {
