@@ -215,6 +215,15 @@ impl Approval {
         let (task, n) = id.rsplit_once('-')?;
         Some((task, n.parse().ok()?))
     }
+
+    /// An approval id as a person types it: the task's first eight characters and the
+    /// request's number (`3f9c0a12-1`); the CLI resolves it among what waits.
+    pub fn short_id(id: &str) -> String {
+        match Approval::split_id(id) {
+            Some((task, n)) => format!("{}-{n}", &task[..task.len().min(8)]),
+            None => id.to_owned(),
+        }
+    }
 }
 
 /// What one request is about, for the rules: its kind, its command line, its paths.

@@ -458,8 +458,28 @@ impl Reader<'_> {
     #[cfg(not(target_arch = "wasm32"))]
     /// A list of absolute paths (or `~/…`), kept as written.
     fn fence_paths(&mut self, key: &str, value: &Value<'_>) -> Vec<String> {
+        self.each_string(key, value, "an array of paths", |text| {
+            if text.starts_with('/') || text.starts_with("~/") {
+                Ok(text.to_owned())
+            } else {
+                Err(" is not an absolute path (/… or ~/…)".to_owned())
+            }
+        })
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    /// The strings of an array at `key`, each kept as `check` makes it; an error at the
+    /// item (`key[i]` followed by `check`'s words) where `check` refuses it, and at the value
+    /// when it is not an array (`want` says what it should be).
+    fn each_string(
+        &mut self,
+        key: &str,
+        value: &Value<'_>,
+        want: &str,
+        check: impl Fn(&str) -> Result<String, String>,
+    ) -> Vec<String> {
         let Value::Array(array) = value else {
-            self.wrong_type(key, "an array of paths", value);
+            self.wrong_type(key, want, value);
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -468,14 +488,13 @@ impl Reader<'_> {
             let Some(text) = self.string(&item_key, item) else {
                 continue;
             };
-            if text.starts_with('/') || text.starts_with("~/") {
-                out.push(text);
-            } else {
-                self.error(
+            match check(&text) {
+                Ok(kept) => out.push(kept),
+                Err(why) => self.error(
                     SettingsErrorKind::InvalidValue,
                     item.range().start,
-                    format!("{} is not an absolute path (/… or ~/…)", q(&item_key)),
-                );
+                    format!("{}{why}", q(&item_key)),
+                ),
             }
         }
         out
@@ -613,26 +632,12 @@ impl Reader<'_> {
     #[cfg(not(target_arch = "wasm32"))]
     /// A list of rules, each checked (`kind`, `kind: command prefix`, `kind: /path`).
     fn rules(&mut self, key: &str, value: &Value<'_>) -> Vec<String> {
-        let Value::Array(array) = value else {
-            self.wrong_type(key, "an array of rules (\"execute: cargo test\")", value);
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, item) in array.elements.iter().enumerate() {
-            let item_key = format!("{key}[{i}]");
-            let Some(text) = self.string(&item_key, item) else {
-                continue;
-            };
-            match crate::approval::Rule::parse(&text) {
-                Ok(rule) => out.push(rule.to_string()),
-                Err(why) => self.error(
-                    SettingsErrorKind::InvalidValue,
-                    item.range().start,
-                    format!("{}: {why}", q(&item_key)),
-                ),
-            }
-        }
-        out
+        let want = "an array of rules (\"execute: cargo test\")";
+        self.each_string(key, value, want, |text| {
+            crate::approval::Rule::parse(text)
+                .map(|rule| rule.to_string())
+                .map_err(|why| format!(": {why}"))
+        })
     }
 
     fn channels(&mut self, object: &Object<'_>) -> BTreeMap<String, String> {

@@ -15,7 +15,13 @@ pub enum Say {
     Deny { reason: Option<String> },
 }
 
-pub use super::render::{decided, short_id, what};
+pub use super::render::{decided, what};
+use berth_core::approval::Approval;
+
+/// [`Approval::short_id`]: how a request's id is typed.
+fn short_id(id: &str) -> String {
+    Approval::short_id(id)
+}
 
 /// `berth approvals [--all] [--json]`.
 pub async fn list(c: &Client, all: bool, json: bool) -> Result<u8, CliError> {
@@ -43,12 +49,7 @@ pub async fn list(c: &Client, all: bool, json: bool) -> Result<u8, CliError> {
     }
     for a in &list {
         let id = short_id(a["id"].as_str().unwrap_or_default());
-        let session: String = a["session_id"]
-            .as_str()
-            .unwrap_or("?")
-            .chars()
-            .take(8)
-            .collect();
+        let session = super::render::short(&a["session_id"]);
         let kind = a["kind"].as_str().unwrap_or("?");
         match a.get("decision").filter(|d| d.is_object()) {
             None => println!(
@@ -134,12 +135,7 @@ pub async fn answer(c: &Client, typed: &str, say: Say, json: bool) -> Result<u8,
     };
     println!("{verdict} {}: {}", short_id(&id), what(&a));
     if matches!(say, Say::Allow { always: true }) {
-        let session: String = a["session_id"]
-            .as_str()
-            .unwrap_or("?")
-            .chars()
-            .take(8)
-            .collect();
+        let session = super::render::short(&a["session_id"]);
         println!("the rule is listed by: berth session rules {session}");
     }
     Ok(0)

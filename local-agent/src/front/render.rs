@@ -466,7 +466,7 @@ impl Stream {
                 }
             }
             "approval" => {
-                let short = short_id(s(&p["id"]));
+                let short = berth_core::approval::Approval::short_id(s(&p["id"]));
                 let said = format!("{} {}", inert(s(&p["kind"])), inert(&what(p)));
                 match p.get("decision").filter(|d| d.is_object()) {
                     None => self.alert(&format!(
@@ -759,15 +759,6 @@ pub fn daemon_tokens(tokens: &Value) {
         ]);
     }
     table(rows);
-}
-
-/// An approval id as a person types it: the task's first eight characters and the
-/// request's number (`3f9c0a12-1`).
-pub fn short_id(id: &str) -> String {
-    match id.rsplit_once('-') {
-        Some((task, n)) => format!("{}-{n}", &task[..task.len().min(8)]),
-        None => id.to_owned(),
-    }
 }
 
 /// What the request is about, on one line: its command, else its paths, else its

@@ -48,18 +48,9 @@ pub(crate) fn wait_reason(a: &Approval) -> String {
         "waiting for your approval ({} {}): berth approve {} / berth deny {}",
         a.kind,
         clip(what, 120),
-        short(&a.id),
-        short(&a.id)
+        Approval::short_id(&a.id),
+        Approval::short_id(&a.id)
     )
-}
-
-/// An approval id as a person types it: the task's first eight characters and the
-/// request's number (`3f9c0a12-1`); the CLI resolves it among what waits.
-pub fn short(id: &str) -> String {
-    match Approval::split_id(id) {
-        Some((task, n)) => format!("{}-{n}", &task[..task.len().min(8)]),
-        None => id.to_owned(),
-    }
 }
 
 fn clip(text: &str, max: usize) -> String {
@@ -97,7 +88,7 @@ pub(crate) fn apply(
                 ErrorCode::Expired,
                 format!(
                     "request {} expired at {}: it was denied as nobody answered in time",
-                    short(id),
+                    Approval::short_id(id),
                     a.deadline
                 ),
             ));
@@ -110,7 +101,7 @@ pub(crate) fn apply(
             ErrorCode::Expired,
             format!(
                 "request {} expired at {}: it is being denied as nobody answered in time",
-                short(id),
+                Approval::short_id(id),
                 a.deadline
             ),
         ));
@@ -136,7 +127,7 @@ fn already(id: &str, d: &Decision) -> String {
         .unwrap_or_default();
     format!(
         "request {} is already decided: {verdict} by {by}{via} at {}",
-        short(id),
+        Approval::short_id(id),
         d.at
     )
 }
@@ -296,7 +287,7 @@ mod tests {
     #[test]
     fn ids_are_shown_short_and_split_at_the_last_dash() {
         let id = "3f9c0a12-aaaa-bbbb-cccc-123456789abc-2";
-        assert_eq!(short(id), "3f9c0a12-2");
+        assert_eq!(Approval::short_id(id), "3f9c0a12-2");
         assert_eq!(
             task_of(id).unwrap().as_str(),
             "3f9c0a12-aaaa-bbbb-cccc-123456789abc"

@@ -53,7 +53,7 @@ mod sessions;
 mod tasks;
 
 pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
-pub use asked::{short as short_approval_id, task_of as approval_task};
+pub use asked::task_of as approval_task;
 pub use channels::{ChannelIntake, ChannelThread, NewChannelMessage};
 pub use daemons::{TokenChange, TokenRow};
 pub use members::{AuditEntry, AuditRow, FIRST_ADMIN, MemberChange, MemberRow, owner_name};

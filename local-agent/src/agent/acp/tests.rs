@@ -663,25 +663,8 @@ async fn a_mode_option_is_set_with_set_config_option() {
 /// (`OPENCODE_PERMISSION`); other agents and policies get nothing.
 #[test]
 fn opencode_is_told_to_ask_under_ask_only() {
-    use crate::agent::adapter::{Adapter, Turn, is_opencode};
-    use berth_core::exec::{AgentKind, AgentSpec};
-    let inv = |command: &[&str], permissions| {
-        let spec = AgentSpec {
-            name: "a".into(),
-            kind: AgentKind::Acp,
-            command: command.iter().map(|s| (*s).to_owned()).collect(),
-            permissions: None,
-        };
-        let turn = Turn {
-            prompt: "p",
-            brief: None,
-            resume_id: None,
-            work_dir: std::path::Path::new("/w"),
-            permissions,
-            fenced: true,
-        };
-        Adapter::Acp.invocation(&spec, &turn).unwrap().env
-    };
+    use crate::agent::adapter::is_opencode;
+    let inv = |command: &[&str], permissions| acp_invocation(command, permissions).env;
     let asked = inv(&["/opt/bin/opencode", "acp"], Permissions::Ask);
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].0, "OPENCODE_PERMISSION");
@@ -1072,25 +1055,7 @@ async fn an_updates_locations_replace_the_earlier_ones() {
 /// adds `-c approval_policy="untrusted"`, unless the user's arguments set one.
 #[test]
 fn codex_acp_is_told_to_ask_under_ask_only() {
-    use crate::agent::adapter::{Adapter, Turn};
-    use berth_core::exec::{AgentKind, AgentSpec};
-    let args = |command: &[&str], permissions| {
-        let spec = AgentSpec {
-            name: "a".into(),
-            kind: AgentKind::Acp,
-            command: command.iter().map(|s| (*s).to_owned()).collect(),
-            permissions: None,
-        };
-        let turn = Turn {
-            prompt: "p",
-            brief: None,
-            resume_id: None,
-            work_dir: std::path::Path::new("/w"),
-            permissions,
-            fenced: true,
-        };
-        Adapter::Acp.invocation(&spec, &turn).unwrap().args
-    };
+    let args = |command: &[&str], permissions| acp_invocation(command, permissions).args;
     let untrusted = ["-c".to_owned(), "approval_policy=\"untrusted\"".to_owned()];
     let asked = args(
         &[
@@ -1119,4 +1084,26 @@ fn codex_acp_is_told_to_ask_under_ask_only() {
         "{own:?}"
     );
     assert!(!args(&["gemini", "--acp"], Permissions::Ask).ends_with(&untrusted));
+}
+
+/// The invocation of an ACP agent started by `command`, for a fenced turn under
+/// `permissions`.
+fn acp_invocation(command: &[&str], permissions: Permissions) -> crate::agent::adapter::Invocation {
+    use crate::agent::adapter::{Adapter, Turn};
+    use berth_core::exec::{AgentKind, AgentSpec};
+    let spec = AgentSpec {
+        name: "a".into(),
+        kind: AgentKind::Acp,
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        permissions: None,
+    };
+    let turn = Turn {
+        prompt: "p",
+        brief: None,
+        resume_id: None,
+        work_dir: std::path::Path::new("/w"),
+        permissions,
+        fenced: true,
+    };
+    Adapter::Acp.invocation(&spec, &turn).unwrap()
 }

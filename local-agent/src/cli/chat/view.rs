@@ -358,7 +358,8 @@ impl View {
 
     /// A request put to a person, or its decision.
     fn approval(&mut self, a: &Value) {
-        use super::super::approvals::{decided, short_id, what};
+        use super::super::approvals::{decided, what};
+        use berth_core::approval::Approval;
         let id = s(&a["id"]).to_owned();
         let said = format!("{} {}", inert(s(&a["kind"])), inert(&what(a)));
         match a.get("decision").filter(|d| d.is_object()) {
@@ -370,7 +371,7 @@ impl View {
                     Style::Alert,
                     format!(
                         "⏸ the agent asks: {said} ({}) · y allow · n deny · a always · d details",
-                        short_id(&id)
+                        Approval::short_id(&id)
                     ),
                 );
             }
