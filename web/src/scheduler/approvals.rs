@@ -179,14 +179,11 @@ impl Scheduler {
         human: HumanAnswer,
     ) -> Result<Approval, StoreError> {
         let rule = if human.always && human.verdict == Verdict::Allow {
-            let task = crate::store::approval_task(id)?;
-            let row = self.inner.store.task(&task).await?;
-            let Some(a) = row.approvals.iter().find(|a| a.id == id) else {
-                return Err(crate::store::StoreError::Approval {
-                    code: ErrorCode::UnknownApproval,
-                    message: format!("no request {id:?} of yours is known"),
-                });
-            };
+            let a = self
+                .inner
+                .store
+                .approval(id.to_owned(), owner.clone())
+                .await?;
             match Rule::always_for(a.subject()) {
                 Some(rule) => Some(rule),
                 None => {

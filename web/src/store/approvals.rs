@@ -1,27 +1,20 @@
-//! Approvals in the store: each task's requests and their decisions (the task's
-//! `approvals` column, its audit), and the rules a session's "always" answers made
+//! Approvals in the store: each task's requests and their decisions (a row each in
+//! `approvals`, the task's audit), and the rules a session's "always" answers made
 //! (`session_rules`).
 //!
 //! A decision is taken exactly once: [`apply`] refuses a second one (`already_decided`,
-//! saying how and by whom) inside the transaction that reads the task, so two answers
+//! saying how and by whom) inside the transaction that reads the request, so two answers
 //! racing (the chat and the CLI) give one decision. A person's answer after the
 //! deadline is `expired`: the request was denied as timed out, and says so.
 
-use super::asked::{RECENT, apply, listed, no_rule, owns, task_of, unknown};
-use super::tasks::{get_task, store_approvals};
+use super::approval_rows;
+use super::asked::{apply, no_rule, owns, unknown};
+use super::tasks::{show_approval, task_row};
 use super::{Store, StoreError, TaskRow};
 use crate::clock;
 use berth_core::SessionId;
 use berth_core::approval::{Approval, Decision, SessionRule};
-use rusqlite::{Connection, OptionalExtension, params};
-
-fn session_owner_sqlite(conn: &Connection, id: &SessionId) -> Result<Option<String>, StoreError> {
-    Ok(conn
-        .prepare_cached("SELECT owner FROM sessions WHERE id = ?1")?
-        .query_row([id.as_str()], |r| r.get::<_, Option<String>>(0))
-        .optional()?
-        .flatten())
-}
+use rusqlite::{OptionalExtension, params};
 
 impl Store {
     /// The requests that wait (with `all`, recent decided ones too) in the sessions of
@@ -32,29 +25,27 @@ impl Store {
         all: bool,
     ) -> Result<Vec<Approval>, StoreError> {
         on_pg!(self, pg => pg.approvals(owner, all));
-        self.read(move |conn| {
-            let sql = format!(
-                "SELECT {} FROM tasks
-                 WHERE approvals IS NOT NULL
-                   AND (?2 OR status = 'waiting_approval')
-                   AND (?1 IS NULL OR session_id IN (SELECT id FROM sessions WHERE owner = ?1))
-                 ORDER BY created_at DESC LIMIT ?3",
-                super::rows::TASK_COLUMNS
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let limit = if all { RECENT as i64 } else { -1 };
-            let mut rows = stmt.query(params![owner.as_deref(), all, limit])?;
-            let mut tasks = Vec::new();
-            while let Some(r) = rows.next()? {
-                tasks.push(TaskRow::from_row(r)?);
-            }
-            Ok(listed(tasks, all))
+        self.read(move |conn| approval_rows::listed(conn, owner.as_deref(), all))
+            .await
+    }
+
+    /// Request `id` (its full id), of a session of `owner` (any with `None`).
+    pub async fn approval(
+        &self,
+        id: String,
+        owner: Option<berth_core::Member>,
+    ) -> Result<Approval, StoreError> {
+        on_pg!(self, pg => pg.approval(id, owner));
+        self.read_small(move |conn| match approval_rows::one(conn, &id)? {
+            Some((a, theirs)) if owns(owner.as_deref(), theirs.as_deref()) => Ok(a),
+            _ => Err(unknown(&id)),
         })
         .await
     }
 
     /// Decides request `id` (its full id) of a session of `owner` (any with `None`),
-    /// exactly once. The decided request, and its task.
+    /// exactly once. The decided request, and its task's row as it is now (without its
+    /// requests).
     pub async fn decide_approval(
         &self,
         id: String,
@@ -63,22 +54,16 @@ impl Store {
     ) -> Result<(Approval, TaskRow), StoreError> {
         on_pg!(self, pg => pg.decide_approval(id, owner, d));
         self.write(move |conn, outbox| {
-            let task_id = task_of(&id)?;
-            let task = match get_task(conn, &task_id) {
-                Ok(t) => t,
-                Err(StoreError::UnknownTask { .. }) => return Err(unknown(&id)),
-                Err(e) => return Err(e),
+            let mut a = match approval_rows::one(conn, &id)? {
+                Some((a, theirs)) if owns(owner.as_deref(), theirs.as_deref()) => a,
+                _ => return Err(unknown(&id)),
             };
-            if !owns(
-                owner.as_deref(),
-                session_owner_sqlite(conn, &task.session_id)?.as_deref(),
-            ) {
-                return Err(unknown(&id));
-            }
-            let mut list = task.approvals.clone();
-            let decided = apply(&mut list, &id, d, clock::now_millis())?;
-            store_approvals(conn, outbox, &task, &list, &decided)?;
-            Ok((decided, get_task(conn, &task_id)?))
+            let decided = apply(&mut a, d, clock::now_millis())?;
+            approval_rows::update(conn, &decided)?;
+            let task = task_row(conn, &decided.task_id)?;
+            show_approval(conn, outbox, &task, &decided)?;
+            let now = task_row(conn, &decided.task_id)?;
+            Ok((decided, now))
         })
         .await
     }

@@ -1,9 +1,9 @@
-//! The rules of approvals in the store, pure: a request added once, a decision taken
-//! exactly once (`already_decided`, saying how and by whom) and a person's only before
-//! the deadline (`expired`), the status a task shows meanwhile, and the lists. Both
-//! backends apply them inside the transaction that reads the task.
+//! The rules of approvals in the store, pure: a decision taken exactly once
+//! (`already_decided`, saying how and by whom) and a person's only before the deadline
+//! (`expired`), and the status a task shows meanwhile. Both backends apply them inside
+//! the transaction that reads the request's row.
 
-use super::{StoreError, TaskRow};
+use super::StoreError;
 use crate::clock;
 use berth_core::ErrorCode;
 use berth_core::SessionId;
@@ -63,25 +63,10 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// Adds a new request to a task's list (the same id again, from a replayed batch,
-/// replaces nothing).
-pub(crate) fn asked(list: &mut Vec<Approval>, a: Approval) {
-    if !list.iter().any(|x| x.id == a.id) {
-        list.push(a);
-    }
-}
-
-/// Decides request `id` on its task's list: exactly once, and a person's answer only
-/// before the deadline. `now_ms` is the clock's now.
-pub(crate) fn apply(
-    list: &mut [Approval],
-    id: &str,
-    d: Decision,
-    now_ms: i64,
-) -> Result<Approval, StoreError> {
-    let Some(a) = list.iter_mut().find(|a| a.id == id) else {
-        return Err(unknown(id));
-    };
+/// Decides request `a`: exactly once, and a person's answer only before the deadline.
+/// `now_ms` is the clock's now. The request as decided.
+pub(crate) fn apply(a: &mut Approval, d: Decision, now_ms: i64) -> Result<Approval, StoreError> {
+    let id = a.id.as_str();
     if let Some(done) = &a.decision {
         if done.by == DecidedBy::Timeout && d.by == DecidedBy::Human {
             return Err(refused(
@@ -132,13 +117,18 @@ fn already(id: &str, d: &Decision) -> String {
     )
 }
 
-/// The status a task shows once its requests changed: `waiting_approval` (with the
-/// first pending request's reason) while one waits, else `running`.
-pub(crate) fn status_after(list: &[Approval]) -> (TaskStatus, Option<String>) {
-    match list.iter().find(|a| a.decision.is_none()) {
+/// The status a task shows once its requests changed, given the first of them that
+/// still waits: `waiting_approval` (with its reason) while one waits, else `running`.
+pub(crate) fn status_after(first_waiting: Option<&Approval>) -> (TaskStatus, Option<String>) {
+    match first_waiting {
         Some(a) => (TaskStatus::WaitingApproval, Some(wait_reason(a))),
         None => (TaskStatus::Running, None),
     }
+}
+
+/// A request as a row of the `approvals` table keeps it (its JSON).
+pub(crate) fn from_body(body: &str) -> Result<Approval, StoreError> {
+    serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("approval row: {e}")))
 }
 
 /// The transcript's `approval` event: the request as it stands.
@@ -149,27 +139,6 @@ pub(crate) fn payload(a: &Approval) -> serde_json::Value {
 /// Whether `owner` (everyone's with `None`) may see the session's requests.
 pub(crate) fn owns(owner: Option<&str>, session_owner: Option<&str>) -> bool {
     owner.is_none_or(|o| session_owner.unwrap_or(crate::store::FIRST_ADMIN) == o)
-}
-
-/// The pending requests first (oldest first), then, with `all`, the decided ones of
-/// recent tasks (newest first, at most [`RECENT`]).
-pub(crate) fn listed(tasks: Vec<TaskRow>, all: bool) -> Vec<Approval> {
-    let mut pending: Vec<Approval> = Vec::new();
-    let mut decided: Vec<Approval> = Vec::new();
-    for t in tasks {
-        for a in t.approvals {
-            if a.decision.is_none() {
-                pending.push(a);
-            } else if all {
-                decided.push(a);
-            }
-        }
-    }
-    pending.sort_by(|a, b| a.asked_at.cmp(&b.asked_at));
-    decided.sort_by(|a, b| b.asked_at.cmp(&a.asked_at));
-    decided.truncate(RECENT);
-    pending.extend(decided);
-    pending
 }
 
 #[cfg(test)]
@@ -208,19 +177,17 @@ mod tests {
     #[test]
     fn a_request_is_decided_once_and_the_loser_hears_by_whom() {
         let far = "2099-01-01T00:00:00.000Z";
-        let mut list = vec![req("t1-1", far)];
+        let mut a = req("t1-1", far);
         let now = clock::parse_millis("2026-01-01T00:00:01.000Z").unwrap();
         let first = apply(
-            &mut list,
-            "t1-1",
+            &mut a,
             by(Some("alice"), DecidedBy::Human, Verdict::Allow),
             now,
         )
         .unwrap();
         assert_eq!(first.decision.unwrap().decision, Verdict::Allow);
         let Err(StoreError::Approval { code, message }) = apply(
-            &mut list,
-            "t1-1",
+            &mut a,
             by(Some("bob"), DecidedBy::Human, Verdict::Deny),
             now,
         ) else {
@@ -228,18 +195,19 @@ mod tests {
         };
         assert_eq!(code, ErrorCode::AlreadyDecided);
         assert!(message.contains("allowed by alice via cli"), "{message}");
-        assert_eq!(list[0].decision.as_ref().unwrap().decision, Verdict::Allow);
-        assert_eq!(status_after(&list).0, TaskStatus::Running);
+        assert_eq!(a.decision.as_ref().unwrap().decision, Verdict::Allow);
+        assert_eq!(status_after(None).0, TaskStatus::Running);
     }
 
     #[test]
     fn a_late_answer_is_expired_and_the_timeout_is_not_a_person() {
-        let mut list = vec![req("t1-1", "2026-01-01T00:00:00.500Z")];
+        let mut a = req("t1-1", "2026-01-01T00:00:00.500Z");
         let now = clock::parse_millis("2026-01-01T00:00:01.000Z").unwrap();
-        assert_eq!(status_after(&list).0, TaskStatus::WaitingApproval);
+        let (status, why) = status_after(Some(&a));
+        assert_eq!(status, TaskStatus::WaitingApproval);
+        assert!(why.unwrap().contains("berth approve t1-1"));
         let late = apply(
-            &mut list,
-            "t1-1",
+            &mut a,
             by(Some("alice"), DecidedBy::Human, Verdict::Allow),
             now,
         );
@@ -250,16 +218,9 @@ mod tests {
                 ..
             })
         ));
-        apply(
-            &mut list,
-            "t1-1",
-            by(None, DecidedBy::Timeout, Verdict::Deny),
-            now,
-        )
-        .unwrap();
+        apply(&mut a, by(None, DecidedBy::Timeout, Verdict::Deny), now).unwrap();
         let after = apply(
-            &mut list,
-            "t1-1",
+            &mut a,
             by(Some("alice"), DecidedBy::Human, Verdict::Allow),
             now,
         );
@@ -267,18 +228,6 @@ mod tests {
             after,
             Err(StoreError::Approval {
                 code: ErrorCode::Expired,
-                ..
-            })
-        ));
-        assert!(matches!(
-            apply(
-                &mut list,
-                "t1-9",
-                by(None, DecidedBy::Rule, Verdict::Allow),
-                now
-            ),
-            Err(StoreError::Approval {
-                code: ErrorCode::UnknownApproval,
                 ..
             })
         ));

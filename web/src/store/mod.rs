@@ -37,6 +37,7 @@ macro_rules! on_pg {
 }
 
 mod agents;
+mod approval_rows;
 mod approvals;
 mod asked;
 mod channels;

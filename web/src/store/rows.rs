@@ -475,17 +475,19 @@ pub struct TaskRow {
     pub fence: Option<berth_core::api::FenceNote>,
     /// The agent's token usage, as it reported it.
     pub usage: Option<serde_json::Value>,
-    /// What its agent asked a person, with the decisions (the `approvals` column).
+    /// What its agent asked a person, with the decisions: a row each in the
+    /// `approvals` table, filled in by the reads that return a whole task (empty from
+    /// [`TaskRow::from_row`] alone).
     pub approvals: Vec<berth_core::approval::Approval>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "id, session_id, seq, message_id, status, wait_reason, \
     work_dir, exit_code, error, error_code, created_at, started_at, finished_at, \
-    work_dir_display, denials, changes, fence, usage, approvals";
+    work_dir_display, denials, changes, fence, usage";
 
 /// How many columns [`TASK_COLUMNS`] names: a query's own columns follow them.
 #[cfg(feature = "postgres")]
-pub(crate) const TASK_COLUMN_COUNT: usize = 19;
+pub(crate) const TASK_COLUMN_COUNT: usize = 18;
 
 /// [`TASK_COLUMNS`], each qualified by a table alias (`t.id, t.session_id, …`).
 #[cfg(feature = "postgres")]
@@ -540,11 +542,7 @@ impl TaskRow {
                 ),
                 None => None,
             },
-            approvals: match r.opt_text(18)? {
-                Some(text) => serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Corrupt(format!("task approvals: {e}")))?,
-                None => Vec::new(),
-            },
+            approvals: Vec::new(),
         })
     }
 

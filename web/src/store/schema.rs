@@ -215,6 +215,31 @@ CREATE TABLE session_rules (
 );
 "#;
 
+/// A row per request (issue 54's speed): recording or deciding one no longer reads and
+/// rewrites the task's whole list. The lists kept in `tasks.approvals` move here, in
+/// the order asked; the column stays, empty.
+const V14: &str = r#"
+CREATE TABLE approvals (
+    seq        INTEGER PRIMARY KEY,
+    id         TEXT NOT NULL UNIQUE,
+    task_id    TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    session_id TEXT NOT NULL,
+    waiting    INTEGER NOT NULL,
+    asked_at   TEXT NOT NULL,
+    body       TEXT NOT NULL
+);
+CREATE INDEX approvals_task ON approvals(task_id, waiting);
+CREATE INDEX approvals_asked ON approvals(waiting, asked_at);
+INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
+    SELECT json_extract(j.value, '$.id'), t.id, t.session_id,
+           COALESCE(json_type(j.value, '$.decision'), 'null') = 'null',
+           json_extract(j.value, '$.asked_at'), j.value
+    FROM tasks t, json_each(t.approvals) j
+    WHERE t.approvals IS NOT NULL
+    ORDER BY t.created_at, t.id, j.key;
+UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -231,6 +256,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V11),
         M::up(V12),
         M::up(V13),
+        M::up(V14),
     ])
 }
 

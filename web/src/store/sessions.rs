@@ -256,7 +256,7 @@ impl Store {
                 .map(TaskId::try_from)
                 .collect::<Result<Vec<_>, _>>()?;
             let events = tx.execute("DELETE FROM events WHERE session_id = ?1", [id.as_str()])?;
-            for table in ["tasks", "messages", "channel_threads"] {
+            for table in ["approvals", "tasks", "messages", "channel_threads"] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE session_id = ?1"),
                     [id.as_str()],

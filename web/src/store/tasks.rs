@@ -1,9 +1,9 @@
 //! Messages and the tasks they become.
 
 use super::agents::{get_agent, project_dirs};
-use super::asked::{asked, payload, status_after};
+use super::approval_rows;
+use super::asked::{payload, status_after};
 use super::rows::{Finish, TASK_COLUMNS};
-use super::rules::json_text;
 use super::rules::{self, Ended};
 use super::sessions::{append_event, get_session, session_id};
 use super::{
@@ -77,7 +77,15 @@ pub enum RunItem {
     Approval(Box<berth_core::approval::Approval>),
 }
 
+/// Task `id`, whole: with its requests.
 pub(crate) fn get_task(conn: &Connection, id: &TaskId) -> Result<TaskRow, StoreError> {
+    let mut task = task_row(conn, id)?;
+    task.approvals = approval_rows::of_task(conn, id)?;
+    Ok(task)
+}
+
+/// Task `id`'s own row, without its requests (what a status change needs).
+pub(crate) fn task_row(conn: &Connection, id: &TaskId) -> Result<TaskRow, StoreError> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query([id.as_str()])?;
@@ -121,7 +129,8 @@ pub(crate) fn status_event(
     Ok(())
 }
 
-/// Records a non-final status change and appends it to the transcript.
+/// Records a non-final status change and appends it to the transcript: the task's
+/// row as it is now (without its requests).
 pub(crate) fn record_status(
     conn: &Connection,
     outbox: &mut Outbox,
@@ -131,7 +140,7 @@ pub(crate) fn record_status(
 ) -> Result<TaskRow, StoreError> {
     conn.prepare_cached("UPDATE tasks SET status = ?2, wait_reason = ?3 WHERE id = ?1")?
         .execute(params![id.as_str(), status.as_str(), wait_reason])?;
-    let task = get_task(conn, id)?;
+    let task = task_row(conn, id)?;
     status_event(conn, outbox, &task)?;
     Ok(task)
 }
@@ -650,7 +659,9 @@ impl Store {
             let mut rows = stmt.query([&arg])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
-                out.push(TaskRow::from_row(r)?);
+                let mut task = TaskRow::from_row(r)?;
+                task.approvals = approval_rows::of_task(conn, &task.id)?;
+                out.push(task);
             }
             Ok(out)
         })
@@ -692,17 +703,15 @@ pub(crate) fn waiting_by_reason(
     Ok(counts)
 }
 
-/// Writes a task's list back and shows its status, in the caller's transaction.
-pub(crate) fn store_approvals(
+/// Shows a request that was recorded or decided (`changed`, written already): its
+/// event, and the status its task shows now, in the caller's transaction. `task` is
+/// the task's row as read before.
+pub(crate) fn show_approval(
     conn: &Connection,
     outbox: &mut Outbox,
     task: &TaskRow,
-    list: &[Approval],
     changed: &Approval,
 ) -> Result<(), StoreError> {
-    let (status, why) = status_after(list);
-    conn.prepare_cached("UPDATE tasks SET approvals = ?2 WHERE id = ?1")?
-        .execute(params![task.id.as_str(), json_text(&list)?])?;
     append_event(
         conn,
         outbox,
@@ -711,6 +720,7 @@ pub(crate) fn store_approvals(
         EventKind::Approval,
         payload(changed),
     )?;
+    let (status, why) = status_after(approval_rows::first_waiting(conn, &task.id)?.as_ref());
     // A task that ended meanwhile keeps its final status.
     if !task.status.is_final() && (task.status != status || task.wait_reason != why) {
         record_status(conn, outbox, &task.id, status, why)?;
@@ -718,15 +728,17 @@ pub(crate) fn store_approvals(
     Ok(())
 }
 
-/// Records a request the run sent (a [`super::RunItem::Approval`]).
+/// Records a request the run sent (a [`super::RunItem::Approval`]); the same one
+/// again, from a replayed batch, changes nothing.
 pub(crate) fn record_asked(
     conn: &Connection,
     outbox: &mut Outbox,
     task_id: &TaskId,
     a: Approval,
 ) -> Result<(), StoreError> {
-    let task = get_task(conn, task_id)?;
-    let mut list = task.approvals.clone();
-    asked(&mut list, a.clone());
-    store_approvals(conn, outbox, &task, &list, &a)
+    let task = task_row(conn, task_id)?;
+    if approval_rows::insert(conn, &a)? {
+        show_approval(conn, outbox, &task, &a)?;
+    }
+    Ok(())
 }

@@ -165,16 +165,94 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
     assert!(store.approvals(None, false).await.unwrap().is_empty());
     assert_eq!(store.approvals(None, true).await.unwrap().len(), 1);
     assert_eq!(store.task(&t.id).await.unwrap().approvals.len(), 1);
-    // Another member's request is unknown to them.
-    let theirs = store
-        .decide_approval(
-            format!("{}-2", t.id),
-            Some(berth_core::Member::new("bob")),
-            d("bob", Verdict::Allow),
-        )
+
+    // Two more: the task waits on the first still open; a replayed request (a daemon's
+    // batch sent again) changes nothing, and the audit keeps the order asked.
+    let ask = |n: u32, what: &str| Approval {
+        id: format!("{}-{n}", t.id),
+        command: Some(what.to_owned()),
+        ..a.clone()
+    };
+    let items = vec![
+        RunItem::Approval(Box::new(ask(2, "make two"))),
+        RunItem::Approval(Box::new(ask(3, "make three"))),
+        RunItem::Approval(Box::new(ask(2, "make two, replayed"))),
+    ];
+    store.run_events(t.clone(), items).await.unwrap();
+    let (_, task) = store
+        .decide_approval(format!("{}-2", t.id), None, d("alice", Verdict::Deny))
         .await
-        .unwrap_err();
-    assert!(matches!(theirs, StoreError::Approval { .. }), "{theirs:?}");
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::WaitingApproval);
+    assert!(task.wait_reason.as_deref().unwrap().contains("make three"));
+    let whole = store.task(&t.id).await.unwrap();
+    assert_eq!(
+        whole
+            .approvals
+            .iter()
+            .map(|x| (x.command.clone().unwrap(), x.decision.is_some()))
+            .collect::<Vec<_>>(),
+        [
+            ("sh ./check.sh".to_owned(), true),
+            ("make two".to_owned(), true),
+            ("make three".to_owned(), false)
+        ]
+    );
+    let listed = store
+        .list_tasks(Some(s.id.to_string()), None)
+        .await
+        .unwrap();
+    assert_eq!(listed[0].approvals, whole.approvals);
+    assert_eq!(
+        store.approvals(None, false).await.unwrap()[0],
+        whole.approvals[2]
+    );
+    let all = store.approvals(None, true).await.unwrap();
+    assert_eq!(
+        all.len(),
+        3,
+        "the waiting one, then the decided ones: {all:?}"
+    );
+
+    // Another member's request is unknown to them, whether it waits or not.
+    for n in [3, 9] {
+        let theirs = store
+            .decide_approval(
+                format!("{}-{n}", t.id),
+                Some(berth_core::Member::new("bob")),
+                d("bob", Verdict::Allow),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&theirs, StoreError::Approval { code, .. }
+                if *code == berth_core::ErrorCode::UnknownApproval),
+            "{theirs:?}"
+        );
+        assert!(
+            store
+                .approval(
+                    format!("{}-{n}", t.id),
+                    Some(berth_core::Member::new("bob"))
+                )
+                .await
+                .is_err()
+        );
+    }
+    assert_eq!(
+        store
+            .approval(format!("{}-3", t.id), None)
+            .await
+            .unwrap()
+            .command
+            .as_deref(),
+        Some("make three")
+    );
+    let (_, task) = store
+        .decide_approval(format!("{}-3", t.id), None, d("alice", Verdict::Allow))
+        .await
+        .unwrap();
+    assert_eq!((task.status, task.wait_reason), (TaskStatus::Running, None));
 
     let r1 = store
         .add_session_rule(&s.id, "execute: sh ./check.sh".into(), Some(id.clone()))
@@ -1383,7 +1461,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     let s = store.resolve_session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store
@@ -1414,6 +1492,87 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         store.session(&s.id).await.unwrap().owner.as_deref(),
         Some(FIRST_ADMIN)
     );
+}
+
+/// Two requests of `task` as schema version 13 (PostgreSQL's 8) kept them: a JSON
+/// list, the first decided.
+fn old_requests(session: &str, task: &str) -> String {
+    let req = |n: u32, decided: bool| {
+        let mut a = serde_json::json!({
+            "id": format!("{task}-{n}"), "task_id": task, "session_id": session,
+            "kind": "execute", "title": format!("step {n}"), "command": format!("make {n}"),
+            "paths": [], "input": {}, "options": [],
+            "asked_at": format!("2026-01-01T00:00:0{n}.000Z"),
+            "deadline": "2099-01-01T00:00:00.000Z",
+        });
+        if decided {
+            a["decision"] = serde_json::json!({
+                "decision": "allow", "by": "human", "who": "alice", "via": "cli",
+                "at": "2026-01-01T00:00:09.000Z", "always": false,
+            });
+        }
+        a
+    };
+    serde_json::json!([req(1, true), req(2, false)]).to_string()
+}
+
+/// What a store shows of the requests [`old_requests`] kept.
+async fn moved_requests_are_shown(store: &Store, task: &str) {
+    let t = store.resolve_task(&task[..8]).await.unwrap();
+    assert_eq!(
+        t.approvals
+            .iter()
+            .map(|a| (a.title.as_str(), a.decision.as_ref().map(|d| d.who.clone())))
+            .collect::<Vec<_>>(),
+        [("step 1", Some(Some("alice".to_owned()))), ("step 2", None)]
+    );
+    let waiting = store.approvals(None, false).await.unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].id, format!("{task}-2"));
+}
+
+/// A `berth.db` of schema version 13 kept each task's requests as one JSON list in
+/// `tasks.approvals`: on open they move to a row each, in the order asked, the open
+/// one still listed as waiting and the decided one kept with its decision.
+#[tokio::test]
+async fn requests_kept_as_a_list_move_to_a_row_each() {
+    let home = TempDir::new("w");
+    let path = home.path().join(berth_web::store::DB_FILE);
+    let (session, task) = (
+        "0a1b2c3d-0000-4000-8000-000000000001",
+        "7a000000-0000-4000-8000-000000000001",
+    );
+    let list = old_requests(session, task);
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        berth_web::store::schema::migrations()
+            .to_version(&mut conn, 13)
+            .unwrap();
+        conn.execute_batch(&format!(
+            r#"
+            INSERT INTO agents (name, kind, command, created_at) VALUES ('echo', 'command', '["cat"]', '2026-01-01T00:00:00.000Z');
+            INSERT INTO sessions (id, title, agent, origin, created_at, updated_at)
+                VALUES ('{session}', 'asks', 'echo', 'desktop', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z');
+            INSERT INTO messages (id, session_id, origin, text, created_at)
+                VALUES ('m1', '{session}', 'desktop', 'run it', '2026-01-01T00:00:02.000Z');
+            INSERT INTO tasks (id, session_id, seq, message_id, status, created_at, started_at)
+                VALUES ('{task}', '{session}', 1, 'm1', 'succeeded', '2026-01-01T00:00:02.000Z', '2026-01-01T00:00:02.100Z');
+            "#
+        ))
+        .unwrap();
+        conn.execute(
+            "UPDATE tasks SET approvals = ?1 WHERE id = ?2",
+            [list.as_str(), task],
+        )
+        .unwrap();
+    }
+    let store = Store::open(home.path()).await.unwrap();
+    moved_requests_are_shown(&store, task).await;
+    let left: Option<String> = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT approvals FROM tasks", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, None, "the list is not kept twice");
 }
 
 /// PostgreSQL: a database at schema version 1 (one server, before replicas), with its
@@ -1892,4 +2051,38 @@ async fn sessions_and_agents_are_mended(place: Place) {
         store.remove_agent("echo".into()).await,
         Err(StoreError::UnknownAgent { .. })
     ));
+}
+
+/// PostgreSQL: requests kept as one list per task (schema version 8) move to a row
+/// each when a newer server connects.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_requests_kept_as_a_list_move_to_a_row_each() {
+    use berth_web::store::postgres::MIGRATIONS;
+    let url = common::pg::fresh_database().await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let (session, task) = (
+        "0a1b2c3d-0000-4000-8000-000000000001",
+        "7a000000-0000-4000-8000-000000000001",
+    );
+    let list = old_requests(session, task).replace('\'', "''");
+    common::pg::admin(
+        Some(&db),
+        &format!(
+            "{}
+            CREATE TABLE berth_schema (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+            INSERT INTO berth_schema SELECT v, 'then' FROM generate_series(1, 8) v;
+            INSERT INTO agents (name, kind, command, created_at) VALUES ('echo', 'command', '[\"cat\"]', '2026-01-01T00:00:00.000Z');
+            INSERT INTO sessions (id, title, agent, origin, created_at, updated_at, event_seq)
+                VALUES ('{session}', 'asks', 'echo', 'api', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z', 0);
+            INSERT INTO messages (id, session_id, origin, text, created_at)
+                VALUES ('m1', '{session}', 'api', 'run it', '2026-01-01T00:00:02.000Z');
+            INSERT INTO tasks (id, session_id, seq, message_id, status, created_at, approvals)
+                VALUES ('{task}', '{session}', 1, 'm1', 'succeeded', '2026-01-01T00:00:02.000Z', '{list}');",
+            MIGRATIONS[..8].join("\n")
+        ),
+    )
+    .await;
+    let store = Store::connect(&url).await.unwrap();
+    moved_requests_are_shown(&store, task).await;
 }

@@ -1,14 +1,13 @@
 //! Approvals on PostgreSQL: the same rules as SQLite's ([`crate::store::approvals`]),
-//! the task's row locked (`FOR UPDATE`) while a decision is taken, so two replicas'
-//! answers racing give one decision.
+//! the request's and its task's rows locked (`FOR UPDATE`) while a decision is taken,
+//! so two replicas' answers racing give one decision.
 
 use super::Pg;
+use super::approval_rows;
 use super::pool::W;
-use super::tasks::get_task;
+use super::tasks::task_row;
 use crate::clock;
-use crate::store::asked::{RECENT, apply, asked, listed, owns, status_after, task_of};
-use crate::store::rows::TASK_COLUMNS;
-use crate::store::rules::json_text;
+use crate::store::asked::{apply, owns, payload, status_after, unknown};
 use crate::store::{StoreError, TaskRow};
 use crate::transcript::EventKind;
 use berth_core::SessionId;
@@ -16,50 +15,46 @@ use berth_core::TaskId;
 use berth_core::approval::{Approval, Decision, SessionRule};
 
 impl W<'_> {
-    /// Writes a task's list back and shows its status (see the SQLite twin).
-    async fn store_approvals(
+    /// Shows a request that was recorded or decided (see the SQLite twin,
+    /// `show_approval`).
+    async fn show_approval(
         &mut self,
         task: &TaskRow,
-        list: &[Approval],
         changed: &Approval,
     ) -> Result<(), StoreError> {
-        let (status, why) = status_after(list);
-        self.q()
-            .exec(
-                "UPDATE tasks SET approvals = $2 WHERE id = $1",
-                &[&task.id.as_str(), &json_text(&list)?],
-            )
-            .await?;
-        let payload = crate::store::asked::payload(changed);
         self.append(
             &task.session_id,
             Some(&task.id),
             EventKind::Approval,
-            payload,
+            payload(changed),
         )
         .await?;
+        let first = approval_rows::first_waiting(&mut self.q(), &task.id).await?;
+        let (status, why) = status_after(first.as_ref());
         if !task.status.is_final() && (task.status != status || task.wait_reason != why) {
             self.record_status(&task.id, status, why).await?;
         }
         Ok(())
     }
 
-    /// Records a request the run sent.
+    /// Records a request the run sent; the same one again changes nothing.
     pub(super) async fn record_asked(
         &mut self,
         id: &TaskId,
         a: Approval,
     ) -> Result<(), StoreError> {
+        // The task's row locked: its status follows its requests, one writer at a time.
         self.q()
             .exec(
                 "SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE",
                 &[&id.as_str()],
             )
             .await?;
-        let task = get_task(&mut self.q(), id).await?;
-        let mut list = task.approvals.clone();
-        asked(&mut list, a.clone());
-        self.store_approvals(&task, &list, &a).await
+        let task = task_row(&mut self.q(), id).await?;
+        if approval_rows::insert(&mut self.q(), &a).await? {
+            self.show_approval(&task, &a).await?;
+        }
+        Ok(())
     }
 }
 
@@ -71,20 +66,20 @@ impl Pg {
     ) -> Result<Vec<Approval>, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
-        let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks
-             WHERE approvals IS NOT NULL
-               AND ($2 OR status = 'waiting_approval')
-               AND ($1::text IS NULL OR session_id IN (SELECT id FROM sessions WHERE owner = $1))
-             ORDER BY created_at DESC LIMIT $3"
-        );
-        let limit: i64 = if all { RECENT as i64 } else { i64::MAX };
-        let rows = q.rows(&sql, &[&owner.as_deref(), &all, &limit]).await?;
-        let tasks = rows
-            .iter()
-            .map(TaskRow::from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(listed(tasks, all))
+        approval_rows::listed(&mut q, owner.as_deref(), all).await
+    }
+
+    pub(crate) async fn approval(
+        &self,
+        id: String,
+        owner: Option<berth_core::Member>,
+    ) -> Result<Approval, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        match approval_rows::one(&mut q, &id, false).await? {
+            Some((a, theirs)) if owns(owner.as_deref(), theirs.as_deref()) => Ok(a),
+            _ => Err(unknown(&id)),
+        }
     }
 
     pub(crate) async fn decide_approval(
@@ -93,29 +88,19 @@ impl Pg {
         owner: Option<berth_core::Member>,
         d: Decision,
     ) -> Result<(Approval, TaskRow), StoreError> {
-        let task_id = task_of(&id)?;
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
-        let locked = w
-            .q()
-            .opt(
-                "SELECT s.owner FROM tasks t JOIN sessions s ON s.id = t.session_id
-                 WHERE t.id = $1 FOR UPDATE OF t",
-                &[&task_id.as_str()],
-            )
-            .await?;
-        let Some(row) = locked else {
-            return Err(crate::store::asked::unknown(&id));
+        // The request's row and its task's, locked: two replicas' answers racing give
+        // one decision, and the task's status follows its requests.
+        let mut a = match approval_rows::one(&mut w.q(), &id, true).await? {
+            Some((a, theirs)) if owns(owner.as_deref(), theirs.as_deref()) => a,
+            _ => return Err(unknown(&id)),
         };
-        let session_owner: Option<String> = row.get(0);
-        if !owns(owner.as_deref(), session_owner.as_deref()) {
-            return Err(crate::store::asked::unknown(&id));
-        }
-        let task = get_task(&mut w.q(), &task_id).await?;
-        let mut list = task.approvals.clone();
-        let decided = apply(&mut list, &id, d, clock::now_millis())?;
-        w.store_approvals(&task, &list, &decided).await?;
-        let task = get_task(&mut w.q(), &task_id).await?;
+        let decided = apply(&mut a, d, clock::now_millis())?;
+        approval_rows::update(&mut w.q(), &decided).await?;
+        let task = task_row(&mut w.q(), &decided.task_id).await?;
+        w.show_approval(&task, &decided).await?;
+        let task = task_row(&mut w.q(), &decided.task_id).await?;
         self.publish(w).await?;
         Ok((decided, task))
     }

@@ -38,6 +38,7 @@
 //!   `channels`, `daemons`, `members` (with the audit trail).
 
 mod agents;
+mod approval_rows;
 mod approvals;
 mod channels;
 mod daemons;

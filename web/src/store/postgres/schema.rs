@@ -11,7 +11,17 @@ const MIGRATION_LOCK: i64 = 0x62_65_72_74_68;
 
 /// The schema, as embedded, versioned migrations. Append one; never edit a published
 /// one. Version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, crate::store::lists::TRIGGERS, V5, V6, V7, V8];
+pub const MIGRATIONS: &[&str] = &[
+    V1,
+    V2,
+    V3,
+    crate::store::lists::TRIGGERS,
+    V5,
+    V6,
+    V7,
+    V8,
+    V9,
+];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
 /// the session's last transcript number, kept on its row so that numbering an event
@@ -201,6 +211,30 @@ CREATE TABLE session_rules (
     approval_id TEXT,
     PRIMARY KEY (session_id, n)
 );
+"#;
+
+/// A row per request (SQLite's version 14): the lists kept in `tasks.approvals` move
+/// here, in the order asked; the column stays, empty.
+const V9: &str = r#"
+CREATE TABLE approvals (
+    seq        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id         TEXT COLLATE "C" NOT NULL UNIQUE,
+    task_id    TEXT COLLATE "C" NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+    session_id TEXT COLLATE "C" NOT NULL,
+    waiting    BOOLEAN NOT NULL,
+    asked_at   TEXT COLLATE "C" NOT NULL,
+    body       TEXT NOT NULL
+);
+CREATE INDEX approvals_task ON approvals(task_id, waiting, seq);
+CREATE INDEX approvals_asked ON approvals(waiting, asked_at, seq);
+INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
+    SELECT j.value->>'id', t.id, t.session_id,
+           COALESCE(jsonb_typeof(j.value->'decision'), 'null') = 'null',
+           j.value->>'asked_at', j.value::text
+    FROM tasks t, jsonb_array_elements(t.approvals::jsonb) WITH ORDINALITY AS j(value, n)
+    WHERE t.approvals IS NOT NULL
+    ORDER BY t.created_at, t.id, j.n;
+UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
 "#;
 
 impl Pg {

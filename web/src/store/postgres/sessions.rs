@@ -305,7 +305,7 @@ impl Pg {
             .q()
             .exec("DELETE FROM events WHERE session_id = $1", &[&id.as_str()])
             .await?;
-        for table in ["tasks", "messages", "channel_threads"] {
+        for table in ["approvals", "tasks", "messages", "channel_threads"] {
             w.q()
                 .exec(
                     &format!("DELETE FROM {table} WHERE session_id = $1"),

@@ -3,6 +3,7 @@
 
 use super::Pg;
 use super::agents::{get_agent, project_dirs};
+use super::approval_rows;
 use super::pool::{Q, W};
 use super::sessions::{get_session, resolve_session, resolve_task};
 use crate::clock;
@@ -19,7 +20,18 @@ use berth_core::resolve::Origin;
 use berth_core::{SessionId, TaskId};
 use tokio_postgres::GenericClient;
 
+/// Task `id`, whole: with its requests.
 pub(crate) async fn get_task<C: GenericClient + Sync>(
+    q: &mut Q<'_, C>,
+    id: &TaskId,
+) -> Result<TaskRow, StoreError> {
+    let mut task = task_row(q, id).await?;
+    task.approvals = approval_rows::of_task(q, id).await?;
+    Ok(task)
+}
+
+/// Task `id`'s own row, without its requests (what a status change needs).
+pub(crate) async fn task_row<C: GenericClient + Sync>(
     q: &mut Q<'_, C>,
     id: &TaskId,
 ) -> Result<TaskRow, StoreError> {
@@ -84,7 +96,7 @@ impl W<'_> {
                 &[&id.as_str(), &status.as_str(), &wait_reason],
             )
             .await?;
-        let task = get_task(&mut self.q(), id).await?;
+        let task = task_row(&mut self.q(), id).await?;
         self.status_event(&task).await?;
         Ok(task)
     }
@@ -217,6 +229,10 @@ impl Pg {
                     })
                     .transpose()?,
             });
+        }
+        for a in &mut adopted {
+            // Those still waiting get their session's rules and deadline again.
+            a.task.approvals = approval_rows::of_task(&mut w.q(), &a.task.id).await?;
         }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM tasks
@@ -584,6 +600,11 @@ impl Pg {
                 q.rows(&sql, &[&owner.as_deref()]).await?
             }
         };
-        rows.iter().map(TaskRow::from_row).collect()
+        let mut tasks = rows
+            .iter()
+            .map(TaskRow::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        approval_rows::fill(&mut q, &mut tasks).await?;
+        Ok(tasks)
     }
 }
