@@ -5,13 +5,14 @@
 //! reads: git reads the work tree, the repository and its libraries), with rules for
 //! git's binary, its exec path (the helpers and the `git` it starts for submodules),
 //! the binary's ELF interpreter, `/dev/null`, and each write directory. Landlock binds
-//! a thread, not a process: each git is started from a short-lived thread that has
-//! restricted itself (`PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`), so the
-//! child inherits the fence from its first instruction while Berth itself stays
-//! unconfined, and the start keeps `posix_spawn`'s speed (no `fork` of the server). A
-//! ruleset is built once per set of write directories and kept while every path it
-//! was built on still leads to the same file. Without Landlock (a kernel before 5.13,
-//! or one that has it off) git runs behind its configuration wall alone.
+//! a thread, not a process: each ruleset has a thread of its own that restricted
+//! itself once (`PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`) and starts every git
+//! of that fence, so the child inherits the fence from its first instruction while
+//! Berth itself stays unconfined, and the start keeps `posix_spawn`'s speed (no `fork`
+//! of the server, no thread made per step). A ruleset, and its thread, is built once
+//! per set of write directories and kept while every path it was built on still leads
+//! to the same file. Without Landlock (a kernel before 5.13, or one that has it off)
+//! git runs behind its configuration wall alone.
 //!
 //! **macOS.** `sandbox-exec` with [`seatbelt_profile`]: every process exec denied
 //! but git's, every file write denied but beneath the write directories and
@@ -182,17 +183,10 @@ pub(super) fn seatbelt_wrap(i: &Installed, writes: &Writes) -> Option<(PathBuf, 
 
 /// Starts `cmd` inside the fence of `writes` (Linux: see the module's documentation;
 /// elsewhere the command as built, `sandbox-exec` included on macOS).
-pub(super) fn spawn(cmd: &mut Command, writes: &Writes) -> std::io::Result<Child> {
+pub(super) fn spawn(mut cmd: Command, writes: &Writes) -> std::io::Result<Child> {
     #[cfg(target_os = "linux")]
-    if let Some(ruleset) = linux::ruleset(writes) {
-        return std::thread::scope(|s| {
-            s.spawn(|| {
-                linux::restrict_this_thread(&ruleset)?;
-                cmd.spawn()
-            })
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting git panicked")))
-        });
+    if let Some(spawner) = linux::spawner(writes) {
+        return spawner.spawn(cmd);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = writes;
@@ -208,7 +202,8 @@ mod linux {
     };
     use std::os::fd::{AsRawFd, OwnedFd};
     use std::path::{Path, PathBuf};
-    use std::sync::{Arc, Mutex, PoisonError};
+    use std::process::{Child, Command};
+    use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
     /// The rights the ruleset handles: executing, and every kind of write.
     fn handled() -> BitFlags<AccessFs> {
@@ -224,18 +219,66 @@ mod linux {
 
     struct Built {
         writes: Writes,
-        ruleset: Arc<OwnedFd>,
+        spawner: Arc<Spawner>,
         /// Every path a rule is on, and the file it led to.
         targets: Vec<(PathBuf, Option<(u64, u64)>)>,
+    }
+
+    /// What a spawner's thread is handed: a command, and where its start goes.
+    type Job = (Command, mpsc::SyncSender<std::io::Result<Child>>);
+
+    /// The thread that starts the gits of one ruleset: it restricted itself once,
+    /// before its first start, and ends when its ruleset is dropped from [`BUILT`].
+    pub(in crate::git) struct Spawner {
+        jobs: Mutex<mpsc::Sender<Job>>,
+    }
+
+    impl Spawner {
+        fn start(ruleset: OwnedFd) -> std::io::Result<Spawner> {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("git-fence".into())
+                .spawn(move || {
+                    let restricted = restrict_this_thread(&ruleset);
+                    drop(ruleset);
+                    for (mut cmd, reply) in rx {
+                        let started = match &restricted {
+                            Ok(()) => cmd.spawn(),
+                            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                        };
+                        // The caller waits for it (unless it panicked meanwhile).
+                        let _ = reply.send(started);
+                    }
+                })?;
+            Ok(Spawner {
+                jobs: Mutex::new(tx),
+            })
+        }
+
+        /// Starts `cmd` from this fence's thread.
+        pub(in crate::git) fn spawn(&self, cmd: Command) -> std::io::Result<Child> {
+            let (reply, started) = mpsc::sync_channel(1);
+            let sent = self
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .send((cmd, reply));
+            if sent.is_err() {
+                return Err(std::io::Error::other("the thread starting git has ended"));
+            }
+            started
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting git ended")))
+        }
     }
 
     /// The rulesets built so far (a handful: the shadow store, a worktree or two, none).
     static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
     const KEPT: usize = 8;
 
-    /// The ruleset of `writes`, built or kept; `None` where the kernel has no Landlock
-    /// or no git was found (said once in the debug log).
-    pub(super) fn ruleset(writes: &Writes) -> Option<Arc<OwnedFd>> {
+    /// The spawner of `writes`' ruleset, built or kept; `None` where the kernel has
+    /// no Landlock or no git was found (said once in the debug log).
+    pub(super) fn spawner(writes: &Writes) -> Option<Arc<Spawner>> {
         if crate::agent::fence::probe().landlock_abi == 0 {
             return None;
         }
@@ -243,22 +286,27 @@ mod linux {
         let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(i) = built.iter().position(|b| b.writes == *writes) {
             if built[i].targets.iter().all(|(p, id)| identity(p) == *id) {
-                return Some(built[i].ruleset.clone());
+                return Some(built[i].spawner.clone());
             }
             built.remove(i);
         }
-        match build(installed, writes) {
-            Ok((ruleset, targets)) => {
-                let ruleset = Arc::new(ruleset);
+        let made = build(installed, writes).and_then(|(ruleset, targets)| {
+            Spawner::start(ruleset)
+                .map(|s| (s, targets))
+                .map_err(|e| format!("cannot start its thread: {e}"))
+        });
+        match made {
+            Ok((spawner, targets)) => {
+                let spawner = Arc::new(spawner);
                 if built.len() >= KEPT {
                     built.remove(0);
                 }
                 built.push(Built {
                     writes: writes.clone(),
-                    ruleset: ruleset.clone(),
+                    spawner: spawner.clone(),
                     targets,
                 });
-                Some(ruleset)
+                Some(spawner)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "git's fence could not be built; git runs behind its configuration alone");
@@ -312,10 +360,10 @@ mod linux {
             .ok_or_else(|| "the kernel gave no Landlock ruleset".to_owned())
     }
 
-    /// Confines the calling thread (never the process) to `ruleset`, for the git it
-    /// starts next.
+    /// Confines the calling thread (never the process) to `ruleset`, for the gits it
+    /// starts.
     #[allow(unsafe_code)]
-    pub(super) fn restrict_this_thread(ruleset: &OwnedFd) -> std::io::Result<()> {
+    fn restrict_this_thread(ruleset: &OwnedFd) -> std::io::Result<()> {
         // SAFETY: two system calls on plain values: `PR_SET_NO_NEW_PRIVS` and
         // `landlock_restrict_self` each bind the calling thread only (Landlock's and
         // no_new_privs' scope is the task); the descriptor is open (borrowed).

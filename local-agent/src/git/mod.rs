@@ -221,12 +221,13 @@ impl Git {
 
     /// Starts git in its fence.
     pub fn spawn(&mut self) -> std::io::Result<Child> {
-        let mut cmd = self.build();
+        let cmd = self.build();
         #[cfg(test)]
         if self.unfenced {
+            let mut cmd = cmd;
             return cmd.spawn();
         }
-        fence::spawn(&mut cmd, &self.writes)
+        fence::spawn(cmd, &self.writes)
     }
 
     /// Tests only: no fence, the configuration wall alone.

@@ -227,7 +227,7 @@ fn node_at(
             budget.more(rel, (bytes.len() as u64).saturating_sub(st.st_size as u64))?;
             Ok(Node::File {
                 mode,
-                hex: hex::encode(bytes),
+                hex: to_hex(&bytes),
             })
         }
         FileType::Symlink => {
@@ -490,7 +490,7 @@ fn restore_root(
                 }
             }
             Node::File { mode, hex } => {
-                let bytes = hex::decode(hex).map_err(|_| Errno::INVAL)?;
+                let bytes = from_hex(hex).ok_or(Errno::INVAL)?;
                 let same = match open_nofollow(&parent, name, OFlags::RDONLY) {
                     Ok(fd) => {
                         let st = rustix::fs::fstat(&fd)?;
@@ -564,6 +564,42 @@ fn remove_tree(parent: &OwnedFd, name: &str, flags: AtFlags) -> Result<(), Errno
         Ok(()) | Err(Errno::NOENT) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// A file's bytes as a snapshot keeps them: lowercase hex, two digits a byte (the
+/// `hex` crate's text, made by table: a message in a repository encodes every guarded
+/// file twice, and a char-by-char encoder was most of the guard's time).
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0xf)]);
+    }
+    // Only ASCII digits and letters were pushed.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The bytes [`to_hex`] wrote (either case); `None` for an odd length or a character
+/// that is not a hex digit.
+pub(crate) fn from_hex(text: &str) -> Option<Vec<u8>> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let text = text.as_bytes();
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() / 2);
+    for pair in text.chunks_exact(2) {
+        out.push(digit(pair[0])? << 4 | digit(pair[1])?);
+    }
+    Some(out)
 }
 
 pub mod repos;

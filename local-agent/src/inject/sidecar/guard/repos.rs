@@ -21,7 +21,9 @@
 //! does not walk them; the user's git never enters them from outside), and anything
 //! that is not git's (a `Makefile`, a script the user later runs).
 
-use super::{Budget, Entry, GuardError, Node, Restored, node_at, open_dir, read_err, split};
+use super::{
+    Budget, Entry, GuardError, Node, Restored, from_hex, node_at, open_dir, read_err, split,
+};
 use crate::dir::fd::{open_nofollow, read_all, sorted_names, write_all};
 use berth_core::git::{CONTROL_FILES, HOOKS_DIR, Verdict};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -96,7 +98,7 @@ fn resolve(root: &str, base: &str, target: &str) -> Option<String> {
 /// The bytes of a file entry.
 fn bytes_of(node: &Node) -> Option<Vec<u8>> {
     match node {
-        Node::File { hex, .. } => hex::decode(hex).ok(),
+        Node::File { hex, .. } => from_hex(hex),
         Node::Missing | Node::Dir { .. } | Node::Symlink { .. } | Node::Other { .. } => None,
     }
 }
@@ -147,12 +149,19 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn push(&mut self, kind: Kind, rel: &str) -> Result<Node, GuardError> {
+        self.push_read(kind, rel, true)
+    }
+
+    /// [`Reader::push`]; with `read` false, a file's bytes are not read (its kind and
+    /// mode are): for a file whose bytes cannot make git run anything.
+    fn push_read(&mut self, kind: Kind, rel: &str, read: bool) -> Result<Node, GuardError> {
         if let Some(c) = self.out.iter().find(|c| c.entry.path == rel) {
             return Ok(c.entry.node.clone());
         }
         let (parent_rel, name) = split(rel);
+        let budget = read.then_some(&mut self.budget);
         let node = match open_dir(self.dir, parent_rel) {
-            Ok(parent) => node_at(&parent, name, rel, Some(&mut self.budget))?,
+            Ok(parent) => node_at(&parent, name, rel, budget)?,
             Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Node::Missing,
             Err(e) => return Err(read_err(parent_rel, e)),
         };
@@ -214,7 +223,11 @@ impl Reader<'_> {
         let hooks = join(g, HOOKS_DIR);
         if let Node::Dir { .. } = self.push(Kind::Hook, &hooks)? {
             for name in self.names(&hooks)? {
-                self.push(Kind::Hook, &join(&hooks, &name))?;
+                // A sample is never run, whatever it holds: only its name matters
+                // (renamed to a hook's, it is a new file, and judged), so it is not
+                // read at every run.
+                let runs = berth_core::git::hook_runs(&name);
+                self.push_read(Kind::Hook, &join(&hooks, &name), runs)?;
             }
         }
         // Submodules' git directories, each a repository of its own.
@@ -467,7 +480,7 @@ fn put_back(dir: BorrowedFd<'_>, rel: &str, was: &Node) -> Result<&'static str, 
     match was {
         Node::Missing => Ok("added"),
         Node::File { mode, hex } => {
-            let bytes = hex::decode(hex).map_err(|_| Errno::INVAL)?;
+            let bytes = from_hex(hex).ok_or(Errno::INVAL)?;
             let fd = rustix::fs::openat(
                 &parent,
                 name,

@@ -262,9 +262,14 @@ fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
     let file = d.join("snap.json");
     snap.save(&file).unwrap();
     assert_eq!(Snapshot::load(&file).unwrap(), snap);
+    let all: Vec<u8> = (0..=255).collect();
     assert_eq!(
-        hex::decode(hex::encode(b"\x00\xffab")).unwrap(),
-        b"\x00\xffab"
+        to_hex(&all),
+        hex::encode(&all),
+        "the text older snapshots hold"
     );
-    assert!(hex::decode("abc").is_err());
+    assert_eq!(from_hex(&to_hex(&all)).unwrap(), all);
+    assert_eq!(from_hex("00FFab").unwrap(), b"\x00\xff\xab");
+    assert!(from_hex("abc").is_none());
+    assert!(from_hex("zz").is_none());
 }

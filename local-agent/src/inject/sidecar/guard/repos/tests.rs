@@ -351,3 +351,39 @@ fn a_submodule_the_agent_adds_is_untouched() {
     let done = w.check(&before, &["vendor/lib"]);
     assert!(done.is_empty(), "{done:?}");
 }
+
+#[test]
+fn a_sample_is_not_read_and_one_made_a_hook_is_removed() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world("sample");
+    committed(&w.dir);
+    let hooks = w.dir.join(".git/hooks");
+    fs::create_dir_all(&hooks).unwrap();
+    fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh\nexit 0\n").unwrap();
+    let before = w.before(&[]);
+    let sample = before
+        .iter()
+        .find(|c| c.entry.path == ".git/hooks/pre-commit.sample")
+        .expect("the sample is listed");
+    // Git never runs a sample: its bytes are not read (nor kept) at every run.
+    assert!(
+        matches!(&sample.entry.node, Node::File { hex, .. } if hex.is_empty()),
+        "{sample:?}"
+    );
+    // The agent edits the sample (harmless alone), then makes it a hook git runs.
+    fs::write(
+        hooks.join("pre-commit.sample"),
+        format!("#!/bin/sh\n{}\n", w.trap()),
+    )
+    .unwrap();
+    fs::rename(hooks.join("pre-commit.sample"), hooks.join("pre-commit")).unwrap();
+    fs::set_permissions(hooks.join("pre-commit"), fs::Permissions::from_mode(0o755)).unwrap();
+    let done = w.check(&before, &[]);
+    assert_eq!(paths(&done), [".git/hooks/pre-commit"], "{done:?}");
+    assert!(!hooks.join("pre-commit").exists());
+    ok(&w.dir, &["commit", "-q", "--allow-empty", "-m", "two"]);
+    assert!(
+        !w.marker.exists(),
+        "the agent's hook ran in the user's commit"
+    );
+}
