@@ -592,7 +592,7 @@ pub(crate) fn from_hex(text: &str) -> Option<Vec<u8>> {
         }
     }
     let text = text.as_bytes();
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 2);
