@@ -34,9 +34,31 @@ pub struct Session {
     /// it read as not archived.
     #[serde(default)]
     pub archived: bool,
+    /// What the session waits for from a person: `approval` while a request of the
+    /// `ask` policy waits for an answer ("needs you"), else null. Extends the contract;
+    /// older documents without it read as null.
+    #[serde(default)]
+    pub needs: Option<Needs>,
     /// The explicit binding, kept apart from `work_dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<SessionBinding>,
+}
+
+/// What a session waits for from a person (`needs` in its document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Needs {
+    /// A request of the `ask` policy waits for an answer.
+    Approval,
+}
+
+impl Needs {
+    /// The value in a document and in `GET sessions?needs=…`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Needs::Approval => "approval",
+        }
+    }
 }
 
 /// A session's binding as the API returns it.

@@ -1242,11 +1242,19 @@ uiTest("a request put to a person waits in the transcript with the commands that
   await assertNothingClipped(page);
   await page.screenshot({ path: path.join(ARTIFACTS, "session-approval-waiting.png"), fullPage: true });
   await page.click("text=← Sessions");
-  await page.click('button[data-filter="waiting"]');
+  // The list marks it "needs you" (issue 55), apart from what waits for a lock or a
+  // machine, and its own filter finds it; the API lists it under ?needs=approval.
+  await page.click('button[data-filter="needs"]');
   const listed = page.locator(`tr[data-session="${id}"]`);
   await listed.waitFor();
-  assert.equal(await listed.locator(".badge").textContent(), "waiting for your approval");
+  assert.equal(await listed.getAttribute("data-needs"), "approval");
+  assert.equal(await listed.locator(".badge").textContent(), "needs you");
+  assert.match(await listed.locator(".badge").getAttribute("class"), /\btone-ask\b/);
   assert.equal(await listed.locator("[data-testid=approval-flag]").textContent(), `berth approve ${short(a1)} / berth deny ${short(a1)}`);
+  assert.deepEqual((await api("/api/v1/sessions?needs=approval")).map((x) => x.id), [id]);
+  await page.screenshot({ path: path.join(ARTIFACTS, "list-needs-you.png"), fullPage: true });
+  await page.click('button[data-filter="waiting"]');
+  await page.waitForFunction((sid) => !document.querySelector(`tr[data-session="${sid}"]`), id);
   await page.goBack();
   await block.waitFor();
 

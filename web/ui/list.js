@@ -3,11 +3,15 @@
 
 import { approvalShort, badge, errorText, getJSON, h, navLink, replace, shortId, when } from "./dom.js";
 
-/** The filters, each a set of latest-task states. */
+/**
+ * The filters, each a set of latest-task states; "needs you" is the sessions the server
+ * marks `needs: "approval"` (a request of the `ask` policy waits for an answer).
+ */
 const FILTERS = [
   ["all", "All", null],
+  ["needs", "Needs you", "needs"],
   ["running", "Running", ["queued", "running"]],
-  ["waiting", "Waiting", ["waiting_approval", "waiting_lock", "waiting_daemon"]],
+  ["waiting", "Waiting", ["waiting_lock", "waiting_daemon"]],
   ["failed", "Failed", ["failed", "refused", "interrupted", "cancelled"]],
   ["ok", "Succeeded", ["succeeded"]],
   ["idle", "No task yet", [null]],
@@ -59,7 +63,7 @@ function row(s, task) {
   const flag = bindingFlag(s);
   return h(
     "tr",
-    { data: { session: s.id, state: task?.status ?? "" } },
+    { data: { session: s.id, state: task?.status ?? "", needs: s.needs ?? "" } },
     h("td", { class: "id mono", text: shortId(s.id), attrs: { title: s.id } }),
     h("td", { class: "title" }, navLink(`/sessions/${encodeURIComponent(s.id)}`, s.title || shortId(s.id))),
     h("td", { class: "agent", text: s.agent }),
@@ -71,7 +75,12 @@ function row(s, task) {
       flag ? h("span", { class: `binding-flag tone-${flag.tone}`, data: { testid: "binding-flag" }, text: flag.text }) : null,
     ),
     h("td", { class: "mode", text: b ? b.mode : "—" }),
-    h("td", {}, badge(task?.status ?? null), approvalFlag(task)),
+    h(
+      "td",
+      {},
+      s.needs === "approval" ? badge("waiting_approval", "needs you") : badge(task?.status ?? null),
+      approvalFlag(task),
+    ),
     h("td", { class: "time", text: when(updatedAt(s, task)) }),
   );
 }
@@ -131,7 +140,9 @@ export function showList(main) {
   function render() {
     if (!data) return;
     const allowed = FILTERS.find(([k]) => k === filter)[2];
-    const shown = data.sessions.filter((s) => !allowed || allowed.includes(data.latest.get(s.id)?.status ?? null));
+    const shown = data.sessions.filter((s) =>
+      allowed === "needs" ? s.needs === "approval" : !allowed || allowed.includes(data.latest.get(s.id)?.status ?? null),
+    );
     const frag = document.createDocumentFragment();
     for (const s of shown) frag.appendChild(row(s, data.latest.get(s.id)));
     replace(body, frag);

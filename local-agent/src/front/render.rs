@@ -321,13 +321,19 @@ pub fn sessions(sessions: &Value, tasks: &Value) {
         } else {
             s(&x["title"]).to_owned()
         };
+        // Waiting for a person, not for a lock or a machine: "needs you".
+        let last = if x["needs"] == "approval" {
+            "needs you"
+        } else {
+            latest_status(tasks, s(&x["id"]))
+        };
         rows.push(vec![
             short(&x["id"]),
             title,
             s(&x["agent"]).into(),
             dir,
             mode,
-            latest_status(tasks, s(&x["id"])).into(),
+            last.into(),
         ]);
     }
     table(rows);

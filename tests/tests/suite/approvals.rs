@@ -67,12 +67,36 @@ fn a_request_waits_for_a_person_and_is_decided_once_from_the_cli_or_the_api() {
         "{t}"
     );
     assert_eq!(runs(&app), 0, "nothing runs before the answer");
+    // "Needs you" (issue 55): the session list says so, the session's document has
+    // `needs`, and the API lists it alone under ?needs=approval.
+    let listed = b.ok(&["session", "list"]);
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with(&session[..8]))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.contains("needs you"), "{listed}");
+    let needing = |b: &Berth| {
+        let (code, doc) = control(b, "GET", "/api/v1/sessions?needs=approval", b"");
+        assert_eq!(code, 200, "{doc}");
+        doc.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].as_str().unwrap().to_owned(), s["needs"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(needing(&b), [(session.clone(), json!("approval"))]);
+    let (code, doc) = control(&b, "GET", "/api/v1/sessions?needs=input", b"");
+    assert_eq!(code, 400, "{doc}");
+    assert!(doc.to_string().contains("?needs=approval"), "{doc}");
     let short = a["id"].as_str().unwrap()[..8].to_owned();
     let said = b.ok(&["approve", &short]);
     assert!(said.contains("allowed"), "{said}");
     let done = wait_final(&b, &session, &t1);
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(runs(&app), 1);
+    assert!(needing(&b).is_empty(), "answered: nobody is needed");
+    let (_, doc) = control(&b, "GET", &format!("/api/v1/sessions/{session}"), b"");
+    assert!(doc["needs"].is_null(), "{doc}");
     let d = &done["approvals"][0]["decision"];
     assert_eq!(
         (&d["decision"], &d["by"], &d["via"]),
@@ -247,6 +271,8 @@ fn the_chat_prompt_answers_with_y_n_a_and_shows_details_with_d() {
 
     ask("run: sh ./check.sh");
     assert!(t.screen().contains("the agent asks: execute sh ./check.sh"));
+    // The header says a person is needed, apart from a wait for a lock or a machine.
+    t.wait(10, "the header's mark", |s| s.contains("NEEDS YOU · task"));
     t.keys(&["d"]);
     t.wait(10, "the details", |s| {
         s.contains("\"command\": \"sh ./check.sh\"")

@@ -147,11 +147,14 @@ pub(crate) async fn capabilities(
     })
 }
 
-/// `GET sessions?all=true`: archived sessions too.
+/// `GET sessions?all=true`: archived sessions too; `?needs=approval`: only those a
+/// request of the `ask` policy waits in ("needs you").
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ListQuery {
     #[serde(default)]
     pub all: bool,
+    #[serde(default)]
+    pub needs: Option<String>,
 }
 
 /// Every session (not archived unless `?all=true`), serialized on the store's
@@ -166,6 +169,17 @@ pub(crate) async fn list_sessions(
     let displays = Displays::of(&ctx.app);
     let items = displays.items();
     let owner = scope.and_then(|axum::Extension(s)| s.0);
+    let needs = match q.needs.as_deref() {
+        None => None,
+        Some("approval") => Some(berth_core::api::Needs::Approval),
+        Some(other) => {
+            return Err(ApiError::BadRequest {
+                message: format!(
+                    "?needs={other:?} is not a need a session has; the one there is: ?needs=approval"
+                ),
+            });
+        }
+    };
     // The page flags a binding that no longer holds (the CLI's list does the same).
     #[cfg(feature = "local-binding")]
     let look = match surface {
@@ -177,7 +191,7 @@ pub(crate) async fn list_sessions(
         .store
         // The surface names the documents; each is shown by its own machine's context
         // (see `super::redact`), on the web listener right here.
-        .sessions_json(owner, q.all, surface.as_str(), move |out, row| {
+        .sessions_json(owner, q.all, needs, surface.as_str(), move |out, row| {
             #[cfg_attr(not(feature = "local-binding"), allow(unused_mut))]
             let mut row = *row;
             #[cfg(feature = "local-binding")]

@@ -22,6 +22,8 @@ pub struct WebSession {
     pub updated_at: String,
     /// Archived: listed only when asked for (see `berth_core::api::Session`).
     pub archived: bool,
+    /// What it waits for from a person (see `berth_core::api::Session`).
+    pub needs: Option<berth_core::api::Needs>,
     /// The binding's read view: display, machine, mode, state; never `dir`.
     #[cfg(feature = "local-binding")]
     pub binding: Option<berth_core::binding::BindingView>,
@@ -98,6 +100,7 @@ pub(crate) fn write_session_doc(
         created_at: s.created_at,
         updated_at: s.updated_at,
         archived: s.archived,
+        needs: s.needs,
         #[cfg(feature = "local-binding")]
         binding: s.binding.map(|b| match surface {
             Surface::Control | Surface::Cloud => BindingDoc::Full(BindingRef {
@@ -133,6 +136,7 @@ struct SessionRef<'a> {
     created_at: &'a str,
     updated_at: &'a str,
     archived: bool,
+    needs: Option<berth_core::api::Needs>,
     #[cfg(feature = "local-binding")]
     binding: Option<BindingDoc<'a>>,
 }
@@ -188,6 +192,7 @@ fn web_session(ctx: &Context, row: &SessionRow) -> SessionDoc {
         created_at: row.created_at.clone(),
         updated_at: row.updated_at.clone(),
         archived: row.archived_at.is_some(),
+        needs: row.needs,
         #[cfg(feature = "local-binding")]
         binding: row.binding_view(),
     })
@@ -238,6 +243,7 @@ mod tests {
             resume_id: Some("r-1".into()),
             owner: Some("ann".into()),
             archived_at: None,
+            needs: None,
         };
         let mut worked = plain.clone();
         worked.origin = Origin::Channel;
@@ -259,7 +265,9 @@ mod tests {
         });
         let mut archived = bound.clone();
         archived.archived_at = Some("2026-12-02T08:00:00.000Z".into());
-        vec![plain, worked, shown, odd, bound, archived]
+        let mut asking = plain.clone();
+        asking.needs = Some(berth_core::api::Needs::Approval);
+        vec![plain, worked, shown, odd, bound, archived, asking]
     }
 
     #[test]

@@ -159,6 +159,7 @@ mod tests {
             resume_id: None,
             owner: None,
             archived_at: None,
+            needs: None,
         }
     }
 

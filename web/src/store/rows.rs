@@ -2,7 +2,7 @@
 
 use super::{StoreError, parse_enum};
 use crate::transcript::TranscriptEvent;
-use berth_core::api::{Task, TaskStatus};
+use berth_core::api::{Needs, Task, TaskStatus};
 use berth_core::binding::{BindMode, BindingState, MachineId};
 use berth_core::resolve::Origin;
 use berth_core::{IdError, SessionId, TaskId};
@@ -116,6 +116,9 @@ pub struct SessionRow {
     pub owner: Option<String>,
     /// When it was archived: hidden from the list unless asked for, kept whole.
     pub archived_at: Option<String>,
+    /// What it waits for from a person: a request of one of its tasks (read with the
+    /// row, never stored on it).
+    pub needs: Option<Needs>,
 }
 
 /// A change to a session: a new title, archived or back (`None`: unchanged).
@@ -168,6 +171,8 @@ pub struct SessionCols<'a> {
     pub owner: Option<&'a str>,
     /// Whether it is archived (see [`SessionRow::archived_at`]).
     pub archived: bool,
+    /// What it waits for from a person (see [`SessionRow::needs`]).
+    pub needs: Option<Needs>,
 }
 
 /// A listed session's binding, borrowed.
@@ -223,6 +228,7 @@ impl<'a> SessionCols<'a> {
             work_dir_display: r.str_at(13)?,
             owner: r.str_at(14)?,
             archived: r.str_at(15)?.is_some(),
+            needs: needs_from(r.int(18)?),
         })
     }
 
@@ -249,6 +255,7 @@ impl<'a> SessionCols<'a> {
             work_dir_display: row.work_dir_display.as_deref(),
             owner: row.owner.as_deref(),
             archived: row.archived_at.is_some(),
+            needs: row.needs,
         }
     }
 
@@ -266,6 +273,7 @@ impl<'a> SessionCols<'a> {
             created_at: self.created_at.to_owned(),
             updated_at: self.updated_at.to_owned(),
             archived: self.archived,
+            needs: self.needs,
             #[cfg(feature = "local-binding")]
             binding: match self.binding {
                 None => None,
@@ -325,7 +333,7 @@ pub struct Finish {
 pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.binding_rev, s.work_dir, s.resume_id, m.name, \
-    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner, s.archived_at";
+    s.binding_dev, s.binding_ino, s.work_dir_display, s.owner, s.archived_at, CAST(CASE WHEN EXISTS (SELECT 1 FROM approvals a WHERE a.session_id = s.id AND a.waiting) THEN 1 ELSE 0 END AS BIGINT)";
 
 /// What a listed session's documents need, in [`SessionCols::from_row`]'s order: the
 /// list reads no more (on PostgreSQL, every column costs the server and the wire
@@ -333,7 +341,14 @@ pub(crate) const SESSION_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.pr
 pub(crate) const LIST_COLUMNS: &str = "s.id, s.title, s.agent, s.origin, s.project, \
     s.created_at, s.updated_at, s.binding_dir, s.binding_display, s.binding_machine, \
     s.binding_mode, s.binding_state, s.work_dir, s.work_dir_display, s.owner, s.archived_at, \
-    s.binding_dev, s.binding_ino";
+    s.binding_dev, s.binding_ino, CAST(CASE WHEN EXISTS (SELECT 1 FROM approvals a WHERE a.session_id = s.id AND a.waiting) THEN 1 ELSE 0 END AS BIGINT)";
+
+/// Whether a session needs a person: 1 while a request of its waits (the last column of
+/// [`SESSION_COLUMNS`] and [`LIST_COLUMNS`]; the same text on both backends, whose
+/// `approvals.waiting` is an integer on SQLite and a boolean on PostgreSQL).
+fn needs_from(waiting: i64) -> Option<Needs> {
+    (waiting != 0).then_some(Needs::Approval)
+}
 
 pub(crate) const SESSION_FROM: &str = "sessions s LEFT JOIN machines m ON m.id = s.binding_machine";
 
@@ -401,6 +416,7 @@ impl SessionRow {
             resume_id: r.opt_text(14)?,
             owner: r.opt_text(19)?,
             archived_at: r.opt_text(20)?,
+            needs: needs_from(r.int(21)?),
         })
     }
 
@@ -417,6 +433,7 @@ impl SessionRow {
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
             archived: self.archived_at.is_some(),
+            needs: self.needs,
             #[cfg(feature = "local-binding")]
             binding: self
                 .binding

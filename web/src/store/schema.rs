@@ -217,7 +217,8 @@ CREATE TABLE session_rules (
 
 /// A row per request (issue 54's speed): recording or deciding one no longer reads and
 /// rewrites the task's whole list. The lists kept in `tasks.approvals` move here, in
-/// the order asked; the column stays, empty.
+/// the order asked; the column stays, empty. A session "needs you" while one of its
+/// rows waits (`approvals_session`).
 const V14: &str = r#"
 CREATE TABLE approvals (
     seq        INTEGER PRIMARY KEY,
@@ -230,6 +231,7 @@ CREATE TABLE approvals (
 );
 CREATE INDEX approvals_task ON approvals(task_id, waiting);
 CREATE INDEX approvals_asked ON approvals(waiting, asked_at);
+CREATE INDEX approvals_session ON approvals(session_id, waiting);
 INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
     SELECT json_extract(j.value, '$.id'), t.id, t.session_id,
            COALESCE(json_type(j.value, '$.decision'), 'null') = 'null',

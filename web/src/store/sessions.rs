@@ -297,13 +297,14 @@ impl Store {
         &self,
         owner: Option<berth_core::Member>,
         archived: bool,
+        needs: Option<berth_core::api::Needs>,
         view: &'static str,
         doc: F,
     ) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        on_pg!(self, pg => pg.sessions_json((view, owner.map(|o| o.to_string())), archived, doc));
+        on_pg!(self, pg => pg.sessions_json((view, owner.map(|o| o.to_string())), archived, needs, doc));
         // SQLite keeps no list (one process reads it; see `super::lists`).
         let _ = view;
         self.read(move |conn| {
@@ -312,7 +313,7 @@ impl Store {
             let mut first = true;
             each_listed(conn, LIST_COLUMNS, owner.as_deref(), |r, names| {
                 let cols = SessionCols::from_row(r, names)?;
-                if cols.archived && !archived {
+                if (cols.archived && !archived) || needs.is_some_and(|n| cols.needs != Some(n)) {
                     return Ok(());
                 }
                 if !first {

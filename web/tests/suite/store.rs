@@ -92,6 +92,7 @@ on_both!(
 /// listed while it waits, decided exactly once (a second answer hears how and by whom),
 /// and a session's rules are numbered, kept once each, and removed by number.
 async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) {
+    use berth_core::api::Needs;
     use berth_core::approval::{Approval, DecidedBy, Decision, Verdict};
     let store = place.open().await;
     store.add_agent(agent()).await.unwrap();
@@ -101,6 +102,31 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
         .await
         .unwrap();
     assert!(store.claim(t.id.clone()).await.unwrap());
+    // "Needs you" in the list's documents (issue 55), kept between changes on
+    // PostgreSQL: a request that starts or stops waiting must show at the next read.
+    let listed = |needs: Option<Needs>| {
+        let store = &store;
+        async move {
+            let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
+                serde_json::to_writer(out, &row.to_api()?)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))
+            };
+            let body = store
+                .sessions_json(None, false, needs, "test", doc)
+                .await
+                .unwrap();
+            let docs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+            docs.into_iter()
+                .map(|d| (d["id"].as_str().unwrap().to_owned(), d["needs"].clone()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let id_of = s.id.to_string();
+    assert_eq!(
+        listed(None).await,
+        [(id_of.clone(), serde_json::Value::Null)]
+    );
+    assert!(listed(Some(Needs::Approval)).await.is_empty());
     let id = format!("{}-1", t.id);
     let a = Approval {
         id: id.clone(),
@@ -135,9 +161,16 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
             .unwrap()
             .contains("sh ./check.sh")
     );
-    let listed = store.approvals(None, false).await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].id, id);
+    let waiting_list = store.approvals(None, false).await.unwrap();
+    assert_eq!(waiting_list.len(), 1);
+    assert_eq!(waiting_list[0].id, id);
+    assert_eq!(
+        store.session(&s.id).await.unwrap().needs,
+        Some(Needs::Approval)
+    );
+    let needs_you = [(id_of.clone(), serde_json::json!("approval"))];
+    assert_eq!(listed(None).await, needs_you);
+    assert_eq!(listed(Some(Needs::Approval)).await, needs_you);
     let d = |who: &str, v| Decision {
         decision: v,
         by: DecidedBy::Human,
@@ -153,6 +186,11 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
         .unwrap();
     assert_eq!(decided.decision.unwrap().decision, Verdict::Allow);
     assert_eq!(task.status, TaskStatus::Running);
+    assert_eq!(store.session(&s.id).await.unwrap().needs, None);
+    assert_eq!(
+        listed(None).await,
+        [(id_of.clone(), serde_json::Value::Null)]
+    );
     let again = store
         .decide_approval(id.clone(), None, d("bob", Verdict::Deny))
         .await
@@ -1011,9 +1049,13 @@ async fn projects_bindings_and_listing(place: Place) {
     let doc = |out: &mut Vec<u8>, row: &berth_web::store::SessionCols<'_>| {
         serde_json::to_writer(out, &row.to_api()?).map_err(|e| StoreError::Corrupt(e.to_string()))
     };
-    let all: Vec<serde_json::Value> =
-        serde_json::from_slice(&store.sessions_json(None, false, "test", doc).await.unwrap())
-            .unwrap();
+    let all: Vec<serde_json::Value> = serde_json::from_slice(
+        &store
+            .sessions_json(None, false, None, "test", doc)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     // Each listed document is the one a single read gives.
     for d in &all {
         let one = store
@@ -1028,19 +1070,22 @@ async fn projects_bindings_and_listing(place: Place) {
         assert_eq!(all[1]["binding"]["daemon_name"], "laptop-2", "{all:?}");
     }
     assert_eq!(
-        ids(store.sessions_json(None, false, "test", doc).await.unwrap()),
+        ids(store
+            .sessions_json(None, false, None, "test", doc)
+            .await
+            .unwrap()),
         [s.id.clone(), other.id.clone()]
     );
     assert_eq!(
         ids(store
-            .sessions_json(Some("ann".into()), false, "test", doc)
+            .sessions_json(Some("ann".into()), false, None, "test", doc)
             .await
             .unwrap()),
         std::slice::from_ref(&s.id)
     );
     assert!(
         ids(store
-            .sessions_json(Some("bob".into()), false, "test", doc)
+            .sessions_json(Some("bob".into()), false, None, "test", doc)
             .await
             .unwrap())
         .is_empty()
@@ -1107,7 +1152,7 @@ fn bench_list_10000_sessions() {
         // The API's own path: rows streamed into the JSON answer.
         let start = std::time::Instant::now();
         let json = rt
-            .block_on(store.sessions_json(None, false, "test", doc))
+            .block_on(store.sessions_json(None, false, None, "test", doc))
             .unwrap();
         total.push(start.elapsed());
         assert!(json.len() > 10_000);
@@ -1657,7 +1702,7 @@ fn counted_doc(
 async fn titles(store: &Store) -> (bool, std::collections::BTreeMap<String, String>) {
     let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let body = store
-        .sessions_json(None, false, "test", counted_doc(&written))
+        .sessions_json(None, false, None, "test", counted_doc(&written))
         .await
         .unwrap();
     let docs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
@@ -1870,7 +1915,10 @@ async fn bench_postgres_list_10000_sessions() {
         raw.push(t.elapsed());
         assert_eq!(rows.len(), 10_000);
         let t = std::time::Instant::now();
-        let json = store.sessions_json(None, false, "test", doc).await.unwrap();
+        let json = store
+            .sessions_json(None, false, None, "test", doc)
+            .await
+            .unwrap();
         total.push(t.elapsed());
         assert!(json.len() > 10_000);
     }
@@ -1943,7 +1991,10 @@ async fn sessions_and_agents_are_mended(place: Place) {
     let listed = |all: bool| {
         let store = store.clone();
         async move {
-            let json = store.sessions_json(None, all, "test", doc).await.unwrap();
+            let json = store
+                .sessions_json(None, all, None, "test", doc)
+                .await
+                .unwrap();
             let v: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
             v.into_iter()
                 .map(|d| {

@@ -239,7 +239,17 @@ impl View {
                 Some(r) if status.starts_with("waiting") => {
                     let r = inert(r);
                     let what = r.strip_prefix("waiting for ").unwrap_or(&r);
-                    format!("task {} waits for {what}", short(&Value::from(id.as_str())))
+                    // A person's answer, not a lock or a machine: said first, as the
+                    // session list and the web page say it.
+                    let needs = if status == "waiting_approval" {
+                        "NEEDS YOU · "
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{needs}task {} waits for {what}",
+                        short(&Value::from(id.as_str()))
+                    )
                 }
                 _ => format!(
                     "task {} {status} · Ctrl-C cancels it",

@@ -227,6 +227,12 @@ CREATE TABLE approvals (
 );
 CREATE INDEX approvals_task ON approvals(task_id, waiting, seq);
 CREATE INDEX approvals_asked ON approvals(waiting, asked_at, seq);
+CREATE INDEX approvals_session ON approvals(session_id, waiting);
+-- A session's "needs you" is in the list's documents: a request that starts or stops
+-- waiting changes what the kept lists show (see `crate::store::lists`).
+CREATE TRIGGER approvals_listed
+    AFTER INSERT OR DELETE OR UPDATE OF waiting ON approvals
+    FOR EACH STATEMENT EXECUTE FUNCTION berth_sessions_changed();
 INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
     SELECT j.value->>'id', t.id, t.session_id,
            COALESCE(jsonb_typeof(j.value->'decision'), 'null') = 'null',

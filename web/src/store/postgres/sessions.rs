@@ -349,14 +349,17 @@ impl Pg {
         &self,
         key: Key,
         archived: bool,
+        needs: Option<berth_core::api::Needs>,
         doc: F,
     ) -> Result<Bytes, StoreError>
     where
         F: Fn(&mut Vec<u8>, &SessionCols<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        if archived {
+        // Only the whole list of the sessions not archived is kept.
+        if archived || needs.is_some() {
             return Ok(Bytes::from(
-                self.read_sessions_json(key.1.as_deref(), true, doc).await?,
+                self.read_sessions_json(key.1.as_deref(), archived, needs, doc)
+                    .await?,
             ));
         }
         if let Some((generation, body)) = self.lists.kept(&key)
@@ -368,7 +371,7 @@ impl Pg {
         // Loaded before the read's snapshot: the read shows at least what it counts.
         let generation = self.lists.generation();
         let body = Bytes::from(
-            self.read_sessions_json(key.1.as_deref(), false, doc)
+            self.read_sessions_json(key.1.as_deref(), false, None, doc)
                 .await?,
         );
         if let Some(generation) = generation {
@@ -398,6 +401,7 @@ impl Pg {
         &self,
         owner: Option<&str>,
         archived: bool,
+        needs: Option<berth_core::api::Needs>,
         doc: F,
     ) -> Result<Vec<u8>, StoreError>
     where
@@ -424,7 +428,8 @@ impl Pg {
                 .iter()
                 .map(|r| SessionCols::from_row(r, &names))
                 .collect::<Result<Vec<_>, _>>()?;
-            listed.retain(|s| archived || !s.archived);
+            listed
+                .retain(|s| (archived || !s.archived) && needs.is_none_or(|n| s.needs == Some(n)));
             listed.sort_unstable_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
             let mut out = Vec::with_capacity(64 * 1024);
             out.push(b'[');
