@@ -86,6 +86,9 @@ pub struct ServerOptions {
     /// `postgres://…`: the store on PostgreSQL (`berth-server --database`); `None`:
     /// SQLite in the home.
     pub database: Option<String>,
+    /// More observers of finished tasks and of approvals (`berth serve`'s
+    /// notifications), attached before anything is scheduled.
+    pub observers: Vec<Arc<dyn crate::scheduler::TaskObserver>>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -98,6 +101,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("daemons", &self.daemons)
             .field("http", &self.http)
             .field("database", &self.database.is_some())
+            .field("observers", &self.observers.len())
             .finish()
     }
 }
@@ -308,6 +312,9 @@ impl Server {
             Arc::new(display.clone()),
             http.clone(),
         )));
+        for o in opts.observers {
+            scheduler.observe(o);
+        }
         let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
         for session in &recovery.pending_sessions {
             scheduler.notify(session);

@@ -102,6 +102,9 @@ pub(super) async fn pending(inner: &Arc<Inner>, executor: &Arc<dyn Executor>, a:
             tracing::warn!(task = %a.task_id, error = %e, "could not read the session's rules")
         }
     }
+    for o in inner.observers() {
+        o.approval_asked(a);
+    }
     let deadline = clock::parse_millis(&a.deadline).unwrap_or(0);
     let asked = clock::parse_millis(&a.asked_at).unwrap_or(0);
     let secs = u64::try_from((deadline - asked) / 1000).unwrap_or(0);
@@ -140,9 +143,14 @@ async fn decide(
         if let Some(m) = inner.metrics.get() {
             m.approval_decided(d);
         }
-        let running = inner.running.lock().await;
-        if let Some(executor) = running.get(&task.id).and_then(|r| r.executor.as_ref()) {
-            executor.answer(&task.id, &a.id, answer_of(d));
+        {
+            let running = inner.running.lock().await;
+            if let Some(executor) = running.get(&task.id).and_then(|r| r.executor.as_ref()) {
+                executor.answer(&task.id, &a.id, answer_of(d));
+            }
+        }
+        for o in inner.observers() {
+            o.approval_decided(&a);
         }
     }
     Ok((a, task))

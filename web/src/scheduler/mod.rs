@@ -50,10 +50,22 @@ impl Default for SchedulerConfig {
 }
 
 /// Told when a task has reached its final status (after it is recorded), e.g. to
-/// post a channel session's answer back. Called on the scheduler's task: an observer
-/// must not block; it spawns whatever takes time.
+/// post a channel session's answer back, and when a request of the `ask` policy is put
+/// to a person or decided. Called on the scheduler's task: an observer must not block;
+/// it spawns whatever takes time.
 pub trait TaskObserver: Send + Sync + 'static {
     fn task_finished(&self, task: &TaskRow);
+
+    /// A request now waits for a person (no session rule answered it), recorded with
+    /// its deadline.
+    fn approval_asked(&self, approval: &berth_core::approval::Approval) {
+        let _ = approval;
+    }
+
+    /// A request was decided (by a person, a rule, its deadline or a cancel), recorded.
+    fn approval_decided(&self, approval: &berth_core::approval::Approval) {
+        let _ = approval;
+    }
 }
 
 /// A handle to the scheduler; cheap to clone.
@@ -109,6 +121,14 @@ impl Inner {
         for o in observers {
             o.task_finished(task);
         }
+    }
+
+    /// Every observer, as they are now.
+    fn observers(&self) -> Vec<Arc<dyn TaskObserver>> {
+        self.observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
