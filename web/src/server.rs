@@ -312,10 +312,22 @@ impl Server {
             Arc::new(display.clone()),
             http.clone(),
         )));
+        let cards = crate::hooks::Cards::new(
+            store.clone(),
+            channels.clone(),
+            Arc::new(display.clone()),
+            http.clone(),
+        );
+        scheduler.observe(Arc::new(cards.clone()));
         for o in opts.observers {
             scheduler.observe(o);
         }
-        let channels = Arc::new(Channels::new(store.clone(), scheduler.clone(), channels));
+        let channels = Arc::new(Channels::new(
+            store.clone(),
+            scheduler.clone(),
+            channels,
+            cards,
+        ));
         for session in &recovery.pending_sessions {
             scheduler.notify(session);
         }

@@ -6,6 +6,7 @@ mod bench_smoke;
 mod boundaries;
 mod changes;
 mod chat;
+mod chat_asks;
 mod daemons;
 mod deployed;
 mod faults;

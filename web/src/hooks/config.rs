@@ -59,6 +59,24 @@ pub struct ChannelConfig {
     /// On a team server, the member channel sessions belong to
     /// (`BERTH_CHANNEL_MEMBER`; `berth-server` defaults it to the first admin).
     pub member: Option<String>,
+    /// Where requests of the `ask` policy go on the platforms, and who else may answer
+    /// them (the user settings' `notify`; `berth serve` only).
+    pub asks: AskRouting,
+}
+
+/// Requests on the chat platforms (issue 55): a desktop session's go to the user named
+/// here as a direct message; the user who started a channel session's thread answers
+/// its requests, and so do the answerers named here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AskRouting {
+    /// `notify.slack`: a Slack user id (`U…`).
+    pub slack_user: Option<String>,
+    /// `notify.lark`: a Lark open id (`ou_…`).
+    pub lark_user: Option<String>,
+    /// `notify.answerers.slack`.
+    pub slack_answerers: Vec<String>,
+    /// `notify.answerers.lark`.
+    pub lark_answerers: Vec<String>,
 }
 
 impl ChannelConfig {
@@ -108,6 +126,7 @@ impl ChannelConfig {
             lark,
             agent: get("BERTH_CHANNEL_AGENT"),
             member: get("BERTH_CHANNEL_MEMBER"),
+            asks: AskRouting::default(),
         }
     }
 
@@ -202,6 +221,7 @@ mod tests {
                 }),
                 agent: Some("claude".into()),
                 member: None,
+                asks: Default::default(),
             }
         );
         assert_eq!(

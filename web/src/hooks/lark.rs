@@ -109,6 +109,9 @@ fn message(event_id: String, payload: &Value) -> Result<ChannelMessage, &'static
         },
         text,
         event_id,
+        user: text_of(event, &["sender", "sender_id", "open_id"])
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned),
     })
 }
 
@@ -208,6 +211,7 @@ mod tests {
                 },
                 text: "hello there".into(),
                 event_id: "e1".into(),
+                user: None,
             })
         );
     }

@@ -14,13 +14,15 @@
 //! session's task ends, the [`Replier`] (a [`TaskObserver`] on the scheduler) posts
 //! the agent's final answer back to the conversation.
 
+pub mod cards;
 pub mod config;
 pub mod crypto;
 mod lark;
 mod reply;
 mod slack;
 
-pub use config::{ChannelConfig, LarkConfig, Secret, SlackConfig};
+pub use cards::Cards;
+pub use config::{AskRouting, ChannelConfig, LarkConfig, Secret, SlackConfig};
 pub use reply::{Replier, final_answer};
 
 use crate::http::{ApiError, BODY_LIMIT};
@@ -101,6 +103,8 @@ pub struct ChannelMessage {
     pub text: String,
     /// The platform's id of the delivery, to drop its retries.
     pub event_id: String,
+    /// Who wrote it (Slack's user id, Lark's open id), if the platform said.
+    pub user: Option<String>,
 }
 
 /// What an authenticated webhook request asks of Berth, read without acting on it.
@@ -167,21 +171,120 @@ async fn receive<W: Webhook>(
     ch.answer(intake).await
 }
 
+/// `POST /hooks/slack/actions`: Slack's interactivity requests, authenticated by the
+/// signing secret like the events; a click on a request's button is acted on (see
+/// [`Channels::click`]), anything else acknowledged. Always answered at once: Slack
+/// shows an error to a user whose click is not acknowledged within 3 s.
+async fn slack_click(
+    State(ch): State<Arc<Channels>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let secrets = configured::<SlackConfig>(ch.config())?;
+    let body = raw_body(body).await?;
+    if let Some(click) = cards::read_click(secrets, &headers, &body, crate::clock::now_secs())? {
+        ch.click(click).await;
+    }
+    Ok(Json(serde_json::json!({})))
+}
+
 /// What the webhook handlers share.
 #[derive(Debug)]
 pub struct Channels {
     store: Store,
     scheduler: Scheduler,
     config: ChannelConfig,
+    /// The requests' messages (see [`cards`]).
+    cards: Cards,
 }
 
 impl Channels {
-    pub fn new(store: Store, scheduler: Scheduler, config: ChannelConfig) -> Channels {
+    pub fn new(
+        store: Store,
+        scheduler: Scheduler,
+        config: ChannelConfig,
+        cards: Cards,
+    ) -> Channels {
         Channels {
             store,
             scheduler,
             config,
+            cards,
         }
+    }
+
+    /// A click on a request's button (see [`cards`]): a replay does nothing; a user who
+    /// may not answer is told so, alone; anyone else's answer is decided through the
+    /// one path of approvals (`via: "slack"`), and the message then says how it stands
+    /// (the decision, or why the click changed nothing: decided already, expired).
+    /// Takes milliseconds: the platform hears back at once, the messages follow.
+    pub async fn click(&self, click: cards::Click) {
+        use crate::scheduler::HumanAnswer;
+        if self.cards.replayed(&click.trigger_id) {
+            tracing::warn!(trigger = %click.trigger_id, "a replayed Slack click was ignored");
+            return;
+        }
+        let Some(allowed) = self.cards.answerers(&click.approval).await else {
+            self.tell(&click, "Berth knows no such request here.".to_owned());
+            return;
+        };
+        if !allowed.contains(&click.user) {
+            let who = allowed
+                .iter()
+                .map(|u| format!("<@{u}>"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            self.tell(
+                &click,
+                format!("Not yours: only {who} may answer this request."),
+            );
+            return;
+        }
+        let verdict = match click.action {
+            cards::Action::Deny => berth_core::approval::Verdict::Deny,
+            cards::Action::Allow | cards::Action::Always => berth_core::approval::Verdict::Allow,
+        };
+        let human = HumanAnswer {
+            verdict,
+            always: click.action == cards::Action::Always,
+            reason: None,
+            who: Some(click.user.clone()),
+            via: "slack".to_owned(),
+        };
+        // A message this server posted is updated by the decision itself (an observer
+        // of decisions); one posted before a restart, here, where it was clicked.
+        let tracked = self.cards.tracked(&click.approval);
+        let answered = self.scheduler.answer(&click.approval, None, human).await;
+        let cards = self.cards.clone();
+        tokio::spawn(async move {
+            match answered {
+                Ok(_) if tracked => {}
+                Ok(a) => cards.update_at(&click.channel, &click.message_ts, &a).await,
+                Err(e) => {
+                    let now = cards.approval(&click.approval).await;
+                    if let Some(a) = now.as_ref().filter(|a| a.decision.is_some()) {
+                        cards.update_at(&click.channel, &click.message_ts, a).await;
+                    }
+                    cards
+                        .tell(
+                            &click.channel,
+                            &click.user,
+                            &format!("Nothing changed: {e}"),
+                        )
+                        .await;
+                }
+            }
+        });
+    }
+
+    /// Tells the clicking user alone why their click did nothing.
+    fn tell(&self, click: &cards::Click, text: String) {
+        let (cards, channel, user) = (
+            self.cards.clone(),
+            click.channel.clone(),
+            click.user.clone(),
+        );
+        tokio::spawn(async move { cards.tell(&channel, &user, &text).await });
     }
 
     pub fn config(&self) -> &ChannelConfig {
@@ -232,6 +335,7 @@ impl Channels {
                 agent: self.config.agent.clone(),
                 owner: self.config.member.clone(),
                 title: format!("{}: {}", platform.as_str(), excerpt.trim()),
+                user: msg.user.clone(),
             })
             .await
             .inspect_err(|e| {
@@ -266,6 +370,10 @@ pub fn hooks_router(channels: Arc<Channels>) -> Router {
         .route(
             "/hooks/lark",
             post(receive::<LarkConfig>).fallback(method_not_allowed),
+        )
+        .route(
+            "/hooks/slack/actions",
+            post(slack_click).fallback(method_not_allowed),
         )
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(channels)

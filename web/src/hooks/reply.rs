@@ -330,6 +330,7 @@ mod tests {
             lark: None,
             agent: None,
             member: None,
+            asks: Default::default(),
         };
         let http = HttpClient::new(&crate::net::client::ClientOptions::from_env(None)).unwrap();
         let display = Arc::new(berth_core::Context::new(berth_core::Platform::Linux));
@@ -363,6 +364,7 @@ mod tests {
                 agent: None,
                 title: "slack C1:1".into(),
                 owner: None,
+                user: None,
             })
             .await
             .unwrap()

@@ -42,6 +42,8 @@ struct Event {
     #[serde(default)]
     bot_id: Option<String>,
     #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
     channel: Option<String>,
     #[serde(default)]
     text: Option<String>,
@@ -81,6 +83,7 @@ fn message(event_id: String, e: Event) -> Result<ChannelMessage, &'static str> {
         },
         text,
         event_id,
+        user: e.user.filter(|u| !u.is_empty()),
     })
 }
 
@@ -150,6 +153,7 @@ mod tests {
                 },
                 text: "hi".into(),
                 event_id: "Ev1".into(),
+                user: Some("U1".into()),
             })
         );
         let reply = event(json!({"type": "message", "channel": "C1", "text": "more",

@@ -27,6 +27,9 @@ pub struct NewChannelMessage {
     pub title: String,
     /// Who a new session belongs to (the channel identity of a team server).
     pub owner: Option<String>,
+    /// The platform's id of the user who wrote it (Slack's `U…`, Lark's open id): kept
+    /// for a new conversation as who started it.
+    pub user: Option<String>,
 }
 
 /// What became of a channel message.
@@ -47,6 +50,9 @@ pub enum ChannelIntake {
 pub struct ChannelThread {
     pub platform: String,
     pub thread_key: String,
+    /// The platform's id of the user whose message started it (who answers its
+    /// requests); `None` for a conversation taken in before it was kept.
+    pub started_by: Option<String>,
 }
 
 impl Store {
@@ -80,14 +86,16 @@ impl Store {
                     let session =
                         insert_session(tx, NewSessionRow::channel(m.title, m.agent, m.owner))?;
                     tx.prepare_cached(
-                        "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
-                         VALUES (?1, ?2, ?3, ?4)",
+                        "INSERT INTO channel_threads
+                           (platform, thread_key, session_id, created_at, started_by)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
                     )?
                     .execute(params![
                         m.platform,
                         m.thread_key,
                         session.id.as_str(),
-                        clock::now()
+                        clock::now(),
+                        m.user
                     ])?;
                     (session.id, true)
                 }
@@ -110,12 +118,14 @@ impl Store {
         on_pg!(self, pg => pg.channel_thread(session_id));
         self.read_small(move |conn| {
             conn.prepare_cached(
-                "SELECT platform, thread_key FROM channel_threads WHERE session_id = ?1",
+                "SELECT platform, thread_key, started_by FROM channel_threads
+                 WHERE session_id = ?1",
             )?
             .query_row([session_id.as_str()], |r| {
                 Ok(ChannelThread {
                     platform: r.get(0)?,
                     thread_key: r.get(1)?,
+                    started_by: r.get(2)?,
                 })
             })
             .optional()

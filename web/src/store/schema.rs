@@ -218,7 +218,8 @@ CREATE TABLE session_rules (
 /// A row per request (issue 54's speed): recording or deciding one no longer reads and
 /// rewrites the task's whole list. The lists kept in `tasks.approvals` move here, in
 /// the order asked; the column stays, empty. A session "needs you" while one of its
-/// rows waits (`approvals_session`).
+/// rows waits (`approvals_session`). A chat conversation keeps who started it: that
+/// user answers its requests' buttons (issue 55).
 const V14: &str = r#"
 CREATE TABLE approvals (
     seq        INTEGER PRIMARY KEY,
@@ -240,6 +241,7 @@ INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
     WHERE t.approvals IS NOT NULL
     ORDER BY t.created_at, t.id, j.key;
 UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
+ALTER TABLE channel_threads ADD COLUMN started_by TEXT;
 "#;
 
 /// Every migration, oldest first.

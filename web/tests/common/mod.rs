@@ -221,6 +221,7 @@ impl TestServer {
             daemons,
             http: None,
             database: None,
+            observers: Vec::new(),
         };
         let server = Arc::new(Server::open(home.path(), opts).await.expect("server opens"));
         let socket = server.socket_path();

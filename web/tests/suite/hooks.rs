@@ -116,6 +116,7 @@ fn config(fake: SocketAddr) -> ChannelConfig {
         }),
         agent: Some("bot".into()),
         member: None,
+        asks: Default::default(),
     }
 }
 
@@ -474,6 +475,7 @@ fn read_request_authenticates_and_reads_without_a_server() {
         lark: None,
         agent: None,
         member: None,
+        asks: Default::default(),
     };
     let at = 1_700_000_000;
     let body = slack_message("Ev1", "hello", "1.1", Some("1.0"));
@@ -492,6 +494,7 @@ fn read_request_authenticates_and_reads_without_a_server() {
             },
             text: "hello".into(),
             event_id: "Ev1".into(),
+            user: Some("U1".into()),
         })
     );
     let late = read_request(Platform::Slack, &cfg, &headers, body.as_bytes(), at + 301);

@@ -875,6 +875,7 @@ fn slack(event_id: &str, thread: &str, text: &str) -> NewChannelMessage {
         agent: None,
         title: format!("slack {thread}"),
         owner: Some("admin".into()),
+        user: Some("U1".into()),
     }
 }
 
@@ -926,7 +927,8 @@ async fn channel_messages_are_taken_in_once(place: Place) {
         store.channel_thread(session_id.clone()).await.unwrap(),
         Some(ChannelThread {
             platform: "slack".into(),
-            thread_key: "C1:1".into()
+            thread_key: "C1:1".into(),
+            started_by: Some("U1".into()),
         })
     );
     let tasks = store

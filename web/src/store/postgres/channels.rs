@@ -44,13 +44,15 @@ impl Pg {
                     .await?;
                 w.q()
                     .exec(
-                        "INSERT INTO channel_threads (platform, thread_key, session_id, created_at)
-                         VALUES ($1, $2, $3, $4)",
+                        "INSERT INTO channel_threads
+                           (platform, thread_key, session_id, created_at, started_by)
+                         VALUES ($1, $2, $3, $4, $5)",
                         &[
                             &m.platform,
                             &m.thread_key,
                             &session.id.as_str(),
                             &clock::now(),
+                            &m.user,
                         ],
                     )
                     .await?;
@@ -73,12 +75,13 @@ impl Pg {
         session_id: SessionId,
     ) -> Result<Option<ChannelThread>, StoreError> {
         self.first(
-            "SELECT platform, thread_key FROM channel_threads WHERE session_id = $1",
+            "SELECT platform, thread_key, started_by FROM channel_threads WHERE session_id = $1",
             &[&session_id.as_str()],
             |r| {
                 Ok(ChannelThread {
                     platform: r.text(0)?,
                     thread_key: r.text(1)?,
+                    started_by: r.opt_text(2)?,
                 })
             },
         )

@@ -241,6 +241,7 @@ INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
     WHERE t.approvals IS NOT NULL
     ORDER BY t.created_at, t.id, j.n;
 UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
+ALTER TABLE channel_threads ADD COLUMN started_by TEXT;
 "#;
 
 impl Pg {

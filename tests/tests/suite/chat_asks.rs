@@ -1,0 +1,308 @@
+//! Approvals in Slack (issue 55), against a fake Slack on loopback over https (the
+//! test CA in `BERTH_CA_FILE`) that answers the Web API as Slack does, and clicks
+//! signed as Slack signs its interactivity requests: a channel session's request is
+//! posted in its thread with its buttons; a signed click by the thread's user decides
+//! it (`via: "slack"`) and the message says so; forged, stale and replayed clicks do
+//! nothing; another user's click is "not yours"; a click after the deadline says it
+//! expired; "always" makes the session rule.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
+
+use berth_tests::steps::{add_ask_peer, raw_http, s, slack_sign};
+use berth_tests::tls::{HttpsFake, Pki, Received};
+use berth_tests::{Berth, eventually};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+
+/// The fake Slack's answers: a message posted gets a `ts` (a request's card
+/// `card-THREAD`, so a test knows which message a click is on).
+fn slack_answer(r: &Received) -> String {
+    static TS: AtomicU64 = AtomicU64::new(100);
+    match r.path.as_str() {
+        "/slack/chat.postMessage" => {
+            let body: Value = serde_json::from_str(&r.body).unwrap_or_default();
+            let ts = match (&body["blocks"], body["thread_ts"].as_str()) {
+                (Value::Array(_), Some(thread)) => format!("card-{thread}"),
+                _ => format!("{}.0", TS.fetch_add(1, Ordering::SeqCst)),
+            };
+            json!({"ok": true, "channel": "C1", "ts": ts})
+        }
+        "/slack/chat.update" | "/slack/chat.postEphemeral" => json!({"ok": true}),
+        _ => json!({"ok": false, "error": "unknown_method"}),
+    }
+    .to_string()
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// POSTs `body` to `path` on `b`'s web listener, signed at `ts` with `secret`.
+fn signed_post(b: &Berth, path: &str, kind: &str, body: &str, secret: &str, ts: i64) -> u16 {
+    let (url, _) = b.serve_info();
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    let ts = ts.to_string();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {kind}\r\n\
+         X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: {}\r\n",
+        slack_sign(secret, &ts, body.as_bytes())
+    );
+    raw_http(&mut stream, &head, body.as_bytes()).0
+}
+
+/// A user's message in channel C1, starting thread `ts`.
+fn message(b: &Berth, id: &str, user: &str, text: &str, ts: &str) -> u16 {
+    let body = json!({"type": "event_callback", "event_id": id, "event_time": 1, "team_id": "T1",
+        "event": {"type": "message", "channel": "C1", "user": user, "text": text, "ts": ts,
+                  "channel_type": "channel"}})
+    .to_string();
+    signed_post(b, "/hooks/slack", "application/json", &body, SECRET, now())
+}
+
+/// A `block_actions` click, as Slack sends it to the interactivity URL.
+fn click_body(user: &str, trigger: &str, action: &str, approval: &str, message_ts: &str) -> String {
+    let payload = json!({"type": "block_actions", "team": {"id": "T1"},
+        "user": {"id": user, "username": user.to_lowercase()},
+        "api_app_id": "A1", "token": "legacy", "trigger_id": trigger,
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": "C1",
+                      "is_ephemeral": false},
+        "channel": {"id": "C1", "name": "general"},
+        "message": {"ts": message_ts},
+        "response_url": "https://hooks.slack.invalid/actions/T1/1/x",
+        "actions": [{"action_id": action, "block_id": "berth_approval", "value": approval,
+                     "type": "button", "action_ts": "1.2"}]});
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+fn click(b: &Berth, body: &str, secret: &str, ts: i64) -> u16 {
+    signed_post(
+        b,
+        "/hooks/slack/actions",
+        "application/x-www-form-urlencoded",
+        body,
+        secret,
+        ts,
+    )
+}
+
+/// The calls to `method` the fake received, their bodies as JSON.
+fn calls(fake: &HttpsFake, method: &str) -> Vec<Value> {
+    fake.received()
+        .into_iter()
+        .filter(|r| r.path == format!("/slack/{method}"))
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect()
+}
+
+/// The `n`th request card posted (1-based), once it is there: its body.
+fn card(fake: &HttpsFake, n: usize) -> Value {
+    eventually(30, || {
+        calls(fake, "chat.postMessage")
+            .into_iter()
+            .filter(|c| c["blocks"].is_array())
+            .nth(n - 1)
+    })
+    .unwrap_or_else(|| panic!("no request card {n}: {:?}", fake.received()))
+}
+
+fn approval(b: &Berth, id: &str) -> Value {
+    let all = b.json(&["approvals", "--all", "--json"]);
+    all["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no request {id}: {all}"))
+}
+
+#[test]
+fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
+    let root = berth_tests::TempDir::new("chat-asks-pki");
+    let pki = Pki::generate(&root.path().join("pki"), "slack");
+    let fake = HttpsFake::start(&pki, slack_answer);
+    let mut b = Berth::new("chat-asks");
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{"ask": {"deadline_secs": 3}}"#,
+    )
+    .unwrap();
+    b.env("BERTH_CA_FILE", s(&pki.ca));
+    for (k, v) in [
+        ("BERTH_SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("BERTH_SLACK_BOT_TOKEN", "xoxb-test".to_owned()),
+        ("BERTH_SLACK_API_URL", format!("{}/slack", fake.url())),
+        ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
+    ] {
+        b.env(k, &v);
+    }
+    b.serve();
+    add_ask_peer(&b, "asker");
+
+    // 1. Ann (U0ANN) asks in a thread; the request comes to the thread with buttons.
+    assert_eq!(message(&b, "Ev1", "U0ANN", "run: echo one", "1.1"), 200);
+    let posted = card(&fake, 1);
+    assert_eq!(posted["channel"], "C1");
+    assert_eq!(posted["thread_ts"], "1.1", "in the thread: {posted}");
+    let actions = posted["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "actions")
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = actions["elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["berth_allow", "berth_deny", "berth_always"]);
+    let id = actions["elements"][0]["value"].as_str().unwrap().to_owned();
+    assert!(
+        posted["blocks"].to_string().contains("echo one"),
+        "{posted}"
+    );
+    let ts1 = "card-1.1";
+
+    // 2. Forged (another secret), stale (six minutes old): refused, nothing decided.
+    let allow = click_body("U0ANN", "tr-1", "berth_allow", &id, ts1);
+    assert_eq!(click(&b, &allow, "not-the-secret", now()), 401);
+    assert_eq!(click(&b, &allow, SECRET, now() - 360), 401);
+    assert!(approval(&b, &id)["decision"].is_null());
+
+    // 3. Bob's click: not his thread, told so alone; still waiting.
+    let bob = click_body("U0BOB", "tr-bob", "berth_allow", &id, ts1);
+    assert_eq!(click(&b, &bob, SECRET, now()), 200);
+    let told = eventually(20, || calls(&fake, "chat.postEphemeral").into_iter().next())
+        .expect("Bob is told");
+    assert_eq!(told["user"], "U0BOB");
+    assert!(
+        told["text"].as_str().unwrap().contains("Not yours"),
+        "{told}"
+    );
+    assert!(approval(&b, &id)["decision"].is_null());
+
+    // 4. Ann's signed click allows it, once; the message says who, what and when.
+    let at = now();
+    assert_eq!(click(&b, &allow, SECRET, at), 200);
+    let d = eventually(20, || {
+        let a = approval(&b, &id);
+        (!a["decision"].is_null()).then(|| a["decision"].clone())
+    })
+    .unwrap();
+    assert_eq!(
+        (&d["decision"], &d["by"], &d["who"], &d["via"]),
+        (
+            &json!("allow"),
+            &json!("human"),
+            &json!("U0ANN"),
+            &json!("slack")
+        ),
+        "{d}"
+    );
+    let updated = eventually(20, || {
+        calls(&fake, "chat.update")
+            .into_iter()
+            .find(|u| u["ts"] == ts1)
+    })
+    .unwrap();
+    assert!(
+        updated["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Allowed by <@U0ANN> via slack"),
+        "{updated}"
+    );
+    assert!(
+        !updated["blocks"].to_string().contains("berth_allow"),
+        "no buttons left: {updated}"
+    );
+    // The agent went on: its answer comes to the thread.
+    eventually(30, || {
+        calls(&fake, "chat.postMessage").into_iter().find(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("ran echo one"))
+        })
+    })
+    .unwrap_or_else(|| panic!("no answer after the allow: {:?}", fake.received()));
+
+    // 5. The same click again (a replay, inside the window): nothing at all; a fresh
+    //    click on the decided request is told it is decided.
+    assert_eq!(click(&b, &allow, SECRET, at), 200);
+    let again = click_body("U0ANN", "tr-2", "berth_deny", &id, ts1);
+    assert_eq!(click(&b, &again, SECRET, now()), 200);
+    let told = eventually(20, || {
+        let t = calls(&fake, "chat.postEphemeral");
+        (t.len() == 2).then(|| t[1].clone())
+    })
+    .unwrap_or_else(|| panic!("{:?}", calls(&fake, "chat.postEphemeral")));
+    assert!(
+        told["text"].as_str().unwrap().contains("already decided"),
+        "{told}"
+    );
+    assert_eq!(approval(&b, &id)["decision"]["decision"], "allow");
+
+    // 6. "Always for this session" allows it and makes the session's rule.
+    assert_eq!(message(&b, "Ev2", "U0ANN", "run: echo two", "1.2"), 200);
+    let second = card(&fake, 2);
+    let id2 = second["blocks"][2]["elements"][2]["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ts2 = "card-1.2";
+    let always = click_body("U0ANN", "tr-3", "berth_always", &id2, ts2);
+    assert_eq!(click(&b, &always, SECRET, now()), 200);
+    let d = eventually(20, || {
+        let a = approval(&b, &id2);
+        (!a["decision"].is_null()).then(|| a["decision"].clone())
+    })
+    .unwrap();
+    assert_eq!(
+        (&d["decision"], &d["always"]),
+        (&json!("allow"), &json!(true))
+    );
+    let session = approval(&b, &id2)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rules = b.json(&["session", "rules", &session, "--json"]);
+    assert_eq!(rules["rules"][0]["rule"], "execute: echo two", "{rules}");
+
+    // 7. A click after the deadline: the message says it expired, and so is the user.
+    assert_eq!(message(&b, "Ev3", "U0ANN", "run: echo three", "1.3"), 200);
+    let third = card(&fake, 3);
+    let id3 = third["blocks"][2]["elements"][0]["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually(30, || {
+        let a = approval(&b, &id3);
+        (a["decision"]["by"] == "timeout").then_some(())
+    })
+    .expect("the request times out");
+    let late = click_body("U0ANN", "tr-4", "berth_allow", &id3, "card-1.3");
+    assert_eq!(click(&b, &late, SECRET, now()), 200);
+    let told = eventually(20, || {
+        calls(&fake, "chat.postEphemeral")
+            .into_iter()
+            .find(|t| t["text"].as_str().is_some_and(|t| t.contains("expired")))
+    })
+    .unwrap_or_else(|| panic!("{:?}", calls(&fake, "chat.postEphemeral")));
+    assert_eq!(told["user"], "U0ANN");
+    eventually(20, || {
+        calls(&fake, "chat.update").into_iter().find(|u| {
+            u["ts"] == "card-1.3" && u["text"].as_str().is_some_and(|t| t.starts_with("Expired"))
+        })
+    })
+    .expect("the message says it expired");
+    assert_eq!(approval(&b, &id3)["decision"]["decision"], "deny");
+}
