@@ -306,3 +306,191 @@ fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
     .expect("the message says it expired");
     assert_eq!(approval(&b, &id3)["decision"]["decision"], "deny");
 }
+
+const LARK_TOKEN: &str = "lark-verification-token";
+
+/// The fake Lark's answers: the tenant token, a card posted (`om_card_N`), updated.
+fn lark_answer(r: &Received) -> String {
+    static N: AtomicU64 = AtomicU64::new(1);
+    match (r.method.as_str(), r.path.as_str()) {
+        (_, "/lark/auth/v3/tenant_access_token/internal") => {
+            json!({"code": 0, "msg": "ok", "tenant_access_token": "t-tenant", "expire": 7200})
+        }
+        ("POST", p) if p.starts_with("/lark/im/v1/messages?receive_id_type=") => {
+            let n = N.fetch_add(1, Ordering::SeqCst);
+            json!({"code": 0, "msg": "success", "data": {"message_id": format!("om_{n}")}})
+        }
+        ("PATCH", p) if p.starts_with("/lark/im/v1/messages/") => {
+            json!({"code": 0, "msg": "success", "data": {}})
+        }
+        _ => json!({"code": 99991663, "msg": "unknown"}),
+    }
+    .to_string()
+}
+
+/// POSTs a Lark callback to `b`'s web listener (verified by its token): status, body.
+fn lark_post(b: &Berth, body: &Value) -> (u16, Value) {
+    let (url, _) = b.serve_info();
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    let head =
+        format!("POST /hooks/lark HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n");
+    let (status, answer) = raw_http(&mut stream, &head, body.to_string().as_bytes());
+    (
+        status,
+        serde_json::from_slice(&answer).unwrap_or(Value::Null),
+    )
+}
+
+fn lark_message(id: &str, user: &str, chat: &str, text: &str) -> Value {
+    json!({"schema": "2.0",
+           "header": {"event_id": id, "token": LARK_TOKEN, "event_type": "im.message.receive_v1"},
+           "event": {"sender": {"sender_type": "user", "sender_id": {"open_id": user}},
+                     "message": {"chat_id": chat, "message_type": "text",
+                                 "content": json!({"text": text}).to_string()}}})
+}
+
+/// A click on a card's button, as Lark's `card.action.trigger` callback carries it.
+fn lark_click(id: &str, token: &str, user: &str, action: &str, approval: &str) -> Value {
+    json!({"schema": "2.0",
+           "header": {"event_id": id, "token": token, "create_time": "1700000000000",
+                      "event_type": "card.action.trigger", "tenant_key": "tk", "app_id": "cli_app"},
+           "event": {"operator": {"tenant_key": "tk", "open_id": user, "user_id": "u1"},
+                     "token": "c-update-token", "host": "im_message",
+                     "action": {"tag": "button", "value": {"berth": action, "approval": approval}},
+                     "context": {"open_message_id": "om_1", "open_chat_id": "oc_chat"}}})
+}
+
+#[test]
+fn a_lark_chats_request_is_answered_on_its_card() {
+    let root = berth_tests::TempDir::new("lark-asks-pki");
+    let pki = Pki::generate(&root.path().join("pki"), "lark");
+    let fake = HttpsFake::start(&pki, lark_answer);
+    let mut b = Berth::new("lark-asks");
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{"ask": {"deadline_secs": 3}}"#,
+    )
+    .unwrap();
+    b.env("BERTH_CA_FILE", s(&pki.ca));
+    for (k, v) in [
+        ("BERTH_LARK_VERIFICATION_TOKEN", LARK_TOKEN.to_owned()),
+        ("BERTH_LARK_APP_ID", "cli_app".to_owned()),
+        ("BERTH_LARK_APP_SECRET", "app-secret".to_owned()),
+        ("BERTH_LARK_API_URL", format!("{}/lark", fake.url())),
+        ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
+    ] {
+        b.env(k, &v);
+    }
+    b.serve();
+    add_ask_peer(&b, "asker");
+
+    // The request comes to the chat as an interactive card with three buttons.
+    let (code, _) = lark_post(
+        &b,
+        &lark_message("e1", "ou_ann", "oc_chat", "run: echo one"),
+    );
+    assert_eq!(code, 200);
+    let card = eventually(30, || {
+        fake.received().into_iter().find(|r| {
+            r.path == "/lark/im/v1/messages?receive_id_type=chat_id"
+                && r.body.contains("interactive")
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no card: {:?}\n{}\n{}",
+            fake.received(),
+            b.serve_log(),
+            b.json(&["approvals", "--all", "--json"])
+        )
+    });
+    let body: Value = serde_json::from_str(&card.body).unwrap();
+    assert_eq!(body["receive_id"], "oc_chat");
+    let content: Value = serde_json::from_str(body["content"].as_str().unwrap()).unwrap();
+    let buttons = content["elements"][2]["actions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let names: Vec<&str> = buttons
+        .iter()
+        .map(|b| b["value"]["berth"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["allow", "deny", "always"]);
+    let id = buttons[0]["value"]["approval"].as_str().unwrap().to_owned();
+
+    // A forged callback (another token) is refused; another user is "not yours".
+    let (code, _) = lark_post(&b, &lark_click("c0", "forged", "ou_ann", "allow", &id));
+    assert_eq!(code, 401);
+    let (code, answer) = lark_post(&b, &lark_click("c1", LARK_TOKEN, "ou_bob", "allow", &id));
+    assert_eq!(code, 200);
+    assert_eq!(answer["toast"]["type"], "error", "{answer}");
+    assert!(
+        answer["toast"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Not yours")
+    );
+    assert!(approval(&b, &id)["decision"].is_null());
+
+    // Ann's click allows it: the answer's toast and card say who, what and when.
+    let (code, answer) = lark_post(&b, &lark_click("c2", LARK_TOKEN, "ou_ann", "allow", &id));
+    assert_eq!(code, 200);
+    assert_eq!(answer["toast"]["type"], "success", "{answer}");
+    let title = answer["card"]["data"]["header"]["title"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(title.starts_with("Allowed by ou_ann via lark"), "{answer}");
+    let d = approval(&b, &id)["decision"].clone();
+    assert_eq!(
+        (&d["who"], &d["via"]),
+        (&json!("ou_ann"), &json!("lark")),
+        "{d}"
+    );
+    // The same callback again: nothing; a later one is told it is decided.
+    let (_, again) = lark_post(&b, &lark_click("c2", LARK_TOKEN, "ou_ann", "deny", &id));
+    assert_eq!(again, json!({}), "a replay does nothing");
+    let (_, later) = lark_post(&b, &lark_click("c3", LARK_TOKEN, "ou_ann", "deny", &id));
+    assert_eq!(later["toast"]["type"], "warning", "{later}");
+    assert!(
+        later["toast"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("already decided")
+    );
+
+    // A request nobody answers: its card is updated to say it expired (PATCH).
+    let (code, _) = lark_post(&b, &lark_message("e2", "ou_ann", "oc_two", "run: echo two"));
+    assert_eq!(code, 200);
+    let waiting = eventually(30, || {
+        let all = b.json(&["approvals", "--all", "--json"]);
+        all["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["command"] == "echo two" && a["decision"]["by"] == "timeout")
+            .cloned()
+    })
+    .expect("the second request times out");
+    let patched = eventually(20, || {
+        fake.received()
+            .into_iter()
+            .find(|r| r.method == "PATCH" && r.body.contains("Expired"))
+    })
+    .unwrap_or_else(|| panic!("no card update: {:?}", fake.received()));
+    assert!(
+        patched.path.starts_with("/lark/im/v1/messages/om_"),
+        "{}",
+        patched.path
+    );
+    let late = waiting["id"].as_str().unwrap();
+    let (_, told) = lark_post(&b, &lark_click("c4", LARK_TOKEN, "ou_ann", "allow", late));
+    assert!(
+        told["toast"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{told}"
+    );
+}

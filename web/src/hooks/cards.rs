@@ -14,12 +14,20 @@
 //! only they see. Once a request is decided, wherever that was, its message says who
 //! decided what and when, and its buttons are gone.
 //!
+//! **Lark/Feishu** the same way: an interactive card in the chat (or, for a desktop
+//! session, to the open id `notify.lark` names), its buttons' clicks arriving as
+//! `card.action.trigger` callbacks on `POST /hooks/lark`, verified as the events are;
+//! the callback's answer carries a toast and the card as it stands, and a decision made
+//! elsewhere updates the card (`PATCH im/v1/messages/{id}`).
+//!
 //! What a message shows is the request stripped by the display rule (no home, no user
-//! name), cut with a note past Slack's limits.
+//! name), cut with a note past the platforms' limits; the agent's words are plain text,
+//! never markup that could mention anyone.
 
 use super::config::{ChannelConfig, SlackConfig};
 use super::crypto::{self, SignatureError};
-use super::{Thread, header};
+use super::reply::{LarkAuth, LarkAuthError};
+use super::{Platform, Thread, header};
 use crate::http::ApiError;
 use crate::net::HttpClient;
 use crate::scheduler::TaskObserver;
@@ -59,16 +67,31 @@ pub enum Action {
 /// An authenticated click on one of a request's buttons.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Click {
-    /// The Slack user who clicked.
+    pub platform: Platform,
+    /// Who clicked: Slack's user id, Lark's open id.
     pub user: String,
-    /// Slack's id of the interaction: a second delivery of it is a replay.
+    /// The platform's id of the interaction (Slack's `trigger_id`, Lark's event id): a
+    /// second delivery of it is a replay.
     pub trigger_id: String,
     pub action: Action,
     /// The request's full id (the button's value).
     pub approval: String,
-    /// Where the message is, to update it and to answer in it.
+    /// Where the message is, to update it and to answer in it: Slack's channel and
+    /// message `ts`; Lark's chat and message id.
     pub channel: String,
     pub message_ts: String,
+}
+
+impl Action {
+    /// The action a button's value names (`allow`, `deny`, `always`, or Slack's ids).
+    fn named(name: &str) -> Option<Action> {
+        match name {
+            ALLOW | "allow" => Some(Action::Allow),
+            DENY | "deny" => Some(Action::Deny),
+            ALWAYS | "always" => Some(Action::Always),
+            _ => None,
+        }
+    }
 }
 
 /// Cuts `text` to `max` characters, saying so.
@@ -165,17 +188,21 @@ pub fn request_message(a: &Approval, display: &berth_core::Context) -> (String, 
     (fallback, blocks)
 }
 
-/// What became of a request, in one line: who decided what, how and when.
-pub fn outcome_line(a: &Approval) -> String {
+/// What became of a request, in one line: who decided what, how and when; `slack`:
+/// in Slack's markup (bold, a user id as a mention), else plain text.
+pub fn outcome_line(a: &Approval, slack: bool) -> String {
     let Some(d) = &a.decision else {
         return "waiting for an answer".to_owned();
     };
-    let who = |w: &Option<String>| match w.as_deref() {
+    let who = match d.who.as_deref() {
         // A Slack user id is shown as the user.
-        Some(id) if id.starts_with('U') && id.chars().all(|c| c.is_ascii_alphanumeric()) => {
+        Some(id)
+            if slack && id.starts_with('U') && id.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
             format!("<@{id}>")
         }
-        Some(name) => plain(name),
+        Some(name) if slack => plain(name),
+        Some(name) => name.to_owned(),
         None => "you".to_owned(),
     };
     let verdict = match d.decision {
@@ -183,31 +210,139 @@ pub fn outcome_line(a: &Approval) -> String {
         Verdict::Allow => "Allowed",
         Verdict::Deny => "Denied",
     };
+    let verdict = if slack {
+        format!("*{verdict}*")
+    } else {
+        verdict.to_owned()
+    };
     let via = d
         .via
         .as_deref()
-        .map(|v| format!(" via {}", plain(v)))
+        .map(|v| format!(" via {}", if slack { plain(v) } else { v.to_owned() }))
         .unwrap_or_default();
+    let (expired, closed) = if slack {
+        ("*Expired*", "*Closed*")
+    } else {
+        ("Expired", "Closed")
+    };
     match d.by {
-        DecidedBy::Human => format!("*{verdict}* by {}{via} at {}", who(&d.who), d.at),
-        DecidedBy::Rule => format!("*{verdict}* by a rule of the session{via} at {}", d.at),
-        DecidedBy::Policy => format!("*{verdict}* by the policy at {}", d.at),
+        DecidedBy::Human => format!("{verdict} by {who}{via} at {}", d.at),
+        DecidedBy::Rule => format!("{verdict} by a rule of the session{via} at {}", d.at),
+        DecidedBy::Policy => format!("{verdict} by the policy at {}", d.at),
         DecidedBy::Timeout => format!(
-            "*Expired*: nobody answered in time, so it was denied at {}",
+            "{expired}: nobody answered in time, so it was denied at {}",
             d.at
         ),
-        DecidedBy::Cancel => format!("*Closed*: the task ended at {} before an answer", d.at),
+        DecidedBy::Cancel => format!("{closed}: the task ended at {} before an answer", d.at),
     }
 }
 
 /// The message of a decided request: the request, and what became of it (no buttons).
 pub fn decided_message(a: &Approval, display: &berth_core::Context) -> (String, Value) {
-    let line = outcome_line(a);
+    let line = outcome_line(a, true);
     let blocks = json!([
         {"type": "section", "text": {"type": "mrkdwn", "text": request_text(a, display)}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": format!("{line} · request `{}`", Approval::short_id(&a.id))}]},
     ]);
     (line.replace('*', ""), blocks)
+}
+
+/// The request in plain text (Lark shows it as such: no markup, no mention can be made
+/// of the agent's words), stripped by the display rule and cut.
+fn request_plain(a: &Approval, display: &berth_core::Context) -> String {
+    let strip = |t: &str| berth_core::display::redact_text(display, t).into_owned();
+    let mut text = format!("{}: {}", a.kind, strip(&a.title));
+    if let Some(cmd) = &a.command {
+        text.push_str(&format!("\n$ {}", strip(cmd)));
+    }
+    if !a.paths.is_empty() {
+        let paths: Vec<String> = a.paths.iter().map(|p| strip(p)).collect();
+        text.push_str(&format!("\npaths: {}", paths.join(", ")));
+    }
+    let empty = a.input.is_null() || a.input.as_object().is_some_and(|o| o.is_empty());
+    if let Some(input) = (!empty)
+        .then(|| serde_json::to_string_pretty(&a.input).ok())
+        .flatten()
+    {
+        text.push_str("\ninput:\n");
+        text.push_str(&strip(&input));
+    }
+    cut(&text, MAX_SECTION_CHARS)
+}
+
+fn lark_text(content: impl Into<String>) -> Value {
+    json!({"tag": "plain_text", "content": content.into()})
+}
+
+/// A Lark card's button for `action` on request `a`.
+fn lark_button(a: &Approval, text: &str, action: &str, kind: &str) -> Value {
+    json!({"tag": "button", "text": lark_text(text), "type": kind,
+           "value": {"berth": action, "approval": a.id}})
+}
+
+/// The request's line of facts, in plain text.
+fn facts_plain(a: &Approval) -> String {
+    let short = Approval::short_id(&a.id);
+    format!(
+        "request {short} · denied if unanswered at {} · or berth approve {short} / berth deny {short}",
+        a.deadline
+    )
+}
+
+/// The Lark card of a request that waits: the request, its buttons.
+pub fn lark_request_card(a: &Approval, display: &berth_core::Context) -> Value {
+    let mut always = lark_button(a, "Always for this session", "always", "default");
+    always["confirm"] = json!({
+        "title": lark_text("Always allow this?"),
+        "text": lark_text("This session will allow this same request from now on, without asking. `berth session rules` lists the rule and removes it."),
+    });
+    json!({
+        "config": {"wide_screen_mode": true, "update_multi": true},
+        "header": {"template": "orange", "title": lark_text(format!("The agent asks to {}", a.kind))},
+        "elements": [
+            {"tag": "div", "text": lark_text(request_plain(a, display))},
+            {"tag": "note", "elements": [lark_text(facts_plain(a))]},
+            {"tag": "action", "actions": [
+                lark_button(a, "Allow", "allow", "primary"),
+                lark_button(a, "Deny", "deny", "danger"),
+                always,
+            ]},
+        ],
+    })
+}
+
+/// The Lark card of a decided request: what became of it, no buttons.
+pub fn lark_decided_card(a: &Approval, display: &berth_core::Context) -> Value {
+    let template = match a.decision.as_ref().map(|d| (d.decision, d.by)) {
+        Some((Verdict::Allow, _)) => "green",
+        Some((Verdict::Deny, DecidedBy::Human)) => "red",
+        Some((Verdict::Deny, _)) | None => "grey",
+    };
+    json!({
+        "config": {"wide_screen_mode": true, "update_multi": true},
+        "header": {"template": template, "title": lark_text(outcome_line(a, false))},
+        "elements": [
+            {"tag": "div", "text": lark_text(request_plain(a, display))},
+            {"tag": "note", "elements": [lark_text(format!("request {}", Approval::short_id(&a.id)))]},
+        ],
+    })
+}
+
+/// A click on a request card's button, from an authenticated `card.action.trigger`
+/// callback (schema 2.0) whose event id is `event_id`; `None` for another card's.
+pub fn read_lark_click(event_id: &str, payload: &Value) -> Option<Click> {
+    let e = payload.get("event")?;
+    let value = &e["action"]["value"];
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    Some(Click {
+        platform: Platform::Lark,
+        action: Action::named(value["berth"].as_str()?)?,
+        approval: text(&value["approval"])?,
+        user: text(&e["operator"]["open_id"])?,
+        trigger_id: event_id.to_owned(),
+        channel: text(&e["context"]["open_chat_id"]).unwrap_or_default(),
+        message_ts: text(&e["context"]["open_message_id"]).unwrap_or_default(),
+    })
 }
 
 /// Reads an interactivity request: authenticated first (the signing secret over the
@@ -246,15 +381,13 @@ pub fn read_click(
     let Some(action) = p["actions"].as_array().and_then(|a| a.first()) else {
         return Ok(None);
     };
-    let act = match action["action_id"].as_str() {
-        Some(ALLOW) => Action::Allow,
-        Some(DENY) => Action::Deny,
-        Some(ALWAYS) => Action::Always,
-        _ => return Ok(None),
+    let Some(act) = action["action_id"].as_str().and_then(Action::named) else {
+        return Ok(None);
     };
     let need =
         |v: &Value, what: &str| text(v).ok_or_else(|| bad(format!("the click carries no {what}")));
     Ok(Some(Click {
+        platform: Platform::Slack,
         user: need(&p["user"]["id"], "user")?,
         trigger_id: need(&p["trigger_id"], "trigger_id")?,
         action: act,
@@ -269,12 +402,27 @@ pub fn read_click(
 /// Where a request's message went.
 #[derive(Debug, Clone)]
 struct Posted {
+    platform: Platform,
+    /// Slack's channel; Lark's chat or open id.
     channel: String,
+    /// Slack's message `ts`; Lark's message id.
     ts: String,
 }
 
-/// Posts requests to Slack and keeps their messages current; attached to the
-/// scheduler as a [`TaskObserver`].
+/// Where a request's message goes, and who may answer it there.
+#[derive(Debug, Clone)]
+struct Route {
+    platform: Platform,
+    /// Slack's channel (or a user id: a direct message); Lark's chat id or open id.
+    channel: String,
+    /// Slack: the thread; Lark: how `channel` names the receiver.
+    thread_ts: Option<String>,
+    lark_receiver: &'static str,
+    allowed: Vec<String>,
+}
+
+/// Posts requests to the chat platforms and keeps their messages current; attached to
+/// the scheduler as a [`TaskObserver`].
 #[derive(Debug, Clone)]
 pub struct Cards {
     inner: Arc<Inner>,
@@ -286,30 +434,39 @@ struct Inner {
     config: ChannelConfig,
     display: Arc<berth_core::Context>,
     http: HttpClient,
-    /// Requests whose message is posted and still shows its buttons.
-    posted: Mutex<HashMap<String, Posted>>,
+    lark: Arc<LarkAuth>,
+    /// Requests whose messages are posted and still show their buttons.
+    posted: Mutex<HashMap<String, Vec<Posted>>>,
     /// Clicks taken, oldest first: a second delivery of one is a replay.
     seen: Mutex<VecDeque<String>>,
 }
 
-/// Why a call to Slack failed.
+/// Why a call to a platform failed.
 #[derive(Debug, thiserror::Error)]
 enum CardError {
     #[error(transparent)]
     Call(#[from] crate::net::client::CallError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    #[error("Slack refused {method}: {answer}")]
-    Refused { method: &'static str, answer: Value },
+    #[error(transparent)]
+    Lark(#[from] LarkAuthError),
+    #[error("{platform} refused {method}: {answer}")]
+    Refused {
+        platform: &'static str,
+        method: &'static str,
+        answer: Value,
+    },
 }
 
 impl Cards {
-    /// `display`: whose home and name every message is stripped of.
+    /// `display`: whose home and name every message is stripped of; `lark`: the
+    /// tenant access token, shared with the answers.
     pub fn new(
         store: Store,
         config: ChannelConfig,
         display: Arc<berth_core::Context>,
         http: HttpClient,
+        lark: Arc<LarkAuth>,
     ) -> Cards {
         Cards {
             inner: Arc::new(Inner {
@@ -317,43 +474,55 @@ impl Cards {
                 config,
                 display,
                 http,
+                lark,
                 posted: Mutex::new(HashMap::new()),
                 seen: Mutex::new(VecDeque::new()),
             }),
         }
     }
 
-    fn posted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Posted>> {
+    fn posted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Posted>>> {
         self.inner
             .posted
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether request `id`'s message was posted here and shows its buttons still.
-    pub fn tracked(&self, id: &str) -> bool {
-        self.posted().contains_key(id)
+    /// Whether request `id`'s message on `platform` was posted here and shows its
+    /// buttons still.
+    pub fn tracked(&self, id: &str, platform: Platform) -> bool {
+        self.posted()
+            .get(id)
+            .is_some_and(|ps| ps.iter().any(|p| p.platform == platform))
+    }
+
+    /// Forgets request `id`'s message on `platform` (the click's answer updates it).
+    pub fn untrack(&self, id: &str, platform: Platform) {
+        if let Some(ps) = self.posted().get_mut(id) {
+            ps.retain(|p| p.platform != platform);
+        }
     }
 
     /// Whether a click with this id was taken before (and remembers it if not).
-    pub fn replayed(&self, trigger_id: &str) -> bool {
+    pub fn replayed(&self, platform: Platform, trigger_id: &str) -> bool {
+        let key = format!("{}:{trigger_id}", platform.as_str());
         let mut seen = self
             .inner
             .seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if seen.iter().any(|t| t == trigger_id) {
+        if seen.iter().any(|t| *t == key) {
             return true;
         }
         if seen.len() >= SEEN_CLICKS {
             seen.pop_front();
         }
-        seen.push_back(trigger_id.to_owned());
+        seen.push_back(key);
         false
     }
 
     /// Calls Slack's Web API method with the bot token: its answer when `ok`.
-    async fn call(&self, method: &'static str, body: &Value) -> Result<Value, CardError> {
+    async fn slack(&self, method: &'static str, body: &Value) -> Result<Value, CardError> {
         let Some(cfg) = &self.inner.config.slack else {
             return Ok(Value::Null);
         };
@@ -367,111 +536,217 @@ impl Cards {
             .post_json(&url, Some(token.expose()), body, CALL_TIMEOUT)
             .await?;
         if answer.get("ok").and_then(Value::as_bool) != Some(true) {
-            return Err(CardError::Refused { method, answer });
+            return Err(CardError::Refused {
+                platform: "slack",
+                method,
+                answer,
+            });
         }
         Ok(answer)
     }
 
-    /// Who may answer request `a` on Slack, and where its message goes: the thread of
-    /// its channel session, or the direct message of the user the settings name.
-    /// `None`: nowhere on Slack.
-    async fn route(&self, a: &Approval) -> Result<Option<Route>, CardError> {
-        if self.inner.config.slack.is_none() {
-            return Ok(None);
+    /// Calls Lark's Open API (`path` under the API's URL) with the tenant token: its
+    /// answer when `code` is 0; `Null` without the app's credentials.
+    async fn lark(
+        &self,
+        method: hyper::Method,
+        name: &'static str,
+        path: &str,
+        body: &Value,
+    ) -> Result<Value, CardError> {
+        let Some(cfg) = &self.inner.config.lark else {
+            return Ok(Value::Null);
+        };
+        let Some((id, secret)) = &cfg.app else {
+            return Ok(Value::Null);
+        };
+        let token = self
+            .inner
+            .lark
+            .token(&self.inner.http, &cfg.api_url, id, secret.expose())
+            .await?;
+        let url = format!("{}/{path}", cfg.api_url);
+        let answer = self
+            .inner
+            .http
+            .json_call(method, &url, Some(&token), body, CALL_TIMEOUT)
+            .await?;
+        if answer.get("code").and_then(Value::as_i64) != Some(0) {
+            self.inner.lark.forget().await;
+            return Err(CardError::Refused {
+                platform: "lark",
+                method: name,
+                answer,
+            });
         }
-        let asks = &self.inner.config.asks;
-        let mut allowed = asks.slack_answerers.clone();
+        Ok(answer)
+    }
+
+    /// Where request `a`'s messages go, and who may answer each: the thread (or chat)
+    /// of its channel session, or the direct messages of the users the settings name.
+    async fn routes(&self, a: &Approval) -> Result<Vec<Route>, CardError> {
+        let cfg = &self.inner.config;
+        let asks = &cfg.asks;
+        let route = |platform, channel: String, thread_ts, lark_receiver, allowed| Route {
+            platform,
+            channel,
+            thread_ts,
+            lark_receiver,
+            allowed,
+        };
         match self
             .inner
             .store
             .channel_thread(a.session_id.clone())
             .await?
         {
-            Some(t) => match Thread::from_key(&t.platform, &t.thread_key) {
-                Some(Thread::Slack { channel, thread_ts }) => {
-                    allowed.extend(t.started_by);
-                    Ok(Some(Route {
-                        channel,
-                        thread_ts: Some(thread_ts),
+            Some(t) => {
+                let started = t.started_by.clone();
+                Ok(match Thread::from_key(&t.platform, &t.thread_key) {
+                    Some(Thread::Slack { channel, thread_ts }) if cfg.slack.is_some() => {
+                        let mut allowed = asks.slack_answerers.clone();
+                        allowed.extend(started);
+                        vec![route(
+                            Platform::Slack,
+                            channel,
+                            Some(thread_ts),
+                            "",
+                            allowed,
+                        )]
+                    }
+                    Some(Thread::Lark { chat_id }) if cfg.lark.is_some() => {
+                        let mut allowed = asks.lark_answerers.clone();
+                        allowed.extend(started);
+                        vec![route(Platform::Lark, chat_id, None, "chat_id", allowed)]
+                    }
+                    Some(Thread::Slack { .. } | Thread::Lark { .. }) | None => Vec::new(),
+                })
+            }
+            None => {
+                let mut out = Vec::new();
+                if let (Some(_), Some(user)) = (&cfg.slack, &asks.slack_user) {
+                    let mut allowed = asks.slack_answerers.clone();
+                    allowed.push(user.clone());
+                    out.push(route(Platform::Slack, user.clone(), None, "", allowed));
+                }
+                if let (Some(_), Some(user)) = (&cfg.lark, &asks.lark_user) {
+                    let mut allowed = asks.lark_answerers.clone();
+                    allowed.push(user.clone());
+                    out.push(route(
+                        Platform::Lark,
+                        user.clone(),
+                        None,
+                        "open_id",
                         allowed,
-                    }))
+                    ));
                 }
-                // A Lark conversation's requests are answered there.
-                Some(Thread::Lark { .. }) | None => Ok(None),
-            },
-            None => Ok(asks.slack_user.clone().map(|user| {
-                allowed.push(user.clone());
-                Route {
-                    channel: user,
-                    thread_ts: None,
-                    allowed,
-                }
-            })),
+                Ok(out)
+            }
         }
     }
 
-    /// Who may answer request `id` on Slack (`None`: it is not answered there).
-    pub async fn answerers(&self, id: &str) -> Option<Vec<String>> {
+    /// Who may answer request `id` on `platform` (`None`: it is not answered there).
+    pub async fn answerers(&self, id: &str, platform: Platform) -> Option<Vec<String>> {
         let a = self.inner.store.approval(id.to_owned(), None).await.ok()?;
-        self.route(&a).await.ok().flatten().map(|r| r.allowed)
+        self.routes(&a)
+            .await
+            .ok()?
+            .into_iter()
+            .find(|r| r.platform == platform)
+            .map(|r| r.allowed)
     }
 
-    /// Posts a waiting request's message where it goes.
+    /// Posts a waiting request's messages where they go.
     async fn post(&self, a: Approval) -> Result<(), CardError> {
-        let Some(route) = self.route(&a).await? else {
-            return Ok(());
-        };
-        let (text, blocks) = request_message(&a, &self.inner.display);
-        let mut body = json!({"channel": route.channel, "text": text, "blocks": blocks});
-        if let Some(ts) = &route.thread_ts {
-            body["thread_ts"] = json!(ts);
+        for route in self.routes(&a).await? {
+            let posted = match route.platform {
+                Platform::Slack => {
+                    let (text, blocks) = request_message(&a, &self.inner.display);
+                    let mut body =
+                        json!({"channel": route.channel, "text": text, "blocks": blocks});
+                    if let Some(ts) = &route.thread_ts {
+                        body["thread_ts"] = json!(ts);
+                    }
+                    let answer = self.slack("chat.postMessage", &body).await?;
+                    answer["channel"]
+                        .as_str()
+                        .zip(answer["ts"].as_str())
+                        .map(|(c, ts)| (c.to_owned(), ts.to_owned()))
+                }
+                Platform::Lark => {
+                    let card = lark_request_card(&a, &self.inner.display);
+                    let body = json!({"receive_id": route.channel, "msg_type": "interactive",
+                                      "content": card.to_string()});
+                    let path = format!("im/v1/messages?receive_id_type={}", route.lark_receiver);
+                    let answer = self
+                        .lark(hyper::Method::POST, "im/v1/messages", &path, &body)
+                        .await?;
+                    answer["data"]["message_id"]
+                        .as_str()
+                        .map(|m| (route.channel.clone(), m.to_owned()))
+                }
+            };
+            if let Some((channel, ts)) = posted {
+                self.posted().entry(a.id.clone()).or_default().push(Posted {
+                    platform: route.platform,
+                    channel,
+                    ts,
+                });
+            }
         }
-        let answer = self.call("chat.postMessage", &body).await?;
-        let (Some(channel), Some(ts)) = (answer["channel"].as_str(), answer["ts"].as_str()) else {
-            return Ok(());
-        };
-        self.posted().insert(
-            a.id.clone(),
-            Posted {
-                channel: channel.to_owned(),
-                ts: ts.to_owned(),
-            },
-        );
-        // Decided while the message was on its way: it says so at once.
+        // Decided while the messages were on their way: they say so at once.
         let now = self.inner.store.approval(a.id.clone(), None).await?;
         if now.decision.is_some() {
-            self.decided(&now).await?;
+            let posted = self.posted().remove(&a.id).unwrap_or_default();
+            for p in posted {
+                self.update(&p, &now).await?;
+            }
         }
         Ok(())
     }
 
-    /// Updates the message of a decided request, if one was posted and shows its
-    /// buttons still.
-    async fn decided(&self, a: &Approval) -> Result<(), CardError> {
-        let Some(p) = self.posted().remove(&a.id) else {
-            return Ok(());
-        };
-        self.update(&p.channel, &p.ts, a).await
+    /// Rewrites a posted message as request `a` stands now.
+    async fn update(&self, p: &Posted, a: &Approval) -> Result<(), CardError> {
+        match p.platform {
+            Platform::Slack => {
+                let (text, blocks) = decided_message(a, &self.inner.display);
+                let body =
+                    json!({"channel": p.channel, "ts": p.ts, "text": text, "blocks": blocks});
+                self.slack("chat.update", &body).await.map(|_| ())
+            }
+            Platform::Lark => {
+                let card = lark_decided_card(a, &self.inner.display);
+                let path = format!("im/v1/messages/{}", p.ts);
+                let body = json!({"content": card.to_string()});
+                self.lark(
+                    hyper::Method::PATCH,
+                    "im/v1/messages (update)",
+                    &path,
+                    &body,
+                )
+                .await
+                .map(|_| ())
+            }
+        }
     }
 
-    /// Rewrites the message at `channel`/`ts` as request `a` stands now.
+    /// Rewrites the Slack message at `channel`/`ts` as request `a` stands now.
     pub async fn update_at(&self, channel: &str, ts: &str, a: &Approval) {
-        self.posted().remove(&a.id);
-        if let Err(e) = self.update(channel, ts, a).await {
+        self.untrack(&a.id, Platform::Slack);
+        let p = Posted {
+            platform: Platform::Slack,
+            channel: channel.to_owned(),
+            ts: ts.to_owned(),
+        };
+        if let Err(e) = self.update(&p, a).await {
             tracing::warn!(approval = %a.id, error = %e, "a request's Slack message could not be updated");
         }
     }
 
-    async fn update(&self, channel: &str, ts: &str, a: &Approval) -> Result<(), CardError> {
-        let (text, blocks) = decided_message(a, &self.inner.display);
-        let body = json!({"channel": channel, "ts": ts, "text": text, "blocks": blocks});
-        self.call("chat.update", &body).await.map(|_| ())
-    }
-
-    /// Tells `user` alone, in `channel`, why their click did nothing.
+    /// Tells `user` alone, in Slack's `channel`, why their click did nothing.
     pub async fn tell(&self, channel: &str, user: &str, text: &str) {
         let body = json!({"channel": channel, "user": user, "text": text});
-        if let Err(e) = self.call("chat.postEphemeral", &body).await {
+        if let Err(e) = self.slack("chat.postEphemeral", &body).await {
             tracing::warn!(error = %e, "a Slack user could not be told why their click did nothing");
         }
     }
@@ -480,42 +755,48 @@ impl Cards {
     pub async fn approval(&self, id: &str) -> Option<Approval> {
         self.inner.store.approval(id.to_owned(), None).await.ok()
     }
-}
 
-/// Where a request's message goes, and who may answer it.
-#[derive(Debug, Clone)]
-struct Route {
-    channel: String,
-    thread_ts: Option<String>,
-    allowed: Vec<String>,
+    /// The answer to a Lark click: a toast, and the card as the request stands (its
+    /// message is not updated again: the answer does it).
+    pub fn lark_reply(&self, toast: (&str, String), now: Option<&Approval>) -> Value {
+        let mut reply = json!({"toast": {"type": toast.0, "content": toast.1}});
+        if let Some(a) = now.filter(|a| a.decision.is_some()) {
+            self.untrack(&a.id, Platform::Lark);
+            reply["card"] =
+                json!({"type": "raw", "data": lark_decided_card(a, &self.inner.display)});
+        }
+        reply
+    }
 }
 
 impl TaskObserver for Cards {
     fn task_finished(&self, _task: &TaskRow) {}
 
     fn approval_asked(&self, a: &Approval) {
-        if self.inner.config.slack.is_none() {
+        if self.inner.config.slack.is_none() && self.inner.config.lark.is_none() {
             return;
         }
         let (this, a) = (self.clone(), a.clone());
         tokio::spawn(async move {
             let id = a.id.clone();
             if let Err(e) = this.post(a).await {
-                eprintln!("berth: request {id} could not be posted to Slack: {e}");
-                tracing::error!(approval = %id, error = %e, "a request could not be posted to Slack");
+                eprintln!("berth: request {id} could not be posted to its chat: {e}");
+                tracing::error!(approval = %id, error = %e, "a request could not be posted to its chat");
             }
         });
     }
 
     fn approval_decided(&self, a: &Approval) {
-        // Taken off at once: the message is updated once, here.
-        let Some(p) = self.posted().remove(&a.id) else {
+        // Taken off at once: each message is updated once, here.
+        let Some(posted) = self.posted().remove(&a.id) else {
             return;
         };
         let (this, a) = (self.clone(), a.clone());
         tokio::spawn(async move {
-            if let Err(e) = this.update(&p.channel, &p.ts, &a).await {
-                tracing::warn!(approval = %a.id, error = %e, "a request's Slack message could not be updated");
+            for p in posted {
+                if let Err(e) = this.update(&p, &a).await {
+                    tracing::warn!(approval = %a.id, error = %e, "a request's message could not be updated");
+                }
             }
         });
     }
@@ -598,7 +879,8 @@ mod tests {
         );
         assert_eq!(blocks.as_array().unwrap().len(), 2, "no actions block");
         a.decision.as_mut().unwrap().by = DecidedBy::Timeout;
-        assert!(outcome_line(&a).starts_with("*Expired*"));
+        assert!(outcome_line(&a, true).starts_with("*Expired*"));
+        assert!(outcome_line(&a, false).starts_with("Expired: "));
     }
 
     fn signed(body: &str, secret: &str, ts: i64) -> HeaderMap {
@@ -692,5 +974,41 @@ mod tests {
             .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_lark_card_shows_plain_text_and_its_clicks_name_the_request() {
+        let card = lark_request_card(&req(), &ann());
+        let text = card["elements"][0]["text"].clone();
+        assert_eq!(
+            text["tag"], "plain_text",
+            "no markup made of the agent's words"
+        );
+        assert!(!text["content"].as_str().unwrap().contains("/home/ann"));
+        let actions: Vec<&str> = card["elements"][2]["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["value"]["berth"].as_str().unwrap())
+            .collect();
+        assert_eq!(actions, ["allow", "deny", "always"]);
+        let payload = json!({"schema": "2.0", "event": {
+            "operator": {"open_id": "ou_1"}, "token": "c-1",
+            "action": {"tag": "button", "value": {"berth": "always", "approval": "t-1"}},
+            "context": {"open_message_id": "om_1", "open_chat_id": "oc_1"}}});
+        let click = read_lark_click("ev-1", &payload).unwrap();
+        assert_eq!(
+            (
+                click.platform,
+                click.user.as_str(),
+                click.action,
+                click.approval.as_str()
+            ),
+            (Platform::Lark, "ou_1", Action::Always, "t-1")
+        );
+        // Another card's button: not a click on a request.
+        let other = json!({"event": {"operator": {"open_id": "ou_1"},
+            "action": {"value": {"something": "else"}}}});
+        assert_eq!(read_lark_click("ev-2", &other), None);
     }
 }

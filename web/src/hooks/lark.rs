@@ -11,7 +11,9 @@
 //!
 //! A URL challenge is answered once it is authenticated by a signature or the token.
 //! `im.message.receive_v1` text messages become tasks of the chat's channel session;
-//! retries are dropped by `header.event_id` (schema 2.0) or `uuid` (1.0).
+//! retries are dropped by `header.event_id` (schema 2.0) or `uuid` (1.0). A
+//! `card.action.trigger` callback on a request's card is a click (see
+//! [`super::cards`]), answered with a toast and the card as it stands.
 
 use super::config::{ChannelConfig, LarkConfig};
 use super::crypto::{self, SignatureError};
@@ -27,6 +29,9 @@ const SIGNATURE: &str = "x-lark-signature";
 
 /// The message event Berth takes in.
 const MESSAGE_EVENT: &str = "im.message.receive_v1";
+
+/// A click on an interactive card's button (a request's Allow, Deny, Always).
+const CARD_ACTION: &str = "card.action.trigger";
 
 fn refused(e: SignatureError) -> ApiError {
     tracing::warn!(reason = %e, "a Lark request was refused");
@@ -178,6 +183,12 @@ impl Webhook for LarkConfig {
         let event_id = event_id
             .filter(|e| !e.is_empty())
             .ok_or_else(|| bad("the event has no event id (header.event_id or uuid)"))?;
+        if schema2 && kind == Some(CARD_ACTION) {
+            return Ok(match super::cards::read_lark_click(event_id, &payload) {
+                Some(click) => Intake::Click(click),
+                None => Intake::Ignored("not a click on a request's button"),
+            });
+        }
         if !schema2 || kind != Some(MESSAGE_EVENT) {
             return Ok(Intake::Ignored("not im.message.receive_v1"));
         }

@@ -23,7 +23,7 @@ mod slack;
 
 pub use cards::Cards;
 pub use config::{AskRouting, ChannelConfig, LarkConfig, Secret, SlackConfig};
-pub use reply::{Replier, final_answer};
+pub use reply::{LarkAuth, LarkAuthError, Replier, final_answer};
 
 use crate::http::{ApiError, BODY_LIMIT};
 use crate::scheduler::Scheduler;
@@ -116,6 +116,8 @@ pub enum Intake {
     Ignored(&'static str),
     /// A message for its conversation's session.
     Message(ChannelMessage),
+    /// A click on a request's button (Lark's card callbacks come with its events).
+    Click(cards::Click),
 }
 
 /// Authenticates one webhook request of `platform` with `config`'s secrets, at `now`
@@ -215,30 +217,33 @@ impl Channels {
 
     /// A click on a request's button (see [`cards`]): a replay does nothing; a user who
     /// may not answer is told so, alone; anyone else's answer is decided through the
-    /// one path of approvals (`via: "slack"`), and the message then says how it stands
-    /// (the decision, or why the click changed nothing: decided already, expired).
-    /// Takes milliseconds: the platform hears back at once, the messages follow.
-    pub async fn click(&self, click: cards::Click) {
+    /// one path of approvals (`via: "slack"` or `"lark"`), and the message then says how
+    /// it stands (the decision, or why the click changed nothing: decided already,
+    /// expired). Takes milliseconds: the platform hears back at once. Slack's messages
+    /// follow (its answer to a click is ignored); Lark's answer is returned (a toast,
+    /// and the card as it stands).
+    pub async fn click(&self, click: cards::Click) -> Value {
         use crate::scheduler::HumanAnswer;
-        if self.cards.replayed(&click.trigger_id) {
-            tracing::warn!(trigger = %click.trigger_id, "a replayed Slack click was ignored");
-            return;
+        let lark = click.platform == Platform::Lark;
+        if self.cards.replayed(click.platform, &click.trigger_id) {
+            tracing::warn!(platform = click.platform.as_str(), trigger = %click.trigger_id,
+                "a replayed click was ignored");
+            return serde_json::json!({});
         }
-        let Some(allowed) = self.cards.answerers(&click.approval).await else {
-            self.tell(&click, "Berth knows no such request here.".to_owned());
-            return;
+        let Some(allowed) = self.cards.answerers(&click.approval, click.platform).await else {
+            let why = "Berth knows no such request here.".to_owned();
+            return self.refuse(&click, why);
         };
         if !allowed.contains(&click.user) {
             let who = allowed
                 .iter()
-                .map(|u| format!("<@{u}>"))
+                .map(|u| if lark { u.clone() } else { format!("<@{u}>") })
                 .collect::<Vec<_>>()
                 .join(", ");
-            self.tell(
+            return self.refuse(
                 &click,
                 format!("Not yours: only {who} may answer this request."),
             );
-            return;
         }
         let verdict = match click.action {
             cards::Action::Deny => berth_core::approval::Verdict::Deny,
@@ -249,12 +254,28 @@ impl Channels {
             always: click.action == cards::Action::Always,
             reason: None,
             who: Some(click.user.clone()),
-            via: "slack".to_owned(),
+            via: click.platform.as_str().to_owned(),
         };
         // A message this server posted is updated by the decision itself (an observer
-        // of decisions); one posted before a restart, here, where it was clicked.
-        let tracked = self.cards.tracked(&click.approval);
+        // of decisions), Lark's by this answer; a Slack message posted before a
+        // restart, here, where it was clicked.
+        if lark {
+            self.cards.untrack(&click.approval, Platform::Lark);
+        }
+        let tracked = self.cards.tracked(&click.approval, click.platform);
         let answered = self.scheduler.answer(&click.approval, None, human).await;
+        if lark {
+            return match answered {
+                Ok(a) => self
+                    .cards
+                    .lark_reply(("success", cards::outcome_line(&a, false)), Some(&a)),
+                Err(e) => {
+                    let now = self.cards.approval(&click.approval).await;
+                    self.cards
+                        .lark_reply(("warning", format!("Nothing changed: {e}")), now.as_ref())
+                }
+            };
+        }
         let cards = self.cards.clone();
         tokio::spawn(async move {
             match answered {
@@ -275,16 +296,22 @@ impl Channels {
                 }
             }
         });
+        serde_json::json!({})
     }
 
-    /// Tells the clicking user alone why their click did nothing.
-    fn tell(&self, click: &cards::Click, text: String) {
+    /// A click that changes nothing: Slack tells the user alone (a message only they
+    /// see); Lark's answer is a toast.
+    fn refuse(&self, click: &cards::Click, text: String) -> Value {
+        if click.platform == Platform::Lark {
+            return self.cards.lark_reply(("error", text), None);
+        }
         let (cards, channel, user) = (
             self.cards.clone(),
             click.channel.clone(),
             click.user.clone(),
         );
         tokio::spawn(async move { cards.tell(&channel, &user, &text).await });
+        serde_json::json!({})
     }
 
     pub fn config(&self) -> &ChannelConfig {
@@ -316,6 +343,7 @@ impl Channels {
                 serde_json::json!({ "ok": true, "ignored": why }),
             )),
             Intake::Message(msg) => self.take_in_reply(msg).await,
+            Intake::Click(click) => Ok(axum::Json(self.click(click).await)),
         }
     }
 

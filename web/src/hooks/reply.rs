@@ -25,6 +25,8 @@ enum ReplyError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Call(#[from] CallError),
+    #[error(transparent)]
+    Lark(#[from] LarkAuthError),
     #[error("{platform} refused the answer: {answer}")]
     Refused {
         platform: &'static str,
@@ -107,8 +109,8 @@ struct Inner {
     config: ChannelConfig,
     /// Whose home and name a reply must never show (the display rule).
     display: Arc<berth_core::Context>,
-    /// Lark's tenant access token and when to fetch a new one.
-    lark_token: tokio::sync::Mutex<Option<(String, Instant)>>,
+    /// Lark's tenant access token, shared with the requests' cards.
+    lark: Arc<LarkAuth>,
     /// The pooled client the answers go out through (TLS, keep-alive).
     http: HttpClient,
     /// Sessions known to answer to no channel. A session is a channel session from its
@@ -126,19 +128,21 @@ const PLAIN_SESSIONS: usize = 4096;
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Replier {
-    /// `display`: the user whose home and name every reply is stripped of.
+    /// `display`: the user whose home and name every reply is stripped of; `lark`:
+    /// the tenant access token, shared.
     pub fn new(
         store: Store,
         config: ChannelConfig,
         display: Arc<berth_core::Context>,
         http: HttpClient,
+        lark: Arc<LarkAuth>,
     ) -> Replier {
         Replier {
             inner: Arc::new(Inner {
                 store,
                 config,
                 display,
-                lark_token: tokio::sync::Mutex::new(None),
+                lark,
                 http,
                 plain: std::sync::Mutex::new(std::collections::HashSet::new()),
             }),
@@ -220,31 +224,84 @@ impl Replier {
         Ok(())
     }
 
-    async fn lark_token(
+    async fn post_lark(&self, chat_id: &str, text: &str) -> Result<(), ReplyError> {
+        let Some(cfg) = &self.inner.config.lark else {
+            return Ok(());
+        };
+        let Some((id, secret)) = &cfg.app else {
+            tracing::info!("no BERTH_LARK_APP_ID/SECRET: the answer is not posted back");
+            return Ok(());
+        };
+        let token = self
+            .inner
+            .lark
+            .token(&self.inner.http, &cfg.api_url, id, secret.expose())
+            .await?;
+        let url = format!("{}/im/v1/messages?receive_id_type=chat_id", cfg.api_url);
+        let body = json!({
+            "receive_id": chat_id,
+            "msg_type": "text",
+            "content": json!({ "text": text }).to_string(),
+        });
+        let answer = self.post_json(&url, Some(&token), &body).await?;
+        if answer.get("code").and_then(serde_json::Value::as_i64) != Some(0) {
+            // A token Lark no longer accepts is fetched again next time.
+            self.inner.lark.forget().await;
+            return Err(ReplyError::Refused {
+                platform: "lark",
+                answer,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Lark's tenant access token, fetched when needed and kept until five minutes before
+/// it expires; shared by what posts to Lark (answers, requests' cards).
+#[derive(Debug, Default)]
+pub struct LarkAuth {
+    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+/// Why Lark gave no tenant access token.
+#[derive(Debug, thiserror::Error)]
+pub enum LarkAuthError {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("lark refused the app's credentials: {0}")]
+    Refused(serde_json::Value),
+}
+
+impl LarkAuth {
+    /// The token of app `id` (`secret`), from the cache or from Lark.
+    pub async fn token(
         &self,
+        http: &HttpClient,
         api_url: &str,
         id: &str,
         secret: &str,
-    ) -> Result<String, ReplyError> {
-        let mut cached = self.inner.lark_token.lock().await;
+    ) -> Result<String, LarkAuthError> {
+        let mut cached = self.cached.lock().await;
         if let Some((token, until)) = cached.as_ref()
             && Instant::now() < *until
         {
             return Ok(token.clone());
         }
         let url = format!("{api_url}/auth/v3/tenant_access_token/internal");
-        let answer = self
-            .post_json(&url, None, &json!({ "app_id": id, "app_secret": secret }))
+        let answer = http
+            .post_json(
+                &url,
+                None,
+                &json!({ "app_id": id, "app_secret": secret }),
+                CALL_TIMEOUT,
+            )
             .await?;
         let token = answer
             .get("tenant_access_token")
             .and_then(serde_json::Value::as_str)
             .filter(|_| answer.get("code").and_then(serde_json::Value::as_i64) == Some(0));
         let Some(token) = token else {
-            return Err(ReplyError::Refused {
-                platform: "lark",
-                answer,
-            });
+            return Err(LarkAuthError::Refused(answer));
         };
         let expire = answer
             .get("expire")
@@ -256,31 +313,9 @@ impl Replier {
         Ok(token.to_owned())
     }
 
-    async fn post_lark(&self, chat_id: &str, text: &str) -> Result<(), ReplyError> {
-        let Some(cfg) = &self.inner.config.lark else {
-            return Ok(());
-        };
-        let Some((id, secret)) = &cfg.app else {
-            tracing::info!("no BERTH_LARK_APP_ID/SECRET: the answer is not posted back");
-            return Ok(());
-        };
-        let token = self.lark_token(&cfg.api_url, id, secret.expose()).await?;
-        let url = format!("{}/im/v1/messages?receive_id_type=chat_id", cfg.api_url);
-        let body = json!({
-            "receive_id": chat_id,
-            "msg_type": "text",
-            "content": json!({ "text": text }).to_string(),
-        });
-        let answer = self.post_json(&url, Some(&token), &body).await?;
-        if answer.get("code").and_then(serde_json::Value::as_i64) != Some(0) {
-            // A token Lark no longer accepts is fetched again next time.
-            *self.inner.lark_token.lock().await = None;
-            return Err(ReplyError::Refused {
-                platform: "lark",
-                answer,
-            });
-        }
-        Ok(())
+    /// Drops the kept token (Lark refused a call with it).
+    pub async fn forget(&self) {
+        *self.cached.lock().await = None;
     }
 }
 
@@ -334,7 +369,7 @@ mod tests {
         };
         let http = HttpClient::new(&crate::net::client::ClientOptions::from_env(None)).unwrap();
         let display = Arc::new(berth_core::Context::new(berth_core::Platform::Linux));
-        let replier = Replier::new(store.clone(), config, display, http);
+        let replier = Replier::new(store.clone(), config, display, http, Arc::default());
 
         let plain = store
             .create_session(NewSessionRow {

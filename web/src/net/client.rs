@@ -184,9 +184,25 @@ impl HttpClient {
         body: &serde_json::Value,
         timeout: Duration,
     ) -> Result<serde_json::Value, CallError> {
+        self.json_call(hyper::Method::POST, url, bearer, body, timeout)
+            .await
+    }
+
+    /// [`HttpClient::post_json`] with another method (Lark updates a message with
+    /// `PATCH`).
+    pub async fn json_call(
+        &self,
+        method: hyper::Method,
+        url: &str,
+        bearer: Option<&str>,
+        body: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, CallError> {
         let call = async {
             let make = || {
-                let mut req = Request::post(url)
+                let mut req = Request::builder()
+                    .method(method.clone())
+                    .uri(url)
                     .header(header::CONTENT_TYPE, "application/json; charset=utf-8");
                 if let Some(token) = bearer {
                     req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
