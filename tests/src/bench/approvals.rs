@@ -71,13 +71,12 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         done["status"] == "succeeded" && answered == WARM_UP + n,
         "the peer's turn: {done} ({answered} answered)"
     );
-    let report = last_text(&b, &session)?;
+    let report = parse_report(&last_text(&b, &session)?)?;
     let samples: Vec<f64> = report
-        .split_whitespace()
+        .iter()
         .skip(WARM_UP)
-        .map(|s| s.parse::<f64>().map(|us| us / 1e3))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("the peer's report {report:?}"))?;
+        .map(|(elapsed, _, _)| *elapsed as f64 / 1e3)
+        .collect();
     ensure!(samples.len() == n, "{} samples, not {n}", samples.len());
     Ok(percentile_rows(
         "approvals",
@@ -85,6 +84,45 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         &samples,
         Some(Goal::AtMost(2.0)),
     ))
+}
+
+/// The peer's report: per request, `elapsed:sent:answered` in µs (the time it took,
+/// and the wall clock just before it wrote the request and just after it read the
+/// decision).
+fn parse_report(report: &str) -> Result<Vec<(u128, u128, u128)>> {
+    report
+        .split_whitespace()
+        .map(|s| {
+            let mut f = s.split(':').map(str::parse::<u128>);
+            match (f.next(), f.next(), f.next()) {
+                (Some(Ok(e)), Some(Ok(s)), Some(Ok(a))) => Ok((e, s, a)),
+                _ => bail!("not elapsed:sent:answered: {s:?}"),
+            }
+        })
+        .collect::<Result<_>>()
+        .with_context(|| format!("the peer's report {report:?}"))
+}
+
+/// The report of the peer that asked `n` times in `b`'s one session, once its turn
+/// is over.
+pub fn peer_report(b: &crate::Berth, n: usize) -> Result<Vec<(u128, u128, u128)>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = b.json(&["session", "list", "--json"]);
+        let sessions = list.as_array().cloned().unwrap_or_default();
+        for s in &sessions {
+            let Some(id) = s["id"].as_str() else { continue };
+            if let Ok(report) = last_text(b, id).and_then(|t| parse_report(&t))
+                && report.len() == n
+            {
+                return Ok(report);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the peer reported no {n} times");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The agent's last text of the session (the peer's report).
@@ -100,8 +138,16 @@ fn last_text(b: &crate::Berth, session: &str) -> Result<String> {
         .context("the peer reported no times")
 }
 
+/// The wall clock, in µs since the epoch.
+fn wall_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
 /// `berth-bench --acp-peer N`: a scripted ACP agent on stdin and stdout that asks N
-/// permissions in its one prompt and answers with the microseconds each took.
+/// permissions in its one prompt and answers with what each took (see
+/// [`parse_report`]).
 pub fn peer(n: usize) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -135,6 +181,7 @@ pub fn peer(n: usize) -> Result<()> {
                             "options": [{"optionId": "y", "name": "Allow", "kind": "allow_once"},
                                 {"optionId": "n", "name": "Reject", "kind": "reject_once"}]}});
                     let t = Instant::now();
+                    let sent = wall_us();
                     send(&mut out, req)?;
                     loop {
                         let Some(line) = lines.next() else {
@@ -149,7 +196,8 @@ pub fn peer(n: usize) -> Result<()> {
                             break;
                         }
                     }
-                    times.push(t.elapsed().as_micros().to_string());
+                    let elapsed = t.elapsed().as_micros();
+                    times.push(format!("{elapsed}:{sent}:{}", wall_us()));
                 }
                 send(
                     &mut out,

@@ -6,6 +6,7 @@
 //! counts so they cannot rot. Timings are reported here, never asserted.
 
 pub mod approvals;
+pub mod chat;
 pub mod dispatch;
 pub mod first;
 pub mod footprint;
@@ -336,10 +337,11 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
 }
 
 /// The benchmark groups, in the order they run.
-pub const GROUPS: [&str; 9] = [
+pub const GROUPS: [&str; 10] = [
     "footprint",
     "dispatch",
     "approvals",
+    "chat",
     "first",
     "remote",
     "throughput",
@@ -363,6 +365,9 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
     if wanted("approvals") {
         rows.extend(guarded("approvals", || approvals::run(cfg)));
+    }
+    if wanted("chat") {
+        rows.extend(guarded("chat", || chat::run(cfg)));
     }
     if wanted("first") {
         rows.extend(guarded("first", || first::run(cfg)));
@@ -442,6 +447,14 @@ pub fn notes() -> Vec<String> {
          is the median of the per-iteration differences. The startup rows \
          time `berth --version` and `berth session list` on an empty store next to \
          `cat /dev/null`, in a loop of their own.",
+        "**chat**: Slack's side of issue 55, a fake Slack on loopback over https (a \
+         throwaway CA: TLS included) answering the Web API as Slack does. A signed message \
+         makes a channel session whose agent (this binary, a scripted ACP peer) asks N \
+         times; each request's message is timed from the wall clock the peer read just \
+         before writing the request to the one the fake read as the message arrived, and \
+         each decision from just before the bench sent the signed click (Slack's \
+         interactivity payload) to just after the peer read the answer. One clock, one \
+         machine.",
         "**remote claim**: `berth serve --allow-daemons` and two `berth daemon`s on this \
          machine, over loopback, each with a session bound in a directory on it; the \
          agent is `date +%s%N`, so its output is the moment it started. A sample is that \
