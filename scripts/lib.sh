@@ -79,6 +79,15 @@ ensure_tmux() {
   fi
 }
 
+# A private D-Bus session bus and dbus-monitor, for the desktop notifications' test
+# (tests/src/dbus.rs): dbus-daemon and dbus-monitor, from Debian's dbus package.
+ensure_dbus() {
+  if ! command -v dbus-daemon >/dev/null || ! command -v dbus-monitor >/dev/null; then
+    say "installing dbus from Debian's packages"
+    apt_install dbus
+  fi
+}
+
 # PostgreSQL's server, for the tests' throwaway clusters (scripts/pg-cluster.sh), found
 # where that script looks: pg_config's bindir, else /usr/lib/postgresql/*/bin.
 ensure_postgres() {

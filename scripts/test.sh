@@ -25,6 +25,7 @@ ensure_wasm_toolchain
 ensure_node
 ensure_agent_clis
 ensure_tmux
+ensure_dbus
 ensure_systemd_analyze
 ensure_postgres
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -35,7 +36,7 @@ cargo fmt --all -- --check
 say "no import circles between modules (issue 35)"
 python3 scripts/module-cycles.py
 # The runner (the in-place executor's folders) leans on core's contract types and
-# berth-host, never on the server crate: only cli/, front/, daemon/ and serve.rs may.
+# berth-host, never on the server crate: only cli/, front/, daemon/, notify/ and serve.rs may.
 say "the runner's folders import nothing from berth-web (issue 53)"
 if grep -rln --include='*.rs' berth_web local-agent/src/{agent,changes,dir,inject,run,settings,git}; then
   echo "the files above name berth_web: take the contract's types from berth_core::exec, host helpers from berth_host" >&2

@@ -18,6 +18,7 @@
 //! - [`run`]: the executor, which puts the parts together in that order;
 //! - [`git`]: the one way Berth runs `git`;
 //! - [`daemon`]: the same executor for a remote server (`berth daemon`);
+//! - [`notify`]: `berth serve`'s desktop notifications and signed webhooks;
 //! - [`front`] and `cli`: the `berth` command line.
 
 pub mod agent;
@@ -29,6 +30,7 @@ pub mod dir;
 pub mod front;
 pub mod git;
 pub mod inject;
+pub mod notify;
 pub mod run;
 mod serve;
 pub mod settings;

@@ -7,7 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
 pub mod bench;
+pub mod dbus;
 pub mod fake_models;
+pub mod receiver;
 pub mod steps;
 pub mod team;
 pub mod tls;
@@ -200,6 +202,9 @@ impl Berth {
             .env("HOME", &self.user_home)
             .env("USER", FAKE_USER)
             .env_remove("XDG_RUNTIME_DIR")
+            // Never the desktop of whoever runs the tests: a test that wants a bus
+            // starts its own (dbus::SessionBus) and sets it with `Berth::env`.
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
             .stdin(Stdio::null());
         c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c

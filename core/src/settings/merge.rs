@@ -18,7 +18,8 @@ use crate::fence::{FenceMode, Network, ReadScope};
 /// The fence: the first layer that names a mode sets it, and a later one can only make
 /// it stricter (`off` < `auto` < `required`); `network: "off"` and `read: "directory"`
 /// from any layer win; `write`, `read_deny` and `read`'s paths accumulate (the trust
-/// gate keeps a project layer's `write` and `read` paths out).
+/// gate keeps a project layer's `write` and `read` paths out). `notify` is laid key by
+/// key (the trust gate leaves only the user layer's).
 pub fn merge(layers: &[Layer]) -> Settings {
     let mut settings = Settings::default();
     #[cfg(not(target_arch = "wasm32"))]
@@ -59,6 +60,7 @@ pub fn merge(layers: &[Layer]) -> Settings {
             if let Some(secs) = layer.ask.deadline_secs {
                 ask.deadline_secs = Some(secs);
             }
+            settings.notify.apply(&layer.notify);
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
@@ -180,6 +182,7 @@ mod tests {
                 channels: map(&[("slack_api_url", "v"), ("slack_bot_token", "t")]),
                 fence: Default::default(),
                 ask: Default::default(),
+                notify: Default::default(),
                 warnings: vec![],
             }
         );
@@ -363,7 +366,7 @@ mod tests {
             line: 1,
             column: 3,
             message: format!(
-                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask"
+                "unknown key \"{key}\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask, notify"
             ),
         };
         assert_eq!(

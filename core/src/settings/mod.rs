@@ -14,6 +14,8 @@
 
 mod layers;
 mod merge;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod notify;
 mod parse;
 mod plugin;
 pub mod trust;
@@ -168,9 +170,13 @@ pub struct Layer {
     #[cfg(not(target_arch = "wasm32"))]
     #[serde(skip)]
     pub ask: AskLayer,
+    /// The `notify` key (the user layer's only); not serialized, like `fence`.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[serde(skip)]
+    pub notify: notify::NotifyLayer,
     pub warnings: Vec<Diagnostic>,
     /// Where each key set in the file is: `agent`, `permissions`, `prompt.append`,
-    /// `env.NAME`, `channels.NAME` and `plugins[i]` (`i` indexing `plugins`), as the
+    /// `env.NAME`, `channels.NAME`, `notify` and `plugins[i]` (`i` indexing `plugins`), as the
     /// 1-based line and column of the key, for messages about keys that are not applied.
     /// In file order. (A list, not a map: the browser bundle parses settings too, and a
     /// map of another value type costs it kilobytes.)
@@ -280,6 +286,8 @@ impl Layer {
             fence: FenceLayer::default(),
             #[cfg(not(target_arch = "wasm32"))]
             ask: AskLayer::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            notify: notify::NotifyLayer::default(),
             warnings: Vec::new(),
             places: Vec::new(),
             unusable_env: Vec::new(),
@@ -322,6 +330,11 @@ pub struct Settings {
     #[cfg(not(target_arch = "wasm32"))]
     #[serde(skip)]
     pub ask: crate::approval::AskRules,
+    /// The notifications in force: the user layer's `notify` (the trust gate removes a
+    /// project layer's).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[serde(skip)]
+    pub notify: notify::Notify,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -383,7 +396,7 @@ mod tests {
                     Severity::Warning,
                     2,
                     3,
-                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
+                    "unknown key \"agnt\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask, notify",
                 ),
                 diag(
                     Severity::Error,

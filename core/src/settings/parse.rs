@@ -12,8 +12,11 @@ use jsonc_parser::common::Ranged;
 use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
 use std::collections::BTreeMap;
 
+#[cfg(not(target_arch = "wasm32"))]
+mod notify;
+
 /// The keys a settings file may hold at its top level.
-const TOP_KEYS: [&str; 10] = [
+const TOP_KEYS: [&str; 11] = [
     "agent",
     "permissions",
     "prompt",
@@ -24,6 +27,7 @@ const TOP_KEYS: [&str; 10] = [
     "snapshots",
     "fence",
     "ask",
+    "notify",
 ];
 /// The keys of the `ask` object.
 #[cfg(not(target_arch = "wasm32"))]
@@ -353,6 +357,15 @@ impl Reader<'_> {
                 }
                 #[cfg(target_arch = "wasm32")]
                 "ask" => {}
+                #[cfg(not(target_arch = "wasm32"))]
+                "notify" => {
+                    if let Some(object) = self.object("notify", value) {
+                        self.mark("notify".to_owned(), prop.range.start);
+                        self.notify(object);
+                    }
+                }
+                #[cfg(target_arch = "wasm32")]
+                "notify" => {}
                 _ => self.unknown(prop, "", &TOP_KEYS),
             }
         }

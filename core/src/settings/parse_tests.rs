@@ -90,6 +90,7 @@ fn comments_and_trailing_commas_parse() {
         snapshots: Default::default(),
         fence: Default::default(),
         ask: Default::default(),
+        notify: Default::default(),
         warnings: vec![],
         unusable_env: vec![],
         places: [
@@ -393,7 +394,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             2,
             3,
-            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
+            "unknown key \"agnet\" (did you mean \"agent\"?); known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask, notify",
         ),
         warning(
             3,
@@ -418,7 +419,7 @@ fn unknown_and_repeated_keys_are_warnings() {
         warning(
             7,
             3,
-            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask",
+            "unknown key \"completely_different\"; known keys: agent, permissions, prompt, env, plugins, channels, ca_file, snapshots, fence, ask, notify",
         ),
     ];
     // The place of a repeated key is that of the value kept.

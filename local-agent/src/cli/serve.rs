@@ -102,11 +102,24 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     for w in &user_settings.warnings {
         eprintln!("warning: {}:{}:{}: {}", w.file, w.line, w.column, w.message);
     }
+    // Notifications (issue 55): the user layer's `notify`, started before the server
+    // so that the first event finds them; off, with a warning, for a webhook whose
+    // secret is missing.
+    let http = http_client(&config, None, false)?;
+    let notify = berth_local_agent::notify::Notifier::start(
+        &user_settings.notify,
+        http.clone(),
+        config.context(),
+        |name| std::env::var(name).ok(),
+        berth_local_agent::notify::Schedule::default(),
+    );
+    for w in &notify.warnings {
+        eprintln!("warning: {w}");
+    }
     let mut channels = berth_web::hooks::ChannelConfig::from_env(&user_settings.channels);
     // One user, no members: channel sessions are the user's own, and run on this
     // machine (BERTH_CHANNEL_MEMBER is berth-server's).
     channels.member = None;
-    let config_for_http = config.clone();
     let executor = NativeExecutor::new(config).map_err(|e| {
         CliError::new(
             format!("cannot start the executor: {e}"),
@@ -125,7 +138,12 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
             daemons: args
                 .allow_daemons
                 .then(berth_web::daemon::DaemonConfig::from_env),
-            http: Some(http_client(&config_for_http, None, false)?),
+            http: Some(http),
+            observers: notify
+                .notifier
+                .map(|n| Arc::new(n) as Arc<dyn berth_web::scheduler::TaskObserver>)
+                .into_iter()
+                .collect(),
             ..ServerOptions::default()
         },
     )
@@ -225,6 +243,9 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
         println!("  web UI          {url}/ (its address with the token: `berth ui`)");
     }
     println!("  token           in {}", json_path.display());
+    if let Some(to) = &notify.webhook {
+        println!("  webhook         events signed and posted to {to}");
+    }
     if let Some(addr) = metrics.as_ref().and_then(|m| m.local_addr().ok()) {
         println!("  metrics         http://{addr}/metrics");
     }

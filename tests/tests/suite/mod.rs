@@ -16,6 +16,7 @@ mod hardening;
 mod lean;
 mod members;
 mod metrics;
+mod notify;
 mod ops;
 mod postgres;
 mod real_acp;

@@ -1,5 +1,6 @@
 //! The webhooks' cryptography: Slack's v0 signature, Lark's signature and its
-//! AES-256-CBC payloads, and the strict base64 and hex they are carried in.
+//! AES-256-CBC payloads, and the strict base64 and hex they are carried in; and the
+//! signature of the webhooks Berth sends itself ([`berth_signature`]).
 //!
 //! Every comparison of a secret or a signature is constant-time ([`crate::secret::same`]).
 
@@ -51,6 +52,20 @@ pub fn slack_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
     mac.update(b":");
     mac.update(body);
     format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The signature of Berth's own outgoing webhooks (`notify.webhook` of `berth serve`):
+/// `sha256=` + hex(HMAC-SHA256(secret, timestamp + "." + body)), sent as
+/// `X-Berth-Signature` beside `X-Berth-Timestamp`. The timestamp is inside what is
+/// signed, so a receiver that keeps a window (as [`check_window`] does) refuses a
+/// replayed request.
+pub fn berth_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// Verifies a Slack request: the window first, then the signature, constant-time.
@@ -167,6 +182,16 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A receiver computes the same with any HMAC library (the vector is Python's
+    /// `hmac.new(b"shh", b"1700000000.{...}", hashlib.sha256).hexdigest()`).
+    #[test]
+    fn berth_signature_is_hmac_sha256_of_timestamp_dot_body() {
+        assert_eq!(
+            berth_signature(b"shh", "1700000000", br#"{"event":"task_finished"}"#),
+            "sha256=4f3cd9d0a0f061135dcff91f69f9e536d5f1c37d426b0171b97e24eb50d7f980"
+        );
+    }
 
     #[test]
     fn base64_round_trips_and_matches_rfc4648_vectors() {
