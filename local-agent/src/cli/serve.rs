@@ -120,6 +120,15 @@ async fn run(config: ExecutorConfig, args: ServeArgs) -> Result<u8, CliError> {
     // One user, no members: channel sessions are the user's own, and run on this
     // machine (BERTH_CHANNEL_MEMBER is berth-server's).
     channels.member = None;
+    // Requests on the chat platforms (issue 55): a desktop session's go to the user
+    // `notify` names, as a direct message; `notify.answerers` may answer them too.
+    let n = &user_settings.notify;
+    channels.asks = berth_web::hooks::AskRouting {
+        slack_user: n.slack.clone(),
+        lark_user: n.lark.clone(),
+        slack_answerers: n.answerers.slack.clone(),
+        lark_answerers: n.answerers.lark.clone(),
+    };
     let executor = NativeExecutor::new(config).map_err(|e| {
         CliError::new(
             format!("cannot start the executor: {e}"),

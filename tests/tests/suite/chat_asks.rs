@@ -24,6 +24,7 @@ fn slack_answer(r: &Received) -> String {
             let body: Value = serde_json::from_str(&r.body).unwrap_or_default();
             let ts = match (&body["blocks"], body["thread_ts"].as_str()) {
                 (Value::Array(_), Some(thread)) => format!("card-{thread}"),
+                (Value::Array(_), None) => "card-dm".to_owned(),
                 _ => format!("{}.0", TS.fetch_add(1, Ordering::SeqCst)),
             };
             json!({"ok": true, "channel": "C1", "ts": ts})
@@ -492,5 +493,76 @@ fn a_lark_chats_request_is_answered_on_its_card() {
             .unwrap()
             .contains("expired"),
         "{told}"
+    );
+}
+
+/// A desktop session's request, for the user `notify.slack` names: a direct message
+/// with the buttons; a click approves, and the agent on "the laptop" goes on. Someone
+/// else's click is not theirs.
+#[test]
+fn a_desktop_sessions_request_comes_as_a_direct_message_and_a_click_answers_it() {
+    let root = berth_tests::TempDir::new("dm-asks-pki");
+    let pki = Pki::generate(&root.path().join("pki"), "slack");
+    let fake = HttpsFake::start(&pki, slack_answer);
+    let mut b = Berth::new("dm-asks");
+    std::fs::write(
+        b.config.join("settings.jsonc"),
+        r#"{"notify": {"slack": "U0ANN", "desktop": false}}"#,
+    )
+    .unwrap();
+    b.env("BERTH_CA_FILE", s(&pki.ca));
+    for (k, v) in [
+        ("BERTH_SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("BERTH_SLACK_BOT_TOKEN", "xoxb-test".to_owned()),
+        ("BERTH_SLACK_API_URL", format!("{}/slack", fake.url())),
+    ] {
+        b.env(k, &v);
+    }
+    b.serve();
+    add_ask_peer(&b, "asker");
+    let app = b.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    let session = berth_tests::steps::new_session(&b, "asker", Some(&app));
+    let task = berth_tests::steps::send_detached(&b, &session, "run: echo laptop > done.txt");
+
+    let dm = eventually(30, || {
+        calls(&fake, "chat.postMessage")
+            .into_iter()
+            .find(|m| m["blocks"].is_array())
+    })
+    .unwrap_or_else(|| panic!("no direct message: {:?}", fake.received()));
+    assert_eq!(dm["channel"], "U0ANN", "a direct message to the user: {dm}");
+    assert!(dm["thread_ts"].is_null(), "{dm}");
+    let text = dm["blocks"].to_string();
+    assert!(
+        !text.contains(&b.user_home.display().to_string()),
+        "no real home: {text}"
+    );
+    let id = dm["blocks"][2]["elements"][0]["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ts = "card-dm";
+    let bob = click_body("U0BOB", "dm-1", "berth_allow", &id, ts);
+    assert_eq!(click(&b, &bob, SECRET, now()), 200);
+    eventually(20, || {
+        calls(&fake, "chat.postEphemeral")
+            .into_iter()
+            .find(|t| t["user"] == "U0BOB")
+    })
+    .expect("Bob is told it is not his");
+    let ann = click_body("U0ANN", "dm-2", "berth_allow", &id, ts);
+    assert_eq!(click(&b, &ann, SECRET, now()), 200);
+    let done = berth_tests::steps::wait_final(&b, &session, &task);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(
+        std::fs::read_to_string(app.join("done.txt")).unwrap(),
+        "laptop\n"
+    );
+    let d = &done["approvals"][0]["decision"];
+    assert_eq!(
+        (&d["who"], &d["via"]),
+        (&json!("U0ANN"), &json!("slack")),
+        "{d}"
     );
 }
