@@ -192,17 +192,25 @@ pub fn send_json(b: &Berth, session: &str, text: &str) -> (i32, Vec<Value>, Valu
 /// Slack's v0 signature of `body` sent at `ts`: `v0=` and hex HMAC-SHA256 over
 /// `v0:ts:body` with the signing secret.
 pub fn slack_sign(secret: &str, ts: &str, body: &[u8]) -> String {
+    format!(
+        "v0={}",
+        hmac_hex(secret.as_bytes(), &[format!("v0:{ts}:").as_bytes(), body])
+    )
+}
+
+/// HMAC-SHA256 of `parts` (one after the other) with `key`, in lowercase hex: as a
+/// platform or a receiver computes it, with the `hmac` crate, not Berth's code.
+pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
     use hmac::{Hmac, KeyInit, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
-    mac.update(format!("v0:{ts}:").as_bytes());
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize()
         .into_bytes()
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("v0={hex}")
+        .collect()
 }
 
 /// The installed agent CLI `name`: `$BERTH_AGENT_CLIS/node_modules/.bin/NAME`, by

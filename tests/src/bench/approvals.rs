@@ -25,22 +25,7 @@ const WARM_UP: usize = 5;
 pub fn run(cfg: &Config) -> Result<Vec<Row>> {
     let n = cfg.approval_requests;
     let b = super::served("bench-approvals");
-    let me = std::env::current_exe().context("the bench's own path")?;
-    let me = me.to_str().context("a UTF-8 path")?;
-    let total = (WARM_UP + n).to_string();
-    b.ok(&[
-        "agent",
-        "add",
-        AGENT,
-        "--kind",
-        "acp",
-        "--permissions",
-        "ask",
-        "--command",
-        me,
-        "--acp-peer",
-        &total,
-    ]);
+    add_peer(&b, AGENT, WARM_UP + n)?;
     let sock = socket(&b);
     let mut conn = Conn::connect(&sock)?;
     let session = new_session(&mut conn, AGENT, "approvals")?;
@@ -84,6 +69,27 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         &samples,
         Some(Goal::AtMost(2.0)),
     ))
+}
+
+/// Registers this very binary as `name`, an ACP agent under `ask` that asks `n` times
+/// in its one prompt ([`peer`]).
+pub fn add_peer(b: &crate::Berth, name: &str, n: usize) -> Result<()> {
+    let me = std::env::current_exe().context("the bench's own path")?;
+    let me = me.to_str().context("a UTF-8 path")?;
+    b.ok(&[
+        "agent",
+        "add",
+        name,
+        "--kind",
+        "acp",
+        "--permissions",
+        "ask",
+        "--command",
+        me,
+        "--acp-peer",
+        &n.to_string(),
+    ]);
+    Ok(())
 }
 
 /// The peer's report: per request, `elapsed:sent:answered` in µs (the time it took,

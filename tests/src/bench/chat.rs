@@ -93,8 +93,6 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
         }
         .to_string()
     });
-    let me = std::env::current_exe().context("the bench's own path")?;
-    let me = me.to_str().context("a UTF-8 path")?;
     let api = format!("{}/slack", fake.url());
     let ca = pki.ca.to_string_lossy().into_owned();
     let b = super::served_with(
@@ -107,20 +105,7 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
             ("BERTH_CHANNEL_AGENT", AGENT),
         ],
     );
-    let total = (WARM_UP + n).to_string();
-    b.ok(&[
-        "agent",
-        "add",
-        AGENT,
-        "--kind",
-        "acp",
-        "--permissions",
-        "ask",
-        "--command",
-        me,
-        "--acp-peer",
-        &total,
-    ]);
+    super::approvals::add_peer(&b, AGENT, WARM_UP + n)?;
     let (url, _) = b.serve_info();
     let addr = url.trim_start_matches("http://").to_owned();
     let event = json!({"type": "event_callback", "event_id": "EvBench", "event_time": 1,

@@ -124,28 +124,47 @@ fn approval(b: &Berth, id: &str) -> Value {
         .unwrap_or_else(|| panic!("no request {id}: {all}"))
 }
 
-#[test]
-fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
-    let root = berth_tests::TempDir::new("chat-asks-pki");
-    let pki = Pki::generate(&root.path().join("pki"), "slack");
-    let fake = HttpsFake::start(&pki, slack_answer);
-    let mut b = Berth::new("chat-asks");
-    std::fs::write(
-        b.config.join("settings.jsonc"),
-        r#"{"ask": {"deadline_secs": 3}}"#,
-    )
-    .unwrap();
+/// `berth serve` with `settings` as the user settings, the test CA of a fake platform
+/// on loopback (answering with `answer`), the variables `env` gives for the fake's URL,
+/// and the scripted `asker` agent.
+fn served(
+    tag: &str,
+    answer: fn(&Received) -> String,
+    settings: &str,
+    env: impl Fn(&str) -> Vec<(&'static str, String)>,
+) -> (berth_tests::TempDir, HttpsFake, Berth) {
+    let root = berth_tests::TempDir::new(&format!("{tag}-pki"));
+    let pki = Pki::generate(&root.path().join("pki"), tag);
+    let fake = HttpsFake::start(&pki, answer);
+    let mut b = Berth::new(tag);
+    std::fs::write(b.config.join("settings.jsonc"), settings).unwrap();
     b.env("BERTH_CA_FILE", s(&pki.ca));
-    for (k, v) in [
-        ("BERTH_SLACK_SIGNING_SECRET", SECRET.to_owned()),
-        ("BERTH_SLACK_BOT_TOKEN", "xoxb-test".to_owned()),
-        ("BERTH_SLACK_API_URL", format!("{}/slack", fake.url())),
-        ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
-    ] {
+    for (k, v) in env(&fake.url()) {
         b.env(k, &v);
     }
     b.serve();
     add_ask_peer(&b, "asker");
+    (root, fake, b)
+}
+
+/// Slack's variables for a fake at `url`, channel sessions answered by `asker`.
+fn slack_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("BERTH_SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("BERTH_SLACK_BOT_TOKEN", "xoxb-test".to_owned()),
+        ("BERTH_SLACK_API_URL", format!("{url}/slack")),
+        ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
+    ]
+}
+
+#[test]
+fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
+    let (_pki, fake, b) = served(
+        "chat-asks",
+        slack_answer,
+        r#"{"ask": {"deadline_secs": 3}}"#,
+        slack_env,
+    );
 
     // 1. Ann (U0ANN) asks in a thread; the request comes to the thread with buttons.
     assert_eq!(message(&b, "Ev1", "U0ANN", "run: echo one", "1.1"), 200);
@@ -364,27 +383,20 @@ fn lark_click(id: &str, token: &str, user: &str, action: &str, approval: &str) -
 
 #[test]
 fn a_lark_chats_request_is_answered_on_its_card() {
-    let root = berth_tests::TempDir::new("lark-asks-pki");
-    let pki = Pki::generate(&root.path().join("pki"), "lark");
-    let fake = HttpsFake::start(&pki, lark_answer);
-    let mut b = Berth::new("lark-asks");
-    std::fs::write(
-        b.config.join("settings.jsonc"),
+    let (_pki, fake, b) = served(
+        "lark-asks",
+        lark_answer,
         r#"{"ask": {"deadline_secs": 3}}"#,
-    )
-    .unwrap();
-    b.env("BERTH_CA_FILE", s(&pki.ca));
-    for (k, v) in [
-        ("BERTH_LARK_VERIFICATION_TOKEN", LARK_TOKEN.to_owned()),
-        ("BERTH_LARK_APP_ID", "cli_app".to_owned()),
-        ("BERTH_LARK_APP_SECRET", "app-secret".to_owned()),
-        ("BERTH_LARK_API_URL", format!("{}/lark", fake.url())),
-        ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
-    ] {
-        b.env(k, &v);
-    }
-    b.serve();
-    add_ask_peer(&b, "asker");
+        |url| {
+            vec![
+                ("BERTH_LARK_VERIFICATION_TOKEN", LARK_TOKEN.to_owned()),
+                ("BERTH_LARK_APP_ID", "cli_app".to_owned()),
+                ("BERTH_LARK_APP_SECRET", "app-secret".to_owned()),
+                ("BERTH_LARK_API_URL", format!("{url}/lark")),
+                ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
+            ]
+        },
+    );
 
     // The request comes to the chat as an interactive card with three buttons.
     let (code, _) = lark_post(
@@ -501,25 +513,16 @@ fn a_lark_chats_request_is_answered_on_its_card() {
 /// else's click is not theirs.
 #[test]
 fn a_desktop_sessions_request_comes_as_a_direct_message_and_a_click_answers_it() {
-    let root = berth_tests::TempDir::new("dm-asks-pki");
-    let pki = Pki::generate(&root.path().join("pki"), "slack");
-    let fake = HttpsFake::start(&pki, slack_answer);
-    let mut b = Berth::new("dm-asks");
-    std::fs::write(
-        b.config.join("settings.jsonc"),
+    let (_pki, fake, b) = served(
+        "dm-asks",
+        slack_answer,
         r#"{"notify": {"slack": "U0ANN", "desktop": false}}"#,
-    )
-    .unwrap();
-    b.env("BERTH_CA_FILE", s(&pki.ca));
-    for (k, v) in [
-        ("BERTH_SLACK_SIGNING_SECRET", SECRET.to_owned()),
-        ("BERTH_SLACK_BOT_TOKEN", "xoxb-test".to_owned()),
-        ("BERTH_SLACK_API_URL", format!("{}/slack", fake.url())),
-    ] {
-        b.env(k, &v);
-    }
-    b.serve();
-    add_ask_peer(&b, "asker");
+        |url| {
+            let mut env = slack_env(url);
+            env.retain(|(k, _)| *k != "BERTH_CHANNEL_AGENT");
+            env
+        },
+    );
     let app = b.user_home.join("code/app");
     std::fs::create_dir_all(&app).unwrap();
     let session = berth_tests::steps::new_session(&b, "asker", Some(&app));

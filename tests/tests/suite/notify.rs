@@ -41,17 +41,7 @@ fn webhook_to(url: &str) -> Value {
 /// HMAC-SHA256 of `timestamp.body` with the secret, as a receiver computes it (with
 /// the `hmac` crate, not Berth's code).
 fn expected_signature(timestamp: &str, body: &[u8]) -> String {
-    use hmac::{Hmac, KeyInit, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(timestamp.as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = berth_tests::steps::hmac_hex(SECRET.as_bytes(), &[timestamp.as_bytes(), b".", body]);
     format!("sha256={hex}")
 }
 
