@@ -83,8 +83,33 @@ export BERTH_TEST_DATABASE_URL
 
 say "tests, default features"
 cargo test --workspace --locked
+# The binaries that build made (berth, berth-full, berth-server, berth-bench, in
+# target/debug) are what the browser and the dispatch benchmark run next, before any
+# other feature set is built over them: building them again on their own resolved
+# other features and recompiled (issue 53).
+dbg="${CARGO_TARGET_DIR:-target}/debug"
+[[ "$dbg" == /* ]] || dbg="$PWD/$dbg"
+
+if [[ -z "$quick" && -x scripts/test-browser.sh ]]; then
+  say "the web UI in headless Chromium"
+  BERTH_BIN="$dbg/berth" scripts/test-browser.sh
+fi
+
+if [[ -z "$quick" ]]; then
+  # Issue 17: the dispatch benchmark runs end to end (a benchmark that cannot run fails
+  # the tests; a missed goal prints NO and never does). On the test build's binaries:
+  # a release build of its own was CI's largest compile (issue 53), and a debug build's
+  # figures say nothing of Berth's speed. The figures are scripts/bench.sh's, on release
+  # builds (BENCHMARKS.md).
+  say "the dispatch benchmark runs (its quick mode, on the debug build: the figures are not the benchmark's)"
+  BERTH_BIN="$dbg/berth" "$dbg/berth-bench" --quick --only dispatch
+fi
+
+# The runs below that take part of the workspace select it whole (`--workspace --test
+# all`, a name filter): `-p ONE` resolves other features, and every crate under them
+# was compiled again (issue 53). Only the cloud build's features differ on purpose.
 say "the agents' process tests again on the fork path (macOS's, and old kernels')"
-BERTH_SPAWN_FORK=1 cargo test -p berth-local-agent --locked --test all -- \
+BERTH_SPAWN_FORK=1 cargo test --workspace --locked --test all -- \
   suite::processes:: suite::groups:: suite::agents:: suite::fence::
 say "tests, without local-binding (the cloud build, with PostgreSQL)"
 cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features \
@@ -92,23 +117,6 @@ cargo test -p berth-core -p berth-web -p berth-wasm --no-default-features \
 
 say "wasm tests under Node"
 cargo test -p berth-wasm --target wasm32-unknown-unknown --locked
-
-if [[ -z "$quick" && -x scripts/test-browser.sh ]]; then
-  say "the web UI in headless Chromium"
-  scripts/test-browser.sh
-fi
-
-if [[ -z "$quick" ]]; then
-  # Issue 17: the dispatch benchmark runs end to end (a benchmark that cannot run fails
-  # the tests; a missed goal prints NO and never does). On the test build's binaries,
-  # already built above: a release build of its own was CI's largest compile (issue 53),
-  # and a debug build's figures say nothing of Berth's speed. The figures are
-  # scripts/bench.sh's, on release builds (BENCHMARKS.md).
-  say "the dispatch benchmark runs (its quick mode, on the debug build: the figures are not the benchmark's)"
-  cargo build --locked -p berth-local-agent --bin berth --bin berth-full -p berth-tests --bin berth-bench
-  dbg="${CARGO_TARGET_DIR:-target}/debug"
-  BERTH_BIN="$dbg/berth" "$dbg/berth-bench" --quick --only dispatch
-fi
 
 if [[ -z "$quick" ]]; then
   # Issue 38: berth-server as deployed (the static musl cloud build with PostgreSQL)
@@ -119,9 +127,9 @@ if [[ -z "$quick" ]]; then
   BERTH_DEPLOYED_SERVER=$(scripts/build-server.sh --quiet)
   BERTH_IMAGE=$(scripts/build-image.sh --binary "$BERTH_DEPLOYED_SERVER")
   export BERTH_DEPLOYED_SERVER BERTH_IMAGE
-  cargo test -p berth-tests --test all --locked -- --ignored suite::deployed::
+  cargo test --workspace --test all --locked -- --ignored suite::deployed::
   # The metrics' end-to-end test again, on the deployed binary: its task counter moves
   # when a task runs through a daemon.
-  cargo test -p berth-tests --test all --locked -- suite::metrics::
+  cargo test --workspace --test all --locked -- suite::metrics::
 fi
 say "all tests passed"
