@@ -162,7 +162,8 @@ fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
     let (_pki, fake, b) = served(
         "chat-asks",
         slack_answer,
-        r#"{"ask": {"deadline_secs": 3}}"#,
+        r#"{"ask": {"deadline_secs": 3},
+            "notify": {"desktop": false, "answerers": {"slack": ["U0CAT"]}}}"#,
         slack_env,
     );
 
@@ -271,7 +272,8 @@ fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
     );
     assert_eq!(approval(&b, &id)["decision"]["decision"], "allow");
 
-    // 6. "Always for this session" allows it and makes the session's rule.
+    // 6. "Always for this session" allows it and makes the session's rule; Cat, whom
+    //    the settings name as an answerer, may answer in Ann's thread.
     assert_eq!(message(&b, "Ev2", "U0ANN", "run: echo two", "1.2"), 200);
     let second = card(&fake, 2);
     let id2 = second["blocks"][2]["elements"][2]["value"]
@@ -279,7 +281,7 @@ fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
         .unwrap()
         .to_owned();
     let ts2 = "card-1.2";
-    let always = click_body("U0ANN", "tr-3", "berth_always", &id2, ts2);
+    let always = click_body("U0CAT", "tr-3", "berth_always", &id2, ts2);
     assert_eq!(click(&b, &always, SECRET, now()), 200);
     let d = eventually(20, || {
         let a = approval(&b, &id2);
@@ -287,8 +289,8 @@ fn a_channel_sessions_request_is_answered_with_its_buttons_in_the_thread() {
     })
     .unwrap();
     assert_eq!(
-        (&d["decision"], &d["always"]),
-        (&json!("allow"), &json!(true))
+        (&d["decision"], &d["always"], &d["who"]),
+        (&json!("allow"), &json!(true), &json!("U0CAT"))
     );
     let session = approval(&b, &id2)["session_id"]
         .as_str()
@@ -350,11 +352,19 @@ fn lark_answer(r: &Received) -> String {
 
 /// POSTs a Lark callback to `b`'s web listener (verified by its token): status, body.
 fn lark_post(b: &Berth, body: &Value) -> (u16, Value) {
+    lark_post_with(b, body, &[])
+}
+
+/// [`lark_post`] with more headers (a signature).
+fn lark_post_with(b: &Berth, body: &Value, headers: &[(&str, String)]) -> (u16, Value) {
     let (url, _) = b.serve_info();
     let addr = url.trim_start_matches("http://").to_owned();
     let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    let head =
+    let mut head =
         format!("POST /hooks/lark HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
     let (status, answer) = raw_http(&mut stream, &head, body.to_string().as_bytes());
     (
         status,
@@ -568,4 +578,73 @@ fn a_desktop_sessions_request_comes_as_a_direct_message_and_a_click_answers_it()
         (&json!("U0ANN"), &json!("slack")),
         "{d}"
     );
+}
+
+/// With an encrypt key, Lark signs every callback: a card click is taken only signed
+/// (hex SHA-256 of timestamp, nonce, key and body, computed here as Lark does) and
+/// within the five-minute window; an unsigned, a stale or an altered one does nothing.
+#[test]
+fn a_lark_click_is_taken_only_when_signed_in_time() {
+    const KEY: &str = "lark-encrypt-key";
+    let (_pki, fake, b) = served(
+        "lark-signed",
+        lark_answer,
+        r#"{"ask": {"deadline_secs": 60}}"#,
+        |url| {
+            vec![
+                ("BERTH_LARK_ENCRYPT_KEY", KEY.to_owned()),
+                ("BERTH_LARK_APP_ID", "cli_app".to_owned()),
+                ("BERTH_LARK_APP_SECRET", "app-secret".to_owned()),
+                ("BERTH_LARK_API_URL", format!("{url}/lark")),
+                ("BERTH_CHANNEL_AGENT", "asker".to_owned()),
+            ]
+        },
+    );
+    let signed = |body: &Value, ts: i64| {
+        use sha2::{Digest, Sha256};
+        let ts = ts.to_string();
+        let digest = Sha256::new()
+            .chain_update(ts.as_bytes())
+            .chain_update(b"nonce-1")
+            .chain_update(KEY.as_bytes())
+            .chain_update(body.to_string().as_bytes())
+            .finalize();
+        let sig: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        vec![
+            ("X-Lark-Request-Timestamp", ts),
+            ("X-Lark-Request-Nonce", "nonce-1".to_owned()),
+            ("X-Lark-Signature", sig),
+        ]
+    };
+    let msg = lark_message("e1", "ou_ann", "oc_chat", "run: echo signed");
+    assert_eq!(lark_post_with(&b, &msg, &signed(&msg, now())).0, 200);
+    let id = eventually(30, || {
+        let all = b.json(&["approvals", "--json"]);
+        all["approvals"][0]["id"].as_str().map(str::to_owned)
+    })
+    .expect("the request waits");
+    eventually(30, || {
+        fake.received()
+            .into_iter()
+            .find(|r| r.body.contains("interactive"))
+    })
+    .expect("its card is posted");
+    let click = lark_click("c1", "", "ou_ann", "allow", &id);
+    assert_eq!(lark_post(&b, &click).0, 401, "unsigned");
+    assert_eq!(
+        lark_post_with(&b, &click, &signed(&click, now() - 360)).0,
+        401,
+        "stale"
+    );
+    let other = lark_click("c1", "", "ou_ann", "deny", &id);
+    assert_eq!(
+        lark_post_with(&b, &other, &signed(&click, now())).0,
+        401,
+        "altered after signing"
+    );
+    assert!(approval(&b, &id)["decision"].is_null());
+    let (code, answer) = lark_post_with(&b, &click, &signed(&click, now()));
+    assert_eq!(code, 200);
+    assert_eq!(answer["toast"]["type"], "success", "{answer}");
+    assert_eq!(approval(&b, &id)["decision"]["via"], "lark");
 }
