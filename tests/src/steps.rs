@@ -271,7 +271,12 @@ pub fn shadow_refs(b: &Berth) -> Vec<String> {
 pub fn add_ask_peer(b: &Berth, name: &str) {
     let peer = b.root.path().join("ask_peer.py");
     std::fs::write(&peer, include_str!("peers/ask_peer.py")).unwrap();
-    b.ok(&[
+    add_ask_agent(b, name, &["python3", s(&peer)]);
+}
+
+/// Registers `command` as ACP agent `name` under the `ask` policy.
+pub fn add_ask_agent(b: &Berth, name: &str, command: &[&str]) {
+    let mut args = vec![
         "agent",
         "add",
         name,
@@ -280,9 +285,9 @@ pub fn add_ask_peer(b: &Berth, name: &str) {
         "--permissions",
         "ask",
         "--command",
-        "python3",
-        s(&peer),
-    ]);
+    ];
+    args.extend_from_slice(command);
+    b.ok(&args);
 }
 
 /// The requests `berth approvals --json` lists as waiting, once there are `n`.

@@ -306,21 +306,15 @@ impl Server {
             None => crate::net::HttpClient::new(&crate::net::ClientOptions::from_env(None))
                 .map_err(|e| ServerError::Tls(e.to_string()))?,
         };
-        let lark = Arc::new(crate::hooks::LarkAuth::default());
-        scheduler.observe(Arc::new(Replier::new(
+        // What goes out to the platforms, one for the answers and the requests' cards.
+        let out = Arc::new(crate::hooks::Outbound::new(
             store.clone(),
             channels.clone(),
             Arc::new(display.clone()),
             http.clone(),
-            lark.clone(),
-        )));
-        let cards = crate::hooks::Cards::new(
-            store.clone(),
-            channels.clone(),
-            Arc::new(display.clone()),
-            http.clone(),
-            lark,
-        );
+        ));
+        scheduler.observe(Arc::new(Replier::new(out.clone())));
+        let cards = crate::hooks::Cards::new(out);
         scheduler.observe(Arc::new(cards.clone()));
         for o in opts.observers {
             scheduler.observe(o);

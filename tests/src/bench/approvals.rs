@@ -76,19 +76,7 @@ pub fn run(cfg: &Config) -> Result<Vec<Row>> {
 pub fn add_peer(b: &crate::Berth, name: &str, n: usize) -> Result<()> {
     let me = std::env::current_exe().context("the bench's own path")?;
     let me = me.to_str().context("a UTF-8 path")?;
-    b.ok(&[
-        "agent",
-        "add",
-        name,
-        "--kind",
-        "acp",
-        "--permissions",
-        "ask",
-        "--command",
-        me,
-        "--acp-peer",
-        &n.to_string(),
-    ]);
+    crate::steps::add_ask_agent(b, name, &[me, "--acp-peer", &n.to_string()]);
     Ok(())
 }
 

@@ -24,20 +24,18 @@
 //! name), cut with a note past the platforms' limits; the agent's words are plain text,
 //! never markup that could mention anyone.
 
-use super::config::{ChannelConfig, SlackConfig};
+use super::config::SlackConfig;
 use super::crypto::{self, SignatureError};
-use super::reply::{LarkAuth, LarkAuthError};
+use super::out::{OutError, Outbound};
 use super::{Platform, Thread, header};
 use crate::http::ApiError;
-use crate::net::HttpClient;
 use crate::scheduler::TaskObserver;
-use crate::store::{Store, TaskRow};
+use crate::store::TaskRow;
 use axum::http::HeaderMap;
 use berth_core::approval::{Approval, DecidedBy, Verdict};
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 /// The buttons' `action_id`s.
 pub const ALLOW: &str = "berth_allow";
@@ -47,9 +45,6 @@ pub const ALWAYS: &str = "berth_always";
 /// A section's text is at most 3,000 characters on Slack: what is shown of a request's
 /// input stops before that, with a note.
 const MAX_SECTION_CHARS: usize = 2_800;
-
-/// How long one call to Slack may take, retries included.
-const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How many clicks are remembered to refuse a replay (a replay is only accepted inside
 /// the signature's five-minute window, and clicks are rare).
@@ -430,51 +425,19 @@ pub struct Cards {
 
 #[derive(Debug)]
 struct Inner {
-    store: Store,
-    config: ChannelConfig,
-    display: Arc<berth_core::Context>,
-    http: HttpClient,
-    lark: Arc<LarkAuth>,
+    out: Arc<Outbound>,
     /// Requests whose messages are posted and still show their buttons.
     posted: Mutex<HashMap<String, Vec<Posted>>>,
     /// Clicks taken, oldest first: a second delivery of one is a replay.
     seen: Mutex<VecDeque<String>>,
 }
 
-/// Why a call to a platform failed.
-#[derive(Debug, thiserror::Error)]
-enum CardError {
-    #[error(transparent)]
-    Call(#[from] crate::net::client::CallError),
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error(transparent)]
-    Lark(#[from] LarkAuthError),
-    #[error("{platform} refused {method}: {answer}")]
-    Refused {
-        platform: &'static str,
-        method: &'static str,
-        answer: Value,
-    },
-}
-
 impl Cards {
-    /// `display`: whose home and name every message is stripped of; `lark`: the
-    /// tenant access token, shared with the answers.
-    pub fn new(
-        store: Store,
-        config: ChannelConfig,
-        display: Arc<berth_core::Context>,
-        http: HttpClient,
-        lark: Arc<LarkAuth>,
-    ) -> Cards {
+    /// Messages go out through `out`.
+    pub fn new(out: Arc<Outbound>) -> Cards {
         Cards {
             inner: Arc::new(Inner {
-                store,
-                config,
-                display,
-                http,
-                lark,
+                out,
                 posted: Mutex::new(HashMap::new()),
                 seen: Mutex::new(VecDeque::new()),
             }),
@@ -521,71 +484,10 @@ impl Cards {
         false
     }
 
-    /// Calls Slack's Web API method with the bot token: its answer when `ok`.
-    async fn slack(&self, method: &'static str, body: &Value) -> Result<Value, CardError> {
-        let Some(cfg) = &self.inner.config.slack else {
-            return Ok(Value::Null);
-        };
-        let Some(token) = &cfg.bot_token else {
-            return Ok(Value::Null);
-        };
-        let url = format!("{}/{method}", cfg.api_url);
-        let answer = self
-            .inner
-            .http
-            .post_json(&url, Some(token.expose()), body, CALL_TIMEOUT)
-            .await?;
-        if answer.get("ok").and_then(Value::as_bool) != Some(true) {
-            return Err(CardError::Refused {
-                platform: "slack",
-                method,
-                answer,
-            });
-        }
-        Ok(answer)
-    }
-
-    /// Calls Lark's Open API (`path` under the API's URL) with the tenant token: its
-    /// answer when `code` is 0; `Null` without the app's credentials.
-    async fn lark(
-        &self,
-        method: hyper::Method,
-        name: &'static str,
-        path: &str,
-        body: &Value,
-    ) -> Result<Value, CardError> {
-        let Some(cfg) = &self.inner.config.lark else {
-            return Ok(Value::Null);
-        };
-        let Some((id, secret)) = &cfg.app else {
-            return Ok(Value::Null);
-        };
-        let token = self
-            .inner
-            .lark
-            .token(&self.inner.http, &cfg.api_url, id, secret.expose())
-            .await?;
-        let url = format!("{}/{path}", cfg.api_url);
-        let answer = self
-            .inner
-            .http
-            .json_call(method, &url, Some(&token), body, CALL_TIMEOUT)
-            .await?;
-        if answer.get("code").and_then(Value::as_i64) != Some(0) {
-            self.inner.lark.forget().await;
-            return Err(CardError::Refused {
-                platform: "lark",
-                method: name,
-                answer,
-            });
-        }
-        Ok(answer)
-    }
-
     /// Where request `a`'s messages go, and who may answer each: the thread (or chat)
     /// of its channel session, or the direct messages of the users the settings name.
-    async fn routes(&self, a: &Approval) -> Result<Vec<Route>, CardError> {
-        let cfg = &self.inner.config;
+    async fn routes(&self, a: &Approval) -> Result<Vec<Route>, OutError> {
+        let cfg = &self.inner.out.config;
         let asks = &cfg.asks;
         let route = |platform, channel: String, thread_ts, lark_receiver, allowed| Route {
             platform,
@@ -596,6 +498,7 @@ impl Cards {
         };
         match self
             .inner
+            .out
             .store
             .channel_thread(a.session_id.clone())
             .await?
@@ -647,7 +550,13 @@ impl Cards {
 
     /// Who may answer request `id` on `platform` (`None`: it is not answered there).
     pub async fn answerers(&self, id: &str, platform: Platform) -> Option<Vec<String>> {
-        let a = self.inner.store.approval(id.to_owned(), None).await.ok()?;
+        let a = self
+            .inner
+            .out
+            .store
+            .approval(id.to_owned(), None)
+            .await
+            .ok()?;
         self.routes(&a)
             .await
             .ok()?
@@ -657,30 +566,38 @@ impl Cards {
     }
 
     /// Posts a waiting request's messages where they go.
-    async fn post(&self, a: Approval) -> Result<(), CardError> {
+    async fn post(&self, a: Approval) -> Result<(), OutError> {
         for route in self.routes(&a).await? {
             let posted = match route.platform {
                 Platform::Slack => {
-                    let (text, blocks) = request_message(&a, &self.inner.display);
+                    let (text, blocks) = request_message(&a, &self.inner.out.display);
                     let mut body =
                         json!({"channel": route.channel, "text": text, "blocks": blocks});
                     if let Some(ts) = &route.thread_ts {
                         body["thread_ts"] = json!(ts);
                     }
-                    let answer = self.slack("chat.postMessage", &body).await?;
+                    let answer = self
+                        .inner
+                        .out
+                        .slack("chat.postMessage", &body)
+                        .await?
+                        .unwrap_or_default();
                     answer["channel"]
                         .as_str()
                         .zip(answer["ts"].as_str())
                         .map(|(c, ts)| (c.to_owned(), ts.to_owned()))
                 }
                 Platform::Lark => {
-                    let card = lark_request_card(&a, &self.inner.display);
+                    let card = lark_request_card(&a, &self.inner.out.display);
                     let body = json!({"receive_id": route.channel, "msg_type": "interactive",
                                       "content": card.to_string()});
                     let path = format!("im/v1/messages?receive_id_type={}", route.lark_receiver);
                     let answer = self
+                        .inner
+                        .out
                         .lark(hyper::Method::POST, "im/v1/messages", &path, &body)
-                        .await?;
+                        .await?
+                        .unwrap_or_default();
                     answer["data"]["message_id"]
                         .as_str()
                         .map(|m| (route.channel.clone(), m.to_owned()))
@@ -695,7 +612,7 @@ impl Cards {
             }
         }
         // Decided while the messages were on their way: they say so at once.
-        let now = self.inner.store.approval(a.id.clone(), None).await?;
+        let now = self.inner.out.store.approval(a.id.clone(), None).await?;
         if now.decision.is_some() {
             let posted = self.posted().remove(&a.id).unwrap_or_default();
             for p in posted {
@@ -706,26 +623,28 @@ impl Cards {
     }
 
     /// Rewrites a posted message as request `a` stands now.
-    async fn update(&self, p: &Posted, a: &Approval) -> Result<(), CardError> {
+    async fn update(&self, p: &Posted, a: &Approval) -> Result<(), OutError> {
         match p.platform {
             Platform::Slack => {
-                let (text, blocks) = decided_message(a, &self.inner.display);
+                let (text, blocks) = decided_message(a, &self.inner.out.display);
                 let body =
                     json!({"channel": p.channel, "ts": p.ts, "text": text, "blocks": blocks});
-                self.slack("chat.update", &body).await.map(|_| ())
+                self.inner.out.slack("chat.update", &body).await.map(|_| ())
             }
             Platform::Lark => {
-                let card = lark_decided_card(a, &self.inner.display);
+                let card = lark_decided_card(a, &self.inner.out.display);
                 let path = format!("im/v1/messages/{}", p.ts);
                 let body = json!({"content": card.to_string()});
-                self.lark(
-                    hyper::Method::PATCH,
-                    "im/v1/messages (update)",
-                    &path,
-                    &body,
-                )
-                .await
-                .map(|_| ())
+                self.inner
+                    .out
+                    .lark(
+                        hyper::Method::PATCH,
+                        "im/v1/messages (update)",
+                        &path,
+                        &body,
+                    )
+                    .await
+                    .map(|_| ())
             }
         }
     }
@@ -746,14 +665,19 @@ impl Cards {
     /// Tells `user` alone, in Slack's `channel`, why their click did nothing.
     pub async fn tell(&self, channel: &str, user: &str, text: &str) {
         let body = json!({"channel": channel, "user": user, "text": text});
-        if let Err(e) = self.slack("chat.postEphemeral", &body).await {
+        if let Err(e) = self.inner.out.slack("chat.postEphemeral", &body).await {
             tracing::warn!(error = %e, "a Slack user could not be told why their click did nothing");
         }
     }
 
     /// Request `id` as it stands (for a click on a request decided already).
     pub async fn approval(&self, id: &str) -> Option<Approval> {
-        self.inner.store.approval(id.to_owned(), None).await.ok()
+        self.inner
+            .out
+            .store
+            .approval(id.to_owned(), None)
+            .await
+            .ok()
     }
 
     /// The answer to a Lark click: a toast, and the card as the request stands (its
@@ -763,7 +687,7 @@ impl Cards {
         if let Some(a) = now.filter(|a| a.decision.is_some()) {
             self.untrack(&a.id, Platform::Lark);
             reply["card"] =
-                json!({"type": "raw", "data": lark_decided_card(a, &self.inner.display)});
+                json!({"type": "raw", "data": lark_decided_card(a, &self.inner.out.display)});
         }
         reply
     }
@@ -773,7 +697,7 @@ impl TaskObserver for Cards {
     fn task_finished(&self, _task: &TaskRow) {}
 
     fn approval_asked(&self, a: &Approval) {
-        if self.inner.config.slack.is_none() && self.inner.config.lark.is_none() {
+        if self.inner.out.config.slack.is_none() && self.inner.out.config.lark.is_none() {
             return;
         }
         let (this, a) = (self.clone(), a.clone());

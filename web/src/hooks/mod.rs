@@ -18,12 +18,14 @@ pub mod cards;
 pub mod config;
 pub mod crypto;
 mod lark;
+pub mod out;
 mod reply;
 mod slack;
 
 pub use cards::Cards;
 pub use config::{AskRouting, ChannelConfig, LarkConfig, Secret, SlackConfig};
-pub use reply::{LarkAuth, LarkAuthError, Replier, final_answer};
+pub use out::{OutError, Outbound};
+pub use reply::{Replier, final_answer};
 
 use crate::http::{ApiError, BODY_LIMIT};
 use crate::scheduler::Scheduler;

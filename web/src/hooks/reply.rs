@@ -3,36 +3,17 @@
 //! `im/v1/messages` to the chat, with a tenant access token).
 
 use super::Thread;
-use super::config::ChannelConfig;
-use crate::net::HttpClient;
-use crate::net::client::CallError;
+use super::out::{OutError, Outbound};
 use crate::scheduler::TaskObserver;
-use crate::store::{Store, StoreError, TaskRow};
+use crate::store::TaskRow;
 use berth_core::SessionId;
 use berth_core::api::TaskStatus;
 use berth_core::event::AgentEvent;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// The longest answer posted, in characters (Slack cuts messages at 40,000).
 const MAX_ANSWER_CHARS: usize = 30_000;
-
-/// Why an answer could not be posted.
-#[derive(Debug, thiserror::Error)]
-enum ReplyError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Call(#[from] CallError),
-    #[error(transparent)]
-    Lark(#[from] LarkAuthError),
-    #[error("{platform} refused the answer: {answer}")]
-    Refused {
-        platform: &'static str,
-        answer: serde_json::Value,
-    },
-}
 
 /// The agent's final answer of a task, from its transcript events in order: the last
 /// `result` text if the agent reported one, otherwise the text it wrote after its
@@ -105,14 +86,7 @@ pub struct Replier {
 
 #[derive(Debug)]
 struct Inner {
-    store: Store,
-    config: ChannelConfig,
-    /// Whose home and name a reply must never show (the display rule).
-    display: Arc<berth_core::Context>,
-    /// Lark's tenant access token, shared with the requests' cards.
-    lark: Arc<LarkAuth>,
-    /// The pooled client the answers go out through (TLS, keep-alive).
-    http: HttpClient,
+    out: Arc<Outbound>,
     /// Sessions known to answer to no channel. A session is a channel session from its
     /// creation (`Store::channel_intake` makes both at once) or never, so one look in
     /// the store per session is enough: a task of a session seen here ends with no
@@ -124,26 +98,12 @@ struct Inner {
 /// How many sessions [`Inner::plain`] remembers; past that it starts over.
 const PLAIN_SESSIONS: usize = 4096;
 
-/// How long one call to a platform may take, retries included.
-const CALL_TIMEOUT: Duration = Duration::from_secs(15);
-
 impl Replier {
-    /// `display`: the user whose home and name every reply is stripped of; `lark`:
-    /// the tenant access token, shared.
-    pub fn new(
-        store: Store,
-        config: ChannelConfig,
-        display: Arc<berth_core::Context>,
-        http: HttpClient,
-        lark: Arc<LarkAuth>,
-    ) -> Replier {
+    /// Answers go out through `out`.
+    pub fn new(out: Arc<Outbound>) -> Replier {
         Replier {
             inner: Arc::new(Inner {
-                store,
-                config,
-                display,
-                lark,
-                http,
+                out,
                 plain: std::sync::Mutex::new(std::collections::HashSet::new()),
             }),
         }
@@ -156,21 +116,9 @@ impl Replier {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn post_json(
-        &self,
-        url: &str,
-        bearer: Option<&str>,
-        body: &serde_json::Value,
-    ) -> Result<serde_json::Value, CallError> {
-        self.inner
-            .http
-            .post_json(url, bearer, body, CALL_TIMEOUT)
-            .await
-    }
-
     /// Posts the answer of `task` if its session is a channel session.
-    async fn reply(&self, task: TaskRow) -> Result<(), ReplyError> {
-        let store = &self.inner.store;
+    async fn reply(&self, task: TaskRow) -> Result<(), OutError> {
+        let store = &self.inner.out.store;
         let Some(stored) = store.channel_thread(task.session_id.clone()).await? else {
             let mut plain = self.plain();
             if plain.len() >= PLAIN_SESSIONS {
@@ -190,7 +138,7 @@ impl Replier {
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect();
         let text = reply_text(&task, final_answer(&events));
-        let text = berth_core::display::redact_text(&self.inner.display, &text).into_owned();
+        let text = berth_core::display::redact_text(&self.inner.out.display, &text).into_owned();
         match thread {
             Thread::Slack { channel, thread_ts } => {
                 self.post_slack(&channel, &thread_ts, &text).await
@@ -199,123 +147,30 @@ impl Replier {
         }
     }
 
-    async fn post_slack(
-        &self,
-        channel: &str,
-        thread_ts: &str,
-        text: &str,
-    ) -> Result<(), ReplyError> {
-        let Some(cfg) = &self.inner.config.slack else {
-            return Ok(());
-        };
-        let Some(token) = &cfg.bot_token else {
-            tracing::info!("no BERTH_SLACK_BOT_TOKEN: the answer is not posted back");
-            return Ok(());
-        };
-        let url = format!("{}/chat.postMessage", cfg.api_url);
+    async fn post_slack(&self, channel: &str, thread_ts: &str, text: &str) -> Result<(), OutError> {
         let body = json!({ "channel": channel, "thread_ts": thread_ts, "text": text });
-        let answer = self.post_json(&url, Some(token.expose()), &body).await?;
-        if answer.get("ok").and_then(serde_json::Value::as_bool) != Some(true) {
-            return Err(ReplyError::Refused {
-                platform: "slack",
-                answer,
-            });
+        let posted = self.inner.out.slack("chat.postMessage", &body).await?;
+        if posted.is_none() && self.inner.out.config.slack.is_some() {
+            tracing::info!("no BERTH_SLACK_BOT_TOKEN: the answer is not posted back");
         }
         Ok(())
     }
 
-    async fn post_lark(&self, chat_id: &str, text: &str) -> Result<(), ReplyError> {
-        let Some(cfg) = &self.inner.config.lark else {
-            return Ok(());
-        };
-        let Some((id, secret)) = &cfg.app else {
-            tracing::info!("no BERTH_LARK_APP_ID/SECRET: the answer is not posted back");
-            return Ok(());
-        };
-        let token = self
-            .inner
-            .lark
-            .token(&self.inner.http, &cfg.api_url, id, secret.expose())
-            .await?;
-        let url = format!("{}/im/v1/messages?receive_id_type=chat_id", cfg.api_url);
+    async fn post_lark(&self, chat_id: &str, text: &str) -> Result<(), OutError> {
         let body = json!({
             "receive_id": chat_id,
             "msg_type": "text",
             "content": json!({ "text": text }).to_string(),
         });
-        let answer = self.post_json(&url, Some(&token), &body).await?;
-        if answer.get("code").and_then(serde_json::Value::as_i64) != Some(0) {
-            // A token Lark no longer accepts is fetched again next time.
-            self.inner.lark.forget().await;
-            return Err(ReplyError::Refused {
-                platform: "lark",
-                answer,
-            });
+        let path = "im/v1/messages?receive_id_type=chat_id";
+        let out = &self.inner.out;
+        let posted = out
+            .lark(hyper::Method::POST, "im/v1/messages", path, &body)
+            .await?;
+        if posted.is_none() && out.config.lark.is_some() {
+            tracing::info!("no BERTH_LARK_APP_ID/SECRET: the answer is not posted back");
         }
         Ok(())
-    }
-}
-
-/// Lark's tenant access token, fetched when needed and kept until five minutes before
-/// it expires; shared by what posts to Lark (answers, requests' cards).
-#[derive(Debug, Default)]
-pub struct LarkAuth {
-    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
-}
-
-/// Why Lark gave no tenant access token.
-#[derive(Debug, thiserror::Error)]
-pub enum LarkAuthError {
-    #[error(transparent)]
-    Call(#[from] CallError),
-    #[error("lark refused the app's credentials: {0}")]
-    Refused(serde_json::Value),
-}
-
-impl LarkAuth {
-    /// The token of app `id` (`secret`), from the cache or from Lark.
-    pub async fn token(
-        &self,
-        http: &HttpClient,
-        api_url: &str,
-        id: &str,
-        secret: &str,
-    ) -> Result<String, LarkAuthError> {
-        let mut cached = self.cached.lock().await;
-        if let Some((token, until)) = cached.as_ref()
-            && Instant::now() < *until
-        {
-            return Ok(token.clone());
-        }
-        let url = format!("{api_url}/auth/v3/tenant_access_token/internal");
-        let answer = http
-            .post_json(
-                &url,
-                None,
-                &json!({ "app_id": id, "app_secret": secret }),
-                CALL_TIMEOUT,
-            )
-            .await?;
-        let token = answer
-            .get("tenant_access_token")
-            .and_then(serde_json::Value::as_str)
-            .filter(|_| answer.get("code").and_then(serde_json::Value::as_i64) == Some(0));
-        let Some(token) = token else {
-            return Err(LarkAuthError::Refused(answer));
-        };
-        let expire = answer
-            .get("expire")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
-        // Fetch a new one five minutes before it expires.
-        let until = Instant::now() + Duration::from_secs(expire.saturating_sub(300));
-        *cached = Some((token.to_owned(), until));
-        Ok(token.to_owned())
-    }
-
-    /// Drops the kept token (Lark refused a call with it).
-    pub async fn forget(&self) {
-        *self.cached.lock().await = None;
     }
 }
 
@@ -341,7 +196,9 @@ impl TaskObserver for Replier {
 mod tests {
     use super::*;
     use crate::executor::{AgentKind, AgentSpec};
-    use crate::store::{ChannelIntake, NewChannelMessage, NewSessionRow};
+    use crate::hooks::config::ChannelConfig;
+    use crate::net::HttpClient;
+    use crate::store::{ChannelIntake, NewChannelMessage, NewSessionRow, Store};
     use berth_core::resolve::Origin;
 
     /// A plain session is looked up once: its later tasks end with no read and no task
@@ -369,7 +226,12 @@ mod tests {
         };
         let http = HttpClient::new(&crate::net::client::ClientOptions::from_env(None)).unwrap();
         let display = Arc::new(berth_core::Context::new(berth_core::Platform::Linux));
-        let replier = Replier::new(store.clone(), config, display, http, Arc::default());
+        let replier = Replier::new(Arc::new(Outbound::new(
+            store.clone(),
+            config,
+            display,
+            http,
+        )));
 
         let plain = store
             .create_session(NewSessionRow {
