@@ -232,6 +232,9 @@ impl Event {
             "task": task,
             "text": self.text(),
         });
+        // The same line as `content`, which Discord's webhooks show (Teams' and the
+        // rest show `text`): a webhook URL of either takes the body as it is.
+        body["content"] = body["text"].clone();
         if let Some(a) = &self.approval {
             body["approval"] = json!({
                 "id": a.id,
@@ -375,6 +378,7 @@ mod tests {
                     "dir": "~/code/app",
                 },
                 "text": "Berth: task 1a2b3c4d of session 3f9c0a12 failed (agent_failed) after 2 min 5 s",
+                "content": "Berth: task 1a2b3c4d of session 3f9c0a12 failed (agent_failed) after 2 min 5 s",
             })
         );
     }
@@ -438,6 +442,7 @@ mod tests {
                     "answer": "berth approve 1a2b3c4d-2",
                 },
                 "text": "Berth: the agent of session 3f9c0a12 asks to execute; answer with `berth approve 1a2b3c4d-2` or `berth deny 1a2b3c4d-2`",
+                "content": "Berth: the agent of session 3f9c0a12 asks to execute; answer with `berth approve 1a2b3c4d-2` or `berth deny 1a2b3c4d-2`",
             })
         );
         // The desktop's copy: the display rule applied, on one line.

@@ -642,6 +642,12 @@ fn the_web_token_lasts_until_rotated_and_a_browser_without_it_is_told_how_to_get
     );
     b.env("PATH", &path);
     let printed = b.ok(&["ui", "--open"]);
-    let got = berth_tests::eventually(10, || std::fs::read_to_string(&opened).ok()).unwrap();
+    // The opener's `echo >` makes the file, then writes it: read it once written.
+    let got = berth_tests::eventually(10, || {
+        std::fs::read_to_string(&opened)
+            .ok()
+            .filter(|s| !s.is_empty())
+    })
+    .unwrap();
     assert_eq!(got, printed, "the opener got the printed address");
 }
