@@ -235,6 +235,28 @@ pub async fn run(exec: &NativeExecutor, task: TaskSpec) -> (TaskOutcome, Vec<Exe
     (outcome, events)
 }
 
+/// Does what a restarted Berth does, `again` while `held` says a journal was seen in
+/// use. A test's "crashed" run lived in this very process, and while another test's
+/// thread spawns a child, the child holds a copy of every descriptor until its `exec`
+/// closes them (`O_CLOEXEC`) — the journal's `flock` with them — so for that instant
+/// a dropped journal still reads as held by a live Berth. A real restart never sees
+/// that: the crashed process and its descriptors are gone.
+pub fn after_restart<T>(again: impl Fn() -> T, held: impl Fn(&T) -> bool) -> T {
+    for _ in 0..200 {
+        let done = again();
+        if !held(&done) {
+            return done;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    again()
+}
+
+/// [`NativeExecutor::replay_leftovers`] as a restarted Berth runs it (see [`after_restart`]).
+pub fn replay(exec: &NativeExecutor) -> berth_local_agent::inject::recover::ReplayReport {
+    after_restart(|| exec.replay_leftovers(), |r| !r.in_use.is_empty())
+}
+
 /// Every file and directory under `dir` (relative path → content, or `<dir>`).
 pub fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {

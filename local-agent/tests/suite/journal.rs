@@ -45,7 +45,7 @@ fn leftovers_are_replayed_unless_their_process_is_alive() {
     assert_ne!(tree(&dir), before);
 
     drop(journal);
-    let report = exec.replay_leftovers();
+    let report = common::replay(&exec);
     assert_eq!(report.restored, vec![dir.display().to_string()]);
     assert_eq!(tree(&dir), before);
     assert!(tree(&cfg.journal_dir()).is_empty());
@@ -70,7 +70,7 @@ fn finished_runs_are_not_replayed_and_the_file_is_emptied() {
     // The user now writes a file with Berth's block text: a later replay leaves it.
     std::fs::write(dir.join("CLAUDE.md"), "mine").unwrap();
     drop(journal);
-    let report = exec.replay_leftovers();
+    let report = common::replay(&exec);
     assert_eq!(report.restored, Vec::<String>::new());
     assert_eq!(std::fs::read(dir.join("CLAUDE.md")).unwrap(), b"mine");
 }
@@ -89,8 +89,16 @@ fn recover_reports_what_replay_did() {
         .append_block(&pinned, "CLAUDE.md", "brief")
         .unwrap();
     drop((sidecars, journal));
+    let recovered = common::after_restart(
+        || exec.recover(),
+        |lines| {
+            lines
+                .iter()
+                .any(|l| l.contains("another Berth process holds it"))
+        },
+    );
     assert_eq!(
-        exec.recover(),
+        recovered,
         vec![format!(
             "restored {}, left mid-run by an interrupted task",
             dir.display()
@@ -174,7 +182,7 @@ fn undo_removes_only_what_berth_wrote_in_a_skill_folder() {
         std::fs::write(installed.join("refs/guide.md"), "guide, edited").unwrap();
         let kept = if crash {
             drop((sidecars, journal));
-            let report = exec.replay_leftovers();
+            let report = common::replay(&exec);
             assert_eq!(report.restored, vec![dir.display().to_string()]);
             report.kept
         } else {
@@ -268,7 +276,7 @@ fn guarded_paths_are_put_back_at_the_next_start_after_a_crash() {
     std::fs::write(dir.join(".berth/settings.jsonc"), r#"{"fence": "off"}"#).unwrap();
     drop((sidecars, journal));
 
-    let report = exec.replay_leftovers();
+    let report = common::replay(&exec);
     assert_eq!(report.restored, vec![dir.display().to_string()]);
     let d = dir.display();
     assert_eq!(
