@@ -137,6 +137,10 @@ pub struct TaskOutcome {
     /// The agent's token usage for the turn, as it reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<serde_json::Value>,
+    /// What the run changed, as lines, bounded ([`crate::patch`]); absent when it
+    /// changed nothing or kept no record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<crate::patch::TaskDiff>,
 }
 
 impl TaskOutcome {
@@ -156,6 +160,7 @@ impl TaskOutcome {
             changes: None,
             fence: None,
             usage: None,
+            diff: None,
         }
     }
 

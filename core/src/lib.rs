@@ -21,6 +21,7 @@ pub mod exec;
 pub mod fence;
 pub mod git;
 pub mod ids;
+pub mod patch;
 pub mod path;
 pub mod platform;
 pub mod policy;

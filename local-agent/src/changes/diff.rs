@@ -7,6 +7,7 @@ use super::shadow::{Shadow, now_secs};
 use super::tree::Snapshot;
 use berth_core::TaskId;
 use berth_core::api::{Changes, FileChange, Skipped};
+use berth_core::patch::TaskDiff;
 use berth_host::private;
 use serde::{Deserialize, Serialize};
 use std::process::Stdio;
@@ -234,6 +235,35 @@ impl Shadow {
         args.push(&before);
         args.push(&after);
         Ok(String::from_utf8_lossy(&self.git_bytes(&args)?).into_owned())
+    }
+}
+
+/// The most of git's patch text read for a task's lines: past it the rest is only said.
+pub const PATCH_READ: usize = 16 * berth_core::patch::MAX_BYTES;
+
+/// The arguments of `git diff-tree` for a task's lines: a plain patch, renames found,
+/// no program of the repository's (external diff, text conversion) and paths as UTF-8.
+pub const PATCH_ARGS: &[&str] = &[
+    "-c",
+    "core.quotePath=false",
+    "diff-tree",
+    "-r",
+    "-p",
+    "-M",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+];
+
+impl Shadow {
+    /// A task's lines between two trees, bounded ([`berth_core::patch`]).
+    pub fn patch(&self, before: &str, after: &str) -> Result<TaskDiff, ChangesError> {
+        let (raw, more) = crate::git::run_capped(
+            self.command(),
+            PATCH_ARGS.iter().copied().chain([before, after]),
+            PATCH_READ,
+        )?;
+        Ok(TaskDiff::parse(&raw, more))
     }
 }
 

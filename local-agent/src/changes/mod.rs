@@ -33,7 +33,7 @@ mod undo;
 #[cfg(target_os = "linux")]
 pub mod watch;
 
-pub use diff::parse_diff;
+pub use diff::{PATCH_ARGS, PATCH_READ, parse_diff};
 pub use error::{ChangesError, UndoError, WatchError};
 pub use limits::Limits;
 pub use shadow::Shadow;

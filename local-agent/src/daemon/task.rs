@@ -215,9 +215,20 @@ async fn stream(
     }
 }
 
+/// The most a task's lines take of its `finish` request, written as JSON: well inside
+/// the server's body limit, with room for the rest of the outcome.
+const DIFF_JSON: usize = 640 * 1024;
+
 /// Sends what is left of the events, then the outcome, retrying until the server
 /// records it. Returns whether it did (false: the task is gone).
-async fn deliver(d: &Arc<Daemon>, id: &TaskId, outbox: &mut Outbox, outcome: TaskOutcome) -> bool {
+async fn deliver(
+    d: &Arc<Daemon>,
+    id: &TaskId,
+    outbox: &mut Outbox,
+    mut outcome: TaskOutcome,
+) -> bool {
+    // The task's lines travel inside the request size the server takes.
+    outcome.diff = outcome.diff.take().map(|diff| diff.fit_json(DIFF_JSON));
     let mut wait = Backoff::new(TASK_BASE, TASK_CAP);
     loop {
         let seen = d.generation();

@@ -260,6 +260,45 @@ where
     check(out, &cmd.shown())
 }
 
+/// [`run`], reading at most `cap` bytes of its output: past them git is stopped and
+/// `true` says there was more (a stopped git is not a failure).
+pub fn run_capped<I, S>(mut cmd: Git, args: I, cap: usize) -> Result<(Vec<u8>, bool), GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    use std::io::Read;
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let shown = cmd.shown();
+    let mut child = cmd.spawn()?;
+    let mut out = Vec::new();
+    let more = match child.stdout.take() {
+        Some(stdout) => {
+            let mut limited = stdout.take(cap as u64 + 1);
+            limited.read_to_end(&mut out)?;
+            out.len() > cap
+        }
+        None => false,
+    };
+    if more {
+        out.truncate(cap);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok((out, true));
+    }
+    let rest = child.wait_with_output()?;
+    check(
+        Output {
+            stdout: out,
+            ..rest
+        },
+        &shown,
+    )
+    .map(|out| (out, false))
+}
+
 /// [`run`], its output as text without the final newline.
 pub fn text<I, S>(cmd: Git, args: I) -> Result<String, GitError>
 where

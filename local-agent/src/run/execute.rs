@@ -360,6 +360,7 @@ async fn execute(
 struct Settled {
     branch: Option<String>,
     changes: Option<berth_core::api::Changes>,
+    diff: Option<berth_core::patch::TaskDiff>,
     cleanup_error: Option<String>,
     /// What the agent wrote where the fence guards, put back.
     guarded: Vec<crate::inject::sidecar::guard::Restored>,
@@ -396,8 +397,10 @@ async fn settle(
     let prepared_repos = prepared.repos.take();
     let finished = finish(place, prepared.sidecars, &task.task_id).await;
     let mut guarded = Vec::new();
+    let mut diff = None;
     let (branch, mut changes, cleanup_error) = match finished {
-        Ok((branch, changes, problems, kept, restored)) => {
+        Ok((branch, (changes, lines), problems, kept, restored)) => {
+            diff = lines;
             for p in &problems {
                 tracing::warn!(task = %task.task_id, problem = %p, "cleanup after the agent");
                 warn(p.clone());
@@ -441,17 +444,27 @@ async fn settle(
                 ),
                 None => (Vec::new(), Vec::new()),
             };
-            (
-                shadow.record(&task_id, &before, &after, &limits),
-                put,
-                problems,
-            )
+            let recorded = shadow.record(&task_id, &before, &after, &limits);
+            // The lines too, for every view of the task (`berth_core::patch`).
+            let recorded = recorded.map(|c| {
+                let lines = (!c.files.is_empty())
+                    .then(|| shadow.patch(&before.tree, &after.tree))
+                    .and_then(|p| {
+                        p.map_err(|e| tracing::warn!(task = %task_id, error = %e, "the task's lines could not be read"))
+                            .ok()
+                    });
+                (c, lines)
+            });
+            (recorded, put, problems)
         })
         .await;
         if let Ok((recorded, put, problems)) = summarized {
             {
                 match recorded {
-                    Ok(c) => changes = Some(c),
+                    Ok((c, lines)) => {
+                        changes = Some(c);
+                        diff = lines;
+                    }
                     Err(e) => warn(format!(
                         "what the agent changed could not be summarized: {e}"
                     )),
@@ -476,6 +489,7 @@ async fn settle(
     Settled {
         branch,
         changes,
+        diff,
         cleanup_error,
         guarded,
         fence: fence_note,
@@ -545,6 +559,7 @@ fn conclude(
     out.branch = settled.branch;
     out.fence = Some(settled.fence);
     out.changes = settled.changes;
+    out.diff = settled.diff;
     if let (Some(e), None) = (settled.cleanup_error, &out.error) {
         out.error = Some(e);
     }

@@ -31,7 +31,10 @@ pub(super) fn kept_note(kept: &[String]) -> Option<String> {
 /// it put back.
 pub(super) type Finished = (
     Option<String>,
-    Option<berth_core::api::Changes>,
+    (
+        Option<berth_core::api::Changes>,
+        Option<berth_core::patch::TaskDiff>,
+    ),
     Vec<String>,
     Vec<String>,
     Vec<crate::inject::sidecar::guard::Restored>,
@@ -65,10 +68,19 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &TaskId) -> Finished {
     }
     let (kept, guarded) = (undone.kept, undone.guarded);
     let mut changes = None;
+    let mut lines = None;
     let branch = place.worktree.as_ref().map(|wt| {
         match worktree::commit_turn(wt, task_id) {
             Ok(Some(commit)) => match worktree::commit_changes(wt, &commit) {
-                Ok(c) => changes = Some(c),
+                Ok(c) => {
+                    if !c.files.is_empty() {
+                        match worktree::commit_patch(wt, &commit) {
+                            Ok(p) => lines = Some(p),
+                            Err(e) => problems.push(format!("cannot read the turn's lines: {e}")),
+                        }
+                    }
+                    changes = Some(c);
+                }
                 Err(e) => problems.push(format!("cannot summarize the turn's commit: {e}")),
             },
             Ok(None) => changes = Some(berth_core::api::Changes::default()),
@@ -78,5 +90,5 @@ fn wrap_up(place: Place, sidecars: Sidecars, task_id: &TaskId) -> Finished {
         }
         wt.branch.clone()
     });
-    (branch, changes, problems, kept, guarded)
+    (branch, (changes, lines), problems, kept, guarded)
 }

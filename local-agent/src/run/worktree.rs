@@ -230,6 +230,23 @@ pub fn commit_changes(
     })
 }
 
+/// The lines of the turn committed as `commit`, bounded ([`berth_core::patch`]).
+pub fn commit_patch(
+    wt: &Worktree,
+    commit: &str,
+) -> Result<berth_core::patch::TaskDiff, WorktreeError> {
+    let parent = format!("{commit}^");
+    let (raw, more) = git::run_capped(
+        git::in_dir(&wt.root, Writes::Nothing),
+        crate::changes::PATCH_ARGS
+            .iter()
+            .copied()
+            .chain([parent.as_str(), commit]),
+        crate::changes::PATCH_READ,
+    )?;
+    Ok(berth_core::patch::TaskDiff::parse(&raw, more))
+}
+
 /// Undoes a turn on the session's branch with a revert commit. A conflict (later
 /// turns changed the same lines) is aborted and reported.
 pub fn revert(root: &Path, commit: &str) -> Result<String, WorktreeError> {

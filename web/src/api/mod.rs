@@ -32,6 +32,7 @@ pub mod health;
 mod lifecycle;
 mod members;
 mod redact;
+mod review;
 mod sse;
 mod state;
 mod tokens;
@@ -66,6 +67,7 @@ fn read_routes() -> Router<Ctx> {
         .route("/api/v1/sessions/{id}/events", get(sse::events))
         .route("/api/v1/tasks", get(handlers::list_tasks))
         .route("/api/v1/tasks/{id}", get(handlers::get_task))
+        .route("/api/v1/tasks/{id}/diff", get(review::task_diff))
         .route("/api/v1/agents", get(handlers::list_agents))
         .route("/api/v1/projects", get(handlers::list_projects))
         .route("/api/v1/approvals", get(approvals::list))

@@ -198,14 +198,26 @@ pub(crate) async fn redact_layer(
     redact_answer(&ctx, res, keep_home).await
 }
 
-/// Rewrites a JSON answer with every string redacted; other answers (the UI's assets,
-/// the event stream, which redacts per event) pass unchanged.
+/// Rewrites a JSON answer with every string redacted, and a plain text answer (a
+/// task's diff) as free text; other answers (the UI's assets, the event stream, which
+/// redacts per event) pass unchanged.
 async fn redact_answer(ctx: &Context, res: Response, keep_home: bool) -> Response {
-    let is_json = res
+    let kind = res
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        .unwrap_or_default();
+    let is_json = kind.starts_with("application/json");
+    if kind.starts_with("text/plain") {
+        let (mut parts, body) = res.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_JSON).await else {
+            return withheld(parts);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = berth_core::display::redact_text(ctx, &text).into_owned();
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::from(shown));
+    }
     if !is_json {
         return res;
     }

@@ -238,6 +238,8 @@ pub(crate) struct Ended {
     pub changes: Option<String>,
     pub fence: Option<String>,
     pub usage: Option<String>,
+    /// The task's lines, bounded again: a daemon's outcome is its machine's word.
+    pub diff: Option<String>,
 }
 
 impl Ended {
@@ -251,6 +253,12 @@ impl Ended {
             changes: out.changes.as_ref().map(json_text).transpose()?,
             fence: out.fence.as_ref().map(json_text).transpose()?,
             usage: out.usage.as_ref().map(json_text).transpose()?,
+            diff: out
+                .diff
+                .as_ref()
+                .filter(|d| !d.is_empty())
+                .map(|d| json_text(&d.clone().bounded()))
+                .transpose()?,
         })
     }
 

@@ -244,6 +244,16 @@ UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
 ALTER TABLE channel_threads ADD COLUMN started_by TEXT;
 "#;
 
+/// Each task's lines (issue 56): the bounded diff its machine sent with its end
+/// (`berth_core::patch::TaskDiff` as JSON), apart from the task's row so that lists
+/// never read it.
+const V15: &str = r#"
+CREATE TABLE task_diffs (
+    task_id TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    body    TEXT NOT NULL
+);
+"#;
+
 /// Every migration, oldest first.
 pub fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
@@ -261,6 +271,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V12),
         M::up(V13),
         M::up(V14),
+        M::up(V15),
     ])
 }
 

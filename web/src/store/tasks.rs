@@ -522,6 +522,13 @@ impl Store {
                  WHERE id = ?1")?.execute(
                 params![id.as_str(), out.status.as_str(), out.exit_code, out.error, ended.code_text(), out.work_dir, now, out.work_dir_display, ended.denials, ended.changes, ended.fence, ended.usage],
             )?;
+            if let Some(diff) = &ended.diff {
+                tx.prepare_cached(
+                    "INSERT INTO task_diffs (task_id, body) VALUES (?1, ?2)
+                     ON CONFLICT (task_id) DO UPDATE SET body = excluded.body",
+                )?
+                .execute(params![id.as_str(), diff])?;
+            }
             let task = get_task(tx, &id)?;
             if let Some(rev) = fin.session_rev {
                 tx.prepare_cached("UPDATE sessions SET work_dir = COALESCE(?2, work_dir), resume_id = ?3, updated_at = ?4,
@@ -624,6 +631,30 @@ impl Store {
         on_pg!(self, pg => pg.task(id));
         let id = id.clone();
         self.read_small(move |conn| get_task(conn, &id)).await
+    }
+
+    /// Task `id`'s lines as its machine sent them (bounded), `None` when it sent none
+    /// (it changed nothing, kept no record, or ran before lines were kept).
+    pub async fn task_diff(
+        &self,
+        id: &TaskId,
+    ) -> Result<Option<berth_core::patch::TaskDiff>, StoreError> {
+        on_pg!(self, pg => pg.task_diff(id));
+        let id = id.clone();
+        let body: Option<String> = self
+            .read_small(move |conn| {
+                Ok(conn
+                    .prepare_cached("SELECT body FROM task_diffs WHERE task_id = ?1")?
+                    .query_row([id.as_str()], |r| r.get(0))
+                    .map(Some)
+                    .or_else(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                        e => Err(e),
+                    })?)
+            })
+            .await?;
+        body.map(|b| serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
     }
 
     /// Tasks of one session (by prefix) or of all, oldest first; only those of

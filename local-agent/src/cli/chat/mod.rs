@@ -7,6 +7,7 @@
 //! drive. Both speak to the control socket as every other command does (a daemon's
 //! socket on a daemon's machine), and share the actions here.
 
+mod diff;
 mod editor;
 mod line;
 pub mod log;
@@ -327,8 +328,29 @@ impl Chat {
                 Ok(if lines.len() <= 1 {
                     vec![(Style::Info, String::from("no tasks yet"))]
                 } else {
-                    lines.into_iter().map(|l| (Style::Info, l)).collect()
+                    // Numbered as `/diff N` takes them.
+                    let width = (lines.len() - 1).to_string().len();
+                    lines
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, l)| {
+                            let n = if i == 0 { "#".to_owned() } else { i.to_string() };
+                            (Style::Info, format!("{n:>width$}  {l}"))
+                        })
+                        .collect()
                 })
+            }
+            Slash::Diff(which) => {
+                let tasks = self
+                    .client
+                    .get(&format!("/api/v1/tasks?session={}", encode(&id)))
+                    .await?;
+                let task = diff::pick(&tasks, which.as_deref())?;
+                let doc = self
+                    .client
+                    .get(&format!("/api/v1/tasks/{}/diff?format=json", encode(&task)))
+                    .await?;
+                Ok(diff::lines(&task, &doc))
             }
             Slash::Settings => {
                 let lines = super::settings::session_lines(

@@ -13,6 +13,9 @@ pub enum Slash {
     Cancel,
     /// `/undo`: put back what the session's last task changed.
     Undo,
+    /// `/diff [N]`: the lines the session's last task (or its task N, as `/tasks`
+    /// numbers them, or the task whose id starts so) changed.
+    Diff(Option<String>),
     Tasks,
     Settings,
     /// `/new [TITLE]`: a new session with this one's agent and directory.
@@ -48,7 +51,12 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
         "",
         "put back the files the last task changed, as they were before it",
     ),
-    ("/tasks", "", "this session's tasks"),
+    (
+        "/diff",
+        "[N]",
+        "the lines the last task (or task N of /tasks) changed; PgUp/PgDn scroll",
+    ),
+    ("/tasks", "", "this session's tasks, numbered"),
     (
         "/settings",
         "",
@@ -88,6 +96,7 @@ pub fn parse(line: &str) -> Option<Result<Slash, String>> {
         },
         "/cancel" => none(Slash::Cancel),
         "/undo" => none(Slash::Undo),
+        "/diff" => Ok(Slash::Diff(arg)),
         "/tasks" => none(Slash::Tasks),
         "/settings" => none(Slash::Settings),
         "/new" => Ok(Slash::New(arg)),
@@ -242,6 +251,8 @@ mod tests {
         assert!(parse("/cancel now").unwrap().is_err());
         assert!(parse("/frobnicate").unwrap().unwrap_err().contains("/help"));
         assert_eq!(parse("/q"), Some(Ok(Slash::Quit)));
+        assert_eq!(parse("/diff"), Some(Ok(Slash::Diff(None))));
+        assert_eq!(parse("/diff 2"), Some(Ok(Slash::Diff(Some("2".into())))));
     }
 
     #[test]

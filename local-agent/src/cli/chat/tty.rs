@@ -478,6 +478,8 @@ fn style_of(out: &mut Vec<u8>, style: Style) {
             SetForegroundColor(Color::Red)
         ),
         Style::Info => queue!(out, SetForegroundColor(Color::Cyan)),
+        Style::Added => queue!(out, SetForegroundColor(Color::Green)),
+        Style::Removed => queue!(out, SetForegroundColor(Color::Red)),
     };
 }
 

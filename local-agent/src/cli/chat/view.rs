@@ -22,6 +22,10 @@ pub enum Style {
     Denied,
     /// Berth's own news: binding changes, command results.
     Info,
+    /// A line a task added, in `/diff`.
+    Added,
+    /// A line a task removed, in `/diff`.
+    Removed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     V7,
     V8,
     V9,
+    V10,
 ];
 
 /// Everything SQLite's schema has at its version 9, in one step, plus `event_seq`:
@@ -242,6 +243,14 @@ INSERT INTO approvals (id, task_id, session_id, waiting, asked_at, body)
     ORDER BY t.created_at, t.id, j.n;
 UPDATE tasks SET approvals = NULL WHERE approvals IS NOT NULL;
 ALTER TABLE channel_threads ADD COLUMN started_by TEXT;
+"#;
+
+/// Each task's lines (SQLite's version 15).
+const V10: &str = r#"
+CREATE TABLE task_diffs (
+    task_id TEXT COLLATE "C" PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+    body    TEXT NOT NULL
+);
 "#;
 
 impl Pg {

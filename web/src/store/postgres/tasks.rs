@@ -481,6 +481,15 @@ impl Pg {
                 ],
             )
             .await?;
+        if let Some(diff) = &ended.diff {
+            w.q()
+                .exec(
+                    "INSERT INTO task_diffs (task_id, body) VALUES ($1, $2)
+                     ON CONFLICT (task_id) DO UPDATE SET body = excluded.body",
+                    &[&id.as_str(), diff],
+                )
+                .await?;
+        }
         let task = get_task(&mut w.q(), &id).await?;
         if let Some(rev) = fin.session_rev {
             w.q()
@@ -574,6 +583,23 @@ impl Pg {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
         get_task(&mut q, id).await
+    }
+
+    pub(crate) async fn task_diff(
+        &self,
+        id: &TaskId,
+    ) -> Result<Option<berth_core::patch::TaskDiff>, StoreError> {
+        let mut lease = self.lease().await?;
+        let mut q = lease.read()?;
+        let body: Option<String> = match q
+            .opt("SELECT body FROM task_diffs WHERE task_id = $1", &[&id.as_str()])
+            .await?
+        {
+            Some(r) => Some(r.try_get(0)?),
+            None => None,
+        };
+        body.map(|b| serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
     }
 
     pub(crate) async fn list_tasks(
