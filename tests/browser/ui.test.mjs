@@ -1072,6 +1072,65 @@ printf 'a\\nb\\n' > new.txt`,
   await page.close();
 });
 
+uiTest("a task's lines show per file, marked, collapsible and as text, read with GETs only", { timeout: 60000 }, async () => {
+  // Issue 56: edit, add, rename and delete; the added file holds markup that must stay text.
+  const dir = path.join(home, "code", "review");
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "notes.md"), "one\ntwo\nthree\n");
+  fs.writeFileSync(path.join(dir, "keep.txt"), "same\nlines\n");
+  fs.writeFileSync(path.join(dir, "old.txt"), "bye\n");
+  const editor = agentScript(
+    "reviewed",
+    `printf 'one\\nTWO\\nthree\\n' > notes.md
+rm old.txt
+mv keep.txt moved.txt
+printf '<script>window.__pwned = 1</script>\\n<img src=x onerror="window.__pwned = 2">\\n${home}/secret\\n' > page.html`,
+  );
+  await berth(["agent", "add", "reviewed", "--kind", "command", "--command", "sh", editor]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "reviewed", "--title", "Review", "--dir", dir, "--json"])).id;
+  await berth(["send", id, "edit, add, rename, delete"]);
+  const task = await finished(id);
+  assert.equal(task.status, "succeeded", JSON.stringify(task));
+
+  const { page, requests, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  const button = page.locator(`.tasks tbody tr[data-task="${task.id}"] [data-testid=show-diff]`);
+  await button.click();
+  const files = page.locator("[data-testid=diff] [data-testid=diff-file]");
+  await files.first().waitFor();
+  const seen = await files.evaluateAll((els) => els.map((e) => [e.dataset.status, e.dataset.path, e.querySelector("summary").textContent]));
+  assert.deepEqual(
+    seen.map(([st, p]) => [st, p]).sort((a, b) => a[1].localeCompare(b[1])),
+    [
+      ["renamed", "moved.txt"],
+      ["modified", "notes.md"],
+      ["deleted", "old.txt"],
+      ["added", "page.html"],
+    ],
+  );
+  const renamed = seen.find(([st]) => st === "renamed");
+  assert.ok(renamed[2].includes("keep.txt → moved.txt"), renamed[2]);
+  const marked = (p, mark) =>
+    page.locator(`[data-testid=diff-file][data-path="${p}"] .line[data-mark=${mark}]`).evaluateAll((els) => els.map((e) => e.textContent.trimEnd()));
+  assert.deepEqual(await marked("notes.md", "del"), ["-two"]);
+  assert.deepEqual(await marked("notes.md", "add"), ["+TWO"]);
+  assert.deepEqual(await marked("old.txt", "del"), ["-bye"]);
+  // The agent's markup is text: shown as written, never run; the home shows as ~.
+  const added = await marked("page.html", "add");
+  assert.deepEqual(added, ["+<script>window.__pwned = 1</script>", '+<img src=x onerror="window.__pwned = 2">', "+~/secret"]);
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  assert.equal(await page.locator("[data-testid=diff] script, [data-testid=diff] img").count(), 0);
+  assert.ok(!(await bodyText(page)).includes(USER), "the user name never reaches the page");
+  // Collapsible: a closed file hides its lines.
+  await page.locator('[data-testid=diff-file][data-path="notes.md"] summary').click();
+  assert.equal(await page.locator('[data-testid=diff-file][data-path="notes.md"] .line').first().isVisible(), false);
+  await page.screenshot({ path: path.join(ARTIFACTS, "session-diff.png"), fullPage: true });
+  assert.deepEqual([...new Set(requests.map((r) => r.method))], ["GET"], "the page only reads");
+  assert.ok(requests.some((r) => r.url.includes(`/api/v1/tasks/${task.id}/diff?format=json`)));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 uiTest("the Tasks panel shows the message that made each task, on one line, whole in its title", { timeout: 60000 }, async () => {
   const dir = path.join(home, "code", "said");
   fs.mkdirSync(dir, { recursive: true });

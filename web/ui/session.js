@@ -153,13 +153,61 @@ function diffstat(changes) {
   );
 }
 
+/** The button that shows a task's lines under the columns. */
+function linesButton(t, onDiff) {
+  if (!t.changes?.files?.length) return null;
+  return h("button", { class: "link", attrs: { type: "button", title: "show the lines this task changed" }, data: { testid: "show-diff" }, on: { click: () => onDiff(t.id) }, text: "show lines" });
+}
+
+/** How one line of a unified diff is marked: added, removed, a hunk's head, or git's
+ * header lines (`diff --git`, `index`, `---`, `+++`, renames, modes). */
+function lineClass(line, inHunk) {
+  if (line.startsWith("@@")) return "hunk";
+  if (!inHunk) return "meta";
+  if (line.startsWith("+")) return "add";
+  if (line.startsWith("-")) return "del";
+  return "ctx";
+}
+
+/**
+ * A task's lines (`GET tasks/{id}/diff?format=json`): per file a collapsible block,
+ * added and removed lines marked, renames and binary files said, and where the bounds
+ * cut it, the command that shows all. Everything is text (`textContent`), never markup:
+ * the lines are whatever the agent wrote.
+ */
+export function diffView(doc, taskId) {
+  const files = doc.files ?? [];
+  const head = h("div", { class: "panel-head" }, h("h2", { text: `Lines of task ${shortId(taskId)}` }));
+  if (files.length === 0) {
+    return [head, h("p", { class: "muted", data: { testid: "diff-empty" }, text: "No lines kept for this task: it changed no files, or ran without a change record." })];
+  }
+  const blocks = files.map((f) => {
+    let inHunk = false;
+    const rows = (f.text ?? "").split("\n").filter((l, i, all) => l !== "" || i < all.length - 1).map((l) => {
+      if (l.startsWith("@@")) inHunk = true;
+      const cls = lineClass(l, inHunk);
+      return h("span", { class: `line ${cls}`, data: { mark: cls }, text: `${l}\n` });
+    });
+    const what = f.from ? `${f.from} → ${f.path}` : f.path;
+    const notes = [f.binary ? "binary: no lines shown" : null, f.cut_lines ? `${f.cut_lines} more line${f.cut_lines === 1 ? "" : "s"} cut` : null].filter(Boolean);
+    return h(
+      "details",
+      { class: "diff-file", attrs: { open: true }, data: { testid: "diff-file", path: f.path, status: f.status } },
+      h("summary", {}, h("span", { class: `badge file-${f.status}`, text: f.status }), " ", h("span", { class: "mono", text: what }), notes.length ? h("span", { class: "muted", text: ` · ${notes.join(" · ")}` }) : null),
+      rows.length ? h("pre", { class: "diff-lines" }, ...rows) : null,
+    );
+  });
+  const cut = doc.note ? h("p", { class: "diff-cut", data: { testid: "diff-cut" }, text: doc.note }) : null;
+  return [head, ...blocks, cut];
+}
+
 /**
  * The Tasks panel: per task a row (id, status, duration) and under it, across the
  * panel's width, the message that made it (one line, whole in its title) and how it
  * ended or what it waits for. Full width, the reason wraps between words: the side
  * column is 300-420px, too narrow for a fourth column.
  */
-function tasksTable(tasks, clock) {
+function tasksTable(tasks, clock, onDiff) {
   if (tasks.length === 0) return h("p", { class: "muted", text: "No task yet: messages sent with `berth send` appear here." });
   const now = Date.now();
   return h(
@@ -194,6 +242,7 @@ function tasksTable(tasks, clock) {
               badge(t.status),
               denied ? h("span", { class: "badge denied", data: { testid: "denied" }, attrs: { title: deniedTitle }, text: `${denied} denied` }) : null,
               diffstat(t.changes),
+              linesButton(t, onDiff),
             ),
             h("td", { class: "num", text: ms != null && ms >= 0 ? `${duration(ms)}${end ? "" : " so far"}` : "—" }),
           ),
@@ -233,6 +282,7 @@ export function showSession(main, id) {
   const events = h("div", { class: "transcript", attrs: { "aria-label": "Transcript", tabindex: "0" } });
   const tasksBox = h("div", { class: "tasks-box" });
   const previewBox = h("section", { class: "panel preview", attrs: { "aria-label": "Binding preview" } });
+  const diffBox = h("section", { class: "panel diff-panel", attrs: { "aria-label": "A task's lines", hidden: true }, data: { testid: "diff" } });
   const transcript = new Transcript(events, onEvent);
   let preview = null;
 
@@ -246,7 +296,7 @@ export function showSession(main, id) {
   function paint() {
     const latest = tasks[tasks.length - 1];
     replace(headBox, header(session, latest, agent, fenceText(tasks)));
-    replace(tasksBox, tasksTable(tasks, clock));
+    replace(tasksBox, tasksTable(tasks, clock, showDiff));
     preview?.update(session, latest);
     tick();
   }
@@ -257,10 +307,24 @@ export function showSession(main, id) {
     const latest = tasks[tasks.length - 1];
     if (latest && underWay(latest.status) && !stopped) {
       tickTimer = setTimeout(() => {
-        replace(tasksBox, tasksTable(tasks, clock));
+        replace(tasksBox, tasksTable(tasks, clock, showDiff));
         tick();
       }, 1000);
     }
+  }
+
+  // A task's lines, under the columns: read when asked for (a GET, like every read).
+  async function showDiff(taskId) {
+    diffBox.hidden = false;
+    replace(diffBox, h("p", { class: "muted", text: "Loading the task's lines…" }));
+    const r = await getJSON(`/api/v1/tasks/${encodeURIComponent(taskId)}/diff?format=json`, abort.signal);
+    if (stopped) return;
+    if (!r.ok) {
+      replace(diffBox, h("p", { class: "error", text: `Cannot show the lines: ${errorText(r)}` }));
+      return;
+    }
+    replace(diffBox, ...diffView(r.body, taskId));
+    diffBox.scrollIntoView({ block: "start" });
   }
 
   async function refresh() {
@@ -382,6 +446,7 @@ export function showSession(main, id) {
           h("section", { class: "panel transcript-panel" }, h("div", { class: "panel-head" }, h("h2", { text: "Transcript" }), live), events),
           h("div", { class: "side" }, h("section", { class: "panel" }, h("h2", { text: "Tasks" }), tasksBox), previewBox),
         ),
+        diffBox,
       ),
     );
     paint();
