@@ -23,6 +23,7 @@ mod real_acp;
 mod real_acp_ask;
 mod real_agents;
 mod real_clis;
+mod review;
 mod settings;
 mod sidecars;
 mod tcp_peer;
