@@ -139,6 +139,7 @@ pub struct TaskOutcome {
     pub usage: Option<serde_json::Value>,
     /// What the run changed, as lines, bounded ([`crate::patch`]); absent when it
     /// changed nothing or kept no record.
+    #[cfg(not(target_arch = "wasm32"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<crate::patch::TaskDiff>,
 }
@@ -160,6 +161,7 @@ impl TaskOutcome {
             changes: None,
             fence: None,
             usage: None,
+            #[cfg(not(target_arch = "wasm32"))]
             diff: None,
         }
     }

@@ -21,6 +21,8 @@ pub mod exec;
 pub mod fence;
 pub mod git;
 pub mod ids;
+// A task's lines: never read in the browser, whose bundle has a size budget.
+#[cfg(not(target_arch = "wasm32"))]
 pub mod patch;
 pub mod path;
 pub mod platform;
