@@ -458,7 +458,14 @@ index 1..2 100644
         let got: Vec<(&str, &str, Option<&str>, bool)> = d
             .files
             .iter()
-            .map(|f| (f.path.as_str(), f.status.as_str(), f.from.as_deref(), f.binary))
+            .map(|f| {
+                (
+                    f.path.as_str(),
+                    f.status.as_str(),
+                    f.from.as_deref(),
+                    f.binary,
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -477,7 +484,8 @@ index 1..2 100644
 
     #[test]
     fn a_long_file_is_cut_at_its_line_bound_and_said() {
-        let mut raw = String::from("diff --git a/big b/big\n--- a/big\n+++ b/big\n@@ -0,0 +1,3000 @@\n");
+        let mut raw =
+            String::from("diff --git a/big b/big\n--- a/big\n+++ b/big\n@@ -0,0 +1,3000 @@\n");
         for i in 0..3000 {
             raw.push_str(&format!("+line {i}\n"));
         }
@@ -487,7 +495,10 @@ index 1..2 100644
         assert_eq!(d.files[0].cut_lines, 3004 - MAX_FILE_LINES as u64);
         assert_eq!(d.files[1].cut_lines, 0, "the next file is whole");
         let text = d.unified("berth task diff abc");
-        assert!(text.contains("\u{2026} 1004 more lines of big cut\n"), "{text}");
+        assert!(
+            text.contains("\u{2026} 1004 more lines of big cut\n"),
+            "{text}"
+        );
         assert!(
             text.ends_with("; all of it: berth task diff abc\n"),
             "{text}"
@@ -515,7 +526,9 @@ index 1..2 100644
         let shown: u64 = d.files.iter().map(|f| f.text.lines().count() as u64).sum();
         assert_eq!(shown + cut.lines, raw.lines().count() as u64);
         assert!(
-            d.cut_note("berth task diff t").unwrap().starts_with("this diff is cut: 4.9 MiB in all"),
+            d.cut_note("berth task diff t")
+                .unwrap()
+                .starts_with("this diff is cut: 4.9 MiB in all"),
             "{:?}",
             d.cut_note("x")
         );
@@ -532,7 +545,9 @@ index 1..2 100644
     fn a_diff_of_escapes_fits_the_json_it_travels_in() {
         let mut raw = String::new();
         for f in 0..4 {
-            raw.push_str(&format!("diff --git a/f{f} b/f{f}\n--- a/f{f}\n+++ b/f{f}\n@@ -0,0 +1 @@\n"));
+            raw.push_str(&format!(
+                "diff --git a/f{f} b/f{f}\n--- a/f{f}\n+++ b/f{f}\n@@ -0,0 +1 @@\n"
+            ));
             for _ in 0..400 {
                 raw.push_str(&format!("+{}\n", "\u{1}".repeat(250)));
             }
@@ -541,7 +556,10 @@ index 1..2 100644
         assert!(serde_json::to_string(&d).unwrap().len() > 2 * MAX_BYTES);
         let fit = d.fit_json(MAX_BYTES);
         assert!(serde_json::to_string(&fit).unwrap().len() <= MAX_BYTES + 1024);
-        assert!(!fit.files[0].text.is_empty(), "the first files keep their lines");
+        assert!(
+            !fit.files[0].text.is_empty(),
+            "the first files keep their lines"
+        );
         assert!(fit.files[3].text.is_empty() && fit.files[3].cut_lines == 404);
         assert!(fit.files[0].text.ends_with('\n'), "whole lines only");
         assert!(fit.cut.unwrap().lines >= fit.files[3].cut_lines);
@@ -552,7 +570,11 @@ index 1..2 100644
         assert_eq!(unquote("\"a/tab\\there\""), "a/tab\there");
         assert_eq!(unquote("\"a/q\\\"uote\""), "a/q\"uote");
         assert_eq!(unquote("plain name"), "plain name");
-        assert_eq!(unquote("\"a/bad\\"), "\"a/bad\\", "not a whole quoted string");
+        assert_eq!(
+            unquote("\"a/bad\\"),
+            "\"a/bad\\",
+            "not a whole quoted string"
+        );
         assert_eq!(
             header_path("diff --git a/some file b/some file"),
             "some file"

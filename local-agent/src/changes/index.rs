@@ -348,7 +348,7 @@ pub(super) fn pack(trees: &[Tree]) -> Vec<u8> {
 }
 
 /// `data` as a zlib stream of uncompressed ("stored") deflate blocks.
-fn stored_zlib(data: &[u8], out: &mut Vec<u8>) {
+pub(super) fn stored_zlib(data: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&[0x78, 0x01]);
     let mut chunks = data.chunks(0xffff).peekable();
     if chunks.peek().is_none() {
@@ -361,10 +361,15 @@ fn stored_zlib(data: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(&(!len).to_le_bytes());
         out.extend_from_slice(chunk);
     }
+    // Adler-32, reduced once per 5,552 bytes (the most that cannot overflow).
     let (mut a, mut b) = (1u32, 0u32);
-    for byte in data {
-        a = (a + u32::from(*byte)) % 65521;
-        b = (b + a) % 65521;
+    for block in data.chunks(5552) {
+        for byte in block {
+            a += u32::from(*byte);
+            b += a;
+        }
+        a %= 65521;
+        b %= 65521;
     }
     out.extend_from_slice(&((b << 16) | a).to_be_bytes());
 }

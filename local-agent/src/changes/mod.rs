@@ -20,6 +20,7 @@
 //! touched; a Berth that stops mid-undo finishes it at the next start
 //! ([`replay_undos`]), so the directory ends either untouched or fully undone.
 
+mod bulk;
 mod diff;
 mod error;
 mod index;

@@ -45,6 +45,11 @@ impl Progress {
     pub(super) fn done(&self, n: u64) {
         self.done.store(n, Ordering::Relaxed);
     }
+
+    /// `n` more done (workers counting side by side).
+    pub(super) fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// One reading of a snapshot's progress.

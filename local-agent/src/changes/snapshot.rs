@@ -488,6 +488,8 @@ impl Shadow {
             }
         }
         self.write_excludes(&large)?;
+        // Nothing recorded nor seeded: every file is read, on every core if many.
+        let fresh = !self.git_dir.join("index").exists();
         let gone_count = gone.len();
         if !gone.is_empty() {
             let input: Vec<u8> = gone
@@ -503,7 +505,16 @@ impl Shadow {
         lap("listings");
         progress.phase(Phase::Reading);
         progress.total(update.len() as u64);
-        if self.feed_updates(&update, progress).is_err() {
+        let bulk = fresh && super::bulk::worth(update.len());
+        let read = bulk
+            && self
+                .check_in(&update, limits.max_file_bytes, progress)
+                .inspect_err(|why| {
+                    tracing::debug!(dir = %self.work_tree.display(), %why, "read by git instead");
+                    progress.done(0);
+                })
+                .is_ok();
+        if !read && self.feed_updates(&update, progress).is_err() {
             // A file changed under the scan (say, became unreadable), or a nested
             // repository without a commit: git's own way.
             self.add_all(&["-c", "core.bigFileThreshold=1"])?;

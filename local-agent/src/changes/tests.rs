@@ -463,3 +463,73 @@ mod seeded {
         assert!(damaged.seeded_from().is_none());
     }
 }
+
+/// Issue 57: a plain directory's first record read in parallel (blobs straight into
+/// one pack, the index written here) is the record git's own one-thread read makes:
+/// the same tree, the same index entries with the same stat data, nothing left for
+/// git to read again.
+#[test]
+fn the_parallel_first_record_is_the_one_git_makes() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::env::temp_dir().join(format!("berth-bulk-{}", std::process::id()));
+    let dir = root.join("dir");
+    for i in 0..(bulk::FROM + 500) {
+        let sub = dir.join(format!("d{}/e{}", i % 17, i % 5));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join(format!("f{i}.txt")),
+            format!("file {i}\n").repeat(i % 7),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("d1/e1/f1.txt", dir.join("link")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", dir.join("dangling")).unwrap();
+    std::fs::write(dir.join("caf\u{e9} \u{2603}.md"), "unicode\n").unwrap();
+    std::fs::write(dir.join("dup-a"), "same\n").unwrap();
+    std::fs::write(dir.join("dup-b"), "same\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(dir.join("noise.log"), "ignored\n").unwrap();
+    std::fs::write(dir.join("big.bin"), vec![7u8; 4096]).unwrap();
+    let limits = Limits {
+        max_file_bytes: 1024,
+        ..Limits::default()
+    };
+    let record = |home: &str, by_git: bool| {
+        bulk::BY_GIT.with(|b| b.set(by_git));
+        let shadow = Shadow::open(&root.join(home), &dir, (1, 2)).unwrap();
+        let snap = shadow.snapshot(&limits).unwrap();
+        bulk::BY_GIT.with(|b| b.set(false));
+        let staged = shadow.git(["ls-files", "-s"]).unwrap();
+        let stat = shadow.git(["ls-files", "--debug"]).unwrap();
+        let packs = std::fs::read_dir(shadow.git_dir.join("objects/pack"))
+            .unwrap()
+            .count();
+        (shadow, snap, staged, stat, packs)
+    };
+    let (_, by_git, git_staged, git_stat, _) = record("sequential", true);
+    assert_eq!(bulk::READ_HERE.with(std::cell::Cell::get), 0);
+    let (ours, parallel, staged, stat, packs) = record("parallel", false);
+    assert_eq!(
+        bulk::READ_HERE.with(std::cell::Cell::get),
+        1,
+        "read here, not by git"
+    );
+    assert_eq!(parallel.tree, by_git.tree, "the same tree");
+    assert_eq!(parallel.large, by_git.large, "the same files left out");
+    assert_eq!(staged, git_staged, "the same entries");
+    assert_eq!(stat, git_stat, "the same stat data");
+    assert!(
+        staged.contains("100755 ") && staged.contains("120000 "),
+        "{staged}"
+    );
+    assert!(!staged.contains("noise.log") && !staged.contains("big.bin"));
+    assert!(packs >= 2, "the blobs went into a pack (with its index)");
+    // Nothing for git to read again: every file is stat-clean, the next record the same.
+    assert_eq!(ours.git(["diff-files", "--name-only"]).unwrap(), "");
+    assert_eq!(ours.snapshot(&limits).unwrap().tree, parallel.tree);
+    // Every object is whole: git checks the pack it did not write.
+    assert_eq!(ours.git(["fsck", "--no-dangling", "--strict"]).unwrap(), "");
+    let _ = std::fs::remove_dir_all(&root);
+}

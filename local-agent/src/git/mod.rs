@@ -268,9 +268,7 @@ where
     S: AsRef<OsStr>,
 {
     use std::io::Read;
-    cmd.args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     let shown = cmd.shown();
     let mut child = cmd.spawn()?;
     let mut out = Vec::new();

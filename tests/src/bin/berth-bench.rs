@@ -82,11 +82,20 @@ fn run() -> Result<ExitCode> {
     if std::env::var_os("BERTH_BIN").is_none() {
         bail!("BERTH_BIN is not set: it must name the release `berth` binary");
     }
-    let cfg = if quick {
+    let mut cfg = if quick {
         Config::quick()
     } else {
         Config::full()
     };
+    // The first group's sizes, for a look at one of them (`100000`).
+    if let Some(sizes) = std::env::var_os("BERTH_BENCH_FIRST_FILES") {
+        cfg.first_files = sizes
+            .to_string_lossy()
+            .split(',')
+            .map(|n| n.trim().parse())
+            .collect::<Result<_, _>>()
+            .context("BERTH_BENCH_FIRST_FILES takes counts, comma-separated")?;
+    }
     let command = match (quick, json) {
         (false, false) => "scripts/bench.sh",
         (true, false) => "scripts/bench.sh --quick",

@@ -89,7 +89,11 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
     assert_eq!(
         files,
         [
-            ("moved.txt".into(), "renamed".into(), Some("keep.txt".into())),
+            (
+                "moved.txt".into(),
+                "renamed".into(),
+                Some("keep.txt".into())
+            ),
             ("notes.md".into(), "modified".into(), None),
             ("old.txt".into(), "deleted".into(), None),
             ("page.html".into(), "added".into(), None),
@@ -118,7 +122,10 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
     assert_eq!(st, 200, "{text}");
     assert!(text.contains("+<script>alert(1)</script>\n"), "{text}");
     assert!(text.contains("+~/secret\n"), "{text}");
-    assert!(text.contains("rename from keep.txt\nrename to moved.txt"), "{text}");
+    assert!(
+        text.contains("rename from keep.txt\nrename to moved.txt"),
+        "{text}"
+    );
     assert!(!text.contains(s(&b.user_home)), "{text}");
     assert!(!text.contains(berth_tests::FAKE_USER), "{text}");
     // The same text as the machine's own `berth task diff`, but for the home.
@@ -130,7 +137,12 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
     );
 
     // A format nobody knows is a clear refusal.
-    let (st, v) = control(&b, "GET", &format!("/api/v1/tasks/{tid}/diff?format=html"), b"");
+    let (st, v) = control(
+        &b,
+        "GET",
+        &format!("/api/v1/tasks/{tid}/diff?format=html"),
+        b"",
+    );
     assert_eq!(st, 400, "{v}");
     assert_eq!(error_code("?format=html", &v), "bad_request");
 
@@ -146,7 +158,11 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
         b"",
     );
     assert_eq!(st, 200);
-    assert_eq!(doc["files"].as_array().unwrap().len(), 50, "every file listed");
+    assert_eq!(
+        doc["files"].as_array().unwrap().len(),
+        50,
+        "every file listed"
+    );
     let shown: usize = doc["files"]
         .as_array()
         .unwrap()
@@ -154,16 +170,29 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
         .map(|f| f["text"].as_str().unwrap().len())
         .sum();
     assert!(shown <= berth_core::patch::MAX_BYTES, "{shown} bytes shown");
-    assert!(doc["cut"]["bytes"].as_u64().unwrap() > 5_000_000, "{}", doc["cut"]);
+    assert!(
+        doc["cut"]["bytes"].as_u64().unwrap() > 5_000_000,
+        "{}",
+        doc["cut"]
+    );
     let note = doc["note"].as_str().unwrap();
     assert!(
-        note.starts_with("this diff is cut: ") && note.ends_with(&format!("all of it: berth task diff {bid}")),
+        note.starts_with("this diff is cut: ")
+            && note.ends_with(&format!("all of it: berth task diff {bid}")),
         "{note}"
     );
     let (st, text) = b.web_get(&format!("/api/v1/tasks/{bid}/diff"));
     assert_eq!(st, 200);
-    assert!(text.len() < berth_core::patch::MAX_BYTES + 64 * 1024, "{}", text.len());
-    assert!(text.ends_with(&format!("all of it: berth task diff {bid}\n")), "{}", &text[text.len() - 300..]);
+    assert!(
+        text.len() < berth_core::patch::MAX_BYTES + 64 * 1024,
+        "{}",
+        text.len()
+    );
+    assert!(
+        text.ends_with(&format!("all of it: berth task diff {bid}\n")),
+        "{}",
+        &text[text.len() - 300..]
+    );
     // The machine itself still has every line.
     assert!(b.ok(&["task", "diff", &bid]).len() > 5_000_000);
 
@@ -186,8 +215,14 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stdout.contains("+<script>alert(1)</script>"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("── renamed keep.txt → moved.txt"), "{stdout}");
+    assert!(
+        stdout.contains("+<script>alert(1)</script>"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("── renamed keep.txt → moved.txt"),
+        "{stdout}"
+    );
     assert!(
         format!("{stdout}{stderr}").contains("this session has no task 9 (it has 2)"),
         "{stdout}\n{stderr}"
@@ -232,8 +267,14 @@ fn a_daemons_task_lines_are_read_by_its_member_and_the_admin_alone() {
     let (st, text) = team.api(&alice, "GET", &path, "");
     assert_eq!(st, 200, "{text}");
     let text = text.as_str().unwrap_or_default().to_owned();
-    assert!(text.contains("+TWO\n") && text.contains("+<script>alert(1)</script>"), "{text}");
-    assert!(text.contains("+~/secret"), "the laptop's home shows as ~: {text}");
+    assert!(
+        text.contains("+TWO\n") && text.contains("+<script>alert(1)</script>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("+~/secret"),
+        "the laptop's home shows as ~: {text}"
+    );
     assert!(!text.contains(s(&laptop.user_home)), "{text}");
     let (st, doc) = team.api(&team.admin, "GET", &format!("{path}?format=json"), "");
     assert_eq!(st, 200, "{doc}");

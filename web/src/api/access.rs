@@ -209,9 +209,7 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/sessions/{id}/binding" if delete => (Bind, Target::Session, Some("unlink")),
         "/api/v1/sessions/{id}" if patch => (Change, Target::Session, Some("session.change")),
         "/api/v1/sessions/{id}" if delete => (Change, Target::Session, Some("session.delete")),
-        "/api/v1/tasks/{id}" | "/api/v1/tasks/{id}/diff" if get => {
-            (ReadTask, Target::Task, None)
-        }
+        "/api/v1/tasks/{id}" | "/api/v1/tasks/{id}/diff" if get => (ReadTask, Target::Task, None),
         "/api/v1/tasks/{id}/cancel" if post => (Cancel, Target::Task, Some("cancel")),
         "/api/v1/tasks/{id}/undone" if post => (Cancel, Target::Task, Some("undo")),
         "/api/v1/approvals" if get => (List, Target::None, None),

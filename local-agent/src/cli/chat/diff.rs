@@ -2,10 +2,10 @@
 //! removed red, the rest dim; PgUp/PgDn scroll). The text is the agent's: every line
 //! goes through [`inert`], so a file's escape sequences never reach the terminal.
 
-use super::Said;
-use super::view::Style;
 use super::super::error::CliError;
 use super::super::render::{inert, short};
+use super::Said;
+use super::view::Style;
 use berth_core::api::TaskStatus;
 use berth_core::patch::DiffDoc;
 use serde_json::Value;
@@ -38,7 +38,11 @@ pub fn pick(tasks: &Value, which: Option<&str>) -> Result<String, CliError> {
                 .collect();
             if hits.len() > 1 {
                 return Err(CliError::usage(
-                    format!("{} tasks of this session start with {}", hits.len(), inert(prefix)),
+                    format!(
+                        "{} tasks of this session start with {}",
+                        hits.len(),
+                        inert(prefix)
+                    ),
                     "give more of the id, or its number from /tasks",
                 ));
             }
@@ -68,7 +72,10 @@ pub fn lines(task: &str, doc: &Value) -> Said {
         Err(e) => {
             return vec![(
                 Style::Alert,
-                format!("the server's diff of task {} is unreadable: {e}", short_id(task)),
+                format!(
+                    "the server's diff of task {} is unreadable: {e}",
+                    short_id(task)
+                ),
             )];
         }
     };
@@ -146,8 +153,12 @@ mod tests {
 
     #[test]
     fn lines_are_styled_and_a_files_escapes_are_inert() {
-        let raw = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new \u{1b}[2J<script>\n";
-        let doc = DiffDoc::new("t1", berth_core::patch::TaskDiff::parse(raw.as_bytes(), false));
+        let raw =
+            "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new \u{1b}[2J<script>\n";
+        let doc = DiffDoc::new(
+            "t1",
+            berth_core::patch::TaskDiff::parse(raw.as_bytes(), false),
+        );
         let said = lines("t1", &serde_json::to_value(doc).unwrap());
         let styles: Vec<Style> = said.iter().map(|(s, _)| *s).collect();
         assert_eq!(

@@ -334,7 +334,11 @@ impl Chat {
                         .into_iter()
                         .enumerate()
                         .map(|(i, l)| {
-                            let n = if i == 0 { "#".to_owned() } else { i.to_string() };
+                            let n = if i == 0 {
+                                "#".to_owned()
+                            } else {
+                                i.to_string()
+                            };
                             (Style::Info, format!("{n:>width$}  {l}"))
                         })
                         .collect()

@@ -592,7 +592,10 @@ impl Pg {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
         let body: Option<String> = match q
-            .opt("SELECT body FROM task_diffs WHERE task_id = $1", &[&id.as_str()])
+            .opt(
+                "SELECT body FROM task_diffs WHERE task_id = $1",
+                &[&id.as_str()],
+            )
             .await?
         {
             Some(r) => Some(r.try_get(0)?),
