@@ -239,6 +239,7 @@ impl TurnState {
             | AgentEvent::Started { .. }
             | AgentEvent::Text { .. }
             | AgentEvent::Thinking { .. }
+            | AgentEvent::Delta { .. }
             | AgentEvent::Stderr { .. }
             | AgentEvent::Error { .. }
             | AgentEvent::Denied { .. }
