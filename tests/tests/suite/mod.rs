@@ -24,6 +24,7 @@ mod real_acp_ask;
 mod real_agents;
 mod real_clis;
 mod settings;
+mod streaming;
 mod sidecars;
 mod tcp_peer;
 mod tls;
