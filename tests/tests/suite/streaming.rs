@@ -8,8 +8,8 @@
 use berth_tests::Berth;
 use berth_tests::fake_models::FakeModels;
 use berth_tests::steps::{
-    add_stream_peer, agent_cli, agent_events, new_session, s, send_detached, send_json,
-    wait_final, web_events,
+    add_stream_peer, agent_cli, agent_events, new_session, s, send_detached, send_json, wait_final,
+    web_events,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -88,7 +88,11 @@ fn a_message_reaches_a_live_client_before_the_agent_finished_writing_it() {
         Some(true),
         "the first piece arrived before the agent wrote its last"
     );
-    assert_eq!(wholes, ["Hello, streamed world."], "the whole message, once");
+    assert_eq!(
+        wholes,
+        ["Hello, streamed world."],
+        "the whole message, once"
+    );
     // On the web listener a piece is held back to its last blank (the display rule
     // sees whole words): the last one comes with the whole message.
     assert_eq!(pieces, "Hello, streamed ");
@@ -114,7 +118,10 @@ fn a_replay_shows_a_streamed_message_once_whole() {
         .unwrap();
     let kinds: Vec<&str> = replay.iter().map(|e| e.event.as_str()).collect();
     assert!(!kinds.contains(&"delta"), "no piece is stored: {kinds:?}");
-    let docs: Vec<Value> = replay.iter().map(berth_test_support::http::SseEvent::json).collect();
+    let docs: Vec<Value> = replay
+        .iter()
+        .map(berth_test_support::http::SseEvent::json)
+        .collect();
     assert_eq!(texts(&docs), ["one two three"]);
     let thinking: Vec<&Value> = agent_events(&docs, "thinking")
         .into_iter()
@@ -181,7 +188,15 @@ fn real_claude_streams_its_partial_messages() {
     }
     b.serve();
     let claude = agent_cli("claude");
-    b.ok(&["agent", "add", "claude", "--kind", "claude", "--command", s(&claude)]);
+    b.ok(&[
+        "agent",
+        "add",
+        "claude",
+        "--kind",
+        "claude",
+        "--command",
+        s(&claude),
+    ]);
     let session = new_session(&b, "claude", None);
     let mut sse = web_events(&b, &session, true, Duration::from_secs(120));
     let said = "every piece of this answer comes as it is written, word by word";
@@ -208,10 +223,7 @@ fn real_claude_streams_its_partial_messages() {
     }
     assert_eq!(wait_final(&b, &session, &task)["status"], "succeeded");
     assert!(deltas.len() > 1, "the answer came in pieces: {deltas:?}");
-    let streamed: String = deltas
-        .iter()
-        .map(|d| d["text"].as_str().unwrap())
-        .collect();
+    let streamed: String = deltas.iter().map(|d| d["text"].as_str().unwrap()).collect();
     assert_eq!(wholes.len(), 1, "{wholes:?}");
     assert!(wholes[0].contains(said), "{wholes:?}");
     assert!(

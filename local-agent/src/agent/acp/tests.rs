@@ -121,8 +121,7 @@ where
     F: FnOnce(Peer) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let (conv, mut events) =
-        turn_live(w, permissions, asker, resume_id, cancel_after, agent).await;
+    let (conv, mut events) = turn_live(w, permissions, asker, resume_id, cancel_after, agent).await;
     events.retain(|e| !e.is_live_only());
     (conv, events)
 }

@@ -801,10 +801,16 @@ mod tests {
             texts(&v),
             [(Style::Plain, "Hello".into()), (Style::Plain, "wor".into())]
         );
-        v.event("agent", &ev(5, "t1", json!({"type": "text", "text": "Hello\nworld"})));
+        v.event(
+            "agent",
+            &ev(5, "t1", json!({"type": "text", "text": "Hello\nworld"})),
+        );
         assert_eq!(
             texts(&v),
-            [(Style::Plain, "Hello".into()), (Style::Plain, "world".into())]
+            [
+                (Style::Plain, "Hello".into()),
+                (Style::Plain, "world".into())
+            ]
         );
     }
 }
