@@ -132,6 +132,44 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
         .data(data.to_string())
 }
 
+/// Piece `part` of a message streamed on a surface where the display rule applies:
+/// what to send of it, up to the last whitespace of what is held, and its `part` as
+/// sent. `None` when nothing is sent (no whitespace yet, or a piece was missed).
+fn hold(
+    held: &mut Option<Held>,
+    task_id: &berth_core::TaskId,
+    thought: bool,
+    part: u64,
+    text: &str,
+) -> Option<(String, u64)> {
+    let h = match held.take() {
+        _ if part == 0 => Held {
+            task_id: task_id.clone(),
+            thought,
+            next_in: 0,
+            next_out: 0,
+            tail: String::new(),
+        },
+        Some(h) if h.task_id == *task_id && h.thought == thought && h.next_in == part => h,
+        // A piece missed: the whole message comes when stored.
+        Some(_) | None => return None,
+    };
+    let h = held.insert(Held {
+        next_in: part + 1,
+        ..h
+    });
+    h.tail.push_str(text);
+    let cut = h
+        .tail
+        .char_indices()
+        .rfind(|(_, c)| c.is_whitespace())
+        .map(|(i, c)| i + c.len_utf8())?;
+    let rest = h.tail.split_off(cut);
+    let ready = std::mem::replace(&mut h.tail, rest);
+    h.next_out += 1;
+    Some((ready, h.next_out - 1))
+}
+
 /// The delta `d` as the stream sends it, if it sends it (see the module's doc).
 fn render_delta(feed: &mut Feed, d: &Delta) -> Option<Event> {
     if d.after != Some(feed.last) {
@@ -142,39 +180,9 @@ fn render_delta(feed: &mut Feed, d: &Delta) -> Option<Event> {
         let text = payload["text"].as_str().unwrap_or_default();
         let thought = payload["thought"].as_bool().unwrap_or(false);
         let part = payload["part"].as_u64().unwrap_or(0);
-        let held = match feed.held.take() {
-            _ if part == 0 => Held {
-                task_id: d.task_id.clone(),
-                thought,
-                next_in: 0,
-                next_out: 0,
-                tail: String::new(),
-            },
-            Some(h) if h.task_id == d.task_id && h.thought == thought && h.next_in == part => h,
-            // A piece missed: the whole message comes when stored.
-            Some(_) | None => return None,
-        };
-        let mut held = Held {
-            next_in: part + 1,
-            ..held
-        };
-        held.tail.push_str(text);
-        let cut = held
-            .tail
-            .char_indices()
-            .rfind(|(_, c)| c.is_whitespace())
-            .map(|(i, c)| i + c.len_utf8());
-        let ready = cut.map(|cut| {
-            let rest = held.tail.split_off(cut);
-            std::mem::replace(&mut held.tail, rest)
-        });
-        let out = held.next_out;
-        if ready.is_some() {
-            held.next_out += 1;
-        }
-        feed.held = Some(held);
-        payload["text"] = serde_json::Value::String(ready?);
-        payload["part"] = serde_json::Value::from(out);
+        let (text, part) = hold(&mut feed.held, &d.task_id, thought, part, text)?;
+        payload["text"] = serde_json::Value::String(text);
+        payload["part"] = serde_json::Value::from(part);
     }
     let mut data = serde_json::json!({
         "task_id": d.task_id,
@@ -321,5 +329,25 @@ fn feed_from(
         ended: false,
         follow: true,
         _client: ctx.app.metrics.sse_client(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece is sent up to its last whitespace, the rest held for the next; the
+    /// pieces sent are counted anew; a missed piece stops the message's pieces.
+    #[test]
+    fn pieces_are_held_back_to_whole_words() {
+        let task = berth_core::TaskId::parse("t-1").expect("an id");
+        let mut held = None;
+        let mut send = |part, text: &str| hold(&mut held, &task, false, part, text);
+        assert_eq!(send(0, "see /home/al"), Some(("see ".to_owned(), 0)));
+        assert_eq!(send(1, "ice-7f/x"), None);
+        assert_eq!(send(2, " ok"), Some(("/home/alice-7f/x ".to_owned(), 1)));
+        assert_eq!(send(4, "lost "), None);
+        assert_eq!(send(5, "still lost "), None);
+        assert_eq!(send(0, "anew "), Some(("anew ".to_owned(), 0)));
     }
 }
