@@ -34,23 +34,24 @@ fn texts(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// The proof: the peer writes its message's pieces 200 ms apart and, before the last
-/// one, waits for this client to have seen the first (it goes on after 30 s anyway).
-/// A client on the web listener sees the first piece before the last is written
-/// (the peer marks that moment with a file), and the whole message once, after its
-/// pieces. Gathered per message, as before, no piece arrives before the whole.
-#[test]
-fn a_message_reaches_a_live_client_before_the_agent_finished_writing_it() {
-    let (b, session) = streaming("stream-proof", "edit");
-    let app = b.user_home.join("code/app");
+/// What a live client of the web listener saw of the message the peer streams in
+/// `app` (`Hello, streamed world.`, pieces 200 ms apart), sent by `send`: whether the
+/// first piece came before the peer wrote the last (the peer marks that moment with a
+/// file, and waits for this client to have seen the first before it writes the last,
+/// 30 s at most), the pieces, and the whole texts.
+fn watch_a_streamed_message(
+    web: &Berth,
+    session: &str,
+    app: &std::path::Path,
+    send: impl FnOnce(&str) -> String,
+) -> (Option<bool>, String, Vec<String>) {
     let (seen, last) = (app.join("seen"), app.join("last-sent"));
-    let mut sse = web_events(&b, &session, true, Duration::from_secs(60));
-    let msg = format!(
+    let mut sse = web_events(web, session, true, Duration::from_secs(60));
+    let task = send(&format!(
         "gap-ms: 200\ngate: {}\nstamp: {}\nchunks: Hello, |streamed |world.",
         s(&seen),
         s(&last)
-    );
-    let task = send_detached(&b, &session, &msg);
+    ));
     let mut first_before_last = None;
     let mut pieces = String::new();
     let mut wholes = Vec::new();
@@ -78,11 +79,22 @@ fn a_message_reaches_a_live_client_before_the_agent_finished_writing_it() {
             }
             "task" => {
                 assert_eq!(doc["payload"]["task"]["status"], "succeeded", "{doc}");
-                break;
+                return (first_before_last, pieces, wholes);
             }
             _ => {}
         }
     }
+}
+
+/// The proof: a client on the web listener sees the first piece of a message before
+/// the agent writes its last, and the whole message once, after its pieces. Gathered
+/// per message, as before, no piece arrives before the whole.
+#[test]
+fn a_message_reaches_a_live_client_before_the_agent_finished_writing_it() {
+    let (b, session) = streaming("stream-proof", "edit");
+    let app = b.user_home.join("code/app");
+    let (first_before_last, pieces, wholes) =
+        watch_a_streamed_message(&b, &session, &app, |msg| send_detached(&b, &session, msg));
     assert_eq!(
         first_before_last,
         Some(true),
@@ -96,6 +108,34 @@ fn a_message_reaches_a_live_client_before_the_agent_finished_writing_it() {
     // On the web listener a piece is held back to its last blank (the display rule
     // sees whole words): the last one comes with the whole message.
     assert_eq!(pieces, "Hello, streamed ");
+}
+
+/// The same through a remote daemon: its events, pieces included, go to the server
+/// as they come, and the server's live clients see them before the message is whole.
+#[test]
+fn a_message_streams_from_a_remote_daemon() {
+    let mut srv = Berth::new("stream-srv");
+    srv.serve_with(&["--allow-daemons"]);
+    let (url, _) = srv.serve_info();
+    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut laptop = Berth::new("stream-laptop");
+    laptop.daemon(&url, &token, "laptop");
+    add_stream_peer(&srv, "streamer", "edit");
+    let app = laptop.user_home.join("code/app");
+    std::fs::create_dir_all(&app).unwrap();
+    let session = new_session(&laptop, "streamer", Some(&app));
+    let (first_before_last, _, wholes) = watch_a_streamed_message(&srv, &session, &app, |msg| {
+        send_detached(&laptop, &session, msg)
+    });
+    assert_eq!(
+        first_before_last,
+        Some(true),
+        "a piece came before the last"
+    );
+    assert_eq!(wholes, ["Hello, streamed world."]);
 }
 
 /// A reader of the transcript after the fact (a replay, `?follow=false`, or a client
