@@ -168,12 +168,6 @@ fn a_replay_shows_a_streamed_message_once_whole() {
         .map(|p| &p["text"])
         .collect();
     assert_eq!(thinking, [&Value::from("let me see")]);
-    // `berth send` prints the pieces as they come, and the message once.
-    let out = b.run(&["send", &session, "gap-ms: 20\nchunks: alpha |beta |gamma"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert_eq!(stdout.matches("alpha beta gamma").count(), 1, "{stdout}");
-    assert_eq!(stdout.matches("alpha").count(), 1, "{stdout}");
 }
 
 /// A denial comes after the text the agent said before it asked: the peer says
@@ -270,4 +264,78 @@ fn real_claude_streams_its_partial_messages() {
         !streamed.is_empty() && wholes[0].starts_with(&streamed),
         "the pieces are the message's start: {streamed:?} of {wholes:?}"
     );
+}
+
+/// Runs `berth ARGS` (with `stdin` on its stdin) while the peer streams `alpha |beta
+/// |gamma` in `app`, reading its stdout as it comes: whether `alpha beta ` showed
+/// before the peer wrote its last piece (it waits for the test to have seen it, 30 s
+/// at most), and the whole stdout.
+fn printed_live(b: &Berth, app: &std::path::Path, args: &[&str], stdin: &[u8]) -> (bool, String) {
+    use std::io::{Read, Write};
+    let mut child = b
+        .cmd()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (mut seen, mut buf, mut chunk) = (None, Vec::new(), [0u8; 4096]);
+    loop {
+        let n = stdout.read(&mut chunk).unwrap();
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if seen.is_none() && String::from_utf8_lossy(&buf).contains("alpha beta ") {
+            seen = Some(!app.join("last-sent").exists());
+            std::fs::write(app.join("seen"), "").unwrap();
+        }
+    }
+    let status = child.wait().unwrap();
+    let out = String::from_utf8_lossy(&buf).into_owned();
+    assert!(status.success(), "{out}");
+    (seen == Some(true), out)
+}
+
+/// The message the peer streams for [`printed_live`]: its gate and its mark in `app`.
+fn gated(app: &std::path::Path, sep: &str) -> String {
+    format!(
+        "gap-ms: 50{sep}gate: {}{sep}stamp: {}{sep}chunks: alpha |beta |gamma",
+        s(&app.join("seen")),
+        s(&app.join("last-sent"))
+    )
+}
+
+/// `berth send` prints a message's pieces as they come (before the agent wrote its
+/// last), and the message once.
+#[test]
+fn berth_send_prints_a_message_as_it_comes_and_once() {
+    let (b, session) = streaming("stream-send", "edit");
+    let app = b.user_home.join("code/app");
+    let msg = gated(&app, "\n");
+    let (live, out) = printed_live(&b, &app, &["send", &session, &msg], b"");
+    assert!(
+        live,
+        "the first pieces showed before the last was written: {out}"
+    );
+    assert_eq!(out.matches("alpha").count(), 1, "{out}");
+    assert!(out.contains("alpha beta gamma\n"), "{out}");
+}
+
+/// `berth chat` (its line mode, on a pipe) too.
+#[test]
+fn berth_chat_prints_a_message_as_it_comes_and_once() {
+    let (b, session) = streaming("stream-chat", "edit");
+    let app = b.user_home.join("code/app");
+    let input = format!("{}\n", gated(&app, "\\\n"));
+    let (live, out) = printed_live(&b, &app, &["chat", &session], input.as_bytes());
+    assert!(
+        live,
+        "the first pieces showed before the last was written: {out}"
+    );
+    assert_eq!(out.matches("alpha").count(), 1, "{out}");
+    assert!(out.contains("alpha beta gamma\n"), "{out}");
 }
