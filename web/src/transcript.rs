@@ -184,7 +184,7 @@ impl Hub {
             return;
         }
         match &mut event {
-            Live::Stored(ev) => channel.last = Some(ev.seq),
+            Live::Stored(ev) => channel.last = channel.last.max(Some(ev.seq)),
             // What this process published last is no longer the store's last.
             Live::Nudge(_) => channel.last = None,
             Live::Delta(d) => d.after = channel.last,
