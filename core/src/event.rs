@@ -22,6 +22,18 @@ pub enum AgentEvent {
     Text { text: String },
     /// The agent's visible reasoning.
     Thinking { text: String },
+    /// A piece of a message (or, `thought`, of the reasoning) as the agent streams it:
+    /// for live listeners only. Never stored: the transcript gets the whole message
+    /// once, as a [`AgentEvent::Text`] (or [`AgentEvent::Thinking`]) right after its
+    /// last piece, so a replay is unchanged and compact. `part` counts the message's
+    /// pieces from 0: a listener that missed one (it joined late, or fell behind)
+    /// waits for the whole message instead.
+    Delta {
+        text: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        thought: bool,
+        part: u32,
+    },
     /// A tool call.
     ToolUse {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +124,14 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
+}
+
+impl AgentEvent {
+    /// Whether the event is for live listeners only ([`AgentEvent::Delta`]): shown
+    /// as it arrives, never appended to the transcript.
+    pub fn is_live_only(&self) -> bool {
+        matches!(self, AgentEvent::Delta { .. })
+    }
 }
 
 /// One step of an agent's [`AgentEvent::Plan`].

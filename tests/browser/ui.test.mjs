@@ -375,6 +375,36 @@ uiTest("the session streams the agent's output, inertly, under a header that say
   await page.close();
 });
 
+uiTest("an ACP agent's message grows as it is written, then stands once, whole", { timeout: 60000 }, async () => {
+  // The scripted ACP peer of the end-to-end tests: each prompt line is a step.
+  const peer = path.join(tmp, "agents", "stream_peer.py");
+  fs.mkdirSync(path.dirname(peer), { recursive: true });
+  fs.copyFileSync(path.join(repo, "tests/src/peers/stream_peer.py"), peer);
+  await berth(["agent", "add", "streamer", "--kind", "acp", "--command", "python3", peer]);
+  fs.mkdirSync(path.join(home, "code/streams"), { recursive: true });
+  const id = JSON.parse(await berth(["session", "new", "--agent", "streamer", "--title", "Streams", "--dir", path.join(home, "code/streams"), "--json"])).id;
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".live[data-state=live]").waitFor();
+  const gate = path.join(home, "code/streams/seen");
+  await berth(["send", id, `gap-ms: 100\ngate: ${gate}\nchunks: first <b>piece</b> |second piece |and the end.`, "--detach"]);
+
+  // The first pieces show while the agent still waits to write its last.
+  const live = page.locator(".transcript .ev-live .ev-text");
+  await page.waitForFunction(() => document.querySelector(".transcript .ev-live .ev-text")?.textContent.includes("second piece"));
+  assert.equal(await live.textContent(), "first <b>piece</b> second piece ", "pieces are text, held to whole words");
+  assert.equal(await page.locator(".transcript .ev-live b").count(), 0, "no element made from a piece");
+  fs.writeFileSync(gate, "");
+
+  // Then the whole message, once, in place of its pieces.
+  await page.locator(".transcript .ev-task").waitFor({ timeout: 20000 });
+  const texts = await page.locator(".transcript .ev-agent-text .ev-text").allTextContents();
+  assert.deepEqual(texts, ["first <b>piece</b> second piece and the end."]);
+  assert.equal(await page.locator(".transcript .ev-live").count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 uiTest("the binding preview checks paths in wasm and shows the command, never runs it", { timeout: 30000 }, async () => {
   const { page, requests, errors } = await openPage();
   await page.goto(`${base}/sessions/${ids.stream}`);

@@ -274,6 +274,49 @@ pub fn add_ask_peer(b: &Berth, name: &str) {
     add_ask_agent(b, name, &["python3", s(&peer)]);
 }
 
+/// A scripted ACP agent that streams (`tests/src/peers/stream_peer.py`: each prompt
+/// line a step, `chunks: A|B|C` its message's pieces), registered as `name` with
+/// `permissions`.
+pub fn add_stream_peer(b: &Berth, name: &str, permissions: &str) {
+    let peer = b.root.path().join("stream_peer.py");
+    std::fs::write(&peer, include_str!("peers/stream_peer.py")).unwrap();
+    b.ok(&[
+        "agent",
+        "add",
+        name,
+        "--kind",
+        "acp",
+        "--permissions",
+        permissions,
+        "--command",
+        "python3",
+        s(&peer),
+    ]);
+}
+
+/// A session's transcript stream on the running `berth serve`'s web listener (TCP on
+/// loopback, as the browser reads it), from its start; reads wait at most `timeout`.
+pub fn web_events(
+    b: &Berth,
+    session: &str,
+    follow: bool,
+    timeout: Duration,
+) -> berth_test_support::http::Events<std::io::BufReader<std::net::TcpStream>> {
+    use berth_test_support::http::{Events, Request};
+    let (url, token) = b.serve_info();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let s = std::net::TcpStream::connect(&addr).expect("connect to the web listener");
+    s.set_read_timeout(Some(timeout)).expect("read timeout");
+    let follow = if follow { "" } else { "&follow=false" };
+    let req = Request::get(&format!(
+        "/api/v1/sessions/{session}/events?token={token}{follow}"
+    ));
+    Events::open(s, &addr, req).expect("the event stream")
+}
+
 /// Registers `command` as ACP agent `name` under the `ask` policy.
 pub fn add_ask_agent(b: &Berth, name: &str, command: &[&str]) {
     let mut args = vec![

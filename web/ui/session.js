@@ -7,7 +7,7 @@ import { mountPreview } from "./preview.js";
 import { Transcript } from "./transcript.js";
 
 /** The SSE event names the server sends (`event:` lines). */
-const KINDS = ["message", "status", "agent", "task", "binding_changed", "undo", "approval"];
+const KINDS = ["message", "status", "agent", "task", "binding_changed", "undo", "approval", "delta"];
 
 /** The longest wait between two attempts to reopen a closed stream. */
 const MAX_BACKOFF_MS = 10000;

@@ -9,6 +9,10 @@
 // An `approval` event is a request the agent put to a person: shown as a block with
 // the commands that answer it until the same request comes again decided, when that
 // block becomes one line saying how. A replayed transcript ends the same way.
+//
+// A `delta` event (no `seq`: never stored) is a piece of a message as the agent
+// streams it: it grows one live row, at once, and the whole message (its `text` or
+// `thinking` event, stored after the last piece) takes that row's place.
 
 import { approvalShort, h, plain, shortId as short, shortIds, statusText, when } from "./dom.js";
 
@@ -262,10 +266,13 @@ export class Transcript {
     this.prevKey = "";
     /** Each request shown, by id: `{row, a}`, its row and the request as it stands. */
     this.asks = new Map();
+    /** The message streaming now: `{task, thought, next, row, text}`. */
+    this.live = null;
   }
 
   /** Takes one event from the stream; duplicates (by `seq`) are ignored. */
   push(ev) {
+    if (ev.kind === "delta") return this.delta(ev);
     if (typeof ev.seq !== "number" || this.seen.has(ev.seq)) return;
     this.seen.add(ev.seq);
     if (ev.seq > this.lastSeq) this.lastSeq = ev.seq;
@@ -335,8 +342,41 @@ export class Transcript {
     }
   }
 
+  // A piece of a message: shown now, after every event before it. Its first piece
+  // opens a live row; a piece missed (joined late) leaves the message to its whole.
+  delta(ev) {
+    const p = ev.payload ?? {};
+    const thought = p.thought === true;
+    const l = this.live;
+    if (p.part === 0) {
+      if (this.frame) cancelAnimationFrame(this.frame);
+      this.flush();
+      l?.row.remove();
+      const row = el("div", `ev ev-${thought ? "agent-thinking" : "agent-text"} ev-live`);
+      row.appendChild(el("span", "ev-who", thought ? "thinking" : "agent"));
+      const text = row.appendChild(el("div", "ev-text", plain(p.text)));
+      let chunk = this.container.lastElementChild;
+      if (!chunk || chunk.childElementCount >= CHUNK) chunk = this.container.appendChild(el("div", "ev-chunk"));
+      const c = this.container;
+      const stick = c.scrollHeight - c.scrollTop - c.clientHeight < 40;
+      chunk.appendChild(row);
+      if (stick) c.scrollTop = c.scrollHeight;
+      this.prevKey = "";
+      this.live = { task: ev.task_id, thought, next: 1, row, text };
+    } else if (l && l.task === ev.task_id && l.thought === thought && l.next === p.part) {
+      l.next += 1;
+      l.text.textContent += plain(p.text);
+    }
+  }
+
   /** The row of a new event; null when it changed a row shown already (a decision). */
   row(ev) {
+    const l = this.live;
+    if (l && ev.kind === "agent" && l.task === ev.task_id && (ev.payload?.type === (l.thought ? "thinking" : "text"))) {
+      // The whole message, in place of its pieces.
+      l.row.remove();
+      this.live = null;
+    }
     if (ev.kind === "approval") return this.approval(ev);
     if (ev.kind === "task") this.ended(ev.payload?.task ?? {}, ev.at);
     const [row, key] = node(ev, this.prevKey);

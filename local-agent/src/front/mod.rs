@@ -9,6 +9,7 @@
 pub mod error;
 pub mod interrupt;
 pub mod lean;
+pub mod live;
 pub mod render;
 pub mod wire;
 

@@ -417,6 +417,8 @@ pub struct Stream {
     /// The agent's last stderr line shown: a denial naming that very line points at it
     /// instead of printing it again.
     last_stderr: Option<String>,
+    /// The message shown as it streams.
+    live: super::live::Live,
 }
 
 impl Stream {
@@ -426,6 +428,7 @@ impl Stream {
             waiting: false,
             color: std::io::stderr().is_terminal(),
             last_stderr: None,
+            live: super::live::Live::default(),
         }
     }
 
@@ -446,13 +449,74 @@ impl Stream {
         }
     }
 
-    /// One transcript event of this task (`data` is `{seq, task_id, kind, at, payload}`).
+    /// A piece of the agent's words (stdout) or reasoning (stderr, dimmed), printed
+    /// as it comes, without a line end.
+    fn piece(&self, piece: &super::live::Piece<'_>) {
+        let text = inert(piece.text);
+        if !piece.thought {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            return;
+        }
+        let label = if piece.first { "(thinking) " } else { "" };
+        if self.color {
+            eprint!("\x1b[2m{label}{text}\x1b[0m");
+        } else {
+            eprint!("{label}{text}");
+        }
+    }
+
+    /// A whole message (`thought`: the reasoning), as much of it as its pieces did not
+    /// show already.
+    fn whole(&mut self, task: &str, thought: bool, text: &str) {
+        use super::live::Whole;
+        let shown = self.live.whole(task, thought, text);
+        let (rest, again) = match shown {
+            Whole::All => (None, false),
+            Whole::Rest(rest) => (Some(rest), false),
+            Whole::Again => (None, true),
+        };
+        match (thought, rest) {
+            (false, Some(rest)) => println!("{}", inert(rest)),
+            (true, Some(rest)) => self.piece(&super::live::Piece {
+                text: &format!("{rest}\n"),
+                thought: true,
+                first: false,
+            }),
+            (false, None) => {
+                if again {
+                    println!();
+                }
+                println!("{}", inert(text));
+            }
+            (true, None) => {
+                if again {
+                    eprintln!();
+                }
+                self.note(&format!("(thinking) {}", inert(text)));
+            }
+        }
+    }
+
+    /// One transcript event of this task (`data` is `{seq, task_id, kind, at, payload}`),
+    /// or a live `delta` (a piece of a message as it streams: printed as it comes, and
+    /// the whole message that follows is not printed again). `--json` prints the
+    /// transcript's events only: the whole message, not its pieces.
     pub fn event(&mut self, kind: &str, data: &Value) {
+        if kind == "delta" {
+            if !self.json
+                && let Some(piece) = self.live.delta(s(&data["task_id"]), &data["payload"])
+            {
+                self.piece(&piece);
+            }
+            return;
+        }
         if self.json {
             println!("{data}");
             return;
         }
         let p = &data["payload"];
+        let task = s(&data["task_id"]);
         match kind {
             "status" => {
                 let status = s(&p["status"]);
@@ -483,8 +547,8 @@ impl Stream {
                 }
             }
             "agent" => match s(&p["type"]) {
-                "text" => println!("{}", inert(s(&p["text"]))),
-                "thinking" => self.note(&format!("(thinking) {}", inert(s(&p["text"])))),
+                "text" => self.whole(task, false, s(&p["text"])),
+                "thinking" => self.whole(task, true, s(&p["text"])),
                 "tool_use" => {
                     let input = p["input"].to_string();
                     let input: String = input.chars().take(120).collect();

@@ -170,19 +170,20 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     // The default policy, `edit`, lets Claude Code accept edits in the directory, and
     // fenced (this kernel has the fence), run shell commands there.
     assert_eq!(
-        &argv[..7],
+        &argv[..8],
         [
             "-p",
             "--output-format",
             "stream-json",
             "--verbose",
+            "--include-partial-messages",
             "--permission-mode=acceptEdits",
             "--allowedTools=Bash",
             "--append-system-prompt"
         ]
     );
-    assert!(argv[7].starts_with("# Berth session"), "{argv:?}");
-    assert_eq!(argv.len(), 8, "the prompt is not an argument: {argv:?}");
+    assert!(argv[8].starts_with("# Berth session"), "{argv:?}");
+    assert_eq!(argv.len(), 9, "the prompt is not an argument: {argv:?}");
     assert_eq!(first["stdin"], "fix it");
     assert_eq!(first["cwd"], dir.display().to_string());
     assert_eq!(
@@ -197,7 +198,7 @@ async fn claude_is_driven_in_stream_json_with_resume_and_stale_resume_retry() {
     let (out2, _) = run(&exec, t2).await;
     assert_eq!(out2.status, TaskStatus::Succeeded);
     let argv: Vec<String> = serde_json::from_value(calls(&log)[1]["argv"].clone()).unwrap();
-    assert_eq!(&argv[8..], ["--resume", "claude-sess-1"]);
+    assert_eq!(&argv[9..], ["--resume", "claude-sess-1"]);
 
     // A stale id: detected, cleared, and the turn retried fresh once.
     let mut t3 = task("t3", "s1", spec, "again", in_place(&dir));
@@ -363,7 +364,7 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     let (out, _) = run(&exec, task("t1", "s1", with(None), "x", in_place(&dir))).await;
     assert_eq!(out.status, TaskStatus::Succeeded, "{out:?}");
     assert_eq!(
-        &argv(0)[4..6],
+        &argv(0)[5..7],
         [
             "--permission-mode=default",
             "--disallowedTools=Write,Edit,MultiEdit,NotebookEdit"
@@ -381,7 +382,7 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
         task("t2", "s2", with(Some(Full)), "x", in_place(&dir)),
     )
     .await;
-    assert_eq!(argv(1)[4], "--permission-mode=acceptEdits");
+    assert_eq!(argv(1)[5], "--permission-mode=acceptEdits");
     // Fenced `edit`: the shell, and none of `full`'s other tools.
     assert_eq!(
         argv(1)
@@ -413,7 +414,7 @@ async fn the_user_layer_sets_the_default_policy_and_an_untrusted_project_layer_o
     )
     .await;
     assert_eq!(
-        &argv(2)[4..7],
+        &argv(2)[5..8],
         [
             "--permission-mode=acceptEdits",
             "--allowedTools=Bash",

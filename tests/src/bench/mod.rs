@@ -16,6 +16,7 @@ pub mod postgres;
 pub mod reads;
 pub mod remote;
 pub mod report;
+pub mod stream;
 pub mod throughput;
 
 pub use report::{Goal, Machine, Report, Row, Verdict, quantile};
@@ -37,6 +38,8 @@ pub struct Config {
     pub dispatch_messages: usize,
     /// Requests the approval benchmark answers (after its warm-up).
     pub approval_requests: usize,
+    /// Message pieces the streaming benchmark times.
+    pub stream_chunks: usize,
     pub throughput_sessions: usize,
     pub throughput_messages: usize,
     /// Connections submitting messages at once.
@@ -84,6 +87,7 @@ impl Config {
             mode: "full",
             dispatch_messages: 1_000,
             approval_requests: 1_000,
+            stream_chunks: 1_000,
             throughput_sessions: 100,
             throughput_messages: 20,
             submitters: 4,
@@ -115,6 +119,7 @@ impl Config {
             mode: "quick",
             dispatch_messages: 100,
             approval_requests: 200,
+            stream_chunks: 200,
             throughput_sessions: 20,
             throughput_messages: 5,
             list_sessions: 1_000,
@@ -143,6 +148,7 @@ impl Config {
             mode: "tiny",
             dispatch_messages: 3,
             approval_requests: 5,
+            stream_chunks: 10,
             throughput_sessions: 3,
             throughput_messages: 2,
             submitters: 2,
@@ -337,11 +343,12 @@ pub fn guarded(bench: &str, f: impl FnOnce() -> Result<Vec<Row>>) -> Vec<Row> {
 }
 
 /// The benchmark groups, in the order they run.
-pub const GROUPS: [&str; 10] = [
+pub const GROUPS: [&str; 11] = [
     "footprint",
     "dispatch",
     "approvals",
     "chat",
+    "stream",
     "first",
     "remote",
     "throughput",
@@ -368,6 +375,9 @@ pub fn run(cfg: &Config, command: &str, only: Option<&[String]>) -> Report {
     }
     if wanted("chat") {
         rows.extend(guarded("chat", || chat::run(cfg)));
+    }
+    if wanted("stream") {
+        rows.extend(guarded("stream", || stream::run(cfg)));
     }
     if wanted("first") {
         rows.extend(guarded("first", || first::run(cfg)));
@@ -455,6 +465,11 @@ pub fn notes() -> Vec<String> {
          each decision from just before the bench sent the signed click (Slack's \
          interactivity payload) to just after the peer read the answer. One clock, one \
          machine.",
+        "**stream**: issue 56's text as it comes. A scripted ACP peer writes N message \
+         chunks 5 ms apart, each carrying the wall clock it read just before writing it; \
+         two clients follow the session's event stream meanwhile, one on the web listener \
+         (TCP on loopback, the display rule applied) and one on the control socket, and \
+         note the wall clock as each piece arrives. One clock, one machine.",
         "**remote claim**: `berth serve --allow-daemons` and two `berth daemon`s on this \
          machine, over loopback, each with a session bound in a directory on it; the \
          agent is `date +%s%N`, so its output is the moment it started. A sample is that \

@@ -1,7 +1,7 @@
 //! `berth-bench [--json] [--quick] [--markdown PATH] [--only GROUP,...]`: runs Berth's
 //! benchmarks against the release `berth` named by `BERTH_BIN`, prints a table (or one
 //! JSON document), and writes `BENCHMARKS.md`. `scripts/bench.sh` builds everything
-//! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `first`, `remote`,
+//! and runs it. `--only` runs some groups (`footprint`, `dispatch`, `stream`, `first`, `remote`,
 //! `throughput`, `reads`, `postgres`, `micro`) and writes no page unless `--markdown`
 //! names one.
 //!

@@ -45,6 +45,7 @@ fn macro_benchmarks_produce_a_well_formed_report_with_nothing_lost() {
         ("reads", bench::reads::run),
         ("remote claim", bench::remote::run),
         ("postgres", bench::postgres::run),
+        ("stream", bench::stream::run),
     ] {
         let got = bench::guarded(name, || f(&cfg));
         assert!(!measured(name, &got).is_empty(), "{name} produced no rows");

@@ -26,6 +26,7 @@ mod real_clis;
 mod review;
 mod settings;
 mod sidecars;
+mod streaming;
 mod tcp_peer;
 mod tls;
 mod trust;

@@ -6,6 +6,15 @@
 //! the session's live feed *before* reading the stored backlog, then skips anything
 //! at or below the last `seq` it sent. A live event that is not the next `seq` (the
 //! subscriber lagged) sends the stream back to the store to fill the gap.
+//!
+//! Between them come a message's pieces as the agent streams them: `event: delta`
+//! with no `id` (they are never stored, so a reconnect neither asks for nor gets
+//! them), data `{task_id, kind: "delta", payload}` where the payload is the agent's
+//! `{"type": "delta", text, thought, part}`. A delta is sent only in its place right
+//! after the stored event it followed; the whole message is stored (and sent) after
+//! its last piece. Where the display rule applies (the web listener, the cloud API),
+//! a piece is held back to the last whitespace, so a path or a name cut between two
+//! pieces is still recognized and redacted.
 
 use super::access::NamedSession;
 use super::state::{Ctx, Surface};
@@ -13,7 +22,7 @@ use super::views::web_task;
 use crate::http::ApiError;
 use crate::http::QueryArgs;
 use crate::store::Store;
-use crate::transcript::TranscriptEvent;
+use crate::transcript::{Delta, Live, TranscriptEvent};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -47,7 +56,9 @@ struct Feed {
     backlog: VecDeque<TranscriptEvent>,
     /// The store may hold events after `last` that are not in `backlog`.
     behind: bool,
-    live: broadcast::Receiver<Arc<TranscriptEvent>>,
+    live: broadcast::Receiver<Arc<Live>>,
+    /// The message being streamed on a redacting surface: what is held back.
+    held: Option<Held>,
     surface: Surface,
     /// The display context of the session's machine (see `super::redact`).
     display: Arc<Context>,
@@ -58,6 +69,19 @@ struct Feed {
     follow: bool,
     /// Counts the stream in `berth_sse_clients` while it lives.
     _client: crate::metrics::SseClient,
+}
+
+/// A message streamed on a surface where the display rule applies: the text not
+/// sent yet (after the last whitespace), and how its pieces are counted in and out.
+#[derive(Debug)]
+struct Held {
+    task_id: berth_core::TaskId,
+    thought: bool,
+    /// The `part` the next piece in must have.
+    next_in: u64,
+    /// The `part` the next piece out gets.
+    next_out: u64,
+    tail: String,
 }
 
 /// What a stream ended by a shutdown tells the client (`retry:`, in milliseconds):
@@ -108,6 +132,73 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
         .data(data.to_string())
 }
 
+/// Piece `part` of a message streamed on a surface where the display rule applies:
+/// what to send of it, up to the last whitespace of what is held, and its `part` as
+/// sent. `None` when nothing is sent (no whitespace yet, or a piece was missed).
+fn hold(
+    held: &mut Option<Held>,
+    task_id: &berth_core::TaskId,
+    thought: bool,
+    part: u64,
+    text: &str,
+) -> Option<(String, u64)> {
+    let h = match held.take() {
+        _ if part == 0 => Held {
+            task_id: task_id.clone(),
+            thought,
+            next_in: 0,
+            next_out: 0,
+            tail: String::new(),
+        },
+        Some(h) if h.task_id == *task_id && h.thought == thought && h.next_in == part => h,
+        // A piece missed: the whole message comes when stored.
+        Some(_) | None => return None,
+    };
+    let h = held.insert(Held {
+        next_in: part + 1,
+        ..h
+    });
+    h.tail.push_str(text);
+    let cut = h
+        .tail
+        .char_indices()
+        .rfind(|(_, c)| c.is_whitespace())
+        .map(|(i, c)| i + c.len_utf8())?;
+    let rest = h.tail.split_off(cut);
+    let ready = std::mem::replace(&mut h.tail, rest);
+    h.next_out += 1;
+    Some((ready, h.next_out - 1))
+}
+
+/// The delta `d` as the stream sends it, if it sends it (see the module's doc).
+fn render_delta(feed: &mut Feed, d: &Delta) -> Option<Event> {
+    if d.after != Some(feed.last) {
+        return None;
+    }
+    let mut payload = d.payload.clone();
+    if feed.surface != Surface::Control {
+        let text = payload["text"].as_str().unwrap_or_default();
+        let thought = payload["thought"].as_bool().unwrap_or(false);
+        let part = payload["part"].as_u64().unwrap_or(0);
+        let (text, part) = hold(&mut feed.held, &d.task_id, thought, part, text)?;
+        payload["text"] = serde_json::Value::String(text);
+        payload["part"] = serde_json::Value::from(part);
+    }
+    let mut data = serde_json::json!({
+        "task_id": d.task_id,
+        "kind": "delta",
+        "payload": payload,
+    });
+    match feed.surface {
+        Surface::Control => {}
+        Surface::Web => berth_core::display::redact_json(&feed.display, &mut data),
+        Surface::Cloud => {
+            berth_core::display::replace_homes_json(feed.display.home.as_slice(), &mut data);
+        }
+    }
+    Some(Event::default().event("delta").data(data.to_string()))
+}
+
 /// The next event to send, or `None` when the stream ends.
 async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
     if feed.ended {
@@ -153,13 +244,25 @@ async fn next(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
                 .comment("the server is shutting down; reconnect");
             return Some((Ok(last), feed));
         };
-        match received {
-            // Another process stored events: read them.
-            Ok(ev) if ev.seq == crate::transcript::NUDGE_SEQ => feed.behind = true,
-            Ok(ev) if ev.seq <= feed.last => {}
-            Ok(ev) if ev.seq == feed.last + 1 => feed.backlog.push_back((*ev).clone()),
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => feed.behind = true,
+        let received = match received {
+            Ok(live) => live,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                feed.behind = true;
+                continue;
+            }
             Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        match &*received {
+            // Another process stored events: read them.
+            Live::Nudge(_) => feed.behind = true,
+            Live::Stored(ev) if ev.seq <= feed.last => {}
+            Live::Stored(ev) if ev.seq == feed.last + 1 => feed.backlog.push_back(ev.clone()),
+            Live::Stored(_) => feed.behind = true,
+            Live::Delta(d) => {
+                if let Some(out) = render_delta(&mut feed, d) {
+                    return Some((Ok(out), feed));
+                }
+            }
         }
     }
 }
@@ -219,11 +322,32 @@ fn feed_from(
         backlog: first.into_iter().collect(),
         behind,
         live,
+        held: None,
         surface: ctx.surface,
         display: display.clone(),
         closing: ctx.app.closing.clone(),
         ended: false,
         follow: true,
         _client: ctx.app.metrics.sse_client(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece is sent up to its last whitespace, the rest held for the next; the
+    /// pieces sent are counted anew; a missed piece stops the message's pieces.
+    #[test]
+    fn pieces_are_held_back_to_whole_words() {
+        let task = berth_core::TaskId::parse("t-1").expect("an id");
+        let mut held = None;
+        let mut send = |part, text: &str| hold(&mut held, &task, false, part, text);
+        assert_eq!(send(0, "see /home/al"), Some(("see ".to_owned(), 0)));
+        assert_eq!(send(1, "ice-7f/x"), None);
+        assert_eq!(send(2, " ok"), Some(("/home/alice-7f/x ".to_owned(), 1)));
+        assert_eq!(send(4, "lost "), None);
+        assert_eq!(send(5, "still lost "), None);
+        assert_eq!(send(0, "anew "), Some(("anew ".to_owned(), 0)));
     }
 }

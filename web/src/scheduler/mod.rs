@@ -825,7 +825,9 @@ pub(crate) fn run_items(
                     *running = true;
                     items.push(RunItem::Status(TaskStatus::Running, None));
                 }
+                let live = ev.is_live_only();
                 match serde_json::to_value(&ev) {
+                    Ok(payload) if live => items.push(RunItem::Delta(payload)),
                     Ok(payload) => items.push(RunItem::Agent(payload)),
                     Err(e) => {
                         tracing::error!(task = %task, error = %e, "could not encode an event");

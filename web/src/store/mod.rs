@@ -65,7 +65,7 @@ pub use rows::{
 pub use sessions::list_sessions;
 pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
 
-use crate::transcript::{Hub, TranscriptEvent};
+use crate::transcript::{Hub, Live, TranscriptEvent};
 use rules::Scoped;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -239,14 +239,19 @@ struct Sqlite {
     readers: Mutex<Vec<Connection>>,
 }
 
-/// Collects the transcript events a write appends; they are published only after the
-/// transaction commits.
+/// Collects the transcript events a write appends, and the live-only deltas among
+/// them; they are published only after the transaction commits, in order.
 #[derive(Debug, Default)]
-pub struct Outbox(Vec<TranscriptEvent>);
+pub struct Outbox(Vec<Live>);
 
 impl Outbox {
     pub fn push(&mut self, ev: TranscriptEvent) {
-        self.0.push(ev);
+        self.0.push(Live::Stored(ev));
+    }
+
+    /// A delta, published in its place among the stored events.
+    pub fn pass(&mut self, delta: crate::transcript::Delta) {
+        self.0.push(Live::Delta(delta));
     }
 }
 

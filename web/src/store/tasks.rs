@@ -12,7 +12,7 @@ use super::{
 use crate::clock;
 use crate::executor::AgentSpec;
 use crate::metrics::WaitReason;
-use crate::transcript::{EventKind, TranscriptEvent};
+use crate::transcript::{Delta, EventKind, Live, TranscriptEvent};
 use berth_core::api::TaskStatus;
 use berth_core::approval::Approval;
 use berth_core::binding::MachineId;
@@ -75,6 +75,24 @@ pub enum RunItem {
     /// A request put to a person, its deadline set (the task then shows
     /// `waiting_approval`).
     Approval(Box<berth_core::approval::Approval>),
+    /// A live-only agent event's JSON (a message's piece): published in its place,
+    /// never stored.
+    Delta(serde_json::Value),
+}
+
+impl RunItem {
+    /// The live-only delta of `task` in `session` this item is, if it is one.
+    pub(crate) fn delta(&self, task: &TaskId, session: &SessionId) -> Option<Delta> {
+        match self {
+            RunItem::Delta(payload) => Some(Delta {
+                session_id: session.clone(),
+                task_id: task.clone(),
+                payload: payload.clone(),
+                after: None,
+            }),
+            RunItem::Status(..) | RunItem::Agent(_) | RunItem::Approval(_) => None,
+        }
+    }
 }
 
 /// Task `id`, whole: with its requests.
@@ -167,6 +185,12 @@ fn write_items(conn: &Connection, outbox: &mut Outbox, t: TaskItems<'_>) -> Resu
             RunItem::Approval(a) => {
                 record_asked(conn, outbox, t.task_id, *a)?;
             }
+            RunItem::Delta(payload) => outbox.pass(Delta {
+                session_id: t.session_id.clone(),
+                task_id: t.task_id.clone(),
+                payload,
+                after: None,
+            }),
         }
     }
     Ok(())
@@ -313,7 +337,10 @@ impl Store {
         }
         self.write(move |tx, outbox| {
             let (task, seq) = insert_message(tx, outbox, &session_prefix, origin, &text)?;
-            let event = outbox.0.iter().rev().find(|e| e.seq == seq).cloned();
+            let event = outbox.0.iter().rev().find_map(|e| match e {
+                Live::Stored(e) if e.seq == seq => Some(e.clone()),
+                Live::Stored(_) | Live::Nudge(_) | Live::Delta(_) => None,
+            });
             Ok((task, seq, event))
         })
         .await
@@ -463,6 +490,17 @@ impl Store {
     /// changes (each also a transcript event) and agent events. Throughput depends on
     /// it: an agent's first output usually arrives with its `running` status.
     pub async fn run_events(&self, task: TaskRow, items: Vec<RunItem>) -> Result<(), StoreError> {
+        // Only deltas: nothing to store, so no transaction to wait for.
+        let deltas: Option<Vec<Delta>> = items
+            .iter()
+            .map(|i| i.delta(&task.id, &task.session_id))
+            .collect();
+        if let Some(deltas) = deltas {
+            for d in deltas {
+                self.hub().publish(Live::Delta(d));
+            }
+            return Ok(());
+        }
         on_pg!(self, pg => pg.run_events(task, items));
         self.write(move |tx, outbox| {
             let t = TaskItems {

@@ -331,7 +331,12 @@ async fn a_message_sent_as_the_last_task_ends_is_never_left_queued() {
         let ended = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 match events.recv().await {
-                    Ok(ev) if ev.kind == "task" && ev.task_id.as_ref() == Some(&task.id) => break,
+                    Ok(ev)
+                        if matches!(&*ev, berth_web::transcript::Live::Stored(ev)
+                            if ev.kind == "task" && ev.task_id.as_ref() == Some(&task.id)) =>
+                    {
+                        break;
+                    }
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(e) => panic!("the transcript closed: {e}"),
                 }

@@ -667,6 +667,9 @@ where
                 }
             }
             Message::Request { id, method, params } => {
+                // What the agent said before it asked comes first: a denial or a
+                // request put to a person never jumps ahead of it.
+                self.flush();
                 if method == "session/request_permission"
                     && let Some(hold) = self.hold(&id, &params)
                 {
@@ -853,6 +856,7 @@ where
             return; // answered already (the turn was cancelled)
         };
         self.held.remove(at);
+        self.flush();
         let decision = match h.answer.verdict {
             berth_core::approval::Verdict::Allow => Decision::Allow,
             berth_core::approval::Verdict::Deny => {

@@ -107,8 +107,27 @@ where
     turn_asking(w, permissions, None, resume_id, cancel_after, agent).await
 }
 
-/// [`turn`], with `asker` putting the `ask` policy's requests to a person.
+/// [`turn`], with `asker` putting the `ask` policy's requests to a person. The live
+/// deltas are left out: the events are what the transcript stores.
 async fn turn_asking<F, Fut>(
+    w: &World,
+    permissions: Permissions,
+    asker: Option<&crate::agent::ask::Asker>,
+    resume_id: Option<&str>,
+    cancel_after: Option<Duration>,
+    agent: F,
+) -> (Conversation, Vec<AgentEvent>)
+where
+    F: FnOnce(Peer) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (conv, mut events) = turn_live(w, permissions, asker, resume_id, cancel_after, agent).await;
+    events.retain(|e| !e.is_live_only());
+    (conv, events)
+}
+
+/// [`turn_asking`] with every event the turn reported, the live deltas among them.
+async fn turn_live<F, Fut>(
     w: &World,
     permissions: Permissions,
     asker: Option<&crate::agent::ask::Asker>,
@@ -1106,4 +1125,72 @@ fn acp_invocation(command: &[&str], permissions: Permissions) -> crate::agent::a
         fenced: true,
     };
     Adapter::Acp.invocation(&spec, &turn).unwrap()
+}
+
+/// Message and thought chunks go out as they arrive, each a delta counting its
+/// message's pieces; the whole message follows its last piece, and text said before a
+/// permission request comes before the request's denial (it used to wait behind it).
+#[tokio::test]
+async fn chunks_stream_as_deltas_and_text_comes_before_a_denial() {
+    let w = world();
+    let file = w.app.join("x.txt").display().to_string();
+    let f = file.clone();
+    let (_, events) = turn_live(&w, Permissions::ReadOnly, None, None, None, |mut p| async move {
+        p.start(json!({})).await;
+        p.answer("session/new", json!({"sessionId": "s1"})).await;
+        let prompt = p.recv().await;
+        p.update(json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "I will "}}))
+            .await;
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "write."}}))
+            .await;
+        let a = p
+            .ask(0, "session/request_permission", json!({"sessionId": "s1",
+                "toolCall": {"toolCallId": "t1", "kind": "edit", "title": "WriteFile", "locations": [{"path": f}]},
+                "options": [{"optionId": "no", "kind": "reject_once"}]}))
+            .await;
+        assert_eq!(a["result"]["outcome"]["optionId"], "no");
+        p.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Refused."}}))
+            .await;
+        p.send(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}}))
+            .await;
+    })
+    .await;
+    let delta = |text: &str, thought: bool, part: u32| AgentEvent::Delta {
+        text: text.into(),
+        thought,
+        part,
+    };
+    let text = |t: &str| AgentEvent::Text { text: t.into() };
+    let said: Vec<AgentEvent> = events
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                AgentEvent::Delta { .. }
+                    | AgentEvent::Text { .. }
+                    | AgentEvent::Thinking { .. }
+                    | AgentEvent::Denied { .. }
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        vec![
+            delta("hm", true, 0),
+            AgentEvent::Thinking { text: "hm".into() },
+            delta("I will ", false, 0),
+            delta("write.", false, 1),
+            text("I will write."),
+            AgentEvent::Denied {
+                tool: "WriteFile".into(),
+                target: file,
+                message: Some("the agent's policy is read-only: no edit actions".into()),
+                by: None,
+            },
+            delta("Refused.", false, 0),
+            text("Refused."),
+        ]
+    );
 }

@@ -1,5 +1,7 @@
-//! `session/update` as transcript events. Message and thought chunks are gathered into
-//! one text (or thinking) event, sent when something else comes; a tool call is kept
+//! `session/update` as transcript events. Message and thought chunks go out as they
+//! arrive, each a live-only [`AgentEvent::Delta`], and are gathered into one text (or
+//! thinking) event, sent when something else comes (the transcript stores that one,
+//! whole); a tool call is kept
 //! by id and merged with each update (every field of an update is optional, and an
 //! agent may update, or ask permission for, a call it never announced), and becomes a
 //! [`AgentEvent::Tool`] each time it changes, a [`AgentEvent::ToolResult`] when it
@@ -94,6 +96,9 @@ pub(super) struct View {
     tools: HashMap<String, ToolCall>,
     text: String,
     thought: String,
+    /// How many pieces of the message (and of the thought) went out as deltas.
+    text_parts: u32,
+    thought_parts: u32,
     /// The last message the agent finished, for the turn's result.
     pub last_text: Option<String>,
     /// The latest usage the agent reported in an update.
@@ -210,14 +215,26 @@ impl View {
         let mut out = Vec::new();
         match update["sessionUpdate"].as_str().unwrap_or_default() {
             "agent_message_chunk" => {
-                if let Some(t) = text_of(&update["content"]) {
+                if let Some(t) = text_of(&update["content"]).filter(|t| !t.is_empty()) {
                     out.extend(self.flush_thought());
+                    out.push(AgentEvent::Delta {
+                        text: t.to_owned(),
+                        thought: false,
+                        part: self.text_parts,
+                    });
+                    self.text_parts += 1;
                     self.text.push_str(t);
                 }
             }
             "agent_thought_chunk" => {
-                if let Some(t) = text_of(&update["content"]) {
+                if let Some(t) = text_of(&update["content"]).filter(|t| !t.is_empty()) {
                     out.extend(self.flush_text());
+                    out.push(AgentEvent::Delta {
+                        text: t.to_owned(),
+                        thought: true,
+                        part: self.thought_parts,
+                    });
+                    self.thought_parts += 1;
                     self.thought.push_str(t);
                 }
             }
@@ -320,6 +337,7 @@ impl View {
     }
 
     fn flush_text(&mut self) -> Option<AgentEvent> {
+        self.text_parts = 0;
         if self.text.is_empty() {
             return None;
         }
@@ -329,6 +347,7 @@ impl View {
     }
 
     fn flush_thought(&mut self) -> Option<AgentEvent> {
+        self.thought_parts = 0;
         if self.thought.is_empty() {
             return None;
         }

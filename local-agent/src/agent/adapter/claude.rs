@@ -1,4 +1,10 @@
-//! Claude Code in print mode: `claude -p --output-format stream-json --verbose`.
+//! Claude Code in print mode: `claude -p --output-format stream-json --verbose
+//! --include-partial-messages`.
+//!
+//! Its partial messages (`stream_event` lines: the model API's own stream events)
+//! become live-only [`AgentEvent::Delta`]s, a text or thinking block's pieces as they
+//! arrive; the whole block follows in its `assistant` line, which the transcript
+//! stores.
 //!
 //! The prompt goes on stdin (flags such as `--allowedTools` swallow a trailing
 //! positional prompt); the brief goes in `--append-system-prompt`, so nothing is
@@ -93,9 +99,15 @@ pub(crate) fn policy_note(p: Permissions) -> &'static str {
 
 pub(super) fn invocation(spec: &AgentSpec, turn: &Turn<'_>) -> Invocation {
     let (program, extra) = program(spec, "claude");
-    let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
-        .map(String::from)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-partial-messages",
+    ]
+    .map(String::from)
+    .to_vec();
     let asks = asks_berth(turn, &extra);
     if !chooses_permissions(&extra) {
         args.extend(permission_args(turn.permissions, turn.fenced));
@@ -323,7 +335,32 @@ pub(super) fn parse_line(line: &str, resumed: bool, st: &mut TurnState) -> Vec<A
                 model: str_of(&v, "model"),
             });
         }
+        // A subagent's pieces are left to its whole messages.
+        Some("stream_event") if v["parent_tool_use_id"].is_null() => {
+            let e = &v["event"];
+            match e["type"].as_str() {
+                Some("content_block_start") => st.streamed_parts = 0,
+                Some("content_block_delta") => {
+                    let d = &e["delta"];
+                    let piece = match d["type"].as_str() {
+                        Some("text_delta") => d["text"].as_str().map(|t| (t, false)),
+                        Some("thinking_delta") => d["thinking"].as_str().map(|t| (t, true)),
+                        Some(_) | None => None,
+                    };
+                    if let Some((text, thought)) = piece.filter(|(t, _)| !t.is_empty()) {
+                        out.push(AgentEvent::Delta {
+                            text: text.to_owned(),
+                            thought,
+                            part: st.streamed_parts,
+                        });
+                        st.streamed_parts += 1;
+                    }
+                }
+                Some(_) | None => {}
+            }
+        }
         Some("assistant") => {
+            st.streamed_parts = 0;
             let items = v.pointer("/message/content").and_then(Value::as_array);
             for item in items.into_iter().flatten() {
                 match item.get("type").and_then(Value::as_str) {

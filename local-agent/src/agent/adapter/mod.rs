@@ -86,6 +86,9 @@ pub struct TurnState {
     pub tool_names: HashMap<String, String>,
     /// Refusals by the fence seen beyond [`MAX_FENCE_DENIALS`], not listed.
     pub fence_denials_dropped: u32,
+    /// How many pieces of the message streaming now went out as deltas (Claude
+    /// Code's partial messages).
+    pub streamed_parts: u32,
     /// Why the agent could not be started, when it got that far and no further (an
     /// ACP agent that never answered `initialize`): the task's `agent_start_failed`.
     pub start_failed: Option<String>,
@@ -239,6 +242,7 @@ impl TurnState {
             | AgentEvent::Started { .. }
             | AgentEvent::Text { .. }
             | AgentEvent::Thinking { .. }
+            | AgentEvent::Delta { .. }
             | AgentEvent::Stderr { .. }
             | AgentEvent::Error { .. }
             | AgentEvent::Denied { .. }
@@ -773,6 +777,43 @@ mod tests {
             .flat_map(|l| adapter.stdout_line(l, resumed, &mut st))
             .collect();
         (events, st)
+    }
+
+    /// Claude Code's partial messages: each text or thinking piece a delta, counted
+    /// per block; a subagent's and a tool input's pieces are not; the whole block
+    /// follows in its `assistant` line.
+    #[test]
+    fn claude_partial_messages_are_deltas() {
+        let (events, _) = parse(
+            Adapter::Claude,
+            &[
+                r#"{"type":"stream_event","event":{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}},"parent_tool_use_id":null}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}},"parent_tool_use_id":null}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}},"parent_tool_use_id":null}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hel"}},"parent_tool_use_id":null}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"lo"}},"parent_tool_use_id":null}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"sub"}},"parent_tool_use_id":"tu_1"}"#,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{"}},"parent_tool_use_id":null}"#,
+                r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Hello"}]},"parent_tool_use_id":null}"#,
+            ],
+            false,
+        );
+        let delta = |text: &str, thought: bool, part: u32| AgentEvent::Delta {
+            text: text.into(),
+            thought,
+            part,
+        };
+        assert_eq!(
+            events,
+            vec![
+                delta("hm", true, 0),
+                delta("Hel", false, 0),
+                delta("lo", false, 1),
+                AgentEvent::Text {
+                    text: "Hello".into()
+                },
+            ]
+        );
     }
 
     #[test]

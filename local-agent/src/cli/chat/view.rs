@@ -108,6 +108,10 @@ pub struct View {
     /// first: the prompt below the transcript answers the first.
     pub pending: Vec<Value>,
     pub lines: Vec<Line>,
+    /// The message streaming now, and where its lines start in [`View::lines`]: the
+    /// whole message replaces them when it arrives.
+    pub live: berth_local_agent::front::live::Live,
+    pub live_from: Option<usize>,
 }
 
 impl View {
@@ -147,7 +151,9 @@ impl View {
         };
     }
 
+    /// Shows lines (after a message's streamed lines, which then stay).
     pub fn push(&mut self, style: Style, text: impl Into<String>) {
+        self.live_from = None;
         for l in text.into().split('\n') {
             self.lines.push(Line::new(style, l));
         }
@@ -269,6 +275,10 @@ impl View {
     /// Folds one transcript event (`data` is `{seq, task_id, kind, at, payload}`) into
     /// the view. Returns true when the binding changed (the session must be read again).
     pub fn event(&mut self, kind: &str, data: &Value) -> bool {
+        if kind == "delta" {
+            self.delta(s(&data["task_id"]), &data["payload"]);
+            return false;
+        }
         if let Some(seq) = data["seq"].as_i64() {
             if seq <= self.last_seq {
                 return false;
@@ -313,7 +323,17 @@ impl View {
                     self.active.insert(task, (status, reason));
                 }
             }
-            "agent" => self.agent(p),
+            "agent" => {
+                let thought = match s(&p["type"]) {
+                    "text" => Some(false),
+                    "thinking" => Some(true),
+                    _ => None,
+                };
+                if let Some(thought) = thought {
+                    self.unstream(&task, thought, s(&p["text"]));
+                }
+                self.agent(p);
+            }
             "approval" => self.approval(p),
             "task" => {
                 self.active.remove(&task);
@@ -368,6 +388,52 @@ impl View {
             _ => {}
         }
         false
+    }
+
+    /// A piece of a message as it streams: on the message's own lines, which the whole
+    /// message replaces when it arrives.
+    fn delta(&mut self, task: &str, p: &Value) {
+        let Some(piece) = self.live.delta(task, p) else {
+            return;
+        };
+        let text = if piece.thought {
+            // The reasoning is one dimmed line, as when it is shown whole.
+            inert(piece.text).replace(['\n', '\t'], " ")
+        } else {
+            inert(piece.text)
+        };
+        let open = self
+            .live_from
+            .is_some_and(|from| from < self.lines.len() && !piece.first);
+        if !open {
+            let (style, label) = if piece.thought {
+                (Style::Dim, "(thinking) ")
+            } else {
+                (Style::Plain, "")
+            };
+            let from = self.lines.len();
+            self.push(style, format!("{label}{text}"));
+            self.live_from = Some(from);
+            return;
+        }
+        let mut rest = text.split('\n');
+        if let (Some(first), Some(last)) = (rest.next(), self.lines.last_mut()) {
+            last.text.push_str(first);
+        }
+        for more in rest {
+            self.lines.push(Line::new(Style::Plain, more));
+        }
+    }
+
+    /// The whole message arrived: the lines its pieces made go (when nothing was
+    /// shown after them), and the message is shown whole in their place.
+    fn unstream(&mut self, task: &str, thought: bool, text: &str) {
+        let _ = self.live.whole(task, thought, text);
+        if let Some(from) = self.live_from.take()
+            && from < self.lines.len()
+        {
+            self.lines.truncate(from);
+        }
     }
 
     /// A request put to a person, or its decision.
@@ -722,5 +788,33 @@ mod tests {
         v.relinked_until = None;
         v.set_session(offline);
         assert_eq!(v.tone(), Tone::Offline);
+    }
+
+    /// A message's pieces show as they come, on the message's own lines; the whole
+    /// message replaces them, so it shows once.
+    #[test]
+    fn pieces_show_as_they_come_and_the_whole_message_once() {
+        let mut v = View::default();
+        let delta = |text: &str, part: u64| json!({"task_id": "t1", "payload": {"type": "delta", "text": text, "part": part}});
+        v.event("delta", &delta("Hel", 0));
+        v.event("delta", &delta("lo\nwor", 1));
+        let texts = |v: &View| -> Vec<(Style, String)> {
+            v.lines.iter().map(|l| (l.style, l.text.clone())).collect()
+        };
+        assert_eq!(
+            texts(&v),
+            [(Style::Plain, "Hello".into()), (Style::Plain, "wor".into())]
+        );
+        v.event(
+            "agent",
+            &ev(5, "t1", json!({"type": "text", "text": "Hello\nworld"})),
+        );
+        assert_eq!(
+            texts(&v),
+            [
+                (Style::Plain, "Hello".into()),
+                (Style::Plain, "world".into())
+            ]
+        );
     }
 }

@@ -170,7 +170,7 @@ impl Daemons {
                         .iter()
                         .filter_map(|i| match i {
                             RunItem::Approval(a) => Some((**a).clone()),
-                            RunItem::Status(..) | RunItem::Agent(_) => None,
+                            RunItem::Status(..) | RunItem::Agent(_) | RunItem::Delta(_) => None,
                         })
                         .collect();
                     let sent = DaemonEvents {

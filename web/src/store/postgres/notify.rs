@@ -4,6 +4,7 @@
 use super::Pg;
 use super::pool::W;
 use crate::store::StoreError;
+use crate::transcript::Live;
 use berth_core::SessionId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,8 +140,16 @@ impl Pg {
     /// Commits a write. Other processes' live feeds hear of every session it appended
     /// to, and the leader of every session given work: delivered at commit, not before.
     pub(super) async fn publish(&self, mut w: W<'_>) -> Result<(), StoreError> {
-        let mut sessions: Vec<SessionId> =
-            w.outbox.0.iter().map(|e| e.session_id.clone()).collect();
+        // Deltas stay on this replica: others show the whole message once stored.
+        let mut sessions: Vec<SessionId> = w
+            .outbox
+            .0
+            .iter()
+            .filter_map(|e| match e {
+                Live::Stored(e) => Some(e.session_id.clone()),
+                Live::Nudge(_) | Live::Delta(_) => None,
+            })
+            .collect();
         sessions.sort_unstable();
         sessions.dedup();
         for session in sessions {

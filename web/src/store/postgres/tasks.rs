@@ -79,6 +79,12 @@ impl W<'_> {
                         .await?;
                 }
                 RunItem::Approval(a) => self.record_asked(t.task_id, *a).await?,
+                RunItem::Delta(payload) => self.outbox.pass(crate::transcript::Delta {
+                    session_id: t.session_id.clone(),
+                    task_id: t.task_id.clone(),
+                    payload,
+                    after: None,
+                }),
             }
         }
         Ok(())
