@@ -61,7 +61,18 @@ impl Shadow {
             }
         }
         let kept: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
-        self.drop_refs(&input, &kept)?;
+        if old.is_empty() {
+            // Nothing to drop: the two refs are written as git writes a loose ref (a
+            // lock file renamed into place), without starting git for it.
+            self.write_ref(task_id, "before", &before.tree)?;
+            self.write_ref(task_id, "after", &after.tree)?;
+            private::write(
+                self.git_dir.join("berth-log.json"),
+                serde_json::to_string(&kept).unwrap_or_default(),
+            )?;
+        } else {
+            self.drop_refs(&input, &kept)?;
+        }
         // The objects only the dropped records held go in batches: a prune reads
         // every object, which would otherwise cost each task past the limit as much
         // as a full scan.
@@ -154,6 +165,21 @@ impl Shadow {
         }
         self.drop_refs(&input, &kept)?;
         Ok(here.len())
+    }
+
+    /// `refs/berth/<task>/<which>` set to `oid` as a loose ref.
+    fn write_ref(&self, task_id: &TaskId, which: &str, oid: &str) -> Result<(), ChangesError> {
+        if oid.len() != 40 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ChangesError::Spawn(std::io::Error::other(format!(
+                "{oid:?} is not an object id"
+            ))));
+        }
+        let dir = self.git_dir.join("refs").join("berth").join(task_id.as_str());
+        std::fs::create_dir_all(&dir)?;
+        let lock = dir.join(format!("{which}.lock"));
+        private::write(&lock, format!("{oid}\n"))?;
+        std::fs::rename(&lock, dir.join(which))?;
+        Ok(())
     }
 
     /// Deletes the refs `input` names (`update-ref --stdin` lines) and writes the log

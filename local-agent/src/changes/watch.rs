@@ -425,6 +425,15 @@ impl Watch {
         }
         large.sort();
         shadow.write_excludes(&large)?;
+        if add.is_empty() && unrecord.is_empty() {
+            // Only paths that came and went (Berth's own write probe, an editor's
+            // swap file) or that git ignores: the index, so the tree, is as it was.
+            return Ok(Snapshot {
+                tree: base.tree.clone(),
+                large,
+                nested: shadow.nested(&[]),
+            });
+        }
         if !unrecord.is_empty() {
             feed(
                 shadow,
