@@ -28,6 +28,7 @@ pub mod quote;
 pub mod resolve;
 pub mod rules;
 pub mod settings;
+pub mod usage;
 pub mod wait;
 
 pub use code::{ErrorCode, Refusal};
