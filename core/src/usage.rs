@@ -308,6 +308,12 @@ impl UsageBy {
     }
 }
 
+/// What to give for a `since` that [`since`] refuses.
+pub const SINCE_HINT: &str =
+    "give a UTC date, YYYY-MM-DD (2026-12-01), or a time, YYYY-MM-DDTHH:MM:SSZ";
+/// What to give for a `by` that [`UsageBy::parse`] refuses.
+pub const BY_HINT: &str = "group by agent, session or day";
+
 /// A `--since`/`?since=` date, `YYYY-MM-DD` (the start of that UTC day) or an RFC 3339
 /// UTC time `YYYY-MM-DDTHH:MM:SS[.f…]Z`, as the text the store compares its times to:
 /// they are stored as `YYYY-MM-DDTHH:MM:SS.mmmZ`, so a time is given its milliseconds

@@ -524,12 +524,15 @@ fn start_worker(inner: &Arc<Inner>, session: SessionId, first: Option<Resumed>) 
                 interrupted_run("the server lost track of the task on its machine")
             });
             approvals::settle_left(&guard.inner, &r.task.id).await;
+            // The agent's kind is not carried over: its tokens go uncounted in the
+            // metric (its task keeps its usage).
             let recorded = record(
                 &guard.inner,
                 &r.task,
                 r.binding_rev,
                 outcome,
                 &r.interrupted,
+                None,
             )
             .await;
             if let Err(e) = recorded {
@@ -713,6 +716,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     if let (Some(m), Some(waited)) = (inner.metrics.get(), crate::clock::age(&task.created_at)) {
         m.dispatch_latency(waited);
     }
+    let kind = agent.kind;
     let spec = TaskSpec {
         task_id: task.id.clone(),
         session: SessionFacts {
@@ -736,7 +740,10 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     };
     inner.running.lock().await.remove(&task.id);
     match outcome {
-        Some(outcome) => record(inner, &task, session.binding_rev, outcome, &interrupted).await,
+        Some(outcome) => {
+            let kind = Some(kind);
+            record(inner, &task, session.binding_rev, outcome, &interrupted, kind).await
+        }
         // Handed over: the task goes on on its daemon; the next leader records it.
         None => Ok(Next::Continue),
     }
@@ -750,6 +757,7 @@ async fn record(
     binding_rev: i64,
     mut outcome: TaskOutcome,
     interrupted: &AtomicBool,
+    kind: Option<berth_core::exec::AgentKind>,
 ) -> Result<Next, StoreError> {
     let store = &inner.store;
     if outcome.status == TaskStatus::WaitingDaemon {
@@ -774,6 +782,7 @@ async fn record(
     if outcome.error.is_none() && outcome.status == TaskStatus::Interrupted {
         outcome.error = Some("the server shut down while the task was running".to_owned());
     }
+    let tokens = outcome.usage.clone();
     let fin = Finish {
         outcome,
         session_rev: Some(binding_rev),
@@ -782,6 +791,9 @@ async fn record(
         store.finish(task.id.clone(), fin.clone())
     })
     .await?;
+    if let (Some(m), Some(kind), Some(usage)) = (inner.metrics.get(), kind, &tokens) {
+        m.tokens(kind, usage);
+    }
     inner.finished(&done);
     Ok(Next::Continue)
 }

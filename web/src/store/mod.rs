@@ -52,6 +52,7 @@ mod rules;
 pub mod schema;
 mod sessions;
 mod tasks;
+mod usage;
 
 pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
 pub use asked::task_of as approval_task;
@@ -63,6 +64,7 @@ pub use rows::{
     StoredBinding, TaskRow,
 };
 pub use sessions::list_sessions;
+pub use usage::{UsageQuery, UsageSums};
 pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
 
 use crate::transcript::{Hub, TranscriptEvent};
@@ -300,6 +302,7 @@ impl Store {
                 path: path.clone(),
                 source,
             })?;
+        usage::upgrade_blocking(&mut conn)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 backend: Backend::Sqlite(Sqlite {
