@@ -267,6 +267,16 @@ impl UsageTotals {
     }
 }
 
+impl UsageTotals {
+    /// Short, for a header: `12,412 tokens` (`, $0.0123` when a cost was reported).
+    pub fn brief(&self) -> String {
+        match self.cost_usd {
+            Some(c) => format!("{} tokens, ${c:.4}", grouped(self.tokens())),
+            None => format!("{} tokens", grouped(self.tokens())),
+        }
+    }
+}
+
 /// `1234567` as `1,234,567`.
 fn grouped(n: u64) -> String {
     let digits = n.to_string();

@@ -176,6 +176,8 @@ fn totals_read_as_a_line() {
     assert_eq!(t.line(), "1,234,567 in · 89 out · 1,000 cache read · $0.0123 (2 tasks)");
     assert_eq!(UsageTotals::default().line(), "0 in · 0 out (0 tasks)");
     assert_eq!(t.tokens(), 1_235_656);
+    assert_eq!(t.brief(), "1,235,656 tokens, $0.0123");
+    assert_eq!(UsageTotals::default().brief(), "0 tokens");
 }
 
 #[test]
