@@ -28,4 +28,5 @@ mod sidecars;
 mod tcp_peer;
 mod tls;
 mod trust;
+mod usage;
 mod walkthrough;

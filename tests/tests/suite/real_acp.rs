@@ -93,9 +93,6 @@ fn battery(b: &Berth, fake: &FakeModels, command: &[&str], settle: impl Fn()) {
         (0, &Value::from("succeeded")),
         "{task}\n{events:#?}"
     );
-    eprintln!("PROBE task usage {}", task["usage"]);
-    eprintln!("PROBE fake {:?}", fake.reported_usage());
-    eprintln!("PROBE events {:?}", events.iter().filter(|e| e.to_string().contains("sage")).collect::<Vec<_>>());
     assert_eq!(task["denials"], serde_json::json!([]));
     assert_eq!(
         std::fs::read_to_string(app.join("hello.txt"))

@@ -99,9 +99,6 @@ fn real_claude_edits_in_place_resumes_and_reports_denials() {
         (0, &Value::from("succeeded")),
         "{task}"
     );
-    eprintln!("PROBE task usage {}", task["usage"]);
-    eprintln!("PROBE fake {:?}", fake.reported_usage());
-    eprintln!("PROBE events {:?}", events.iter().filter(|e| e.to_string().contains("sage")).collect::<Vec<_>>());
     assert_eq!(task["denials"], serde_json::json!([]));
     assert_eq!(
         std::fs::read_to_string(app.join("hello.txt"))
