@@ -64,8 +64,7 @@ impl Eq for Usage {}
 impl<'de> Deserialize<'de> for Usage {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Usage, D::Error> {
         let v = Value::deserialize(d)?;
-        Usage::from_stored(&v)
-            .ok_or_else(|| serde::de::Error::custom("usage is not a JSON object"))
+        Usage::from_stored(&v).ok_or_else(|| serde::de::Error::custom("usage is not a JSON object"))
     }
 }
 
@@ -176,12 +175,18 @@ fn count(v: &Value) -> u64 {
             .as_u64()
             .or_else(|| n.as_i64().map(|_| 0))
             .or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.is_finite() && *f > 0.0)
-                    .map(|f| if f >= MAX_TOKENS as f64 { MAX_TOKENS } else { f as u64 })
+                n.as_f64().filter(|f| f.is_finite() && *f > 0.0).map(|f| {
+                    if f >= MAX_TOKENS as f64 {
+                        MAX_TOKENS
+                    } else {
+                        f as u64
+                    }
+                })
             })
             .unwrap_or(0),
-        Value::String(s) if !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()) => {
+        Value::String(s)
+            if !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()) =>
+        {
             s.parse::<u64>().unwrap_or(MAX_TOKENS)
         }
         _ => 0,
@@ -330,8 +335,14 @@ pub const BY_HINT: &str = "group by agent, session or day";
 /// (text order is then time order). `None` when it is neither.
 pub fn since(s: &str) -> Option<String> {
     let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
-    if !(digits(0..4) && b.get(4) == Some(&b'-') && digits(5..7) && b.get(7) == Some(&b'-') && digits(8..10)) {
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    if !(digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10))
+    {
         return None;
     }
     let month: u32 = s.get(5..7)?.parse().ok()?;

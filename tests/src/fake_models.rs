@@ -166,7 +166,10 @@ impl Shared {
     }
 
     fn report(&self, r: Reported) {
-        self.reported.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(r);
     }
 
     fn id(&self, prefix: &str) -> String {

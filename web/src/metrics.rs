@@ -597,7 +597,10 @@ mod tests {
         let text = m.encode();
         for d in Direction::ALL {
             for k in ["claude", "codex", "command", "acp"] {
-                let series = format!("berth_tokens_total{{direction=\"{}\",agent_kind=\"{k}\"}}", d.as_str());
+                let series = format!(
+                    "berth_tokens_total{{direction=\"{}\",agent_kind=\"{k}\"}}",
+                    d.as_str()
+                );
                 assert_eq!(value(&text, &series), Some(0.0), "{series} at zero: {text}");
             }
         }
@@ -614,13 +617,24 @@ mod tests {
         m.tokens(AgentKind::Acp, &usage(7, 0, 0, 0));
         let text = m.encode();
         let got = |d: &str, k: &str| {
-            value(&text, &format!("berth_tokens_total{{direction=\"{d}\",agent_kind=\"{k}\"}}"))
+            value(
+                &text,
+                &format!("berth_tokens_total{{direction=\"{d}\",agent_kind=\"{k}\"}}"),
+            )
         };
         assert_eq!(
-            [got("input", "claude"), got("output", "claude"), got("cache_read", "claude"), got("cache_write", "claude")],
+            [
+                got("input", "claude"),
+                got("output", "claude"),
+                got("cache_read", "claude"),
+                got("cache_write", "claude")
+            ],
             [Some(11.0), Some(3.0), Some(3.0), Some(4.0)]
         );
-        assert_eq!((got("input", "acp"), got("input", "codex")), (Some(7.0), Some(0.0)));
+        assert_eq!(
+            (got("input", "acp"), got("input", "codex")),
+            (Some(7.0), Some(0.0))
+        );
     }
 
     #[test]

@@ -73,7 +73,11 @@ fn the_shape_serializes_as_documented() {
         json!({"input":1,"output":2,"cache_read":3,"cache_write":4,"cost_usd":0.5,"raw":{"a":1}})
     );
     // Stored text starts with `{"input":` (the store tells new rows by it).
-    assert!(serde_json::to_string(&u).unwrap().starts_with("{\"input\":"));
+    assert!(
+        serde_json::to_string(&u)
+            .unwrap()
+            .starts_with("{\"input\":")
+    );
     assert_eq!(
         serde_json::to_value(usage(0, 0, 0, 0, json!({}))).unwrap(),
         json!({"input":0,"output":0,"cache_read":0,"cache_write":0,"raw":{}})
@@ -92,7 +96,10 @@ fn old_rows_read_in_the_new_shape() {
             json!({"input_tokens":24763,"cached_input_tokens":24448,"output_tokens":122}),
             (315, 122, 24448, 0),
         ),
-        (json!({"inputTokens":10,"outputTokens":4,"cachedReadTokens":1}), (10, 4, 1, 0)),
+        (
+            json!({"inputTokens":10,"outputTokens":4,"cachedReadTokens":1}),
+            (10, 4, 1, 0),
+        ),
         (json!({"size":258400,"used":9725}), (0, 0, 0, 0)),
     ];
     for (old, (i, o, r, w)) in cases {
@@ -130,10 +137,13 @@ fn hostile_numbers_are_clamped_or_ignored() {
     );
     let raw = json!({"input_tokens": u64::MAX, "output_tokens": "99999999999999999999999",
         "cache_read_input_tokens": 2.9, "cache_creation_input_tokens": "-3"});
-    assert_eq!(Usage::claude(&raw, Some(f64::MAX)), Usage {
-        cost_usd: Some(MAX_COST_USD),
-        ..usage(MAX_TOKENS, 0, 2, 0, raw.clone())
-    });
+    assert_eq!(
+        Usage::claude(&raw, Some(f64::MAX)),
+        Usage {
+            cost_usd: Some(MAX_COST_USD),
+            ..usage(MAX_TOKENS, 0, 2, 0, raw.clone())
+        }
+    );
     // Codex's cached part larger than its input: no underflow.
     let raw = json!({"input_tokens": 5, "cached_input_tokens": 50, "cache_write_input_tokens": 9});
     assert_eq!(Usage::codex(&raw), usage(0, 0, 50, 9, raw.clone()));
@@ -142,14 +152,20 @@ fn hostile_numbers_are_clamped_or_ignored() {
     // A stored row with junk in the new shape is checked again.
     let stored = json!({"input": -1, "output": "7", "cache_read": null, "cache_write": [1],
         "cost_usd": "1.0", "raw": {}});
-    assert_eq!(Usage::from_stored(&stored), Some(usage(0, 7, 0, 0, json!({}))));
+    assert_eq!(
+        Usage::from_stored(&stored),
+        Some(usage(0, 7, 0, 0, json!({})))
+    );
 }
 
 #[test]
 fn raw_is_bounded() {
     let big: Map<String, Value> = (0..500)
         .map(|i| (format!("k{i:03}"), json!({"deep": "x".repeat(100)})))
-        .chain([("input_tokens".to_owned(), json!(7)), ("note".to_owned(), json!("y".repeat(1000)))])
+        .chain([
+            ("input_tokens".to_owned(), json!(7)),
+            ("note".to_owned(), json!("y".repeat(1000))),
+        ])
         .collect();
     let raw = Value::Object(big);
     let u = Usage::claude(&raw, None);
@@ -173,7 +189,10 @@ fn totals_read_as_a_line() {
         cache_write: 0,
         cost_usd: Some(0.01234),
     };
-    assert_eq!(t.line(), "1,234,567 in · 89 out · 1,000 cache read · $0.0123 (2 tasks)");
+    assert_eq!(
+        t.line(),
+        "1,234,567 in · 89 out · 1,000 cache read · $0.0123 (2 tasks)"
+    );
     assert_eq!(UsageTotals::default().line(), "0 in · 0 out (0 tasks)");
     assert_eq!(t.tokens(), 1_235_656);
     assert_eq!(t.brief(), "1,235,656 tokens, $0.0123");
@@ -183,11 +202,30 @@ fn totals_read_as_a_line() {
 #[test]
 fn since_and_by_parse_or_refuse() {
     assert_eq!(since("2026-12-01").as_deref(), Some("2026-12-01"));
-    assert_eq!(since("2026-12-01T10:00:00Z").as_deref(), Some("2026-12-01T10:00:00.000Z"));
-    assert_eq!(since("2026-12-01T10:00:00.1Z").as_deref(), Some("2026-12-01T10:00:00.100Z"));
-    assert_eq!(since("2026-12-01T10:00:00.123456Z").as_deref(), Some("2026-12-01T10:00:00.123Z"));
-    for bad in ["", "yesterday", "2026-13-01", "2026-12-32", "2026-1-01", "2026-12-01T10:00",
-        "2026-12-01T10:00:00+02:00", "2026-12-01 10:00:00Z", "2026-12-01T10:00:00.Z", "٢٠٢٦-12-01"] {
+    assert_eq!(
+        since("2026-12-01T10:00:00Z").as_deref(),
+        Some("2026-12-01T10:00:00.000Z")
+    );
+    assert_eq!(
+        since("2026-12-01T10:00:00.1Z").as_deref(),
+        Some("2026-12-01T10:00:00.100Z")
+    );
+    assert_eq!(
+        since("2026-12-01T10:00:00.123456Z").as_deref(),
+        Some("2026-12-01T10:00:00.123Z")
+    );
+    for bad in [
+        "",
+        "yesterday",
+        "2026-13-01",
+        "2026-12-32",
+        "2026-1-01",
+        "2026-12-01T10:00",
+        "2026-12-01T10:00:00+02:00",
+        "2026-12-01 10:00:00Z",
+        "2026-12-01T10:00:00.Z",
+        "٢٠٢٦-12-01",
+    ] {
         assert_eq!(since(bad), None, "{bad:?}");
     }
     assert_eq!(UsageBy::parse("day"), Some(UsageBy::Day));

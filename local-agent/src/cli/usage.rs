@@ -13,9 +13,8 @@ use serde_json::Value;
 fn query(since: Option<&str>, by: Option<&str>) -> Result<String, CliError> {
     let mut q = Vec::new();
     if let Some(s) = since {
-        let s = berth_core::usage::since(s).ok_or_else(|| {
-            CliError::usage(format!("--since {s:?} is not a date"), SINCE_HINT)
-        })?;
+        let s = berth_core::usage::since(s)
+            .ok_or_else(|| CliError::usage(format!("--since {s:?} is not a date"), SINCE_HINT))?;
         q.push(format!("since={}", encode(&s)));
     }
     if let Some(b) = by {
@@ -37,7 +36,9 @@ pub async fn report(
     by: Option<&str>,
     json: bool,
 ) -> Result<u8, CliError> {
-    let v = c.get(&format!("/api/v1/usage{}", query(since, by)?)).await?;
+    let v = c
+        .get(&format!("/api/v1/usage{}", query(since, by)?))
+        .await?;
     if json {
         print_json(&v);
         return Ok(0);
@@ -65,7 +66,12 @@ fn lines(r: &UsageReport) -> Vec<String> {
         _ => g.key.clone(),
     };
     let labels: Vec<String> = r.groups.iter().map(label).collect();
-    let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0).max(5);
+    let width = labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5);
     for (l, g) in labels.iter().zip(&r.groups) {
         out.push(format!("  {l:<width$}  {}", g.totals.line()));
     }

@@ -74,7 +74,15 @@ fn real_claude_and_codex_acp_usage_adds_up() {
     b.serve_with(&["--metrics-listen", &metrics]);
     let claude = agent_cli("claude");
     let codex_acp = agent_cli("codex-acp");
-    b.ok(&["agent", "add", "claude", "--kind", "claude", "--command", s(&claude)]);
+    b.ok(&[
+        "agent",
+        "add",
+        "claude",
+        "--kind",
+        "claude",
+        "--command",
+        s(&claude),
+    ]);
     b.ok(&[
         "agent",
         "add",
@@ -100,7 +108,10 @@ fn real_claude_and_codex_acp_usage_adds_up() {
     let claude_turns = fake.reported_usage();
     assert!(claude_turns.len() >= 2, "{claude_turns:?}");
     let by_claude = sum(&claude_turns);
-    assert!(by_claude.cache_read > 0 && by_claude.cache_write > 0, "{by_claude:?}");
+    assert!(
+        by_claude.cache_read > 0 && by_claude.cache_write > 0,
+        "{by_claude:?}"
+    );
     // The task's usage, in the one shape: the fake's numbers, Claude Code's own cost,
     // its own object under `raw`.
     let usage = &task["usage"];
@@ -154,7 +165,8 @@ fn real_claude_and_codex_acp_usage_adds_up() {
     assert_eq!(show["usage"], totals(1, Reported::default(), &Value::Null));
     let text = b.ok(&["session", "show", &cs]);
     assert!(
-        text.lines().any(|l| l.starts_with("usage ") && l.contains(" in · ") && l.ends_with("(1 task)")),
+        text.lines()
+            .any(|l| l.starts_with("usage ") && l.contains(" in · ") && l.ends_with("(1 task)")),
         "{text}"
     );
 
@@ -189,22 +201,35 @@ fn real_claude_and_codex_acp_usage_adds_up() {
     assert_eq!(by_day["groups"].as_array().unwrap().len(), 1, "{by_day}");
     assert_eq!(by_day["total"], everything);
     let later = b.json(&["usage", "--since", "2999-01-01", "--json"]);
-    assert_eq!(later["total"], json!({"tasks": 0, "input": 0, "output": 0, "cache_read": 0, "cache_write": 0}));
+    assert_eq!(
+        later["total"],
+        json!({"tasks": 0, "input": 0, "output": 0, "cache_read": 0, "cache_write": 0})
+    );
 
     // The browser's listener reads the same totals.
     let (status, body) = b.web_get(&format!("/api/v1/sessions/{cs}/usage"));
     assert_eq!(status, 200, "{body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), totals(1, by_claude, &cost));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        totals(1, by_claude, &cost)
+    );
 
     // Bad values: refused before any request, with what they take.
     let out = b.run(&["usage", "--since", "last week"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("error: --since \"last week\" is not a date") && err.contains("hint: give a UTC date"), "{err}");
+    assert!(
+        err.contains("error: --since \"last week\" is not a date")
+            && err.contains("hint: give a UTC date"),
+        "{err}"
+    );
     let out = b.run(&["usage", "--by", "month"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("hint: group by agent, session or day"), "{err}");
+    assert!(
+        err.contains("hint: group by agent, session or day"),
+        "{err}"
+    );
 
     // And Prometheus counted the same tokens, by direction and agent kind.
     let text = scrape(&metrics);
@@ -282,7 +307,11 @@ fn members_see_their_own_usage_and_the_admin_everyones() {
     };
     let send = |m: &Berth, session: &str, text: &str| {
         let out = m.run(&["send", session, text]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     let (ann_s, bob_s) = (new(&ann_m), new(&bob_m));
     send(&ann_m, &ann_s, "usage 100 10");
@@ -304,19 +333,32 @@ fn members_see_their_own_usage_and_the_admin_everyones() {
     assert_eq!((st, &v["total"]), (200, &total(1, 5000, 500)), "{v}");
     // Another's session's totals are not there to see.
     let (st, v) = team.api(&bob, "GET", &format!("/api/v1/sessions/{ann_s}/usage"), "");
-    assert_eq!((st, v["error"]["code"].as_str()), (404, Some("unknown_session")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (404, Some("unknown_session")),
+        "{v}"
+    );
     // The admin sees everyone's, and any session's.
     let (st, v) = team.api(&admin, "GET", "/api/v1/usage?by=session", "");
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["total"], total(3, 5300, 530));
     assert_eq!(v["groups"].as_array().unwrap().len(), 2, "{v}");
-    let (st, v) = team.api(&admin, "GET", &format!("/api/v1/sessions/{ann_s}/usage"), "");
+    let (st, v) = team.api(
+        &admin,
+        "GET",
+        &format!("/api/v1/sessions/{ann_s}/usage"),
+        "",
+    );
     assert_eq!((st, v), (200, total(2, 300, 30)));
     // A bad value is refused with its code and what it takes.
     let (st, v) = team.api(&ann, "GET", "/api/v1/usage?since=yesterday", "");
     assert_eq!(
         (st, v["error"]["code"].as_str(), v["error"]["hint"].as_str()),
-        (400, Some("bad_request"), Some(berth_core::usage::SINCE_HINT)),
+        (
+            400,
+            Some("bad_request"),
+            Some(berth_core::usage::SINCE_HINT)
+        ),
         "{v}"
     );
     let (st, v) = team.api(&ann, "GET", "/api/v1/usage?by=week", "");

@@ -44,7 +44,11 @@ pub(crate) async fn report(
     QueryArgs(q): QueryArgs<UsageArgs>,
 ) -> Result<Json<UsageReport>, ApiError> {
     let since = q.since.as_deref().map(since).transpose()?;
-    let by = q.by.as_deref().map(by).transpose()?.unwrap_or(UsageBy::Agent);
+    let by =
+        q.by.as_deref()
+            .map(by)
+            .transpose()?
+            .unwrap_or(UsageBy::Agent);
     let sums = ctx
         .app
         .store

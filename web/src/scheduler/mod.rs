@@ -742,7 +742,15 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     match outcome {
         Some(outcome) => {
             let kind = Some(kind);
-            record(inner, &task, session.binding_rev, outcome, &interrupted, kind).await
+            record(
+                inner,
+                &task,
+                session.binding_rev,
+                outcome,
+                &interrupted,
+                kind,
+            )
+            .await
         }
         // Handed over: the task goes on on its daemon; the next leader records it.
         None => Ok(Next::Continue),

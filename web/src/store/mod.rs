@@ -64,8 +64,8 @@ pub use rows::{
     StoredBinding, TaskRow,
 };
 pub use sessions::list_sessions;
-pub use usage::{UsageQuery, UsageSums};
 pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
+pub use usage::{UsageQuery, UsageSums};
 
 use crate::transcript::{Hub, TranscriptEvent};
 use rules::Scoped;

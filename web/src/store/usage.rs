@@ -82,10 +82,18 @@ pub(crate) fn upgrade_blocking(conn: &mut Connection) -> Result<usize, StoreErro
     Ok(old.len())
 }
 
-fn sums_blocking(conn: &Connection, q: &UsageQuery, by: Option<UsageBy>) -> Result<Vec<UsageGroup>, StoreError> {
+fn sums_blocking(
+    conn: &Connection,
+    q: &UsageQuery,
+    by: Option<UsageBy>,
+) -> Result<Vec<UsageGroup>, StoreError> {
     let (key, titled) = key_sql(by);
     let title = if titled { "MAX(s.title)" } else { "NULL" };
-    let group = if by.is_some() { "GROUP BY 1 ORDER BY 1" } else { "" };
+    let group = if by.is_some() {
+        "GROUP BY 1 ORDER BY 1"
+    } else {
+        ""
+    };
     let sql = format!(
         "SELECT {key}, {title}, COUNT(*),
                 COALESCE(SUM(json_extract(t.usage, '$.input')), 0),

@@ -127,8 +127,14 @@ async fn usage_adds_up_in_the_database(place: Place) {
         owner: Some(owner.into()),
         ..unbound(title)
     };
-    let ann = store.create_session(session("ann's", "alpha", "ann")).await.unwrap();
-    let bob = store.create_session(session("bob's", "beta", "bob")).await.unwrap();
+    let ann = store
+        .create_session(session("ann's", "alpha", "ann"))
+        .await
+        .unwrap();
+    let bob = store
+        .create_session(session("bob's", "beta", "bob"))
+        .await
+        .unwrap();
     let usage = |input, output, cache_read, cache_write, cost_usd| Usage {
         input,
         output,
@@ -172,7 +178,8 @@ async fn usage_adds_up_in_the_database(place: Place) {
         .await;
     drop(store);
     let store = place.open().await;
-    let raw = serde_json::json!({"input_tokens": 70, "cached_input_tokens": 30, "output_tokens": 7});
+    let raw =
+        serde_json::json!({"input_tokens": 70, "cached_input_tokens": 30, "output_tokens": 7});
     assert_eq!(
         store.task(&t5.id).await.unwrap().usage,
         Some(Usage {
@@ -182,7 +189,10 @@ async fn usage_adds_up_in_the_database(place: Place) {
         "the old row was rewritten in the normalized shape"
     );
     let today = t2.finished_at.as_deref().unwrap()[..10].to_owned();
-    assert!(today.as_str() > "2026-11-30", "the clock is past the earlier day");
+    assert!(
+        today.as_str() > "2026-11-30",
+        "the clock is past the earlier day"
+    );
     let totals = |tasks, input, output, cache_read, cache_write, cost_usd| UsageTotals {
         tasks,
         input,
@@ -228,14 +238,22 @@ async fn usage_adds_up_in_the_database(place: Place) {
     let since = sums(None, Some(&today), Some(UsageBy::Day)).await;
     assert_eq!(
         since.groups,
-        [group(&today, None, totals(3, 1240, 127, 80, 10, Some(1.25)))]
+        [group(
+            &today,
+            None,
+            totals(3, 1240, 127, 80, 10, Some(1.25))
+        )]
     );
     assert_eq!(since.total, totals(3, 1240, 127, 80, 10, Some(1.25)));
     // One member's own: ann's alone, by session, with its title.
     let anns = sums(Some("ann"), None, Some(UsageBy::Session)).await;
     assert_eq!(
         anns.groups,
-        [group(ann.id.as_str(), Some("ann's"), totals(2, 300, 30, 5, 1, Some(0.5)))]
+        [group(
+            ann.id.as_str(),
+            Some("ann's"),
+            totals(2, 300, 30, 5, 1, Some(0.5))
+        )]
     );
     assert_eq!(anns.total, totals(2, 300, 30, 5, 1, Some(0.5)));
     // One session, its total alone; no cost reported, none summed.
@@ -246,7 +264,10 @@ async fn usage_adds_up_in_the_database(place: Place) {
         })
         .await
         .unwrap();
-    assert_eq!((one.groups, one.total), (vec![], totals(2, 1040, 107, 80, 10, Some(1.25))));
+    assert_eq!(
+        (one.groups, one.total),
+        (vec![], totals(2, 1040, 107, 80, 10, Some(1.25)))
+    );
     let none = sums(Some("carol"), None, Some(UsageBy::Agent)).await;
     assert_eq!((none.groups, none.total), (vec![], UsageTotals::default()));
 }

@@ -671,7 +671,14 @@ mod tests {
             "session s · agent a · may edit · 1,234 tokens, $0.0500"
         );
         assert!(!v.usage_stale);
-        v.event("task", &ev(3, "t1", json!({"task": {"id": "t1", "status": "succeeded"}})));
+        v.event(
+            "task",
+            &ev(
+                3,
+                "t1",
+                json!({"task": {"id": "t1", "status": "succeeded"}}),
+            ),
+        );
         assert!(v.usage_stale, "a finished task makes the totals stale");
     }
 

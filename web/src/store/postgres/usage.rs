@@ -50,12 +50,21 @@ impl Pg {
         Ok(UsageSums { groups, total })
     }
 
-    async fn sums(&self, q: &UsageQuery, by: Option<UsageBy>) -> Result<Vec<UsageGroup>, StoreError> {
+    async fn sums(
+        &self,
+        q: &UsageQuery,
+        by: Option<UsageBy>,
+    ) -> Result<Vec<UsageGroup>, StoreError> {
         let (key, titled) = key_sql(by);
         let title = if titled { "MAX(s.title)" } else { "NULL::text" };
         let key = if by.is_some() { key } else { "NULL::text" };
-        let group = if by.is_some() { "GROUP BY 1 ORDER BY 1" } else { "" };
-        let field = |f: &str| format!("COALESCE(SUM((t.usage::jsonb ->> '{f}')::bigint), 0)::bigint");
+        let group = if by.is_some() {
+            "GROUP BY 1 ORDER BY 1"
+        } else {
+            ""
+        };
+        let field =
+            |f: &str| format!("COALESCE(SUM((t.usage::jsonb ->> '{f}')::bigint), 0)::bigint");
         let sql = format!(
             "SELECT {key}, {title}, COUNT(*)::bigint, {}, {}, {}, {},
                     SUM((t.usage::jsonb ->> 'cost_usd')::float8)
