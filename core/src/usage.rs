@@ -11,7 +11,10 @@
 //!   apart. Its `total_cost_usd` is the only cost Berth records: the agent's own figure.
 //! - Codex (`turn.completed.usage`, OpenAI's words): `input_tokens` counts all the input,
 //!   `cached_input_tokens` (and `cache_write_input_tokens`, codex-cli 0.171) among it,
-//!   so `input` is what is left once those are taken out.
+//!   so `input` is what is left once those are taken out. Its numbers are the thread's
+//!   running total, resumed turns included (codex-cli 0.171: a second turn reports the
+//!   first's tokens plus its own), so a resumed turn counts what it adds to the
+//!   previous turn's report ([`Usage::codex_turn`]).
 //! - ACP (`session/prompt`'s `usage`: `inputTokens`, `outputTokens`, `cachedReadTokens`,
 //!   `cachedWriteTokens`, `totalTokens`): the schema's `totalTokens` is the sum of every
 //!   kind, so `inputTokens` leaves the cache out (opencode 1.18 sends
@@ -117,6 +120,38 @@ impl Usage {
             cache_write,
             cost_usd: None,
             raw: bounded(raw),
+        }
+    }
+
+    /// A Codex turn that continued the thread whose previous turn reported `previous`
+    /// (that task's `raw`): what this report adds to it. A report smaller in any count
+    /// than `previous`, or a `previous` not in Codex's words, is another thread's: the
+    /// report is taken whole.
+    pub fn codex_turn(raw: &Value, previous: Option<&Value>) -> Usage {
+        const FIELDS: [&str; 4] = [
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_write_input_tokens",
+            "output_tokens",
+        ];
+        let whole = Usage::codex(raw);
+        let Some(prev) = previous.filter(|p| p.get("cached_input_tokens").is_some()) else {
+            return whole;
+        };
+        let added: Option<Map<String, Value>> = FIELDS
+            .iter()
+            .map(|f| {
+                let (now, before) = (count(&raw[*f]), count(&prev[*f]));
+                now.checked_sub(before)
+                    .map(|d| ((*f).to_owned(), Value::from(d)))
+            })
+            .collect();
+        match added {
+            Some(added) => Usage {
+                raw: whole.raw,
+                ..Usage::codex(&Value::Object(added))
+            },
+            None => whole,
         }
     }
 

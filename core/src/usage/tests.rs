@@ -62,6 +62,40 @@ fn each_kind_as_the_pinned_agents_report_it() {
     assert_eq!(Usage::reported(AgentKind::Acp, &json!("x"), None), None);
 }
 
+/// codex-cli 0.171 reports the thread's running total: a resumed turn counts what it
+/// adds (the numbers the real codex sent for two turns of one session).
+#[test]
+fn a_resumed_codex_turn_counts_what_it_adds() {
+    let first = json!({"cache_write_input_tokens":0,"cached_input_tokens":2404,"input_tokens":9617,
+        "output_tokens":40,"reasoning_output_tokens":0});
+    let second = json!({"cache_write_input_tokens":0,"cached_input_tokens":4850,"input_tokens":19402,
+        "output_tokens":80,"reasoning_output_tokens":0});
+    assert_eq!(
+        Usage::codex_turn(&first, None),
+        usage(7213, 40, 2404, 0, first.clone())
+    );
+    assert_eq!(
+        Usage::codex_turn(&second, Some(&first)),
+        usage(7339, 40, 2446, 0, second.clone())
+    );
+    // Another thread (a count went down), or a previous report not Codex's: whole.
+    assert_eq!(
+        Usage::codex_turn(&first, Some(&second)),
+        Usage::codex(&first)
+    );
+    let acp = json!({"inputTokens": 1});
+    assert_eq!(
+        Usage::codex_turn(&second, Some(&acp)),
+        Usage::codex(&second)
+    );
+    // Hostile previous numbers never underflow or panic.
+    let junk = json!({"cached_input_tokens": "x", "input_tokens": -4, "output_tokens": 1e300});
+    assert_eq!(
+        Usage::codex_turn(&second, Some(&junk)),
+        Usage::codex(&second)
+    );
+}
+
 #[test]
 fn the_shape_serializes_as_documented() {
     let u = Usage {

@@ -1,4 +1,4 @@
-//! Usage that adds up (issue 56, part 3), end to end: the real Claude Code and the real
+//! Usage that adds up (issue 56, part 3), end to end: the real Claude Code, Codex and
 //! codex-acp (the pinned releases) against the fake model APIs, whose answers report
 //! usage (cache tokens too); each task's usage in one shape, the sessions' totals in
 //! `berth session show --json`, the totals across sessions in `berth usage --json`,
@@ -60,7 +60,7 @@ fn metric(text: &str, series: &str) -> Option<u64> {
 }
 
 #[test]
-fn real_claude_and_codex_acp_usage_adds_up() {
+fn real_claude_codex_and_codex_acp_usage_adds_up() {
     let fake = FakeModels::start();
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut b = Berth::new("usage-real");
@@ -158,6 +158,46 @@ fn real_claude_and_codex_acp_usage_adds_up() {
         task["usage"]
     );
 
+    // Codex (`codex exec`), two turns of one session: it reports the thread's running
+    // total, so the second turn counts what it added.
+    let codex = agent_cli("codex");
+    b.ok(&[
+        "agent",
+        "add",
+        "codex",
+        "--kind",
+        "codex",
+        "--command",
+        s(&codex),
+    ]);
+    let xs = new_session(&b, "codex", Some(&app));
+    let before = fake.reported_usage().len();
+    for text in [
+        "First.\nberth-fake: say one",
+        "Second.\nberth-fake: say two",
+    ] {
+        let (code, _, task) = send(&b, &xs, text);
+        assert_eq!(code, 0, "{task}");
+    }
+    let codex_turns = fake.reported_usage()[before..].to_vec();
+    assert_eq!(codex_turns.len(), 2, "{codex_turns:?}");
+    let by_codex = sum(&codex_turns);
+    let listed = b.json(&["task", "list", "--session", &xs, "--json"]);
+    let second = &listed[1]["usage"];
+    assert_eq!(
+        (&second["input"], &second["cache_read"], &second["output"]),
+        (
+            &json!(codex_turns[1].input),
+            &json!(codex_turns[1].cache_read),
+            &json!(codex_turns[1].output)
+        ),
+        "{second}"
+    );
+    assert_eq!(
+        b.json(&["session", "show", &xs, "--json"])["usage"],
+        totals(2, by_codex, &Value::Null)
+    );
+
     // The sessions' totals.
     let show = b.json(&["session", "show", &cs, "--json"]);
     assert_eq!(show["usage"], totals(1, by_claude, &cost));
@@ -172,7 +212,7 @@ fn real_claude_and_codex_acp_usage_adds_up() {
 
     // Across sessions: by agent (the default), by session, by day.
     let report = b.json(&["usage", "--json"]);
-    let everything = totals(2, by_claude, &cost);
+    let everything = totals(4, sum(&[by_claude, by_codex]), &cost);
     assert_eq!(
         report,
         json!({
@@ -180,6 +220,7 @@ fn real_claude_and_codex_acp_usage_adds_up() {
             "by": "agent",
             "groups": [
                 group("claude", totals(1, by_claude, &cost)),
+                group("codex", totals(2, by_codex, &Value::Null)),
                 group("codex-acp", totals(1, Reported::default(), &Value::Null)),
             ],
             "total": everything,
@@ -193,7 +234,7 @@ fn real_claude_and_codex_acp_usage_adds_up() {
         .map(|g| g["key"].as_str().unwrap())
         .collect();
     keys.sort_unstable();
-    let mut want = vec![cs.as_str(), ks.as_str()];
+    let mut want = vec![cs.as_str(), ks.as_str(), xs.as_str()];
     want.sort_unstable();
     assert_eq!(keys, want);
     assert_eq!(by_session["total"], everything);
@@ -245,6 +286,9 @@ fn real_claude_and_codex_acp_usage_adds_up() {
             tokens("output", "claude"),
             tokens("cache_read", "claude"),
             tokens("cache_write", "claude"),
+            tokens("input", "codex"),
+            tokens("output", "codex"),
+            tokens("cache_read", "codex"),
             tokens("input", "acp"),
             tokens("output", "acp"),
         ],
@@ -253,6 +297,9 @@ fn real_claude_and_codex_acp_usage_adds_up() {
             Some(by_claude.output),
             Some(by_claude.cache_read),
             Some(by_claude.cache_write),
+            Some(by_codex.input),
+            Some(by_codex.output),
+            Some(by_codex.cache_read),
             Some(0),
             Some(0),
         ],

@@ -10,7 +10,7 @@ use super::rules::json_text;
 use super::{Store, StoreError};
 use berth_core::usage::{Usage, UsageBy, UsageGroup, UsageTotals};
 use berth_core::{Member, SessionId};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 /// What to add up: whose tasks, of which session, since when, grouped how.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,6 +55,18 @@ pub(crate) fn upgraded(text: &str) -> Result<Option<String>, StoreError> {
         .and_then(Usage::from_stored)
         .map(|u| json_text(&u))
         .transpose()
+}
+
+/// The last task of a session before a `seq` that has usage (both dialects).
+pub(crate) const PREVIOUS_SQL: &str = "SELECT usage FROM tasks
+    WHERE session_id = $1 AND seq < $2 AND usage IS NOT NULL ORDER BY seq DESC LIMIT 1";
+
+/// A stored usage text, read in the normalized shape.
+pub(crate) fn stored(text: Option<&str>) -> Option<Usage> {
+    serde_json::from_str::<serde_json::Value>(text?)
+        .ok()
+        .as_ref()
+        .and_then(Usage::from_stored)
 }
 
 /// A database count as a token total (never negative).
@@ -134,6 +146,25 @@ fn sums_blocking(
 }
 
 impl Store {
+    /// The usage of the last task of `session` before its task `seq` that reported
+    /// any: a Codex turn's report is the thread's running total, so the next one
+    /// counts what it adds to this ([`Usage::codex_turn`]).
+    pub async fn previous_usage(
+        &self,
+        session: SessionId,
+        seq: i64,
+    ) -> Result<Option<Usage>, StoreError> {
+        on_pg!(self, pg => pg.previous_usage(session, seq));
+        self.read_small(move |conn| {
+            let text: Option<String> = conn
+                .prepare_cached(PREVIOUS_SQL)?
+                .query_row(rusqlite::params![session.as_str(), seq], |r| r.get(0))
+                .optional()?;
+            Ok(stored(text.as_deref()))
+        })
+        .await
+    }
+
     /// The tasks' usage `q` names, added up by the database: the groups `q.by` asks
     /// for and the total.
     pub async fn usage(&self, q: UsageQuery) -> Result<UsageSums, StoreError> {

@@ -166,6 +166,14 @@ async fn usage_adds_up_in_the_database(place: Place) {
         store.task(&t1.id).await.unwrap().usage,
         Some(usage(100, 10, 5, 1, Some(0.5)))
     );
+    // The session's usage before a task (a Codex turn counts what it adds to it).
+    assert_eq!(
+        (
+            store.previous_usage(ann.id.clone(), t2.seq).await.unwrap(),
+            store.previous_usage(ann.id.clone(), t1.seq).await.unwrap(),
+        ),
+        (Some(usage(100, 10, 5, 1, Some(0.5))), None)
+    );
     // An earlier day's task, and a row as a Berth before the shape stored it: Codex's
     // own words, its input holding the cached part.
     place

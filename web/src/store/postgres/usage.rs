@@ -2,10 +2,10 @@
 //! this dialect, the `usage` text read as `jsonb`.
 
 use super::Pg;
-use crate::store::usage::{NEW_SHAPE_PREFIX, key_sql, tokens, upgraded};
+use crate::store::usage::{NEW_SHAPE_PREFIX, PREVIOUS_SQL, key_sql, stored, tokens, upgraded};
 use crate::store::{StoreError, UsageQuery, UsageSums};
 use berth_core::SessionId;
-use berth_core::usage::{UsageBy, UsageGroup, UsageTotals};
+use berth_core::usage::{Usage, UsageBy, UsageGroup, UsageTotals};
 
 impl Pg {
     /// Rewrites the rows stored before the normalized shape, in one transaction (a
@@ -34,6 +34,19 @@ impl Pg {
         }
         self.publish(w).await?;
         Ok(old.len())
+    }
+
+    pub(crate) async fn previous_usage(
+        &self,
+        session: SessionId,
+        seq: i64,
+    ) -> Result<Option<Usage>, StoreError> {
+        let text = self
+            .first(PREVIOUS_SQL, &[&session.as_str(), &seq], |r| {
+                Ok(r.try_get::<_, String>(0)?)
+            })
+            .await?;
+        Ok(stored(text.as_deref()))
     }
 
     pub(crate) async fn usage(&self, q: UsageQuery) -> Result<UsageSums, StoreError> {
