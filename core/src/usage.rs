@@ -224,7 +224,7 @@ fn count(v: &Value) -> u64 {
         {
             s.parse::<u64>().unwrap_or(MAX_TOKENS)
         }
-        _ => 0,
+        Value::Null | Value::Bool(_) | Value::String(_) | Value::Array(_) | Value::Object(_) => 0,
     };
     n.min(MAX_TOKENS)
 }
@@ -322,7 +322,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
