@@ -192,6 +192,7 @@ pub struct Task {
     /// The agent's token usage for the turn in one shape for every kind
     /// (`{input, output, cache_read, cache_write, cost_usd?, raw}`, see
     /// [`crate::usage`]); absent when it reported none.
+    #[cfg(feature = "usage")]
     #[serde(
         default,
         deserialize_with = "crate::usage::lenient",

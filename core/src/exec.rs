@@ -136,6 +136,7 @@ pub struct TaskOutcome {
     pub fence: Option<crate::api::FenceNote>,
     /// The agent's token usage for the turn, normalized ([`crate::usage`]); an older
     /// daemon's raw object is read into that shape, and junk reads as none.
+    #[cfg(feature = "usage")]
     #[serde(
         default,
         deserialize_with = "crate::usage::lenient",
@@ -160,6 +161,7 @@ impl TaskOutcome {
             denials: Vec::new(),
             changes: None,
             fence: None,
+            #[cfg(feature = "usage")]
             usage: None,
         }
     }

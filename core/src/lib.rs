@@ -28,6 +28,7 @@ pub mod quote;
 pub mod resolve;
 pub mod rules;
 pub mod settings;
+#[cfg(feature = "usage")]
 pub mod usage;
 pub mod wait;
 
