@@ -225,14 +225,21 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
         SessionCmd::Show { id, json } => {
             let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
             add_project_layer(c, &mut s);
-            let usage = super::usage::of_session(c, s["id"].as_str().unwrap_or(&id)).await?;
+            // A server before usage totals has no such route: shown without them.
+            let usage = super::usage::of_session(c, s["id"].as_str().unwrap_or(&id))
+                .await
+                .ok();
             if json {
-                s["usage"] = serde_json::to_value(&usage).unwrap_or_default();
+                if let Some(u) = &usage {
+                    s["usage"] = serde_json::to_value(u).unwrap_or_default();
+                }
                 print_json(&s);
                 return Ok(0);
             }
             render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
-            println!("usage     {}", usage.line());
+            if let Some(u) = &usage {
+                println!("usage     {}", u.line());
+            }
             project_layer_lines(&s);
             let tasks = c
                 .get(&format!(

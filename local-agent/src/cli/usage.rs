@@ -4,7 +4,7 @@
 
 use super::client::{Client, encode};
 use super::error::CliError;
-use super::render::{print_json, short};
+use super::render::{escape, print_json, short};
 use berth_core::usage::{BY_HINT, SINCE_HINT, UsageBy, UsageReport, UsageTotals};
 use serde_json::Value;
 
@@ -61,9 +61,12 @@ fn lines(r: &UsageReport) -> Vec<String> {
         Some(s) => format!("usage since {s}, by {}:", r.by.as_str()),
         None => format!("usage by {}:", r.by.as_str()),
     }];
+    // Titles and agents' names are people's text: shown inert.
     let label = |g: &berth_core::usage::UsageGroup| match (r.by, &g.title) {
-        (UsageBy::Session, Some(t)) => format!("{} {t}", short(&Value::from(g.key.as_str()))),
-        _ => g.key.clone(),
+        (UsageBy::Session, Some(t)) => {
+            format!("{} {}", short(&Value::from(g.key.as_str())), escape(t))
+        }
+        _ => escape(&g.key).into_owned(),
     };
     let labels: Vec<String> = r.groups.iter().map(label).collect();
     let width = labels
@@ -131,6 +134,13 @@ mod tests {
             }],
             total: totals(1, 1000),
         };
+        let mut hostile = r.clone();
+        hostile.groups[0].title = Some("\u{1b}[2Jgone".into());
+        assert!(
+            !lines(&hostile)[1].contains('\u{1b}'),
+            "{:?}",
+            lines(&hostile)
+        );
         assert_eq!(
             lines(&r),
             [
