@@ -203,7 +203,29 @@ fn real_claude_codex_and_codex_acp_usage_adds_up() {
     assert_eq!(show["usage"], totals(1, by_claude, &cost));
     let show = b.json(&["session", "show", &ks, "--json"]);
     assert_eq!(show["usage"], totals(1, Reported::default(), &Value::Null));
+    // And as text: `session show`, and the chat's header (its line mode, on a pipe).
+    let line =
+        serde_json::from_value::<berth_core::usage::UsageTotals>(totals(1, by_claude, &cost))
+            .unwrap()
+            .line();
+    let mut chat = b
+        .cmd()
+        .current_dir(&app)
+        .args(["chat", &cs, "--line"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    chat.stdout.extend_from_slice(&chat.stderr);
+    let said = String::from_utf8_lossy(&chat.stdout);
+    assert!(
+        said.lines().any(|l| l == format!("usage     {line}")),
+        "{line}\n{said}"
+    );
     let text = b.ok(&["session", "show", &cs]);
+    assert!(
+        text.lines().any(|l| l == format!("usage     {line}")),
+        "{text}"
+    );
     assert!(
         text.lines()
             .any(|l| l.starts_with("usage ") && l.contains(" in · ") && l.ends_with("(1 task)")),
