@@ -189,11 +189,16 @@ pub struct Task {
     /// Berth before the fence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<FenceNote>,
-    /// The agent's token usage for the turn, as it reported it (its own field names:
-    /// `inputTokens`/`outputTokens` from an ACP agent, `input_tokens`/`output_tokens`
-    /// from Claude Code); absent when it reported none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<serde_json::Value>,
+    /// The agent's token usage for the turn in one shape for every kind
+    /// (`{input, output, cache_read, cache_write, cost_usd?, raw}`, see
+    /// [`crate::usage`]); absent when it reported none.
+    #[cfg(feature = "usage")]
+    #[serde(
+        default,
+        deserialize_with = "crate::usage::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub usage: Option<crate::usage::Usage>,
     /// Whom a task waiting for its directory waits for, read from `wait_reason` (see
     /// [`crate::wait`]) when the server serves the task; absent otherwise. Extends the
     /// contract, so a page can name the session rather than a bare task id.

@@ -134,9 +134,15 @@ pub struct TaskOutcome {
     /// How the agent was fenced, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<crate::api::FenceNote>,
-    /// The agent's token usage for the turn, as it reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<serde_json::Value>,
+    /// The agent's token usage for the turn, normalized ([`crate::usage`]); an older
+    /// daemon's raw object is read into that shape, and junk reads as none.
+    #[cfg(feature = "usage")]
+    #[serde(
+        default,
+        deserialize_with = "crate::usage::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub usage: Option<crate::usage::Usage>,
     /// What the run changed, as lines, bounded ([`crate::patch`]); absent when it
     /// changed nothing or kept no record.
     #[cfg(not(target_arch = "wasm32"))]
@@ -160,6 +166,7 @@ impl TaskOutcome {
             denials: Vec::new(),
             changes: None,
             fence: None,
+            #[cfg(feature = "usage")]
             usage: None,
             #[cfg(not(target_arch = "wasm32"))]
             diff: None,

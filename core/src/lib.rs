@@ -31,6 +31,8 @@ pub mod quote;
 pub mod resolve;
 pub mod rules;
 pub mod settings;
+#[cfg(feature = "usage")]
+pub mod usage;
 pub mod wait;
 
 pub use code::{ErrorCode, Refusal};

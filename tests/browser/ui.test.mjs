@@ -740,6 +740,28 @@ uiTest("a long first snapshot shows what Berth is doing, and how far", { timeout
   await page.close();
 });
 
+uiTest("the session view shows the session's usage totals, as text", { timeout: 60000 }, async () => {
+  // A stand-in for Claude Code's stream-json that reports usage (markup in its raw
+  // object, which the page never renders) and its own cost.
+  const script = agentScript(
+    "reports-usage",
+    `echo '{"type":"system","subtype":"init","session_id":"u-1","model":"fake"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"u-1","total_cost_usd":0.25,"usage":{"input_tokens":1200,"output_tokens":34,"cache_read_input_tokens":5,"note":"<b>bold</b>"}}'`,
+  );
+  await berth(["agent", "add", "reports-usage", "--kind", "claude", "--command", script]);
+  const id = JSON.parse(await berth(["session", "new", "--agent", "reports-usage", "--title", "Usage", "--json"])).id;
+  const { page, errors } = await openPage();
+  await page.goto(`${base}/sessions/${id}`);
+  await page.locator(".session-head").waitFor();
+  assert.equal(await fact(page, "usage"), undefined, "no usage fact before a task reported usage");
+  await berth(["send", id, "count it"]);
+  await page.waitForFunction(() => [...document.querySelectorAll(".fact-label")].some((l) => l.textContent === "usage"));
+  assert.equal(await fact(page, "usage"), "1,200 in · 34 out · 5 cache read · $0.2500 (1 task)");
+  assert.equal(await page.locator(".session-head b").count(), 0, "nothing of the agent's is markup");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 uiTest("an agent that prints $PWD and $HOME is shown with ~", { timeout: 60000 }, async () => {
   // The script lives in the fake home too, so the agent's own command is a home path.
   const dir = path.join(home, "code", "where", "deep");

@@ -137,9 +137,22 @@ impl Recorded {
     }
 }
 
+/// The usage one model turn's answer reported, in Berth's terms: `input` is the
+/// input not read from the cache (the Responses API's `input_tokens` less its
+/// `cached_tokens`; the Messages API's `input_tokens`, which leaves the cache out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reported {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     log: Mutex<Vec<Recorded>>,
+    /// The usage each model turn's answer reported, in order.
+    reported: Mutex<Vec<Reported>>,
     ids: AtomicU64,
     stop: AtomicBool,
     live: AtomicU64,
@@ -150,6 +163,13 @@ impl Shared {
         // A panicking connection thread cannot leave the log half-written (pushes are
         // atomic), so a poisoned lock still holds a usable log.
         self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn report(&self, r: Reported) {
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(r);
     }
 
     fn id(&self, prefix: &str) -> String {
@@ -210,6 +230,16 @@ impl FakeModels {
             .into_iter()
             .filter(Recorded::is_model_turn)
             .collect()
+    }
+
+    /// The token usage each answered model turn reported (Messages and Responses
+    /// APIs), in order: what a usage total built on these turns must add up to.
+    pub fn reported_usage(&self) -> Vec<Reported> {
+        self.shared
+            .reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The requests to routes the fake does not know (answered `404`).
@@ -1302,12 +1332,21 @@ mod anthropic {
                 estimate_tokens(t.len()),
             ),
         };
+        // Some of the input is said to come from the cache and some to go into it,
+        // so the cache fields are not all zero.
+        let (cache_read, cache_write) = (input_tokens / 4, input_tokens / 8);
         let usage = json!({
             "input_tokens": input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": cache_write,
+            "cache_read_input_tokens": cache_read,
             "output_tokens": output_tokens,
             "service_tier": "standard",
+        });
+        shared.report(Reported {
+            input: input_tokens,
+            output: output_tokens,
+            cache_read,
+            cache_write,
         });
         let headers = vec![("request-id".to_owned(), shared.id("req"))];
         if body.get("stream").and_then(Value::as_bool) != Some(true) {
@@ -1631,9 +1670,18 @@ mod openai {
         };
         let output_tokens = estimate_tokens(item.to_string().len());
         events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
+        // A quarter of the input is said to come from the cache (the Responses API
+        // counts it inside `input_tokens`).
+        let cached = input_tokens / 4;
+        shared.report(Reported {
+            input: input_tokens - cached,
+            output: output_tokens,
+            cache_read: cached,
+            cache_write: 0,
+        });
         let usage = json!({
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

@@ -12,6 +12,7 @@
 //! leadership) is read at each scrape by the `sample` function [`serve`] is given.
 
 use berth_core::api::TaskStatus;
+use berth_core::exec::AgentKind;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -177,6 +178,83 @@ struct DecisionLabel {
     decision: DecisionKind,
 }
 
+/// Which tokens (`berth_tokens_total{direction}`): the fields of a task's usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Input,
+    Output,
+    CacheRead,
+    CacheWrite,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 4] = [
+        Direction::Input,
+        Direction::Output,
+        Direction::CacheRead,
+        Direction::CacheWrite,
+    ];
+
+    /// The label's value: the usage field's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Direction::Input => "input",
+            Direction::Output => "output",
+            Direction::CacheRead => "cache_read",
+            Direction::CacheWrite => "cache_write",
+        }
+    }
+
+    fn of(self, u: &berth_core::usage::Usage) -> u64 {
+        match self {
+            Direction::Input => u.input,
+            Direction::Output => u.output,
+            Direction::CacheRead => u.cache_read,
+            Direction::CacheWrite => u.cache_write,
+        }
+    }
+}
+
+impl EncodeLabelValue for Direction {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// An agent kind, as a label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Kind(&'static str);
+
+impl Kind {
+    const fn of(kind: AgentKind) -> Kind {
+        Kind(match kind {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Command => "command",
+            AgentKind::Acp => "acp",
+        })
+    }
+}
+
+const KINDS: [AgentKind; 4] = [
+    AgentKind::Claude,
+    AgentKind::Codex,
+    AgentKind::Command,
+    AgentKind::Acp,
+];
+
+impl EncodeLabelValue for Kind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TokensLabel {
+    direction: Direction,
+    agent_kind: Kind,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabel {
     kind: StoreErrorKind,
@@ -200,6 +278,7 @@ struct Inner {
     store_errors: Family<KindLabel, Counter>,
     leader: Gauge,
     approvals: Family<DecisionLabel, Counter>,
+    tokens: Family<TokensLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -281,8 +360,23 @@ impl Metrics {
             "Requests put to a person (the ask policy) and decided, by decision.",
             approvals.clone(),
         );
+        let tokens = Family::<TokensLabel, Counter>::default();
+        for direction in Direction::ALL {
+            for kind in KINDS {
+                drop(tokens.get_or_create(&TokensLabel {
+                    direction,
+                    agent_kind: Kind::of(kind),
+                }));
+            }
+        }
+        registry.register(
+            "tokens",
+            "Tokens the agents reported for finished tasks, by direction and agent kind.",
+            tokens.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                tokens,
                 approvals,
                 registry,
                 finished,
@@ -306,6 +400,19 @@ impl Metrics {
                     status: Final(status),
                 })
                 .inc();
+        }
+    }
+
+    /// A task of an agent of `kind` finished having reported `usage`.
+    pub fn tokens(&self, kind: AgentKind, usage: &berth_core::usage::Usage) {
+        for direction in Direction::ALL {
+            self.inner
+                .tokens
+                .get_or_create(&TokensLabel {
+                    direction,
+                    agent_kind: Kind::of(kind),
+                })
+                .inc_by(direction.of(usage));
         }
     }
 
@@ -455,6 +562,7 @@ mod tests {
                 "berth_store_errors",
                 "berth_leader",
                 "berth_approvals",
+                "berth_tokens",
             ]
         );
         for d in ["allow", "deny", "timeout"] {
@@ -480,6 +588,52 @@ mod tests {
         assert_eq!(
             value(&text, r#"berth_store_errors_total{kind="unavailable"}"#),
             Some(0.0)
+        );
+    }
+
+    #[test]
+    fn tokens_count_by_direction_and_agent_kind() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for d in Direction::ALL {
+            for k in ["claude", "codex", "command", "acp"] {
+                let series = format!(
+                    "berth_tokens_total{{direction=\"{}\",agent_kind=\"{k}\"}}",
+                    d.as_str()
+                );
+                assert_eq!(value(&text, &series), Some(0.0), "{series} at zero: {text}");
+            }
+        }
+        let usage = |input, output, cache_read, cache_write| berth_core::usage::Usage {
+            input,
+            output,
+            cache_read,
+            cache_write,
+            cost_usd: None,
+            raw: serde_json::json!({}),
+        };
+        m.tokens(AgentKind::Claude, &usage(10, 2, 3, 4));
+        m.tokens(AgentKind::Claude, &usage(1, 1, 0, 0));
+        m.tokens(AgentKind::Acp, &usage(7, 0, 0, 0));
+        let text = m.encode();
+        let got = |d: &str, k: &str| {
+            value(
+                &text,
+                &format!("berth_tokens_total{{direction=\"{d}\",agent_kind=\"{k}\"}}"),
+            )
+        };
+        assert_eq!(
+            [
+                got("input", "claude"),
+                got("output", "claude"),
+                got("cache_read", "claude"),
+                got("cache_write", "claude")
+            ],
+            [Some(11.0), Some(3.0), Some(3.0), Some(4.0)]
+        );
+        assert_eq!(
+            (got("input", "acp"), got("input", "codex")),
+            (Some(7.0), Some(0.0))
         );
     }
 

@@ -51,7 +51,20 @@ function fenceText(tasks) {
   return ran.fence.fenced ? `fenced: ${ran.fence.text}` : `UNFENCED: ${ran.fence.text}`;
 }
 
-function header(s, latest, agent, fence) {
+/** The session's tasks' usage added up (`GET sessions/{id}/usage`), as the CLI says
+ * it: `1,234 in · 56 out · 7 cache read · $0.0123 (2 tasks)`; null before any task
+ * reported usage. */
+export function usageText(u) {
+  if (!u || !u.tasks) return null;
+  const n = (x) => Number(x ?? 0).toLocaleString("en-US");
+  const parts = [`${n(u.input)} in`, `${n(u.output)} out`];
+  if (u.cache_read) parts.push(`${n(u.cache_read)} cache read`);
+  if (u.cache_write) parts.push(`${n(u.cache_write)} cache write`);
+  if (typeof u.cost_usd === "number") parts.push(`$${u.cost_usd.toFixed(4)}`);
+  return `${parts.join(" · ")} (${u.tasks} ${u.tasks === 1 ? "task" : "tasks"})`;
+}
+
+function header(s, latest, agent, fence, usage) {
   const b = s.binding;
   const st = bindingState(b, latest, s.id);
   const fact = (label, value, cls, title) =>
@@ -81,6 +94,7 @@ function header(s, latest, agent, fence) {
       fact("agent", s.agent),
       fact("permissions", policyText(agent), "policy"),
       fence ? fact("fence", fence, fence.startsWith("fenced") ? "fence" : "fence is-unfenced") : null,
+      usage ? fact("usage", usage, "usage") : null,
       fact("session", shortId(s.id), "mono", s.id),
       s.work_dir && (!b || s.work_dir !== b.display) ? fact("last run in", s.work_dir, "mono") : null,
     ),
@@ -275,6 +289,7 @@ export function showSession(main, id) {
   let session = null;
   let agent = null;
   let tasks = [];
+  let usage = null;
   const clock = new TaskClock();
 
   const headBox = h("div", { class: "head-box" });
@@ -295,7 +310,7 @@ export function showSession(main, id) {
 
   function paint() {
     const latest = tasks[tasks.length - 1];
-    replace(headBox, header(session, latest, agent, fenceText(tasks)));
+    replace(headBox, header(session, latest, agent, fenceText(tasks), usageText(usage)));
     replace(tasksBox, tasksTable(tasks, clock, showDiff));
     preview?.update(session, latest);
     tick();
@@ -328,14 +343,16 @@ export function showSession(main, id) {
   }
 
   async function refresh() {
-    const [sr, tr, ar] = await Promise.all([
+    const [sr, tr, ar, ur] = await Promise.all([
       getJSON(`/api/v1/sessions/${encodeURIComponent(id)}`, abort.signal),
       getJSON(`/api/v1/tasks?session=${encodeURIComponent(id)}`, abort.signal),
       getJSON("/api/v1/agents", abort.signal),
+      getJSON(`/api/v1/sessions/${encodeURIComponent(id)}/usage`, abort.signal),
     ]);
     if (stopped) return;
     if (sr.ok) session = sr.body;
     if (tr.ok) tasks = tr.body;
+    if (ur.ok) usage = ur.body;
     if (ar.ok && session) agent = ar.body.find((a) => a.name === session.agent) ?? null;
     paint();
   }

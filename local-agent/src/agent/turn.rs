@@ -141,8 +141,8 @@ pub(crate) async fn stream(
                             input = None;
                         }
                         for ev in adapter.stdout_line(&line, resumed, &mut st) {
-                            if let AgentEvent::Result { usage: Some(u), .. } = &ev {
-                                st.usage = Some(u.clone());
+                            if let AgentEvent::Result { usage: Some(u), cost_usd, .. } = &ev {
+                                st.usage = berth_core::usage::Usage::reported(adapter.kind(), u, *cost_usd);
                             }
                             // Fenced, a tool's result that names a refusal is the
                             // fence's denial, reported after it.

@@ -93,6 +93,9 @@ async fn dispatch(c: &Client, cmd: Command) -> Result<u8, CliError> {
         }
         Command::Session(cmd) => session(c, cmd).await,
         Command::Approvals { all, json } => super::approvals::list(c, all, json).await,
+        Command::Usage { since, by, json } => {
+            super::usage::report(c, since.as_deref(), by.as_deref(), json).await
+        }
         Command::Approve { id, always, json } => {
             let verdict = super::approvals::Say::Allow { always };
             super::approvals::answer(c, &id, verdict, json).await
@@ -222,11 +225,21 @@ async fn session(c: &Client, cmd: SessionCmd) -> Result<u8, CliError> {
         SessionCmd::Show { id, json } => {
             let mut s = c.get(&format!("/api/v1/sessions/{}", encode(&id))).await?;
             add_project_layer(c, &mut s);
+            // A server before usage totals has no such route: shown without them.
+            let usage = super::usage::of_session(c, s["id"].as_str().unwrap_or(&id))
+                .await
+                .ok();
             if json {
+                if let Some(u) = &usage {
+                    s["usage"] = serde_json::to_value(u).unwrap_or_default();
+                }
                 print_json(&s);
                 return Ok(0);
             }
             render::header(&s, &c.machine(), agent_policy(c, &s).await.as_deref());
+            if let Some(u) = &usage {
+                println!("usage     {}", u.line());
+            }
             project_layer_lines(&s);
             let tasks = c
                 .get(&format!(

@@ -16,6 +16,7 @@ mod settings;
 mod setup;
 mod trust;
 mod ui;
+mod usage;
 
 use berth_local_agent::front::{error, lean, render};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -98,6 +99,20 @@ pub enum Command {
         /// Why, in words the agent is given.
         #[arg(long)]
         reason: Option<String>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Token usage added up across sessions: yours (on a team server, an admin's:
+    /// everyone's), grouped by agent, session or day.
+    Usage {
+        /// Only tasks finished since this UTC date (YYYY-MM-DD) or time
+        /// (YYYY-MM-DDTHH:MM:SSZ).
+        #[arg(long)]
+        since: Option<String>,
+        /// Group by `agent` (the default), `session` or `day`.
+        #[arg(long)]
+        by: Option<String>,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
@@ -720,6 +735,7 @@ pub fn run(cli: Cli) -> u8 {
         | Command::Send { .. }
         | Command::Task(_)
         | Command::Approvals { .. }
+        | Command::Usage { .. }
         | Command::Approve { .. }
         | Command::Deny { .. }
         | Command::Project(_)) => commands::client_command(cli.home, other),
@@ -789,6 +805,7 @@ impl Command {
             )
             | Command::Project(ProjectCmd::Add { json, .. } | ProjectCmd::Dir { json, .. })
             | Command::Approvals { json, .. }
+            | Command::Usage { json, .. }
             | Command::Approve { json, .. }
             | Command::Deny { json, .. } => *json,
         }

@@ -30,4 +30,5 @@ mod streaming;
 mod tcp_peer;
 mod tls;
 mod trust;
+mod usage;
 mod walkthrough;

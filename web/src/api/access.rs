@@ -214,7 +214,10 @@ fn classify(method: &Method, route: &str) -> Option<(Action, Target, Option<&'st
         "/api/v1/tasks/{id}/undone" if post => (Cancel, Target::Task, Some("undo")),
         "/api/v1/approvals" if get => (List, Target::None, None),
         "/api/v1/approvals/{id}" if post => (Approve, Target::None, Some("approval.answer")),
-        "/api/v1/sessions/{id}/rules" if get => (ReadSession, Target::Session, None),
+        "/api/v1/sessions/{id}/rules" | "/api/v1/sessions/{id}/usage" if get => {
+            (ReadSession, Target::Session, None)
+        }
+        "/api/v1/usage" if get => (List, Target::None, None),
         "/api/v1/sessions/{id}/rules/{n}" if delete => {
             (Change, Target::Session, Some("rule.remove"))
         }

@@ -36,6 +36,7 @@ mod review;
 mod sse;
 mod state;
 mod tokens;
+mod usage;
 mod views;
 
 pub use crate::http::{ApiError, BODY_LIMIT, JsonBody, refusal_status};
@@ -72,6 +73,8 @@ fn read_routes() -> Router<Ctx> {
         .route("/api/v1/projects", get(handlers::list_projects))
         .route("/api/v1/approvals", get(approvals::list))
         .route("/api/v1/sessions/{id}/rules", get(approvals::rules))
+        .route("/api/v1/usage", get(usage::report))
+        .route("/api/v1/sessions/{id}/usage", get(usage::session))
 }
 
 fn all_routes() -> Router<Ctx> {

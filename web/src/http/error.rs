@@ -22,6 +22,10 @@ pub enum ApiError {
     /// A query string that does not parse (code `bad_request`).
     #[error("{message}")]
     BadQuery { message: String },
+    /// A parameter's value that is not one it takes (code `bad_request`), with what
+    /// it takes.
+    #[error("{message}")]
+    BadValue { message: String, hint: String },
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("{method} is not allowed on this listener")]
@@ -171,6 +175,9 @@ impl ApiError {
                  (`after` a transcript seq, `stream` true or false)"
                     .into(),
             ),
+            ApiError::BadValue { hint, .. } => {
+                (StatusCode::BAD_REQUEST, ErrorCode::BadRequest, hint.clone())
+            }
             ApiError::PayloadTooLarge { .. } => {
                 fixed(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
             }

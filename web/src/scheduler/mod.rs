@@ -25,6 +25,8 @@ use crate::executor::{ExecEvent, Executor, SessionFacts, TaskOutcome, TaskSpec};
 use crate::store::{Adopted, Finish, NextRun, RunItem, Store, StoreError, TaskRow};
 use berth_core::api::TaskStatus;
 use berth_core::binding::MachineId;
+use berth_core::exec::AgentKind;
+use berth_core::usage::Usage;
 use berth_core::{ErrorCode, SessionId, TaskId};
 use placement::{Claim, Decision};
 use std::collections::HashMap;
@@ -524,12 +526,15 @@ fn start_worker(inner: &Arc<Inner>, session: SessionId, first: Option<Resumed>) 
                 interrupted_run("the server lost track of the task on its machine")
             });
             approvals::settle_left(&guard.inner, &r.task.id).await;
+            // The agent's kind is not carried over: its tokens go uncounted in the
+            // metric (its task keeps its usage).
             let recorded = record(
                 &guard.inner,
                 &r.task,
                 r.binding_rev,
                 outcome,
                 &r.interrupted,
+                None,
             )
             .await;
             if let Err(e) = recorded {
@@ -713,6 +718,7 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     if let (Some(m), Some(waited)) = (inner.metrics.get(), crate::clock::age(&task.created_at)) {
         m.dispatch_latency(waited);
     }
+    let kind = agent.kind;
     let spec = TaskSpec {
         task_id: task.id.clone(),
         session: SessionFacts {
@@ -736,10 +742,31 @@ async fn run_one(inner: &Arc<Inner>, next: NextRun) -> Result<Next, StoreError> 
     };
     inner.running.lock().await.remove(&task.id);
     match outcome {
-        Some(outcome) => record(inner, &task, session.binding_rev, outcome, &interrupted).await,
+        Some(outcome) => {
+            // The same thread as the last turn: the agent resumed the id it was given.
+            let continued = session.resume_id.is_some() && outcome.resume_id == session.resume_id;
+            let ran = Some(Ran { kind, continued });
+            record(
+                inner,
+                &task,
+                session.binding_rev,
+                outcome,
+                &interrupted,
+                ran,
+            )
+            .await
+        }
         // Handed over: the task goes on on its daemon; the next leader records it.
         None => Ok(Next::Continue),
     }
+}
+
+/// What the recorder knows of the run: its agent's kind, and whether the agent
+/// continued the thread of the session's last turn.
+#[derive(Debug, Clone, Copy)]
+struct Ran {
+    kind: AgentKind,
+    continued: bool,
 }
 
 /// Records how a run ended: back in line if its machine never started it, otherwise
@@ -750,6 +777,7 @@ async fn record(
     binding_rev: i64,
     mut outcome: TaskOutcome,
     interrupted: &AtomicBool,
+    ran: Option<Ran>,
 ) -> Result<Next, StoreError> {
     let store = &inner.store;
     if outcome.status == TaskStatus::WaitingDaemon {
@@ -774,6 +802,25 @@ async fn record(
     if outcome.error.is_none() && outcome.status == TaskStatus::Interrupted {
         outcome.error = Some("the server shut down while the task was running".to_owned());
     }
+    if let (
+        Some(Ran {
+            kind: AgentKind::Codex,
+            continued: true,
+        }),
+        Some(u),
+    ) = (ran, &outcome.usage)
+    {
+        // Codex reports the thread's running total: the turn counts what it added.
+        let previous = store
+            .previous_usage(task.session_id.clone(), task.seq)
+            .await;
+        let previous = previous.unwrap_or_else(|e| {
+            tracing::warn!(task = %task.id, error = %e, "the previous turn's usage could not be read");
+            None
+        });
+        outcome.usage = Some(Usage::codex_turn(&u.raw, previous.as_ref().map(|p| &p.raw)));
+    }
+    let tokens = outcome.usage.clone();
     let fin = Finish {
         outcome,
         session_rev: Some(binding_rev),
@@ -782,6 +829,9 @@ async fn record(
         store.finish(task.id.clone(), fin.clone())
     })
     .await?;
+    if let (Some(m), Some(ran), Some(usage)) = (inner.metrics.get(), ran, &tokens) {
+        m.tokens(ran.kind, usage);
+    }
     inner.finished(&done);
     Ok(Next::Continue)
 }

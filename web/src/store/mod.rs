@@ -52,6 +52,7 @@ mod rules;
 pub mod schema;
 mod sessions;
 mod tasks;
+mod usage;
 
 pub use agents::{AgentEdit, ProjectDirRow, ProjectRow};
 pub use asked::task_of as approval_task;
@@ -64,6 +65,7 @@ pub use rows::{
 };
 pub use sessions::list_sessions;
 pub use tasks::{Adopted, DaemonEvents, NextRun, Recovery, RunItem};
+pub use usage::{UsageQuery, UsageSums};
 
 use crate::transcript::{Hub, Live, TranscriptEvent};
 use rules::Scoped;
@@ -305,6 +307,7 @@ impl Store {
                 path: path.clone(),
                 source,
             })?;
+        usage::upgrade_blocking(&mut conn)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 backend: Backend::Sqlite(Sqlite {

@@ -490,8 +490,9 @@ pub struct TaskRow {
     pub changes: Option<berth_core::api::Changes>,
     /// How its agent was fenced.
     pub fence: Option<berth_core::api::FenceNote>,
-    /// The agent's token usage, as it reported it.
-    pub usage: Option<serde_json::Value>,
+    /// The agent's token usage, normalized (a row stored before that shape is read
+    /// into it).
+    pub usage: Option<berth_core::usage::Usage>,
     /// What its agent asked a person, with the decisions: a row each in the
     /// `approvals` table, filled in by the reads that return a whole task (empty from
     /// [`TaskRow::from_row`] alone).
@@ -553,8 +554,8 @@ impl TaskRow {
                 None => None,
             },
             usage: match r.opt_text(17)? {
-                Some(text) => Some(
-                    serde_json::from_str(&text)
+                Some(text) => berth_core::usage::Usage::from_stored(
+                    &serde_json::from_str(&text)
                         .map_err(|e| StoreError::Corrupt(format!("task usage: {e}")))?,
                 ),
                 None => None,

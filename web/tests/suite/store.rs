@@ -56,6 +56,23 @@ impl Place {
             Place::Postgres(url) => Store::connect(url).await.unwrap(),
         }
     }
+
+    /// Runs `sql` on the store's database as it is, behind the store's back (rows as
+    /// an older Berth left them).
+    async fn sql(&self, sql: &str) {
+        match self {
+            Place::Sqlite(home) => {
+                rusqlite::Connection::open(home.path().join(berth_web::store::DB_FILE))
+                    .unwrap()
+                    .execute_batch(sql)
+                    .unwrap();
+            }
+            #[cfg(feature = "postgres")]
+            Place::Postgres(url) => {
+                common::pg::admin(url.rsplit('/').next(), sql).await;
+            }
+        }
+    }
 }
 
 /// Runs each named test on SQLite and on PostgreSQL: `NAME::sqlite`, `NAME::postgres`.
@@ -86,7 +103,182 @@ on_both!(
     projects_bindings_and_listing,
     sessions_and_agents_are_mended,
     approvals_are_decided_once_and_sessions_keep_their_rules,
+    usage_adds_up_in_the_database,
 );
+
+/// Issue 56: tasks' usage is added up by the database, by agent, session or day, since
+/// a time, for one member or all; a row an older Berth stored (the agent's own object)
+/// is rewritten in the normalized shape when the store opens, and counted.
+async fn usage_adds_up_in_the_database(place: Place) {
+    use berth_core::usage::{Usage, UsageBy, UsageGroup, UsageTotals};
+    use berth_web::store::UsageQuery;
+    let store = place.open().await;
+    for name in ["alpha", "beta"] {
+        store
+            .add_agent(AgentSpec {
+                name: name.into(),
+                ..agent()
+            })
+            .await
+            .unwrap();
+    }
+    let session = |title: &str, agent: &str, owner: &str| NewSessionRow {
+        agent: Some(agent.into()),
+        owner: Some(owner.into()),
+        ..unbound(title)
+    };
+    let ann = store
+        .create_session(session("ann's", "alpha", "ann"))
+        .await
+        .unwrap();
+    let bob = store
+        .create_session(session("bob's", "beta", "bob"))
+        .await
+        .unwrap();
+    let usage = |input, output, cache_read, cache_write, cost_usd| Usage {
+        input,
+        output,
+        cache_read,
+        cache_write,
+        cost_usd,
+        raw: serde_json::json!({"n": input}),
+    };
+    let run = |s: &SessionId, usage: Option<Usage>| {
+        let (store, s) = (store.clone(), s.clone());
+        async move {
+            let (t, _) = store
+                .add_message(s.to_string(), Origin::Api, "go".into())
+                .await
+                .unwrap();
+            assert!(store.claim(t.id.clone()).await.unwrap());
+            let mut fin = finish(TaskStatus::Succeeded);
+            fin.outcome.usage = usage;
+            store.finish(t.id.clone(), fin).await.unwrap()
+        }
+    };
+    let t1 = run(&ann.id, Some(usage(100, 10, 5, 1, Some(0.5)))).await;
+    let t2 = run(&ann.id, Some(usage(200, 20, 0, 0, None))).await;
+    run(&bob.id, Some(usage(1000, 100, 50, 10, Some(1.25)))).await;
+    run(&bob.id, None).await;
+    let t5 = run(&bob.id, None).await;
+    // The task reads back in the shape it was stored in.
+    assert_eq!(
+        store.task(&t1.id).await.unwrap().usage,
+        Some(usage(100, 10, 5, 1, Some(0.5)))
+    );
+    // The session's usage before a task (a Codex turn counts what it adds to it).
+    assert_eq!(
+        (
+            store.previous_usage(ann.id.clone(), t2.seq).await.unwrap(),
+            store.previous_usage(ann.id.clone(), t1.seq).await.unwrap(),
+        ),
+        (Some(usage(100, 10, 5, 1, Some(0.5))), None)
+    );
+    // An earlier day's task, and a row as a Berth before the shape stored it: Codex's
+    // own words, its input holding the cached part.
+    place
+        .sql(&format!(
+            "UPDATE tasks SET finished_at = '2026-11-30T23:59:59.999Z' WHERE id = '{}';
+             UPDATE tasks SET usage = '{{\"input_tokens\":70,\"cached_input_tokens\":30,\"output_tokens\":7}}'
+                 WHERE id = '{}';",
+            t1.id, t5.id
+        ))
+        .await;
+    drop(store);
+    let store = place.open().await;
+    let raw =
+        serde_json::json!({"input_tokens": 70, "cached_input_tokens": 30, "output_tokens": 7});
+    assert_eq!(
+        store.task(&t5.id).await.unwrap().usage,
+        Some(Usage {
+            raw,
+            ..usage(40, 7, 30, 0, None)
+        }),
+        "the old row was rewritten in the normalized shape"
+    );
+    let today = t2.finished_at.as_deref().unwrap()[..10].to_owned();
+    assert!(
+        today.as_str() > "2026-11-30",
+        "the clock is past the earlier day"
+    );
+    let totals = |tasks, input, output, cache_read, cache_write, cost_usd| UsageTotals {
+        tasks,
+        input,
+        output,
+        cache_read,
+        cache_write,
+        cost_usd,
+    };
+    let group = |key: &str, title: Option<&str>, totals| UsageGroup {
+        key: key.into(),
+        title: title.map(str::to_owned),
+        totals,
+    };
+    let sums = |owner: Option<&str>, since: Option<&str>, by| {
+        let store = store.clone();
+        let q = UsageQuery {
+            owner: owner.map(Into::into),
+            session: None,
+            since: since.map(str::to_owned),
+            by,
+        };
+        async move { store.usage(q).await.unwrap() }
+    };
+    let all = totals(4, 1340, 137, 85, 11, Some(1.75));
+    let by_agent = sums(None, None, Some(UsageBy::Agent)).await;
+    assert_eq!(
+        by_agent.groups,
+        [
+            group("alpha", None, totals(2, 300, 30, 5, 1, Some(0.5))),
+            group("beta", None, totals(2, 1040, 107, 80, 10, Some(1.25))),
+        ]
+    );
+    assert_eq!(by_agent.total, all);
+    let by_day = sums(None, None, Some(UsageBy::Day)).await;
+    assert_eq!(
+        by_day.groups,
+        [
+            group("2026-11-30", None, totals(1, 100, 10, 5, 1, Some(0.5))),
+            group(&today, None, totals(3, 1240, 127, 80, 10, Some(1.25))),
+        ]
+    );
+    // Since today: the earlier day's task is left out.
+    let since = sums(None, Some(&today), Some(UsageBy::Day)).await;
+    assert_eq!(
+        since.groups,
+        [group(
+            &today,
+            None,
+            totals(3, 1240, 127, 80, 10, Some(1.25))
+        )]
+    );
+    assert_eq!(since.total, totals(3, 1240, 127, 80, 10, Some(1.25)));
+    // One member's own: ann's alone, by session, with its title.
+    let anns = sums(Some("ann"), None, Some(UsageBy::Session)).await;
+    assert_eq!(
+        anns.groups,
+        [group(
+            ann.id.as_str(),
+            Some("ann's"),
+            totals(2, 300, 30, 5, 1, Some(0.5))
+        )]
+    );
+    assert_eq!(anns.total, totals(2, 300, 30, 5, 1, Some(0.5)));
+    // One session, its total alone; no cost reported, none summed.
+    let one = store
+        .usage(UsageQuery {
+            session: Some(bob.id.clone()),
+            ..UsageQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (one.groups, one.total),
+        (vec![], totals(2, 1040, 107, 80, 10, Some(1.25)))
+    );
+    let none = sums(Some("carol"), None, Some(UsageBy::Agent)).await;
+    assert_eq!((none.groups, none.total), (vec![], UsageTotals::default()));
+}
 
 /// Issue 54: a request a run sends is kept on its task (`waiting_approval` meanwhile),
 /// listed while it waits, decided exactly once (a second answer hears how and by whom),

@@ -39,6 +39,7 @@ use berth_core::Permissions;
 use berth_core::api::Denial;
 use berth_core::event::AgentEvent;
 use berth_core::exec::ExecEvent;
+use berth_core::usage::Usage;
 use policy::Decision;
 use rpc::{Message, RpcError};
 use rustix::fd::BorrowedFd;
@@ -566,7 +567,7 @@ where
                 self.st.ok = Some(false);
                 self.st.error = Some(format!("the agent's turn failed: {e}"));
                 let usage = self.view.usage.take();
-                self.st.usage.clone_from(&usage);
+                self.st.usage = usage.as_ref().map(|u| Usage::acp(u, self.view.cost_usd));
                 self.emit(AgentEvent::Result {
                     ok: false,
                     text: Some(e.message),
@@ -585,7 +586,7 @@ where
             self.st.error = Some(format!("the agent stopped its turn: {reason}"));
         }
         let usage = updates::usage(&v).or_else(|| self.view.usage.take());
-        self.st.usage.clone_from(&usage);
+        self.st.usage = usage.as_ref().map(|u| Usage::acp(u, self.view.cost_usd));
         self.emit(AgentEvent::Result {
             ok,
             text: self.view.last_text.clone(),

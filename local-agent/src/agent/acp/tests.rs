@@ -249,7 +249,14 @@ async fn a_turn_writes_through_berth_and_reports_its_tools() {
     assert_eq!(conv.state.resume_id.as_deref(), Some("s1"));
     assert_eq!(
         conv.state.usage,
-        Some(json!({"inputTokens": 10, "outputTokens": 4}))
+        Some(berth_core::usage::Usage {
+            input: 10,
+            output: 4,
+            cache_read: 0,
+            cache_write: 0,
+            cost_usd: None,
+            raw: json!({"inputTokens": 10, "outputTokens": 4})
+        })
     );
     assert!(conv.state.denials.is_empty());
     assert!(!conv.cancelled);

@@ -92,8 +92,8 @@ pub struct TurnState {
     /// Why the agent could not be started, when it got that far and no further (an
     /// ACP agent that never answered `initialize`): the task's `agent_start_failed`.
     pub start_failed: Option<String>,
-    /// The token usage the turn's result reported: the task's `usage`.
-    pub usage: Option<serde_json::Value>,
+    /// The token usage the turn's result reported, normalized: the task's `usage`.
+    pub usage: Option<berth_core::usage::Usage>,
 }
 
 /// Whether `text` names `path` (a whole path, not the start of a longer name), or,
@@ -386,6 +386,16 @@ impl Adapter {
             AgentKind::Claude => Adapter::Claude,
             AgentKind::Codex => Adapter::Codex,
             AgentKind::Acp => Adapter::Acp,
+        }
+    }
+
+    /// The kind of agent this adapter drives.
+    pub fn kind(self) -> AgentKind {
+        match self {
+            Adapter::Command => AgentKind::Command,
+            Adapter::Claude => AgentKind::Claude,
+            Adapter::Codex => AgentKind::Codex,
+            Adapter::Acp => AgentKind::Acp,
         }
     }
 

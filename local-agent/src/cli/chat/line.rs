@@ -21,6 +21,9 @@ pub async fn run(chat: &mut Chat, json: bool) -> Result<u8, CliError> {
             &chat.view.here,
             chat.view.policy.as_deref(),
         );
+        if let Some(u) = &chat.view.usage {
+            println!("usage     {}", u.line());
+        }
         for l in std::mem::take(&mut chat.view.lines) {
             eprintln!("{}", l.text);
         }

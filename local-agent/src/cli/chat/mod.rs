@@ -187,6 +187,15 @@ impl Chat {
         }
         self.view.policy = agent_policy(&self.client, &session).await;
         self.view.set_session(session);
+        self.read_usage().await;
+    }
+
+    /// Reads the session's usage totals for the header; a server that cannot say
+    /// (an older one) leaves them out.
+    async fn read_usage(&mut self) {
+        self.view.usage_stale = false;
+        let id = self.view.id();
+        self.view.usage = super::usage::of_session(&self.client, &id).await.ok();
     }
 
     /// Reads the session again (the binding may have changed elsewhere).
@@ -200,6 +209,9 @@ impl Chat {
             self.adopt(s).await;
         } else {
             self.view.set_session(s);
+            if self.view.usage_stale {
+                self.read_usage().await;
+            }
         }
         Ok(())
     }

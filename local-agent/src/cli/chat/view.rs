@@ -112,6 +112,11 @@ pub struct View {
     /// whole message replaces them when it arrives.
     pub live: berth_local_agent::front::live::Live,
     pub live_from: Option<usize>,
+    /// The session's tasks' usage added up, as the server last said (`None` before it
+    /// answered, or from a server without usage).
+    pub usage: Option<berth_core::usage::UsageTotals>,
+    /// A task ended since `usage` was read: read it again.
+    pub usage_stale: bool,
 }
 
 impl View {
@@ -211,8 +216,13 @@ impl View {
             Some((false, _)) => " · UNFENCED",
             None => "",
         };
+        let usage = self
+            .usage
+            .as_ref()
+            .map(|u| format!(" · {}", u.brief()))
+            .unwrap_or_default();
         let first = format!(
-            "session {id}{title}{fence} · agent {} · may {policy}",
+            "session {id}{title}{fence} · agent {} · may {policy}{usage}",
             s(&sess["agent"]),
         );
         let b = self.binding();
@@ -337,6 +347,7 @@ impl View {
             "approval" => self.approval(p),
             "task" => {
                 self.active.remove(&task);
+                self.usage_stale = true;
                 self.finish(&p["task"]);
             }
             // An undo made elsewhere (`berth task undo`, another terminal), or replayed.
@@ -706,6 +717,39 @@ mod tests {
                 (Style::Alert, "task t1 cancelled"),
             ]
         );
+    }
+
+    /// Issue 56: the header carries the session's usage totals, read again once a task
+    /// ends.
+    #[test]
+    fn the_header_shows_the_sessions_usage() {
+        let mut v = View {
+            session: json!({"id": "s", "agent": "a", "binding": null}),
+            policy: Some("edit".into()),
+            ..View::default()
+        };
+        assert_eq!(v.header()[0], "session s · agent a · may edit");
+        v.usage = Some(berth_core::usage::UsageTotals {
+            tasks: 2,
+            input: 1000,
+            output: 234,
+            cost_usd: Some(0.05),
+            ..Default::default()
+        });
+        assert_eq!(
+            v.header()[0],
+            "session s · agent a · may edit · 1,234 tokens, $0.0500"
+        );
+        assert!(!v.usage_stale);
+        v.event(
+            "task",
+            &ev(
+                3,
+                "t1",
+                json!({"task": {"id": "t1", "status": "succeeded"}}),
+            ),
+        );
+        assert!(v.usage_stale, "a finished task makes the totals stale");
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod pool;
 mod schema;
 mod sessions;
 mod tasks;
+mod usage;
 
 pub use notify::Notice;
 pub use schema::MIGRATIONS;
@@ -113,6 +114,7 @@ impl Pg {
             work: tokio::sync::broadcast::channel(4096).0,
         };
         pg.migrate().await?;
+        pg.upgrade_usage().await?;
         Ok(pg)
     }
 
