@@ -174,7 +174,11 @@ impl Shadow {
                 "{oid:?} is not an object id"
             ))));
         }
-        let dir = self.git_dir.join("refs").join("berth").join(task_id.as_str());
+        let dir = self
+            .git_dir
+            .join("refs")
+            .join("berth")
+            .join(task_id.as_str());
         std::fs::create_dir_all(&dir)?;
         let lock = dir.join(format!("{which}.lock"));
         private::write(&lock, format!("{oid}\n"))?;
