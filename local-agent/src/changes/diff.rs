@@ -46,10 +46,19 @@ impl Shadow {
         });
         let cut = now_secs().saturating_sub(limits.max_age.as_secs());
         let keep_from = log.len().saturating_sub(limits.keep);
+        let dropped = |i: usize, e: &Entry| i < keep_from || e.at < cut;
+        // Past the limits, records go a tenth of `keep` at a time: between two such
+        // drops a record starts no git at all (its refs are written as files).
+        let due = log
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| dropped(*i, e))
+            .count();
+        let slack = limits.keep / 10;
         let (old, kept): (Vec<_>, Vec<_>) = log
             .into_iter()
             .enumerate()
-            .partition(|(i, e)| *i < keep_from || e.at < cut);
+            .partition(|(i, e)| due > slack && dropped(*i, e));
         // One transaction: this task's two trees in, the records past the limits out.
         let mut input = format!(
             "update refs/berth/{task_id}/before {}\nupdate refs/berth/{task_id}/after {}\n",

@@ -140,6 +140,19 @@ fn records_are_pruned_by_count_and_age() {
     shadow.record(&tid("t4"), &snap, &snap, &limits).unwrap();
     assert!(shadow.task_trees(&tid("t2")).is_none(), "kept past the age");
     assert!(shadow.task_trees(&tid("t4")).is_some());
+    // With a larger `keep`, records go a tenth of it at a time: 20 kept and up to 2
+    // more; the 23rd record drops the 3 oldest at once.
+    let limits = Limits { keep: 20, ..limits };
+    let mut sizes = Vec::new();
+    for i in 0..24 {
+        shadow
+            .record(&tid(&format!("b{i}")), &snap, &snap, &limits)
+            .unwrap();
+        sizes.push(shadow.log().len());
+    }
+    // t3, t4, then b0.. : 23 records at b20, back to 20; 23 again at b23.
+    assert_eq!(sizes[18..], [21, 22, 20, 21, 22, 20]);
+    assert!(shadow.task_trees(&tid("b3")).is_none() && shadow.task_trees(&tid("b4")).is_some());
     let _ = std::fs::remove_dir_all(&root);
 }
 
