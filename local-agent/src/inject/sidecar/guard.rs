@@ -257,7 +257,7 @@ fn node_at(
 fn walk(
     dir: BorrowedFd<'_>,
     rel: &str,
-    mut budget: Option<&mut Budget>,
+    budget: Option<&mut Budget>,
     out: &mut Vec<Entry>,
 ) -> Result<(), GuardError> {
     let (parent_rel, name) = split(rel);
@@ -272,17 +272,29 @@ fn walk(
         }
         Err(e) => return Err(read_err(parent_rel, e)),
     };
-    let node = node_at(&parent, name, rel, budget.as_deref_mut())?;
+    walk_in(&parent, name, rel, budget, out)
+}
+
+/// [`walk`] from `name` in `parent` (shown as `rel`): each directory's entries are
+/// read through the descriptor just opened for it, never by its path again.
+fn walk_in(
+    parent: &OwnedFd,
+    name: &str,
+    rel: &str,
+    mut budget: Option<&mut Budget>,
+    out: &mut Vec<Entry>,
+) -> Result<(), GuardError> {
+    let node = node_at(parent, name, rel, budget.as_deref_mut())?;
     let is_dir = matches!(node, Node::Dir { .. });
     out.push(Entry {
         path: rel.to_owned(),
         node,
     });
     if is_dir {
-        let fd = open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
+        let fd = open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
             .map_err(|e| read_err(rel, e))?;
         for child in sorted_names(&fd).map_err(|e| read_err(rel, e))? {
-            walk(dir, &format!("{rel}/{child}"), budget.as_deref_mut(), out)?;
+            walk_in(&fd, &child, &format!("{rel}/{child}"), budget.as_deref_mut(), out)?;
         }
     }
     Ok(())
@@ -442,13 +454,20 @@ fn restore_root(
             why: None,
         });
     }
-    // Then what should be there, in order.
+    // Then what should be there, in order. Each directory is opened once, by its path
+    // from the directory, for the entries in it.
+    let mut opened: Option<(String, OwnedFd)> = None;
     for entry in want {
         let (p, name) = split(&entry.path);
-        let parent = match open_dir(dir, p) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => continue,
-            Err(e) => return Err(e),
+        if opened.as_ref().is_none_or(|(at, _)| at != p) {
+            opened = match open_dir(dir, p) {
+                Ok(fd) => Some((p.to_owned(), fd)),
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e),
+            };
+        }
+        let Some((_, parent)) = opened.as_ref() else {
+            continue;
         };
         let noted = |what: &'static str, done: &mut Vec<Restored>| {
             if !done.iter().any(|d| d.path == entry.path) {
