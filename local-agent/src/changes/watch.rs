@@ -379,6 +379,10 @@ impl Watch {
                 Ok(_) => removed.push(path),
             }
         }
+        // Only paths that came and went (Berth's own write probe): nothing to record.
+        if files.is_empty() && dirs.is_empty() && removed.is_empty() {
+            return Ok(base.clone());
+        }
         // New directories: those git ignores are left alone; the others are watched
         // and their files recorded.
         if !dirs.is_empty() {

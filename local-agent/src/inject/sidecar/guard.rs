@@ -51,6 +51,12 @@ pub enum Node {
     File {
         mode: u32,
         hex: String,
+        /// Its inode, size, modification and change times (seconds, nanoseconds) as
+        /// read, when its change time was older than the reading by more than a clock
+        /// tick: a file found with the same stamps after the run is the same file
+        /// unchanged (no one can set a change time back), and is not read again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stamp: Option<[i64; 6]>,
     },
     Symlink {
         target: String,
@@ -169,6 +175,30 @@ fn set_mode(parent: &OwnedFd, name: &str, mode: u32) -> Result<(), Errno> {
     )
 }
 
+/// A change this close to a reading may be followed by another in the same clock
+/// tick, with the same change time: such a file is compared by its bytes.
+const RACY_NS: i128 = 100_000_000;
+
+/// Now, in nanoseconds since the epoch.
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// A file's inode, size, modification and change times.
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn stamp_of(st: &rustix::fs::Stat) -> [i64; 6] {
+    [
+        st.st_ino as i64,
+        st.st_size as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
+}
+
 /// The permission bits of `st` (`st_mode` is a `u16` on macOS).
 #[allow(clippy::unnecessary_cast)]
 fn perm(st: &rustix::fs::Stat) -> u32 {
@@ -219,15 +249,30 @@ fn node_at(
                 return Ok(Node::File {
                     mode,
                     hex: String::new(),
+                    stamp: None,
                 });
             };
             let fd = open_nofollow(parent, name, OFlags::RDONLY).map_err(|e| read_err(rel, e))?;
+            let read_at = now_ns();
             let bytes = read_all(&fd).map_err(|e| read_err(rel, e))?;
             // It grew between the stat and the read: count what was read.
             budget.more(rel, (bytes.len() as u64).saturating_sub(st.st_size as u64))?;
+            // The stamps of what was read (the descriptor's), unless it changed within
+            // a clock tick of the reading: then only its bytes can tell.
+            let stamp = rustix::fs::fstat(&fd)
+                .ok()
+                .filter(|now| {
+                    stamp_of(now) == stamp_of(&st) && bytes.len() as i64 == now.st_size as i64
+                })
+                .map(|now| stamp_of(&now))
+                .filter(|s| {
+                    let changed = i128::from(s[4]) * 1_000_000_000 + i128::from(s[5]);
+                    read_at - changed > RACY_NS
+                });
             Ok(Node::File {
                 mode,
                 hex: to_hex(&bytes),
+                stamp,
             })
         }
         FileType::Symlink => {
@@ -294,7 +339,13 @@ fn walk_in(
         let fd = open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY)
             .map_err(|e| read_err(rel, e))?;
         for child in sorted_names(&fd).map_err(|e| read_err(rel, e))? {
-            walk_in(&fd, &child, &format!("{rel}/{child}"), budget.as_deref_mut(), out)?;
+            walk_in(
+                &fd,
+                &child,
+                &format!("{rel}/{child}"),
+                budget.as_deref_mut(),
+                out,
+            )?;
         }
     }
     Ok(())
@@ -508,7 +559,17 @@ fn restore_root(
                     Err(e) => return Err(e),
                 }
             }
-            Node::File { mode, hex } => {
+            Node::File { mode, hex, stamp } => {
+                // Stamped and found with the same stamps: the same file, unchanged.
+                if let Some(stamp) = stamp
+                    && let Ok(st) = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
+                    && FileType::from_raw_mode(st.st_mode as _) == FileType::RegularFile
+                    && stamp_of(&st) == *stamp
+                    && perm(&st) == *mode
+                    && st.st_nlink == 1
+                {
+                    continue;
+                }
                 let bytes = from_hex(hex).ok_or(Errno::INVAL)?;
                 let same = match open_nofollow(&parent, name, OFlags::RDONLY) {
                     Ok(fd) => {

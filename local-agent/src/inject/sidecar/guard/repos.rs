@@ -459,6 +459,15 @@ pub fn check(
 fn same(a: &Node, b: &Node) -> bool {
     match (a, b) {
         (Node::Dir { .. }, Node::Dir { .. }) => true,
+        // Their bytes and mode: a stamp says only when each was read.
+        (
+            Node::File {
+                mode: m1, hex: h1, ..
+            },
+            Node::File {
+                mode: m2, hex: h2, ..
+            },
+        ) => m1 == m2 && h1 == h2,
         _ => a == b,
     }
 }
@@ -479,7 +488,7 @@ fn put_back(dir: BorrowedFd<'_>, rel: &str, was: &Node) -> Result<&'static str, 
     super::remove_tree(&parent, name, flags)?;
     match was {
         Node::Missing => Ok("added"),
-        Node::File { mode, hex } => {
+        Node::File { mode, hex, .. } => {
             let bytes = from_hex(hex).ok_or(Errno::INVAL)?;
             let fd = rustix::fs::openat(
                 &parent,

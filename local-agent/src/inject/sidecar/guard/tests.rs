@@ -273,3 +273,65 @@ fn a_snapshot_over_its_bounds_is_refused_by_name_and_round_trips_when_saved() {
     assert!(from_hex("abc").is_none());
     assert!(from_hex("zz").is_none());
 }
+
+/// Issue 57: a file read well after its last change is stamped; found with the same
+/// stamps it is not read again, but any write (even one keeping its size and its
+/// modification time) changes its change time, and it is put back.
+#[test]
+fn a_stamped_file_is_trusted_unchanged_only_while_its_stamps_hold() {
+    let t = repo("stamps");
+    let d = &t.0;
+    // Older than a clock tick by the time it is read.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let snap = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
+    let hook = snap
+        .entries
+        .iter()
+        .find(|e| e.path == ".git/hooks/pre-commit.sample")
+        .unwrap();
+    assert!(
+        matches!(hook.node, Node::File { stamp: Some(_), .. }),
+        "{:?}",
+        hook.node
+    );
+    let before = tree(d);
+    // Untouched: nothing to put back.
+    assert_eq!(snap.restore(dirfd(d)).unwrap(), vec![]);
+    // The same size, the modification time set back as it was: still seen.
+    let path = d.join(".git/hooks/pre-commit.sample");
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    fs::write(&path, "#!/bin/sh\nexit 1\n").unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let put = snap.restore(dirfd(d)).unwrap();
+    assert_eq!(
+        put.iter()
+            .map(|r| (r.path.as_str(), r.what))
+            .collect::<Vec<_>>(),
+        [(".git/hooks/pre-commit.sample", "changed")]
+    );
+    assert_eq!(tree(d), before);
+}
+
+/// A file changed just before it was read carries no stamp: only its bytes tell.
+#[test]
+fn a_file_changed_within_a_tick_of_the_reading_is_not_stamped() {
+    let t = repo("racy");
+    let d = &t.0;
+    fs::write(d.join(".git/config"), "[core]\n\tbare = true\n").unwrap();
+    let snap = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
+    let config = snap
+        .entries
+        .iter()
+        .find(|e| e.path == ".git/config")
+        .unwrap();
+    assert!(
+        matches!(config.node, Node::File { stamp: None, .. }),
+        "{:?}",
+        config.node
+    );
+}
