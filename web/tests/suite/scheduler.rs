@@ -268,6 +268,7 @@ impl berth_web::executor::Executor for Instant {
                 changes: None,
                 fence: None,
                 usage: None,
+                diff: None,
             }
         })
     }

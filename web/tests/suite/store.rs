@@ -1700,7 +1700,7 @@ async fn an_old_sqlite_schema_is_upgraded_in_place_with_its_data() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     let s = store.resolve_session("0a1b2c3d").await.unwrap();
     assert_eq!((s.title.as_str(), s.owner), ("old one", None));
     let tasks = store
