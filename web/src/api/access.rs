@@ -265,17 +265,22 @@ pub(crate) struct NamedSession(pub SessionId);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NamedTask(pub TaskId);
 
+/// The session row [`enforce`] read while resolving a session's route, for a handler
+/// that would otherwise read it again (see [`super::handlers::session_display`]).
+#[derive(Debug, Clone)]
+pub(crate) struct SeenSession(pub std::sync::Arc<crate::store::SessionRow>);
+
 /// What [`enforce`] resolved a route's id to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Resolved {
-    Session(SessionId),
+    Session(std::sync::Arc<crate::store::SessionRow>),
     Task(TaskId),
 }
 
 impl Resolved {
     fn as_str(&self) -> &str {
         match self {
-            Resolved::Session(id) => id.as_str(),
+            Resolved::Session(row) => row.id.as_str(),
             Resolved::Task(id) => id.as_str(),
         }
     }
@@ -321,7 +326,7 @@ async fn resolve_owned(
             .store
             .resolve_session_of(named, owner)
             .await
-            .map(|s| Resolved::Session(s.id)),
+            .map(|s| Resolved::Session(std::sync::Arc::new(s))),
         Target::Task | Target::None => ctx
             .app
             .store
@@ -344,7 +349,10 @@ async fn resolve_any(
             .store
             .resolve_session_of(named, None)
             .await
-            .map(|s| (Resolved::Session(s.id), s.owner)),
+            .map(|s| {
+                let owner = s.owner.clone();
+                (Resolved::Session(std::sync::Arc::new(s)), owner)
+            }),
         Target::Task | Target::None => {
             let t = ctx.app.store.resolve_task_of(named, None).await?;
             let s = ctx.app.store.session(&t.session_id).await?;
@@ -457,8 +465,9 @@ pub(crate) async fn enforce(State(ctx): State<Ctx>, mut req: Request, next: Next
     }
     if let Some(id) = &resolved {
         match id {
-            Resolved::Session(s) => {
-                req.extensions_mut().insert(NamedSession(s.clone()));
+            Resolved::Session(row) => {
+                req.extensions_mut().insert(NamedSession(row.id.clone()));
+                req.extensions_mut().insert(SeenSession(row.clone()));
             }
             Resolved::Task(t) => {
                 req.extensions_mut().insert(NamedTask(t.clone()));

@@ -2,7 +2,7 @@
 //! [`NamedSession`] or [`NamedTask`], resolved by [`super::access::enforce`] among the caller's own; the
 //! handlers answer the documents of [`super::views`].
 
-use super::access::{Caller, NamedSession, NamedTask, Scope};
+use super::access::{Caller, NamedSession, NamedTask, Scope, SeenSession};
 use super::daemons::Via;
 use super::redact::Displays;
 use super::state::{Ctx, Surface};
@@ -322,6 +322,7 @@ pub(crate) struct SendQuery {
 pub(crate) async fn post_message(
     State(ctx): State<Ctx>,
     NamedSession(id): NamedSession,
+    seen: Option<axum::Extension<SeenSession>>,
     QueryArgs(q): QueryArgs<SendQuery>,
     JsonBody(req): JsonBody<NewMessage>,
 ) -> Result<Response, ApiError> {
@@ -330,7 +331,13 @@ pub(crate) async fn post_message(
             message: "the message text is empty".into(),
         });
     }
-    let shown = session_display(&ctx, &id).await?;
+    // The row the access check read a moment ago: its machine decides the display.
+    let shown = match (ctx.surface, seen) {
+        (Surface::Web | Surface::Cloud, Some(axum::Extension(SeenSession(row)))) => {
+            Displays::of(&ctx.app).of_row(&row)
+        }
+        _ => session_display(&ctx, &id).await?,
+    };
     let store = &ctx.app.store;
     let origin = ctx.surface.origin();
     let (task, seq, message) = if q.stream {

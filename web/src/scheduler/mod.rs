@@ -902,6 +902,8 @@ async fn execute(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = tokio::spawn(executor.run(spec, tx, cancel));
     let mut running = false;
+    // Whether the agent asked anything: only then can a request be left open.
+    let mut asked = false;
     let mut burst = Vec::new();
     while let Some(first) = rx.recv().await {
         // Everything already reported goes into one transaction.
@@ -919,6 +921,7 @@ async fn execute(
         }
         for item in &items {
             if let RunItem::Approval(a) = item {
+                asked = true;
                 approvals::pending(inner, executor, a).await;
             }
         }
@@ -927,6 +930,8 @@ async fn execute(
         Ok(outcome) => outcome,
         Err(e) => TaskOutcome::failed(ErrorCode::Internal, format!("the executor failed: {e}")),
     };
-    approvals::settle_left(inner, &task.id).await;
+    if asked {
+        approvals::settle_left(inner, &task.id).await;
+    }
     outcome
 }

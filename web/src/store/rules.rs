@@ -99,6 +99,17 @@ impl<'a> IdPrefix<'a> {
     }
 }
 
+/// `named` when it is a whole session id as ids are stored (a lowercase hyphenated
+/// uuid): such a name can only be that id, so it needs no lookup by prefix.
+#[cfg(feature = "postgres")]
+pub(crate) fn whole_session_id(named: &str) -> Option<SessionId> {
+    let id = uuid::Uuid::try_parse(named).ok()?;
+    if id.hyphenated().to_string() != named {
+        return None;
+    }
+    SessionId::parse(named).ok()
+}
+
 /// A new session's id. Random (v4), not time-ordered (v7): users type ids by prefix,
 /// and v7 ids made in the same minute share their first eight characters.
 pub(crate) fn new_session_id() -> Result<SessionId, StoreError> {
@@ -350,6 +361,30 @@ mod unfinished_tests {
                 !status.is_final(),
                 "{s}"
             );
+        }
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::whole_session_id;
+
+    #[test]
+    fn only_a_stored_id_spelled_out_whole_skips_the_lookup() {
+        let id = "3f9c0a12-7b1e-4c2d-9e8f-0123456789ab";
+        assert_eq!(
+            whole_session_id(id).map(|s| s.to_string()).as_deref(),
+            Some(id)
+        );
+        for other in [
+            "3f9c0a12",
+            "3F9C0A12-7B1E-4C2D-9E8F-0123456789AB",
+            " 3f9c0a12-7b1e-4c2d-9e8f-0123456789ab",
+            "3f9c0a127b1e4c2d9e8f0123456789ab",
+            "{3f9c0a12-7b1e-4c2d-9e8f-0123456789ab}",
+            "",
+        ] {
+            assert_eq!(whole_session_id(other), None, "{other:?}");
         }
     }
 }

@@ -152,14 +152,14 @@ impl Pg {
             .collect();
         sessions.sort_unstable();
         sessions.dedup();
-        for session in sessions {
-            let payload = format!("{} {session}", self.replica);
-            w.notify(EVENTS_CHANNEL, &payload).await?;
-        }
-        for session in std::mem::take(&mut w.work) {
-            let payload = format!("{} {session}", self.replica);
-            w.notify(WORK_CHANNEL, &payload).await?;
-        }
+        let work = std::mem::take(&mut w.work);
+        let notes: Vec<(&str, String)> = sessions
+            .iter()
+            .map(|s| (EVENTS_CHANNEL, s))
+            .chain(work.iter().map(|s| (WORK_CHANNEL, s)))
+            .map(|(channel, session)| (channel, format!("{} {session}", self.replica)))
+            .collect();
+        w.notify(&notes).await?;
         w.commit(&self.hub).await
     }
 }

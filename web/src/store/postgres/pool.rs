@@ -200,12 +200,20 @@ impl<'a> W<'a> {
         }
     }
 
-    /// Notifies `channel` with `payload`: delivered at the commit, not before.
-    pub(super) async fn notify(&mut self, channel: &str, payload: &str) -> Result<(), StoreError> {
-        self.tx
-            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-            .await
-            .map_err(|e| mark(self.broken, e))?;
+    /// Notifies each `(channel, payload)` pair, in one prepared statement: delivered at
+    /// the commit, not before.
+    pub(super) async fn notify(&mut self, notes: &[(&str, String)]) -> Result<(), StoreError> {
+        if notes.is_empty() {
+            return Ok(());
+        }
+        let channels: Vec<&str> = notes.iter().map(|(c, _)| *c).collect();
+        let payloads: Vec<&str> = notes.iter().map(|(_, p)| p.as_str()).collect();
+        self.q()
+            .exec(
+                "SELECT pg_notify(n.c, n.p) FROM unnest($1::text[], $2::text[]) AS n(c, p)",
+                &[&channels, &payloads],
+            )
+            .await?;
         Ok(())
     }
 

@@ -73,32 +73,30 @@ impl W<'_> {
         kind: EventKind,
         payload: serde_json::Value,
     ) -> Result<i64, StoreError> {
+        let at = clock::now();
+        // One round trip: the session row numbers the event (and is locked) in the
+        // statement that stores it; no row, no session.
         let seq = self
             .q()
             .opt(
-                "UPDATE sessions SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
-                &[&session_id.as_str()],
-            )
-            .await?
-            .ok_or_else(|| StoreError::UnknownSession {
-                prefix: session_id.to_string(),
-            })?
-            .int(0)?;
-        let at = clock::now();
-        self.q()
-            .exec(
-                "INSERT INTO events (session_id, seq, task_id, kind, payload, at)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = $1
+                            RETURNING event_seq)
+                 INSERT INTO events (session_id, seq, task_id, kind, payload, at)
+                 SELECT $1, s.event_seq, $2, $3, $4, $5 FROM s
+                 RETURNING seq",
                 &[
                     &session_id.as_str(),
-                    &seq,
                     &task_id.map(TaskId::as_str),
                     &kind.as_str(),
                     &payload.to_string(),
                     &at,
                 ],
             )
-            .await?;
+            .await?
+            .ok_or_else(|| StoreError::UnknownSession {
+                prefix: session_id.to_string(),
+            })?
+            .int(0)?;
         let event = TranscriptEvent::stored(session_id, seq, task_id, kind, payload, at);
         self.outbox.push(event);
         Ok(seq)
@@ -178,6 +176,19 @@ impl Pg {
     ) -> Result<SessionRow, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
+        // A whole id is read in one statement, the owner's rule in it.
+        if let Some(id) = rules::whole_session_id(prefix) {
+            let sql = format!(
+                "SELECT {SESSION_COLUMNS} FROM {SESSION_FROM}
+                 WHERE s.id = $1 AND (CAST($2 AS TEXT) IS NULL OR s.owner = $2)"
+            );
+            return match q.opt(&sql, &[&id.as_str(), &owner.as_deref()]).await? {
+                Some(r) => SessionRow::from_row(&r),
+                None => Err(StoreError::UnknownSession {
+                    prefix: prefix.to_owned(),
+                }),
+            };
+        }
         let id = resolve_session(&mut q, prefix, owner.as_deref()).await?;
         get_session(&mut q, &id).await
     }

@@ -96,13 +96,21 @@ impl W<'_> {
         status: TaskStatus,
         wait_reason: Option<String>,
     ) -> Result<TaskRow, StoreError> {
-        self.q()
-            .exec(
-                "UPDATE tasks SET status = $2, wait_reason = $3 WHERE id = $1",
-                &[&id.as_str(), &status.as_str(), &wait_reason],
-            )
-            .await?;
-        let task = task_row(&mut self.q(), id).await?;
+        let sql = format!(
+            "UPDATE tasks SET status = $2, wait_reason = $3 WHERE id = $1 RETURNING {TASK_COLUMNS}"
+        );
+        let task = match self
+            .q()
+            .opt(&sql, &[&id.as_str(), &status.as_str(), &wait_reason])
+            .await?
+        {
+            Some(r) => TaskRow::from_row(&r)?,
+            None => {
+                return Err(StoreError::UnknownTask {
+                    prefix: id.to_string(),
+                });
+            }
+        };
         self.status_event(&task).await?;
         Ok(task)
     }
@@ -113,17 +121,28 @@ impl W<'_> {
         origin: Origin,
         text: &str,
     ) -> Result<(TaskRow, i64), StoreError> {
-        let session = resolve_session(&mut self.q(), session_prefix, None).await?;
+        // A whole id (what the API hands over, resolved already) needs no lookup: the
+        // update below finds the row or says there is none.
+        let session = match rules::whole_session_id(session_prefix) {
+            Some(id) => id,
+            None => resolve_session(&mut self.q(), session_prefix, None).await?,
+        };
+        let now = clock::now();
         // The session's writers queue here: the task's `seq` below is the next one.
-        self.q()
+        let found = self
+            .q()
             .exec(
-                "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&session.as_str()],
+                "UPDATE sessions SET updated_at = $2 WHERE id = $1",
+                &[&session.as_str(), &now],
             )
             .await?;
+        if found == 0 {
+            return Err(StoreError::UnknownSession {
+                prefix: session_prefix.to_owned(),
+            });
+        }
         let message_id = uuid::Uuid::new_v4().to_string();
         let task = rules::new_task_id()?;
-        let now = clock::now();
         self.q()
             .exec(
                 "INSERT INTO messages (id, session_id, origin, text, created_at)
@@ -137,15 +156,22 @@ impl W<'_> {
                 ],
             )
             .await?;
-        self.q()
-            .exec(
-                "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
-                 VALUES ($1, $2,
-                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = $2),
-                   $3, 'queued', $4)",
+        // A new task has no requests yet: the row it returns is the whole task.
+        let sql = format!(
+            "INSERT INTO tasks (id, session_id, seq, message_id, status, created_at)
+             VALUES ($1, $2,
+               (SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks WHERE session_id = $2),
+               $3, 'queued', $4)
+             RETURNING {TASK_COLUMNS}"
+        );
+        let row = self
+            .q()
+            .one(
+                &sql,
                 &[&task.as_str(), &session.as_str(), &message_id, &now],
             )
             .await?;
+        let row = TaskRow::from_row(&row)?;
         let message_seq = self
             .append(
                 &session,
@@ -154,14 +180,8 @@ impl W<'_> {
                 rules::message_payload(&task, &message_id, origin, text),
             )
             .await?;
-        self.q()
-            .exec(
-                "UPDATE sessions SET updated_at = $2 WHERE id = $1",
-                &[&session.as_str(), &now],
-            )
-            .await?;
-        self.work.push(session.clone());
-        Ok((get_task(&mut self.q(), &task).await?, message_seq))
+        self.work.push(session);
+        Ok((row, message_seq))
     }
 }
 
@@ -311,22 +331,29 @@ impl Pg {
     pub(crate) async fn next_run(&self, session: SessionId) -> Result<Option<NextRun>, StoreError> {
         let mut lease = self.lease().await?;
         let mut q = lease.read()?;
+        // The task and its message in one statement.
         let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1
-               AND status IN ('queued', 'waiting_daemon') AND started_at IS NULL
-             ORDER BY seq LIMIT 1"
+            "SELECT {}, m.text, m.origin
+             FROM tasks t LEFT JOIN messages m ON m.id = t.message_id
+             WHERE t.session_id = $1
+               AND t.status IN ('queued', 'waiting_daemon') AND t.started_at IS NULL
+             ORDER BY t.seq LIMIT 1",
+            qualified_task_columns("t")
         );
         let Some(row) = q.opt(&sql, &[&session.as_str()]).await? else {
             return Ok(None);
         };
         let task = TaskRow::from_row(&row)?;
-        let m = q
-            .one(
-                "SELECT text, origin FROM messages WHERE id = $1",
-                &[&task.message_id],
-            )
-            .await?;
-        let (prompt, origin) = (m.text(0)?, parse_enum(&m.text(1)?)?);
+        let (Some(prompt), Some(origin)) = (
+            row.try_get::<_, Option<String>>(TASK_COLUMN_COUNT)?,
+            row.try_get::<_, Option<String>>(TASK_COLUMN_COUNT + 1)?,
+        ) else {
+            return Err(StoreError::Corrupt(format!(
+                "task {} has no message {}",
+                task.id, task.message_id
+            )));
+        };
+        let origin = parse_enum(&origin)?;
         let session = get_session(&mut q, &task.session_id).await?;
         let agent = get_agent(&mut q, &session.agent).await?;
         let dirs = match &session.project {
@@ -464,13 +491,18 @@ impl Pg {
         let out = &fin.outcome;
         let mut lease = self.lease().await?;
         let mut w = lease.begin().await?;
-        w.q()
-            .exec(
-                "UPDATE tasks SET status = $2, wait_reason = NULL, exit_code = $3, error = $4,
-                   error_code = $5, work_dir = $6, finished_at = $7,
-                   started_at = COALESCE(started_at, $7), work_dir_display = $8, denials = $9,
-                   changes = $10, fence = $11, usage = $12
-                 WHERE id = $1",
+        let sql = format!(
+            "UPDATE tasks SET status = $2, wait_reason = NULL, exit_code = $3, error = $4,
+               error_code = $5, work_dir = $6, finished_at = $7,
+               started_at = COALESCE(started_at, $7), work_dir_display = $8, denials = $9,
+               changes = $10, fence = $11, usage = $12
+             WHERE id = $1
+             RETURNING {TASK_COLUMNS}"
+        );
+        let row = w
+            .q()
+            .opt(
+                &sql,
                 &[
                     &id.as_str(),
                     &out.status.as_str(),
@@ -486,7 +518,12 @@ impl Pg {
                     &ended.usage,
                 ],
             )
-            .await?;
+            .await?
+            .ok_or_else(|| StoreError::UnknownTask {
+                prefix: id.to_string(),
+            })?;
+        let mut task = TaskRow::from_row(&row)?;
+        task.approvals = approval_rows::of_task(&mut w.q(), &id).await?;
         if let Some(diff) = &ended.diff {
             w.q()
                 .exec(
@@ -496,7 +533,6 @@ impl Pg {
                 )
                 .await?;
         }
-        let task = get_task(&mut w.q(), &id).await?;
         if let Some(rev) = fin.session_rev {
             w.q()
                 .exec(
