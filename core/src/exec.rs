@@ -23,6 +23,29 @@ pub enum AgentKind {
     Acp,
 }
 
+#[cfg(feature = "usage")]
+impl AgentKind {
+    /// Usage `raw` as an agent of this kind reported it, with the cost it reported
+    /// (`None` for a `command` agent, which reports none, and for a report that is not
+    /// an object). Here rather than in [`crate::usage`], which knows no agent kinds.
+    pub fn usage(
+        self,
+        raw: &serde_json::Value,
+        cost_usd: Option<f64>,
+    ) -> Option<crate::usage::Usage> {
+        use crate::usage::Usage;
+        if !raw.is_object() {
+            return None;
+        }
+        match self {
+            AgentKind::Claude => Some(Usage::claude(raw, cost_usd)),
+            AgentKind::Codex => Some(Usage::codex(raw)),
+            AgentKind::Acp => Some(Usage::acp(raw, cost_usd)),
+            AgentKind::Command => None,
+        }
+    }
+}
+
 /// A registered agent.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentSpec {

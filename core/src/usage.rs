@@ -29,7 +29,6 @@
 //! millions of tasks stays within an `i64`), a cost that is negative or not finite is
 //! dropped, and the raw object is kept only as far as [`MAX_RAW_BYTES`] allows.
 
-use crate::exec::AgentKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -80,21 +79,6 @@ pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Usage>, 
 }
 
 impl Usage {
-    /// Usage `raw` as an agent of `kind` reported it, with the cost it reported
-    /// (`None` for a `command` agent, which reports none, and for a report that is not
-    /// an object).
-    pub fn reported(kind: AgentKind, raw: &Value, cost_usd: Option<f64>) -> Option<Usage> {
-        if !raw.is_object() {
-            return None;
-        }
-        match kind {
-            AgentKind::Claude => Some(Usage::claude(raw, cost_usd)),
-            AgentKind::Codex => Some(Usage::codex(raw)),
-            AgentKind::Acp => Some(Usage::acp(raw, cost_usd)),
-            AgentKind::Command => None,
-        }
-    }
-
     /// Claude Code's `result.usage` and its `total_cost_usd`.
     pub fn claude(raw: &Value, cost_usd: Option<f64>) -> Usage {
         Usage {

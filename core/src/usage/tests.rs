@@ -1,4 +1,5 @@
 use super::*;
+use crate::exec::AgentKind;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -24,7 +25,7 @@ fn each_kind_as_the_pinned_agents_report_it() {
         "output_tokens_details":{"thinking_tokens":0},"server_tool_use":{"web_fetch_requests":0,
         "web_search_requests":0},"service_tier":"standard","speed":"standard"});
     assert_eq!(
-        Usage::reported(AgentKind::Claude, &claude, Some(0.0123)),
+        AgentKind::Claude.usage(&claude, Some(0.0123)),
         Some(Usage {
             cost_usd: Some(0.0123),
             ..usage(24980, 71, 6245, 3122, claude.clone())
@@ -34,32 +35,32 @@ fn each_kind_as_the_pinned_agents_report_it() {
     let codex = json!({"input_tokens":24763,"cached_input_tokens":24448,"cache_write_input_tokens":0,
         "output_tokens":122,"reasoning_output_tokens":0});
     assert_eq!(
-        Usage::reported(AgentKind::Codex, &codex, None),
+        AgentKind::Codex.usage(&codex, None),
         Some(usage(315, 122, 24448, 0, codex.clone()))
     );
     // opencode 1.18's prompt answer: `totalTokens` is the sum of every kind.
     let opencode = json!({"cachedReadTokens":1962,"cachedWriteTokens":981,"inputTokens":7849,
         "outputTokens":10,"totalTokens":10802});
     assert_eq!(
-        Usage::reported(AgentKind::Acp, &opencode, None),
+        AgentKind::Acp.usage(&opencode, None),
         Some(usage(7849, 10, 1962, 981, opencode.clone()))
     );
     // Gemini CLI's quota count, as the ACP client passes it on.
     let gemini = json!({"inputTokens":20233,"outputTokens":8});
     assert_eq!(
-        Usage::reported(AgentKind::Acp, &gemini, None),
+        AgentKind::Acp.usage(&gemini, None),
         Some(usage(20233, 8, 0, 0, gemini.clone()))
     );
     // codex-acp 0.16 sends only `usage_update`: the context window, no tokens spent.
     let codex_acp = json!({"size":258400,"used":9725});
     assert_eq!(
-        Usage::reported(AgentKind::Acp, &codex_acp, None),
+        AgentKind::Acp.usage(&codex_acp, None),
         Some(usage(0, 0, 0, 0, codex_acp.clone()))
     );
     // A command agent reports nothing; a report that is not an object is none.
-    assert_eq!(Usage::reported(AgentKind::Command, &gemini, None), None);
-    assert_eq!(Usage::reported(AgentKind::Claude, &json!(12), None), None);
-    assert_eq!(Usage::reported(AgentKind::Acp, &json!("x"), None), None);
+    assert_eq!(AgentKind::Command.usage(&gemini, None), None);
+    assert_eq!(AgentKind::Claude.usage(&json!(12), None), None);
+    assert_eq!(AgentKind::Acp.usage(&json!("x"), None), None);
 }
 
 /// codex-cli 0.171 reports the thread's running total: a resumed turn counts what it
@@ -281,7 +282,7 @@ proptest! {
         let raw = json!({"input_tokens": a, "output_tokens": b.to_string(), "cached_input_tokens": c,
             "cache_read_input_tokens": d, "inputTokens": d, "outputTokens": a, "cachedReadTokens": c});
         let kind = [AgentKind::Claude, AgentKind::Codex, AgentKind::Acp][kind as usize];
-        let u = Usage::reported(kind, &raw, Some(cost_in)).unwrap();
+        let u = kind.usage(&raw, Some(cost_in)).unwrap();
         for n in [u.input, u.output, u.cache_read, u.cache_write] {
             prop_assert!(n <= MAX_TOKENS);
         }
