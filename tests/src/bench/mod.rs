@@ -444,11 +444,11 @@ pub fn notes() -> Vec<String> {
          wait); `berth send ID MSG` as a user runs it (a new CLI process each time); and \
          the API from a persistent client (POST `/api/v1/sessions/{id}/messages` on a \
          keep-alive connection to the control socket, then the session's open SSE stream \
-         read until that task's `task` event). Issue 17's goals: **the API round trip at \
-         most 2× the bare spawn** (it is what Berth adds around the agent — the API, the \
+         read until that task's `task` event). Issue 57's goals (issue 17's were 2× and \
+         3×): **the API round trip at most 1.5× the bare spawn** (it is what Berth adds around the agent — the API, the \
          store's writes, the scheduler, the executor's spawn and the streaming — with \
          exactly one process start in it, like the bare spawn), and **the CLI's at most \
-         3×** (it also starts the `berth` client process itself: the lean front, linked \
+         2.5×** (it also starts the `berth` client process itself: the lean front, linked \
          statically by scripts/build-berth.sh, its exec, a socket connect and the request; \
          two process starts against one). The fence's cost is timed after that loop, in \
          one of its own: the fenced and the unfenced server take turns, each going first \
