@@ -534,7 +534,7 @@ index 1..2 100644
         );
         // A daemon's diff, bounded again, stays as it is; one past the bounds is cut.
         assert!(d.clone().bounded() == d, "bounded twice, the same");
-        let mut fat = d.clone();
+        let mut fat = d;
         fat.files[0].text = "+y\n".repeat(MAX_FILE_LINES * 2);
         let fat = fat.bounded();
         assert_eq!(fat.files[0].text.lines().count(), MAX_FILE_LINES);

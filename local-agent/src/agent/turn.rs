@@ -142,7 +142,7 @@ pub(crate) async fn stream(
                         }
                         for ev in adapter.stdout_line(&line, resumed, &mut st) {
                             if let AgentEvent::Result { usage: Some(u), cost_usd, .. } = &ev {
-                                st.usage = berth_core::usage::Usage::reported(adapter.kind(), u, *cost_usd);
+                                st.usage = adapter.kind().usage(u, *cost_usd);
                             }
                             // Fenced, a tool's result that names a refusal is the
                             // fence's denial, reported after it.

@@ -128,7 +128,7 @@ impl Shadow {
                             };
                             let entry = self.read_one(path, limit, &mut buf)?;
                             packed.clear();
-                            blob_entry(&buf, &mut packed);
+                            index::pack_entry(index::BLOB, &buf, &mut packed);
                             let crc = crc32(&packed);
                             {
                                 let mut p = pack.lock().map_err(|_| "a worker panicked")?;
@@ -273,23 +273,9 @@ fn libc_flags() -> i32 {
     (OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC).bits() as i32
 }
 
-/// A blob's entry in a pack: its type and size, then its bytes as stored deflate blocks.
-fn blob_entry(content: &[u8], out: &mut Vec<u8>) {
-    let mut size = content.len();
-    let mut byte = (3u8 << 4) | (size & 0x0f) as u8;
-    size >>= 4;
-    while size > 0 {
-        out.push(byte | 0x80);
-        byte = (size & 0x7f) as u8;
-        size >>= 7;
-    }
-    out.push(byte);
-    index::stored_zlib(content, out);
-}
-
 /// A version 2 pack index of `placed`, for the pack whose checksum is `pack_sum`.
 fn pack_index(mut placed: Vec<Placed>, pack_sum: &[u8; 20]) -> Vec<u8> {
-    placed.sort_by(|a, b| a.0.cmp(&b.0));
+    placed.sort_by_key(|a| a.0);
     let mut out = Vec::with_capacity(8 + 1024 + placed.len() * 28 + 40);
     out.extend_from_slice(&[0xff, b't', b'O', b'c', 0, 0, 0, 2]);
     let mut fanout = [0u32; 256];

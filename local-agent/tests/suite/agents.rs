@@ -76,6 +76,7 @@ async fn a_command_agent_gets_the_prompt_on_stdin_and_berth_variables() {
             }),
             fence: out.fence.clone(),
             usage: None,
+            diff: None,
         }
     );
     let text = |t: String| AgentEvent::Text { text: t };

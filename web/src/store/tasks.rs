@@ -681,14 +681,11 @@ impl Store {
         let id = id.clone();
         let body: Option<String> = self
             .read_small(move |conn| {
+                use rusqlite::OptionalExtension;
                 Ok(conn
                     .prepare_cached("SELECT body FROM task_diffs WHERE task_id = ?1")?
                     .query_row([id.as_str()], |r| r.get(0))
-                    .map(Some)
-                    .or_else(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                        e => Err(e),
-                    })?)
+                    .optional()?)
             })
             .await?;
         body.map(|b| serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(e.to_string())))

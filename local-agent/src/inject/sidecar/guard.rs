@@ -262,7 +262,7 @@ fn node_at(
             let stamp = rustix::fs::fstat(&fd)
                 .ok()
                 .filter(|now| {
-                    stamp_of(now) == stamp_of(&st) && bytes.len() as i64 == now.st_size as i64
+                    stamp_of(now) == stamp_of(&st) && bytes.len() as i64 == now.st_size
                 })
                 .map(|now| stamp_of(&now))
                 .filter(|s| {
@@ -534,7 +534,7 @@ fn restore_root(
             // Kept above while it stayed of its kind; one the agent removed or
             // replaced cannot be made again by Berth.
             Node::Other { kind } => {
-                match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) if other_kind(FileType::from_raw_mode(st.st_mode as _)) == kind => {}
                     Ok(_) | Err(Errno::NOENT) => {
                         noted("removed", done);
@@ -544,16 +544,16 @@ fn restore_root(
                 }
             }
             Node::Dir { mode } => {
-                match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) => {
                         if perm(&st) != *mode {
-                            set_mode(&parent, name, *mode)?;
+                            set_mode(parent, name, *mode)?;
                             noted("changed", done);
                         }
                     }
                     Err(Errno::NOENT) => {
-                        rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(*mode as _))?;
-                        set_mode(&parent, name, *mode)?;
+                        rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(*mode as _))?;
+                        set_mode(parent, name, *mode)?;
                         noted("removed", done);
                     }
                     Err(e) => return Err(e),
@@ -571,7 +571,7 @@ fn restore_root(
                     continue;
                 }
                 let bytes = from_hex(hex).ok_or(Errno::INVAL)?;
-                let same = match open_nofollow(&parent, name, OFlags::RDONLY) {
+                let same = match open_nofollow(parent, name, OFlags::RDONLY) {
                     Ok(fd) => {
                         let st = rustix::fs::fstat(&fd)?;
                         Some(perm(&st) == *mode && st.st_nlink == 1 && read_all(&fd)? == bytes)
@@ -584,13 +584,13 @@ fn restore_root(
                     // Changed (or now hard-linked elsewhere): a fresh file in its
                     // place, so nothing is written through a name of the agent's.
                     Some(false) => {
-                        rustix::fs::unlinkat(&parent, name, AtFlags::empty())?;
+                        rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
                         noted("changed", done);
                     }
                     None => noted("removed", done),
                 }
                 let fd = rustix::fs::openat(
-                    &parent,
+                    parent,
                     name,
                     OFlags::CREATE
                         | OFlags::EXCL
@@ -604,16 +604,16 @@ fn restore_root(
                 let _ = rustix::fs::fsync(&fd);
             }
             Node::Symlink { target } => {
-                match rustix::fs::readlinkat(&parent, name, Vec::new()) {
+                match rustix::fs::readlinkat(parent, name, Vec::new()) {
                     Ok(t) if t.to_string_lossy() == *target => continue,
                     Ok(_) => {
-                        rustix::fs::unlinkat(&parent, name, AtFlags::empty())?;
+                        rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
                         noted("changed", done);
                     }
                     Err(Errno::NOENT) => noted("removed", done),
                     Err(e) => return Err(e),
                 }
-                rustix::fs::symlinkat(target.as_str(), &parent, name)?;
+                rustix::fs::symlinkat(target.as_str(), parent, name)?;
             }
         }
     }
