@@ -81,11 +81,26 @@ pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Usage>, 
 impl Usage {
     /// Claude Code's `result.usage` and its `total_cost_usd`.
     pub fn claude(raw: &Value, cost_usd: Option<f64>) -> Usage {
+        Usage::named(
+            raw,
+            [
+                "input_tokens",
+                "output_tokens",
+                "cache_read_input_tokens",
+                "cache_creation_input_tokens",
+            ],
+            cost_usd,
+        )
+    }
+
+    /// A report that counts input, output, cache reads and cache writes apart, under
+    /// these names (in that order).
+    fn named(raw: &Value, [input, output, read, write]: [&str; 4], cost_usd: Option<f64>) -> Usage {
         Usage {
-            input: count(&raw["input_tokens"]),
-            output: count(&raw["output_tokens"]),
-            cache_read: count(&raw["cache_read_input_tokens"]),
-            cache_write: count(&raw["cache_creation_input_tokens"]),
+            input: count(&raw[input]),
+            output: count(&raw[output]),
+            cache_read: count(&raw[read]),
+            cache_write: count(&raw[write]),
             cost_usd: cost(cost_usd),
             raw: bounded(raw),
         }
@@ -142,14 +157,16 @@ impl Usage {
     /// An ACP agent's usage: the prompt answer's `usage`, or a `usage_update` (whose
     /// `used`/`size` count no tokens).
     pub fn acp(raw: &Value, cost_usd: Option<f64>) -> Usage {
-        Usage {
-            input: count(&raw["inputTokens"]),
-            output: count(&raw["outputTokens"]),
-            cache_read: count(&raw["cachedReadTokens"]),
-            cache_write: count(&raw["cachedWriteTokens"]),
-            cost_usd: cost(cost_usd),
-            raw: bounded(raw),
-        }
+        Usage::named(
+            raw,
+            [
+                "inputTokens",
+                "outputTokens",
+                "cachedReadTokens",
+                "cachedWriteTokens",
+            ],
+            cost_usd,
+        )
     }
 
     /// Usage as stored or sent: this shape (its numbers checked again), or, from a

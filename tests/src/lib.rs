@@ -250,6 +250,15 @@ impl Berth {
         self.start(&args);
     }
 
+    /// A new daemon token named `name`, made with `berth daemon token create NAME --json`.
+    pub fn daemon_token(&self, name: &str) -> String {
+        let v = self.json(&["daemon", "token", "create", name, "--json"]);
+        v["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in {v}"))
+            .to_owned()
+    }
+
     /// Starts `BERTH_DAEMON_TOKEN=TOKEN berth daemon --server URL --name NAME` in this
     /// installation's home (the token in the environment, as `daemon token create`
     /// says: never in the command line) and waits until the CLI works through it.

@@ -269,29 +269,29 @@ pub fn shadow_refs(b: &Berth) -> Vec<String> {
 /// `--permissions ask`: each prompt line `run: CMD` asks Berth's permission to run
 /// CMD, and runs it if allowed.
 pub fn add_ask_peer(b: &Berth, name: &str) {
-    let peer = b.root.path().join("ask_peer.py");
-    std::fs::write(&peer, include_str!("peers/ask_peer.py")).unwrap();
+    let peer = write_peer(b, "ask_peer.py", include_str!("peers/ask_peer.py"));
     add_ask_agent(b, name, &["python3", s(&peer)]);
+}
+
+/// Writes a scripted peer into the installation's root, next to the JSON-RPC module
+/// the peers share (`peers/acp_rpc.py`), and returns its path.
+fn write_peer(b: &Berth, file: &str, source: &str) -> std::path::PathBuf {
+    std::fs::write(
+        b.root.path().join("acp_rpc.py"),
+        include_str!("peers/acp_rpc.py"),
+    )
+    .unwrap();
+    let peer = b.root.path().join(file);
+    std::fs::write(&peer, source).unwrap();
+    peer
 }
 
 /// A scripted ACP agent that streams (`tests/src/peers/stream_peer.py`: each prompt
 /// line a step, `chunks: A|B|C` its message's pieces), registered as `name` with
 /// `permissions`.
 pub fn add_stream_peer(b: &Berth, name: &str, permissions: &str) {
-    let peer = b.root.path().join("stream_peer.py");
-    std::fs::write(&peer, include_str!("peers/stream_peer.py")).unwrap();
-    b.ok(&[
-        "agent",
-        "add",
-        name,
-        "--kind",
-        "acp",
-        "--permissions",
-        permissions,
-        "--command",
-        "python3",
-        s(&peer),
-    ]);
+    let peer = write_peer(b, "stream_peer.py", include_str!("peers/stream_peer.py"));
+    add_acp_agent(b, name, permissions, &["python3", s(&peer)]);
 }
 
 /// A session's transcript stream on the running `berth serve`'s web listener (TCP on
@@ -319,6 +319,11 @@ pub fn web_events(
 
 /// Registers `command` as ACP agent `name` under the `ask` policy.
 pub fn add_ask_agent(b: &Berth, name: &str, command: &[&str]) {
+    add_acp_agent(b, name, "ask", command);
+}
+
+/// Registers `command` as ACP agent `name` with `permissions`.
+pub fn add_acp_agent(b: &Berth, name: &str, permissions: &str, command: &[&str]) {
     let mut args = vec![
         "agent",
         "add",
@@ -326,7 +331,7 @@ pub fn add_ask_agent(b: &Berth, name: &str, command: &[&str]) {
         "--kind",
         "acp",
         "--permissions",
-        "ask",
+        permissions,
         "--command",
     ];
     args.extend_from_slice(command);

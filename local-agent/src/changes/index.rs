@@ -322,6 +322,26 @@ fn build(entries: &[Entry], base: usize, out: &mut Vec<Tree>) -> Option<[u8; OID
     Some(oid)
 }
 
+/// A pack entry's object type: a tree.
+pub(super) const TREE: u8 = 2;
+/// A pack entry's object type: a blob.
+pub(super) const BLOB: u8 = 3;
+
+/// An object's entry in a pack: its type and size (four bits, then seven at a time),
+/// then its bytes as stored deflate blocks.
+pub(super) fn pack_entry(kind: u8, content: &[u8], out: &mut Vec<u8>) {
+    let mut size = content.len();
+    let mut byte = (kind << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size > 0 {
+        out.push(byte | 0x80);
+        byte = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(byte);
+    stored_zlib(content, out);
+}
+
 /// A pack (version 2) of these trees, for `git index-pack --stdin`: each object
 /// deflated as stored blocks (trees are small, and time is what counts here).
 pub(super) fn pack(trees: &[Tree]) -> Vec<u8> {
@@ -330,17 +350,7 @@ pub(super) fn pack(trees: &[Tree]) -> Vec<u8> {
     out.extend_from_slice(&2u32.to_be_bytes());
     out.extend_from_slice(&(trees.len() as u32).to_be_bytes());
     for (_, content) in trees {
-        // Type 2 (tree) and the size, four bits then seven at a time.
-        let mut size = content.len();
-        let mut byte = (2u8 << 4) | (size & 0x0f) as u8;
-        size >>= 4;
-        while size > 0 {
-            out.push(byte | 0x80);
-            byte = (size & 0x7f) as u8;
-            size >>= 7;
-        }
-        out.push(byte);
-        stored_zlib(content, &mut out);
+        pack_entry(TREE, content, &mut out);
     }
     let sum = Sha1::digest(&out);
     out.extend_from_slice(sum.as_slice());
@@ -348,7 +358,7 @@ pub(super) fn pack(trees: &[Tree]) -> Vec<u8> {
 }
 
 /// `data` as a zlib stream of uncompressed ("stored") deflate blocks.
-pub(super) fn stored_zlib(data: &[u8], out: &mut Vec<u8>) {
+fn stored_zlib(data: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&[0x78, 0x01]);
     let mut chunks = data.chunks(0xffff).peekable();
     if chunks.peek().is_none() {

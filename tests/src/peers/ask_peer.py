@@ -4,35 +4,11 @@ stdout, the protocol's real shapes. Each prompt line `run: CMD` becomes a
 allow_always, reject_once); on an allow it runs CMD with sh in the session's cwd. It
 answers the prompt with what it ran and refused, and stopReason `cancelled` when a
 request was answered `cancelled`."""
-import json
 import os
 import subprocess
 import sys
 
-next_id = [1000]
-cwd = [os.getcwd()]
-
-
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def read():
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit(0)
-    return json.loads(line)
-
-
-def call(method, params):
-    next_id[0] += 1
-    mine = next_id[0]
-    send({"jsonrpc": "2.0", "id": mine, "method": method, "params": params})
-    while True:
-        m = read()
-        if m.get("id") == mine and "method" not in m:
-            return m
+from acp_rpc import call, read, send
 
 
 def update(session, text):

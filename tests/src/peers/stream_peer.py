@@ -12,34 +12,10 @@ protocol's real shapes. Each prompt line is a step, in order:
                    whatever the answer
 
 It answers the prompt with stopReason end_turn."""
-import json
 import os
-import sys
 import time
 
-next_id = [1000]
-
-
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def read():
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit(0)
-    return json.loads(line)
-
-
-def call(method, params):
-    next_id[0] += 1
-    mine = next_id[0]
-    send({"jsonrpc": "2.0", "id": mine, "method": method, "params": params})
-    while True:
-        m = read()
-        if m.get("id") == mine and "method" not in m:
-            return m
+from acp_rpc import call, read, send
 
 
 def chunk(session, kind, text):

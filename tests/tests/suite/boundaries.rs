@@ -25,10 +25,7 @@ fn desktop_and_laptop(tag: &str) -> (Berth, Berth) {
     srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("laptop");
     let mut laptop = Berth::new(&format!("{tag}-laptop"));
     laptop.daemon(&url, &token, "laptop");
     (srv, laptop)

@@ -380,10 +380,7 @@ fn chat_through_a_daemon_and_a_machine_going_offline() {
     srv.env("BERTH_DAEMON_WINDOW_MS", "1500");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "a", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("a");
     let mut laptop = Berth::new("chat-laptop");
     laptop.daemon(&url, &token, "laptop-a");
     add_agent(&srv, "echo");

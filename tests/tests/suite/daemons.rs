@@ -73,14 +73,6 @@ fn machine(tag: &str, ca: &Option<PathBuf>) -> Berth {
     b
 }
 
-fn token(srv: &Berth, name: &str) -> String {
-    let v = srv.json(&["daemon", "token", "create", name, "--json"]);
-    v["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no token in {v}"))
-        .to_owned()
-}
-
 fn canonical(p: &Path) -> String {
     std::fs::canonicalize(p)
         .unwrap()
@@ -150,7 +142,7 @@ fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_over_https() {
 
 fn a_bound_session_runs_only_on_its_machine_and_waits_for_it_on(net: Net) {
     let (srv, url, ca) = server_on("d-srv", WINDOW_MS, net);
-    let (ta, tb) = (token(&srv, "a"), token(&srv, "b"));
+    let (ta, tb) = (srv.daemon_token("a"), srv.daemon_token("b"));
     let mut a = machine("d-a", &ca);
     a.daemon(&url, &ta, "laptop-a");
     let mut b = machine("d-b", &ca);
@@ -311,7 +303,7 @@ fn daemon_call(url: &str, path: &str, token: &str, machine: &str, body: &str) ->
 #[test]
 fn wrong_revoked_and_other_machines_tokens_are_refused() {
     let (srv, url) = server("d-tok", WINDOW_MS);
-    let ta = token(&srv, "a");
+    let ta = srv.daemon_token("a");
 
     // A wrong token: the daemon stops with the token error; nothing registers.
     let x = Berth::new("d-x");
@@ -439,7 +431,7 @@ fn a_daemon_killed_mid_task_leaves_the_task_interrupted_over_https() {
 
 fn a_daemon_killed_mid_task_leaves_the_task_interrupted_on(net: Net) {
     let (srv, url, ca) = server_on("d-kill", WINDOW_MS, net);
-    let ta = token(&srv, "a");
+    let ta = srv.daemon_token("a");
     let mut a = machine("d-a", &ca);
     a.daemon(&url, &ta, "laptop-a");
     let script = srv.root.path().join("slow.sh");
@@ -592,7 +584,7 @@ fn a_daemon_reconnects_without_losing_or_repeating_events_over_https() {
 fn a_daemon_reconnects_without_losing_or_repeating_events_on(net: Net) {
     let window = 4000;
     let (srv, url, ca) = server_on("d-net", window, net);
-    let ta = token(&srv, "a");
+    let ta = srv.daemon_token("a");
     let (scheme, upstream) = url.split_once("://").unwrap();
     let relay = Relay::start(upstream.to_owned(), scheme);
     let mut a = machine("d-a", &ca);

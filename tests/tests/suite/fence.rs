@@ -452,8 +452,7 @@ fn the_escape_battery_fails_through_a_daemon() {
     let mut srv = Berth::new("fence-daemon-srv");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let v = srv.json(&["daemon", "token", "create", "laptop", "--json"]);
-    let token = v["token"].as_str().unwrap().to_owned();
+    let token = srv.daemon_token("laptop");
     let mut a = Berth::new("fence-daemon-a");
     let app = world(&a);
     a.daemon(&url, &token, "laptop");

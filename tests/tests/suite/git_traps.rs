@@ -263,10 +263,7 @@ fn no_trap_runs_through_a_daemon() {
     srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("laptop");
     let mut laptop = Berth::new("traps-laptop");
     let (app, plain, marks) = directories(&laptop, false);
     laptop.daemon(&url, &token, "laptop");

@@ -113,8 +113,7 @@ fn the_daemon_token_stays_out_of_the_command_line() {
     drop(laptop);
 
     // From a file: the same, and a file others can read is named in a warning.
-    let other = server.json(&["daemon", "token", "create", "desk", "--json"]);
-    let token = other["token"].as_str().unwrap().to_owned();
+    let token = server.daemon_token("desk");
     let mut desk = Berth::new("token-file");
     let file = desk.root.path().join("token");
     std::fs::write(&file, format!("{token}\n")).unwrap();
@@ -140,8 +139,7 @@ fn the_daemon_token_stays_out_of_the_command_line() {
     drop(desk);
 
     // --token still works, with a warning that says why not and what instead.
-    let other = server.json(&["daemon", "token", "create", "old", "--json"]);
-    let token = other["token"].as_str().unwrap().to_owned();
+    let token = server.daemon_token("old");
     let mut old = Berth::new("token-flag");
     old.start(&[
         "daemon", "--server", &url, "--token", &token, "--name", "old",
@@ -325,10 +323,7 @@ fn daemons_server(name: &str) -> (Berth, String, String) {
     let mut srv = Berth::new(name);
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("laptop");
     add_command_agent(&srv, "probe", PROBE_SERVER);
     (srv, url, token)
 }

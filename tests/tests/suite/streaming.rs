@@ -117,10 +117,7 @@ fn a_message_streams_from_a_remote_daemon() {
     let mut srv = Berth::new("stream-srv");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("laptop");
     let mut laptop = Berth::new("stream-laptop");
     laptop.daemon(&url, &token, "laptop");
     add_stream_peer(&srv, "streamer", "edit");

@@ -212,7 +212,7 @@ fn tls_rig(tag: &str) -> (berth_tests::TempDir, Pki, Berth, String, String, Bert
     let root = berth_tests::TempDir::new(tag);
     let pki = Pki::generate(&root.path().join("pki"), "server");
     let (srv, url) = tls_server(&format!("{tag}-srv"), &pki);
-    let token = daemon_token(&srv, "laptop");
+    let token = srv.daemon_token("laptop");
     let laptop = Berth::new(&format!("{tag}-laptop"));
     (root, pki, srv, url, token, laptop)
 }
@@ -244,13 +244,6 @@ fn start_daemon(laptop: &mut Berth, url: &str, token: &str, extra: &[&str]) {
     ];
     args.extend_from_slice(extra);
     laptop.start(&args);
-}
-
-fn daemon_token(srv: &Berth, name: &str) -> String {
-    srv.json(&["daemon", "token", "create", name, "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 #[test]

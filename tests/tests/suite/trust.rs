@@ -540,10 +540,7 @@ fn a_daemon_reads_its_own_machines_trust_never_the_servers() {
     srv.env("BERTH_DAEMON_CLAIM_WAIT_MS", "3000");
     srv.serve_with(&["--allow-daemons"]);
     let (url, _) = srv.serve_info();
-    let token = srv.json(&["daemon", "token", "create", "laptop", "--json"])["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = srv.daemon_token("laptop");
     let mut laptop = Berth::new("trust-laptop");
     laptop.daemon(&url, &token, "laptop");
     let dir = hostile_checkout(&laptop);

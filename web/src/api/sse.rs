@@ -89,6 +89,23 @@ struct Held {
 /// carries on from there.
 pub const RETRY_AFTER_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 
+impl Feed {
+    /// What this surface may show of an event's data, applied to it in place.
+    fn strip(&self, data: &mut serde_json::Value) {
+        match self.surface {
+            Surface::Control => {}
+            // On the web listener the display rule on every string, by the session's
+            // machine (see `super::redact`).
+            Surface::Web => berth_core::display::redact_json(&self.display, data),
+            // The session's machine's home, wherever it lies, shows as `~` (see
+            // `wire::Register::home`); no other machine's.
+            Surface::Cloud => {
+                berth_core::display::replace_homes_json(self.display.home.as_slice(), data);
+            }
+        }
+    }
+}
+
 fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
     let mut payload = ev.payload.clone();
     // Where the run worked, as the machine it ran on displays it (a daemon's).
@@ -115,17 +132,7 @@ fn render(feed: &Feed, ev: &TranscriptEvent) -> Event {
         "at": ev.at,
         "payload": payload,
     });
-    match feed.surface {
-        Surface::Control => {}
-        // On the web listener the display rule on every string, by the session's
-        // machine (see `super::redact`).
-        Surface::Web => berth_core::display::redact_json(&feed.display, &mut data),
-        // The session's machine's home, wherever it lies, shows as `~` (see
-        // `wire::Register::home`); no other machine's.
-        Surface::Cloud => {
-            berth_core::display::replace_homes_json(feed.display.home.as_slice(), &mut data);
-        }
-    }
+    feed.strip(&mut data);
     Event::default()
         .id(ev.seq.to_string())
         .event(ev.kind.as_str())
@@ -189,13 +196,7 @@ fn render_delta(feed: &mut Feed, d: &Delta) -> Option<Event> {
         "kind": "delta",
         "payload": payload,
     });
-    match feed.surface {
-        Surface::Control => {}
-        Surface::Web => berth_core::display::redact_json(&feed.display, &mut data),
-        Surface::Cloud => {
-            berth_core::display::replace_homes_json(feed.display.home.as_slice(), &mut data);
-        }
-    }
+    feed.strip(&mut data);
     Some(Event::default().event("delta").data(data.to_string()))
 }
 
