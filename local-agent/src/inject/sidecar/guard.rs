@@ -261,9 +261,7 @@ fn node_at(
             // a clock tick of the reading: then only its bytes can tell.
             let stamp = rustix::fs::fstat(&fd)
                 .ok()
-                .filter(|now| {
-                    stamp_of(now) == stamp_of(&st) && bytes.len() as i64 == now.st_size
-                })
+                .filter(|now| stamp_of(now) == stamp_of(&st) && bytes.len() as i64 == now.st_size)
                 .map(|now| stamp_of(&now))
                 .filter(|s| {
                     let changed = i128::from(s[4]) * 1_000_000_000 + i128::from(s[5]);
