@@ -269,19 +269,21 @@ pub fn shadow_refs(b: &Berth) -> Vec<String> {
 /// `--permissions ask`: each prompt line `run: CMD` asks Berth's permission to run
 /// CMD, and runs it if allowed.
 pub fn add_ask_peer(b: &Berth, name: &str) {
-    let peer = write_peer(b, "ask_peer.py", include_str!("peers/ask_peer.py"));
+    let peer = write_peer(b.root.path(), "ask_peer.py");
     add_ask_agent(b, name, &["python3", s(&peer)]);
 }
 
-/// Writes a scripted peer into the installation's root, next to the JSON-RPC module
-/// the peers share (`peers/acp_rpc.py`), and returns its path.
-fn write_peer(b: &Berth, file: &str, source: &str) -> std::path::PathBuf {
-    std::fs::write(
-        b.root.path().join("acp_rpc.py"),
-        include_str!("peers/acp_rpc.py"),
-    )
-    .unwrap();
-    let peer = b.root.path().join(file);
+/// Writes the scripted peer `file` (`ask_peer.py` or `stream_peer.py`) into `dir`,
+/// next to the JSON-RPC module the peers share (`peers/acp_rpc.py`), and returns its
+/// path.
+pub fn write_peer(dir: &std::path::Path, file: &str) -> std::path::PathBuf {
+    let source = match file {
+        "ask_peer.py" => include_str!("peers/ask_peer.py"),
+        "stream_peer.py" => include_str!("peers/stream_peer.py"),
+        other => panic!("no scripted peer {other}"),
+    };
+    std::fs::write(dir.join("acp_rpc.py"), include_str!("peers/acp_rpc.py")).unwrap();
+    let peer = dir.join(file);
     std::fs::write(&peer, source).unwrap();
     peer
 }
@@ -290,7 +292,7 @@ fn write_peer(b: &Berth, file: &str, source: &str) -> std::path::PathBuf {
 /// line a step, `chunks: A|B|C` its message's pieces), registered as `name` with
 /// `permissions`.
 pub fn add_stream_peer(b: &Berth, name: &str, permissions: &str) {
-    let peer = write_peer(b, "stream_peer.py", include_str!("peers/stream_peer.py"));
+    let peer = write_peer(b.root.path(), "stream_peer.py");
     add_acp_agent(b, name, permissions, &["python3", s(&peer)]);
 }
 

@@ -188,7 +188,8 @@ impl Shadow {
             .join("refs")
             .join("berth")
             .join(task_id.as_str());
-        std::fs::create_dir_all(&dir)?;
+        // Private like the rest of the shadow (git would honour the umask).
+        private::dir(&dir)?;
         let lock = dir.join(format!("{which}.lock"));
         private::write(&lock, format!("{oid}\n"))?;
         std::fs::rename(&lock, dir.join(which))?;

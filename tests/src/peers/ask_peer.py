@@ -10,6 +10,8 @@ import sys
 
 from acp_rpc import call, read, send
 
+cwd = [os.getcwd()]
+
 
 def update(session, text):
     send({"jsonrpc": "2.0", "method": "session/update", "params": {

@@ -444,8 +444,7 @@ fn decisions_reach_a_run_on_a_members_daemon() {
     let team = Team::start();
     let alice = team.member("alice");
     let bob = team.member("bob");
-    let peer = team.root.path().join("ask_peer.py");
-    std::fs::write(&peer, include_str!("../../src/peers/ask_peer.py")).unwrap();
+    let peer = berth_tests::steps::write_peer(team.root.path(), "ask_peer.py");
     let agent = json!({"name": "asker", "kind": "acp", "permissions": "ask",
                        "command": ["python3", peer.to_str().unwrap()]});
     let (st, v) = team.api(&team.admin, "POST", "/api/v1/agents", &agent.to_string());
