@@ -6,7 +6,6 @@
 use super::backoff::{Backoff, LINK_BASE, LINK_CAP};
 use super::remote::CallError;
 use super::state::Daemon;
-use berth_web::daemon::wire::Heartbeat;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,10 +16,7 @@ pub(super) async fn heartbeats(d: Arc<Daemon>) {
     loop {
         tokio::time::sleep(d.heartbeat_every()).await;
         let seen = d.generation();
-        let body = Heartbeat {
-            instance: d.instance.clone(),
-            running: d.running_ids(),
-        };
+        let body = d.heartbeat_body();
         match d.remote.heartbeat(&body).await {
             Ok(reply) => {
                 d.link_ok();
@@ -59,10 +55,14 @@ pub(super) async fn claims(d: Arc<Daemon>, poll: Option<Duration>) {
         } else {
             d.claim_wait()
         };
+        let (seq, numbered) = d.next_claim();
         let claimed = tokio::select! {
-            r = d.remote.claim(&d.instance, hold) => r,
+            r = d.remote.claim(&d.instance, hold, numbered.then_some(seq)) => r,
             () = d.stopped() => return,
         };
+        if !matches!(claimed, Ok(Some(_))) {
+            d.claim_handled(seq);
+        }
         // Registered, or the server answering again, ends a backoff early.
         let back = d.back.notified();
         tokio::pin!(back);
@@ -71,7 +71,11 @@ pub(super) async fn claims(d: Arc<Daemon>, poll: Option<Duration>) {
             Ok(Some(task)) => {
                 wait.reset();
                 d.link_ok();
-                tokio::spawn(super::task::run(d.clone(), task, permit));
+                // Tracked before the claim counts as handled: a heartbeat that counts
+                // it lists the task.
+                let tracked = d.track(&task.task_id);
+                d.claim_handled(seq);
+                tokio::spawn(super::task::run(d.clone(), task, permit, tracked));
                 None
             }
             Ok(None) => {

@@ -256,10 +256,12 @@ impl Remote {
         &self,
         instance: &str,
         wait: Duration,
+        seq: Option<u64>,
     ) -> Result<Option<ClaimedTask>, CallError> {
         let body = ClaimRequest {
             instance: instance.to_owned(),
             wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            seq,
         };
         self.post("/claim", &body, wait + CLAIM_SLACK).await
     }

@@ -46,6 +46,11 @@ pub(super) struct Daemon {
     registered: watch::Sender<Option<Registered>>,
     /// Counts successful registrations, so one 401 seen by several loops registers once.
     generation: AtomicU64,
+    /// The last claim's number (`wire::ClaimRequest::seq`); claims go one at a time.
+    claims: AtomicU64,
+    /// The number of the last claim whose answer was handled: its task, if any, is
+    /// tracked by then (`wire::Heartbeat::claimed_through`).
+    claimed_through: AtomicU64,
     registering: tokio::sync::Mutex<()>,
     running: Mutex<HashMap<TaskId, Running>>,
     stopping: watch::Sender<bool>,
@@ -77,6 +82,8 @@ impl Daemon {
             permits: Arc::new(Semaphore::new(max_tasks)),
             registered: watch::Sender::new(None),
             generation: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
+            claimed_through: AtomicU64::new(0),
             registering: tokio::sync::Mutex::new(()),
             running: Mutex::new(HashMap::new()),
             stopping: watch::Sender::new(false),
@@ -283,6 +290,38 @@ impl Daemon {
             .as_ref()
             .map(|r| Duration::from_millis(r.claim_wait_ms))
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// The next claim's number, and whether the server takes it (an older server is
+    /// sent none).
+    pub(super) fn next_claim(&self) -> (u64, bool) {
+        let numbers = self
+            .registered
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| r.claim_numbers);
+        (self.claims.fetch_add(1, Ordering::SeqCst) + 1, numbers)
+    }
+
+    /// Claim `seq`'s answer is handled: its task, if it carried one, is tracked.
+    pub(super) fn claim_handled(&self, seq: u64) {
+        self.claimed_through.fetch_max(seq, Ordering::SeqCst);
+    }
+
+    /// What a heartbeat says: the claims handled, then the tasks running, read in that
+    /// order so that a task from a claim counted here is in the list (or finished).
+    pub(super) fn heartbeat_body(&self) -> berth_web::daemon::wire::Heartbeat {
+        let numbers = self
+            .registered
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| r.claim_numbers);
+        let through = self.claimed_through.load(Ordering::SeqCst);
+        berth_web::daemon::wire::Heartbeat {
+            instance: self.instance.clone(),
+            running: self.running_ids(),
+            claimed_through: numbers.then_some(through),
+        }
     }
 
     /// Records a claimed task; returns its cancel switch (already on when stopping)

@@ -37,7 +37,12 @@ fn short(id: &impl AsRef<str>) -> &str {
 /// Runs one claimed task to the end, holding its slot (`permit`) until the server has
 /// its outcome. A task whose directory does not parse on this machine is reported
 /// `refused` and never run.
-pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemaphorePermit) {
+pub(super) async fn run(
+    d: Arc<Daemon>,
+    claimed: ClaimedTask,
+    permit: OwnedSemaphorePermit,
+    (cancel, ran): (watch::Sender<bool>, watch::Sender<bool>),
+) {
     let id = claimed.task_id.clone();
     println!(
         "task {} claimed (session {}, agent {})",
@@ -45,7 +50,6 @@ pub(super) async fn run(d: Arc<Daemon>, claimed: ClaimedTask, permit: OwnedSemap
         short(&claimed.session_id),
         claimed.agent.name
     );
-    let (cancel, ran) = d.track(&id);
     let mut outbox = Outbox::new();
     let ended = match claimed.into_spec() {
         Ok(spec) => stream(&d, &id, spec, &cancel, &mut outbox).await,

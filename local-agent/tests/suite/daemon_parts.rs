@@ -155,6 +155,7 @@ async fn fake_handle(
                 window_ms: 5000,
                 claim_wait_ms: 200,
                 local_binding: true,
+                claim_numbers: true,
             },
         ));
     }

@@ -144,6 +144,7 @@ async fn heartbeat(
         &caller,
         &req.instance,
         &req.running,
+        req.claimed_through,
     )?))
 }
 
@@ -181,7 +182,7 @@ async fn claim(
         let notified = wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if let Some(task) = daemons.take(&caller, &req.instance) {
+        if let Some(task) = daemons.take(&caller, &req.instance, req.seq) {
             // Before the daemon has it: whoever leads next must know it may have run.
             // Not recorded (the database is away), the daemon does not get it, and the
             // registry puts it back in line after the window, as a lost claim answer.

@@ -96,6 +96,10 @@ pub struct Registered {
     pub claim_wait_ms: u64,
     /// Whether the server can bind directories at all (false: the cloud build).
     pub local_binding: bool,
+    /// Whether the server takes claims' numbers ([`ClaimRequest::seq`],
+    /// [`Heartbeat::claimed_through`]); an older server says nothing, and is sent none.
+    #[serde(default)]
+    pub claim_numbers: bool,
 }
 
 /// `POST heartbeat`.
@@ -106,6 +110,15 @@ pub struct Heartbeat {
     /// Tasks claimed by this process and not yet acknowledged finished.
     #[serde(default)]
     pub running: Vec<TaskId>,
+    /// The number ([`ClaimRequest::seq`]) of the last claim whose answer this process
+    /// had handled when it listed `running`: a task it received by then is listed until
+    /// its finish is acknowledged. A task handed out by a later claim and missing from
+    /// `running` is not lost: the heartbeat may have been written before its answer
+    /// arrived (a heartbeat can travel for seconds: retried connects, a replica that
+    /// forwards it). Sent only to a server that takes claim numbers
+    /// ([`Registered::claim_numbers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_through: Option<u64>,
 }
 
 /// The answer to `heartbeat`.
@@ -144,6 +157,10 @@ pub struct ClaimRequest {
     /// How long to hold the claim open; `0` answers at once (a polling daemon).
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    /// This claim's number in the daemon process, from 1 up, one claim at a time (see
+    /// [`Heartbeat::claimed_through`]). Sent only to a server that takes claim numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
 }
 
 /// Where a claimed task runs, on the daemon.

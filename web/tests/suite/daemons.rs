@@ -220,6 +220,42 @@ async fn an_offline_machines_tasks_wait_and_run_in_order_when_it_returns() {
     assert_eq!(s.json["binding"]["state"], "ok", "{}", s.text);
 }
 
+/// A heartbeat written before a claim's answer reached the daemon can arrive long
+/// after it (retried connects, a replica forwarding it): with numbered claims, a list
+/// that predates the claim does not make its task lost; one written after the answer
+/// was handled does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_older_than_a_claims_answer_does_not_lose_its_task() {
+    let (t, fake, session) = setup().await;
+    let id = post(&t, &session, "one").await;
+    let body = json!({"instance": fake.instance, "wait_ms": 2000, "seq": 7});
+    let r = fake.call("POST", "/api/v1/daemon/claim", body).await;
+    assert_eq!(r.json["task_id"], id.as_str(), "{}", r.text);
+    let beat = |through: u64| json!({"instance": fake.instance, "running": [], "claimed_through": through});
+    // Well past the window, heartbeats that say they were written when claim 6 was
+    // the last handled: the task stays with the daemon.
+    for _ in 0..8 {
+        let r = fake.call("POST", "/api/v1/daemon/heartbeat", beat(6)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        tokio::time::sleep(WINDOW / 4).await;
+    }
+    assert_eq!(fake.claim(0).await.status, 204, "not handed out again");
+    let events = json!({"first": 0, "events": [{"type": "status", "status": "running"}]});
+    let r = fake
+        .call("POST", &format!("/api/v1/daemon/tasks/{id}/events"), events)
+        .await;
+    assert_eq!(r.json["received"], 1, "{}", r.text);
+    // A heartbeat written after claim 7 was handled, without the task: it never
+    // reached the daemon's runs, and it ran (events came), so it is interrupted.
+    let r = fake.call("POST", "/api/v1/daemon/heartbeat", beat(7)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let done = until(&t, &id, "interrupted").await;
+    assert!(
+        done["error"].as_str().unwrap().contains("lost the task"),
+        "{done}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_claims_go_back_in_line_and_a_restart_interrupts_what_ran() {
     let (t, mut fake, session) = setup().await;

@@ -152,12 +152,16 @@ impl Daemons {
             window_ms: millis(c.window),
             claim_wait_ms: millis(c.claim_wait),
             local_binding: berth_core::LOCAL_BINDING,
+            claim_numbers: true,
         }))
     }
 
     /// A heartbeat: the machine is alive. Claimed tasks the daemon does not list for
     /// longer than the window never reached it (a lost claim answer): back in line if
-    /// nothing was heard of them, `interrupted` otherwise. Answers the tasks to stop
+    /// nothing was heard of them, `interrupted` otherwise. A daemon that numbers its
+    /// claims says which it had handled when it wrote the list (`claimed_through`): a
+    /// task from a later claim is not judged by it (the list may be older than the
+    /// answer that carried the task). Answers the tasks to stop
     /// (those cancelled, and those it lists that the server no longer expects) and the
     /// decisions its runs' requests wait for.
     pub fn heartbeat(
@@ -165,15 +169,36 @@ impl Daemons {
         caller: &Caller,
         instance: &str,
         running: &[TaskId],
+        claimed_through: Option<u64>,
     ) -> Result<HeartbeatReply, AuthError> {
         let window = self.inner.config.window;
         let mut state = lock(&self.inner.state);
         let m = current(&mut state, caller, instance)?;
         let lost: Vec<TaskId> = m
             .runs
-            .iter()
-            .filter(|(id, r)| r.claimed_at.elapsed() > window && !running.contains(id))
-            .map(|(id, _)| id.clone())
+            .iter_mut()
+            .filter_map(|(id, r)| {
+                if running.contains(id) {
+                    r.misses = 0;
+                    return None;
+                }
+                if r.claimed_at.elapsed() <= window {
+                    return None;
+                }
+                r.misses = r.misses.saturating_add(1);
+                let judged = match (claimed_through, r.claim_seq) {
+                    // The list was written after the claim's answer was handled.
+                    (Some(through), Some(seq)) => seq <= through,
+                    // A run the last leader handed over: its claim's number is not
+                    // known here. A daemon's heartbeats go one at a time, so the
+                    // second that misses it was written after the first was answered,
+                    // after the run was here.
+                    (Some(_), None) => r.misses >= 2,
+                    // A daemon that does not number its claims.
+                    (None, _) => true,
+                };
+                judged.then(|| id.clone())
+            })
             .collect();
         for id in lost {
             if let Some(run) = m.runs.remove(&id) {

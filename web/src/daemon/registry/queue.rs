@@ -60,8 +60,9 @@ impl Daemons {
         Ok(current(&mut state, caller, instance)?.wake.clone())
     }
 
-    /// Takes the machine's next waiting task, if any, and holds it as running.
-    pub fn take(&self, caller: &Caller, instance: &str) -> Option<ClaimedTask> {
+    /// Takes the machine's next waiting task, if any, and holds it as running, handed
+    /// out by the daemon's claim number `seq` (when it numbers them).
+    pub fn take(&self, caller: &Caller, instance: &str, seq: Option<u64>) -> Option<ClaimedTask> {
         let mut state = lock(&self.inner.state);
         let m = current(&mut state, caller, instance).ok()?;
         while let Some(p) = m.queue.pop_front() {
@@ -70,15 +71,14 @@ impl Daemons {
             }
             self.inner.metrics.claim_latency(p.queued.elapsed());
             let id = p.task.task_id.clone();
-            m.runs.insert(
-                id,
-                RemoteRun::new(
-                    p.link,
-                    p.task.session_id.clone(),
-                    RunLog::default(),
-                    instance.to_owned(),
-                ),
+            let mut run = RemoteRun::new(
+                p.link,
+                p.task.session_id.clone(),
+                RunLog::default(),
+                instance.to_owned(),
             );
+            run.claim_seq = seq;
+            m.runs.insert(id, run);
             return Some(p.task);
         }
         None

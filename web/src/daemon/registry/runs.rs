@@ -85,6 +85,12 @@ pub(super) struct RemoteRun {
     pub(super) claimed_at: Instant,
     /// The daemon process that holds it.
     pub(super) instance: String,
+    /// The number of the claim that handed it out, when the daemon numbers its claims
+    /// (see `wire::Heartbeat::claimed_through`); `None` for a run handed over by the
+    /// last leader.
+    pub(super) claim_seq: Option<u64>,
+    /// Heartbeats past the window that did not list it, in a row.
+    pub(super) misses: u32,
     /// Decisions on its requests not yet handed to its daemon (see `wire`'s
     /// decisions): each goes once, on the daemon's next exchange.
     pub(super) answers: Vec<WireAnswer>,
@@ -99,6 +105,8 @@ impl RemoteRun {
             log: Arc::new(log),
             claimed_at: Instant::now(),
             instance,
+            claim_seq: None,
+            misses: 0,
             answers: Vec::new(),
         }
     }
