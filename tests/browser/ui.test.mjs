@@ -380,6 +380,8 @@ uiTest("an ACP agent's message grows as it is written, then stands once, whole",
   const peer = path.join(tmp, "agents", "stream_peer.py");
   fs.mkdirSync(path.dirname(peer), { recursive: true });
   fs.copyFileSync(path.join(repo, "tests/src/peers/stream_peer.py"), peer);
+  // The JSON-RPC module the peers share, beside it.
+  fs.copyFileSync(path.join(repo, "tests/src/peers/acp_rpc.py"), path.join(path.dirname(peer), "acp_rpc.py"));
   await berth(["agent", "add", "streamer", "--kind", "acp", "--command", "python3", peer]);
   fs.mkdirSync(path.join(home, "code/streams"), { recursive: true });
   const id = JSON.parse(await berth(["session", "new", "--agent", "streamer", "--title", "Streams", "--dir", path.join(home, "code/streams"), "--json"])).id;
@@ -1299,6 +1301,8 @@ uiTest("a request put to a person waits in the transcript with the commands that
   const peer = path.join(tmp, "agents", "ask_peer.py");
   fs.mkdirSync(path.dirname(peer), { recursive: true });
   fs.copyFileSync(path.join(repo, "tests/src/peers/ask_peer.py"), peer);
+  // The JSON-RPC module the peers share, beside it.
+  fs.copyFileSync(path.join(repo, "tests/src/peers/acp_rpc.py"), path.join(path.dirname(peer), "acp_rpc.py"));
   await berth(["agent", "add", "asker", "--kind", "acp", "--permissions", "ask", "--command", "python3", peer]);
   const dir = path.join(home, "code", "asks");
   fs.mkdirSync(dir, { recursive: true });
