@@ -295,12 +295,18 @@ impl Daemon {
     /// The next claim's number, and whether the server takes it (an older server is
     /// sent none).
     pub(super) fn next_claim(&self) -> (u64, bool) {
-        let numbers = self
-            .registered
+        (
+            self.claims.fetch_add(1, Ordering::SeqCst) + 1,
+            self.numbers_claims(),
+        )
+    }
+
+    /// Whether the server takes claims' numbers (`wire::Registered::claim_numbers`).
+    fn numbers_claims(&self) -> bool {
+        self.registered
             .borrow()
             .as_ref()
-            .is_some_and(|r| r.claim_numbers);
-        (self.claims.fetch_add(1, Ordering::SeqCst) + 1, numbers)
+            .is_some_and(|r| r.claim_numbers)
     }
 
     /// Claim `seq`'s answer is handled: its task, if it carried one, is tracked.
@@ -311,11 +317,7 @@ impl Daemon {
     /// What a heartbeat says: the claims handled, then the tasks running, read in that
     /// order so that a task from a claim counted here is in the list (or finished).
     pub(super) fn heartbeat_body(&self) -> berth_web::daemon::wire::Heartbeat {
-        let numbers = self
-            .registered
-            .borrow()
-            .as_ref()
-            .is_some_and(|r| r.claim_numbers);
+        let numbers = self.numbers_claims();
         let through = self.claimed_through.load(Ordering::SeqCst);
         berth_web::daemon::wire::Heartbeat {
             instance: self.instance.clone(),

@@ -71,14 +71,16 @@ impl Daemons {
             }
             self.inner.metrics.claim_latency(p.queued.elapsed());
             let id = p.task.task_id.clone();
-            let mut run = RemoteRun::new(
-                p.link,
-                p.task.session_id.clone(),
-                RunLog::default(),
-                instance.to_owned(),
+            m.runs.insert(
+                id,
+                RemoteRun::new(
+                    p.link,
+                    p.task.session_id.clone(),
+                    RunLog::default(),
+                    instance.to_owned(),
+                    seq,
+                ),
             );
-            run.claim_seq = seq;
-            m.runs.insert(id, run);
             return Some(p.task);
         }
         None

@@ -98,14 +98,20 @@ pub(super) struct RemoteRun {
 
 impl RemoteRun {
     /// A run just claimed by (or handed over to) `instance`, nothing heard of it yet.
-    pub(super) fn new(link: Link, session_id: SessionId, log: RunLog, instance: String) -> Self {
+    pub(super) fn new(
+        link: Link,
+        session_id: SessionId,
+        log: RunLog,
+        instance: String,
+        claim_seq: Option<u64>,
+    ) -> Self {
         RemoteRun {
             link,
             session_id,
             log: Arc::new(log),
             claimed_at: Instant::now(),
             instance,
-            claim_seq: None,
+            claim_seq,
             misses: 0,
             answers: Vec::new(),
         }
@@ -279,6 +285,7 @@ impl Daemons {
                 a.task.session_id.clone(),
                 log,
                 a.instance.clone(),
+                None,
             ),
         );
         finished
