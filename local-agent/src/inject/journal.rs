@@ -134,6 +134,30 @@ impl Journal {
         state.file.as_ref().map(|(_, p)| p.clone())
     }
 
+    /// Starts making what was appended durable on a thread of its own: the caller
+    /// goes on with work that may run before it is, and waits ([`Syncing::wait`])
+    /// before its action.
+    fn sync_later(&self) -> Result<Syncing, JournalError> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((file, path)) = state.file.as_ref() else {
+            return Ok(Syncing(None));
+        };
+        let err = |source: std::io::Error| JournalError::Write {
+            file: path.clone(),
+            source,
+        };
+        let file = file.try_clone().map_err(err)?;
+        let path = path.clone();
+        let syncing = std::thread::Builder::new()
+            .name("journal-sync".into())
+            .spawn(move || {
+                file.sync_data()
+                    .map_err(|source| JournalError::Write { file: path, source })
+            })
+            .map_err(err)?;
+        Ok(Syncing(Some(syncing)))
+    }
+
     fn append(
         &self,
         lines: &[Line],
@@ -221,6 +245,15 @@ impl RunJournal {
     /// Makes `record` durable; only then may its action be done. The first record
     /// of a run goes with the run's `Begin` (the directory and its identity).
     pub fn record(&mut self, dir: &PinnedDir, record: &Record) -> Result<(), JournalError> {
+        self.append_record(dir, record, true)
+    }
+
+    fn append_record(
+        &mut self,
+        dir: &PinnedDir,
+        record: &Record,
+        sync: bool,
+    ) -> Result<(), JournalError> {
         let line = |r: Record| Line {
             run: self.run.clone(),
             entry: Entry::Record(r),
@@ -237,9 +270,21 @@ impl RunJournal {
             }));
         }
         lines.push(line(record.clone()));
-        self.journal.append(&lines, true, begins, false)?;
+        self.journal.append(&lines, sync, begins, false)?;
         self.begun = true;
         Ok(())
+    }
+
+    /// [`RunJournal::record`], its flush to the disk done on another thread while
+    /// the caller prepares its action: the action may start only once
+    /// [`Syncing::wait`] says the record is durable.
+    pub fn record_syncing(
+        &mut self,
+        dir: &PinnedDir,
+        record: &Record,
+    ) -> Result<Syncing, JournalError> {
+        self.append_record(dir, record, false)?;
+        self.journal.sync_later()
     }
 
     /// Marks the run finished: every action has been undone.
@@ -253,6 +298,25 @@ impl RunJournal {
         };
         // Not synced: should the mark be lost, replay undoes again, finding nothing.
         self.journal.append(&[end], false, false, true)
+    }
+}
+
+/// A record's flush to the disk, under way ([`RunJournal::record_syncing`]).
+#[derive(Debug)]
+#[must_use = "the record is durable only once wait says so"]
+pub struct Syncing(Option<std::thread::JoinHandle<Result<(), JournalError>>>);
+
+impl Syncing {
+    /// Waits until the record is on the disk.
+    pub fn wait(self) -> Result<(), JournalError> {
+        match self.0.map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(synced)) => synced,
+            Some(Err(_)) => Err(JournalError::Write {
+                file: PathBuf::new(),
+                source: std::io::Error::other("the journal's flush stopped"),
+            }),
+        }
     }
 }
 

@@ -97,7 +97,8 @@ fn a_tasks_lines_are_served_per_file_bounded_and_as_text() {
             ("notes.md".into(), "modified".into(), None),
             ("old.txt".into(), "deleted".into(), None),
             ("page.html".into(), "added".into(), None),
-        ]
+        ],
+        "the diff: {doc}\nthe task: {task}"
     );
     let text_of = |p: &str| {
         doc["files"]

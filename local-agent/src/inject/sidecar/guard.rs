@@ -252,6 +252,13 @@ fn node_at(
                     stamp: None,
                 });
             };
+            if let Some(hex) = seen::bytes(&st) {
+                return Ok(Node::File {
+                    mode,
+                    hex,
+                    stamp: Some(stamp_of(&st)),
+                });
+            }
             let fd = open_nofollow(parent, name, OFlags::RDONLY).map_err(|e| read_err(rel, e))?;
             let read_at = now_ns();
             let bytes = read_all(&fd).map_err(|e| read_err(rel, e))?;
@@ -267,11 +274,11 @@ fn node_at(
                     let changed = i128::from(s[4]) * 1_000_000_000 + i128::from(s[5]);
                     read_at - changed > RACY_NS
                 });
-            Ok(Node::File {
-                mode,
-                hex: to_hex(&bytes),
-                stamp,
-            })
+            let hex = to_hex(&bytes);
+            if stamp.is_some() {
+                seen::keep(&st, &hex);
+            }
+            Ok(Node::File { mode, hex, stamp })
         }
         FileType::Symlink => {
             take(0)?;
@@ -291,6 +298,47 @@ fn node_at(
             Ok(Node::Other {
                 kind: other_kind(ft).to_owned(),
             })
+        }
+    }
+}
+
+/// The guarded files read before, in this process, with settled stamps (see
+/// [`Node::File`]): a file found again with the same device, inode, size and times is
+/// the same bytes, so the next run's snapshot does not read it again, as the check
+/// after a run does not. A process-wide memory, bounded.
+mod seen {
+    use super::stamp_of;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
+
+    /// The most bytes of hex kept; past it, the memory starts again.
+    const MAX_HEX: usize = 16 << 20;
+
+    type Key = (u64, [i64; 6]);
+
+    static SEEN: Mutex<Option<(HashMap<Key, String>, usize)>> = Mutex::new(None);
+
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    fn key(st: &rustix::fs::Stat) -> Key {
+        (st.st_dev as u64, stamp_of(st))
+    }
+
+    /// The bytes (in hex) of the file `st` describes, if it was read with these stamps.
+    pub(super) fn bytes(st: &rustix::fs::Stat) -> Option<String> {
+        let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.as_ref()?.0.get(&key(st)).cloned()
+    }
+
+    /// Keeps what a file `st` describes held when it was read.
+    pub(super) fn keep(st: &rustix::fs::Stat, hex: &str) {
+        let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        let (map, size) = seen.get_or_insert_with(Default::default);
+        if *size + hex.len() > MAX_HEX {
+            map.clear();
+            *size = 0;
+        }
+        if hex.len() <= MAX_HEX && map.insert(key(st), hex.to_owned()).is_none() {
+            *size += hex.len();
         }
     }
 }

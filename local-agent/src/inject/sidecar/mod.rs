@@ -116,6 +116,9 @@ pub struct Sidecars {
     task_id: TaskId,
     journal: RunJournal,
     records: Vec<Record>,
+    /// The guard's snapshots this run took, by their files: cleanup restores from
+    /// these rather than reading the files back (the files are for a crash's recovery).
+    snapshots: Vec<(String, guard::Snapshot)>,
 }
 
 impl Sidecars {
@@ -124,6 +127,7 @@ impl Sidecars {
             task_id: task_id.clone(),
             journal: journal.run(task_id),
             records: Vec::new(),
+            snapshots: Vec::new(),
         }
     }
 
@@ -384,7 +388,7 @@ impl Sidecars {
     /// the journal. Touches nothing Berth did not write; returns what was kept because
     /// Berth did not write it (relative paths: an agent's file in a skill folder).
     pub fn cleanup(self, dir: &PinnedDir) -> (Undone, Result<(), SidecarError>) {
-        let undone = undo(&dir.fd(), &self.records);
+        let undone = undo_held(&dir.fd(), &self.records, &self.snapshots);
         if !undone.problems.is_empty() {
             // The journal stays, so the next start tries again.
             let e = SidecarError::Cleanup(undone.problems.join("; "));
@@ -407,7 +411,6 @@ impl Sidecars {
         nested: &[String],
     ) -> Result<Vec<guard::repos::Control>, SidecarError> {
         let root = dir.path().to_string_lossy().into_owned();
-        let snap = guard::Snapshot::take(dir.fd(), &root, nested).map_err(SidecarError::Guard)?;
         let file = guard_dir.join(format!(
             "{}-{}.json",
             self.task_id
@@ -417,18 +420,36 @@ impl Sidecars {
                 .collect::<String>(),
             uuid::Uuid::now_v7().simple()
         ));
-        let saved = berth_host::private::dir(guard_dir).and_then(|()| snap.save(&file));
-        saved.map_err(|source| SidecarError::Write {
-            path: file.display().to_string(),
-            source,
-        })?;
-        self.journal(
-            dir,
-            Record::Guard {
-                snapshot: file.display().to_string(),
-            },
-        )?;
-        Ok(snap.repos)
+        // Journaled first, its flush to the disk overlapping the snapshot: the record
+        // is durable before the agent starts, and a snapshot file that is not there
+        // when a crash's recovery reads the record was never needed (the agent had
+        // not started).
+        let snapshot = file.display().to_string();
+        let record = Record::Guard {
+            snapshot: snapshot.clone(),
+        };
+        let syncing = self.journal.record_syncing(dir, &record)?;
+        self.records.push(record);
+        let snap = guard::Snapshot::take(dir.fd(), &root, nested);
+        let saved = snap.map_err(SidecarError::Guard).and_then(|snap| {
+            berth_host::private::dir(guard_dir)
+                .and_then(|()| snap.save(&file))
+                .map(|()| snap)
+                .map_err(|source| {
+                    // Never half a snapshot for a recovery to trip on.
+                    let _ = std::fs::remove_file(&file);
+                    SidecarError::Write {
+                        path: file.display().to_string(),
+                        source,
+                    }
+                })
+        });
+        let synced = syncing.wait();
+        let snap = saved?;
+        synced?;
+        let repos = snap.repos.clone();
+        self.snapshots.push((snapshot, snap));
+        Ok(repos)
     }
 }
 
@@ -462,6 +483,11 @@ pub struct Undone {
 
 /// Undoes `records` (newest first) in the directory `dir`. Idempotent.
 pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Undone {
+    undo_held(dir, records, &[])
+}
+
+/// [`undo`], with the guard's snapshots already in memory (`held`, by their files).
+fn undo_held(dir: &impl AsFd, records: &[Record], held: &[(String, guard::Snapshot)]) -> Undone {
     let mut out = Undone::default();
     for record in records.iter().rev() {
         let result = match record {
@@ -480,7 +506,8 @@ pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Undone {
                 remove_copied(dir.as_fd(), path, entries, &mut out.kept).map_err(|e| e.to_string())
             }
             Record::Guard { snapshot } => {
-                unguard(dir.as_fd(), Path::new(snapshot), &mut out.guarded)
+                let snap = held.iter().find(|(f, _)| f == snapshot).map(|(_, s)| s);
+                unguard(dir.as_fd(), Path::new(snapshot), snap, &mut out.guarded)
             }
         };
         if let Err(e) = result {
@@ -490,22 +517,30 @@ pub(crate) fn undo(dir: &impl AsFd, records: &[Record]) -> Undone {
     out
 }
 
-/// Puts the guarded paths back from the snapshot file, then removes the file. A file
-/// that is gone was applied already.
+/// Puts the guarded paths back from the snapshot (`held`, or else its file), then
+/// removes the file. A file that is gone was applied already.
 fn unguard(
     dir: BorrowedFd<'_>,
     snapshot: &Path,
+    held: Option<&guard::Snapshot>,
     out: &mut Vec<guard::Restored>,
 ) -> Result<(), String> {
-    let snap = match guard::Snapshot::load(snapshot) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(format!(
-                "cannot read the guard's snapshot {}: {e}",
-                snapshot.display()
-            ));
-        }
+    let loaded;
+    let snap = match held {
+        Some(s) => s,
+        None => match guard::Snapshot::load(snapshot) {
+            Ok(s) => {
+                loaded = s;
+                &loaded
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the guard's snapshot {}: {e}",
+                    snapshot.display()
+                ));
+            }
+        },
     };
     match snap.restore(dir) {
         Ok(done) => out.extend(done),
@@ -514,12 +549,13 @@ fn unguard(
             return Err(format!("cannot put back what the fence guards: {why}"));
         }
     }
-    std::fs::remove_file(snapshot).map_err(|e| {
-        format!(
+    match std::fs::remove_file(snapshot) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!(
             "cannot remove the guard's snapshot {}: {e}",
             snapshot.display()
-        )
-    })
+        )),
+        Ok(()) | Err(_) => Ok(()),
+    }
 }
 
 /// Removes the directory `name` in `parent` if it is empty; a directory that holds

@@ -29,7 +29,8 @@ use berth_core::git::{CONTROL_FILES, HOOKS_DIR, Verdict};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use std::os::fd::BorrowedFd;
+use std::collections::HashMap;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// What a control file is to git.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,11 +141,32 @@ fn may_include(bytes: &[u8]) -> bool {
 
 /// The control files of the repositories at `repos` (work trees relative to the
 /// directory `dir` whose absolute path is `root`), read without following a link.
+/// The directory `rel` under `dir`, opened once into `dirs` (`None` when it is not
+/// there or not one).
+fn opened<'m>(
+    dirs: &'m mut HashMap<String, Option<OwnedFd>>,
+    dir: BorrowedFd<'_>,
+    rel: &str,
+) -> Result<Option<&'m OwnedFd>, GuardError> {
+    if !dirs.contains_key(rel) {
+        let fd = match open_dir(dir, rel) {
+            Ok(fd) => Some(fd),
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => None,
+            Err(e) => return Err(read_err(rel, e)),
+        };
+        dirs.insert(rel.to_owned(), fd);
+    }
+    Ok(dirs.get(rel).and_then(Option::as_ref))
+}
+
 struct Reader<'a> {
     dir: BorrowedFd<'a>,
     root: &'a str,
     budget: Budget,
     out: Vec<Control>,
+    /// The directories opened so far, by their paths (`None`: not there, or not a
+    /// directory): each is opened once a reading, not once for each file it holds.
+    dirs: HashMap<String, Option<OwnedFd>>,
 }
 
 impl Reader<'_> {
@@ -159,11 +181,12 @@ impl Reader<'_> {
             return Ok(c.entry.node.clone());
         }
         let (parent_rel, name) = split(rel);
-        let budget = read.then_some(&mut self.budget);
-        let node = match open_dir(self.dir, parent_rel) {
-            Ok(parent) => node_at(&parent, name, rel, budget)?,
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Node::Missing,
-            Err(e) => return Err(read_err(parent_rel, e)),
+        let node = match opened(&mut self.dirs, self.dir, parent_rel)? {
+            Some(parent) => {
+                let budget = read.then_some(&mut self.budget);
+                node_at(parent, name, rel, budget)?
+            }
+            None => Node::Missing,
         };
         self.out.push(Control {
             kind,
@@ -270,13 +293,17 @@ impl Reader<'_> {
     }
 
     /// The names in the directory `rel`, none if it is not one.
-    fn names(&self, rel: &str) -> Result<Vec<String>, GuardError> {
+    fn names(&mut self, rel: &str) -> Result<Vec<String>, GuardError> {
         let (parent_rel, name) = split(rel);
-        let Ok(parent) = open_dir(self.dir, parent_rel) else {
+        let Ok(Some(parent)) = opened(&mut self.dirs, self.dir, parent_rel) else {
             return Ok(Vec::new());
         };
-        match open_nofollow(&parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
-            Ok(fd) => sorted_names(&fd).map_err(|e| read_err(rel, e)),
+        match open_nofollow(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => {
+                let names = sorted_names(&fd).map_err(|e| read_err(rel, e))?;
+                self.dirs.insert(rel.to_owned(), Some(fd));
+                Ok(names)
+            }
             Err(_) => Ok(Vec::new()),
         }
     }
@@ -298,6 +325,7 @@ pub fn take(
             entries: 0,
         },
         out: Vec::new(),
+        dirs: HashMap::new(),
     };
     r.repo("")?;
     for at in nested {

@@ -335,3 +335,47 @@ fn a_file_changed_within_a_tick_of_the_reading_is_not_stamped() {
         config.node
     );
 }
+
+/// Issue 57: the next run's snapshot takes a stamped file's bytes from memory, not
+/// from the file; a write that kept the file's size and modification time still
+/// changed its change time, so that snapshot reads the new bytes, and restoring it
+/// after the agent's next write puts those back, not the first run's.
+#[test]
+fn the_next_snapshot_reads_again_a_file_written_since_even_with_its_times_set_back() {
+    let t = repo("seen");
+    let d = &t.0;
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let hook = |snap: &Snapshot| {
+        let e = snap
+            .entries
+            .iter()
+            .find(|e| e.path == ".git/hooks/pre-commit.sample")
+            .unwrap();
+        match &e.node {
+            Node::File { hex, .. } => String::from_utf8(from_hex(hex).unwrap()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let first = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
+    assert_eq!(hook(&first), "#!/bin/sh\nexit 0\n");
+    // Taken again unchanged: the same bytes (from memory).
+    let again = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
+    assert_eq!(again, first);
+    // The user edits it between runs, keeping its size and modification time.
+    let path = d.join(".git/hooks/pre-commit.sample");
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    fs::write(&path, "#!/bin/sh\nexit 2\n").unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let next = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
+    assert_eq!(hook(&next), "#!/bin/sh\nexit 2\n");
+    // The next agent writes it: what is put back is the user's edit.
+    fs::write(&path, "#!/bin/sh\nexit 3\n").unwrap();
+    next.restore(dirfd(d)).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "#!/bin/sh\nexit 2\n");
+}
