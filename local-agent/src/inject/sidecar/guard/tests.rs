@@ -44,6 +44,18 @@ fn repo(name: &str) -> Tmp {
     t
 }
 
+/// Writes `text` over `path`, then sets its modification time back as it was.
+fn rewrite_keeping_mtime(path: &Path, text: &str) {
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    fs::write(path, text).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
 fn dirfd(p: &Path) -> OwnedFd {
     rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
 }
@@ -299,14 +311,7 @@ fn a_stamped_file_is_trusted_unchanged_only_while_its_stamps_hold() {
     assert_eq!(snap.restore(dirfd(d)).unwrap(), vec![]);
     // The same size, the modification time set back as it was: still seen.
     let path = d.join(".git/hooks/pre-commit.sample");
-    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
-    fs::write(&path, "#!/bin/sh\nexit 1\n").unwrap();
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    rewrite_keeping_mtime(&path, "#!/bin/sh\nexit 1\n");
     let put = snap.restore(dirfd(d)).unwrap();
     assert_eq!(
         put.iter()
@@ -351,10 +356,10 @@ fn the_next_snapshot_reads_again_a_file_written_since_even_with_its_times_set_ba
             .iter()
             .find(|e| e.path == ".git/hooks/pre-commit.sample")
             .unwrap();
-        match &e.node {
-            Node::File { hex, .. } => String::from_utf8(from_hex(hex).unwrap()).unwrap(),
-            other => panic!("{other:?}"),
-        }
+        let Node::File { hex, .. } = &e.node else {
+            panic!("{:?}", e.node)
+        };
+        String::from_utf8(from_hex(hex).unwrap()).unwrap()
     };
     let first = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
     assert_eq!(hook(&first), "#!/bin/sh\nexit 0\n");
@@ -363,14 +368,7 @@ fn the_next_snapshot_reads_again_a_file_written_since_even_with_its_times_set_ba
     assert_eq!(again, first);
     // The user edits it between runs, keeping its size and modification time.
     let path = d.join(".git/hooks/pre-commit.sample");
-    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
-    fs::write(&path, "#!/bin/sh\nexit 2\n").unwrap();
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    rewrite_keeping_mtime(&path, "#!/bin/sh\nexit 2\n");
     std::thread::sleep(std::time::Duration::from_millis(150));
     let next = Snapshot::take(dirfd(d), &d.to_string_lossy(), &[]).unwrap();
     assert_eq!(hook(&next), "#!/bin/sh\nexit 2\n");
