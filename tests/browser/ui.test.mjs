@@ -9,6 +9,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
@@ -716,11 +717,14 @@ const finished = (session) =>
 
 uiTest("a long first snapshot shows what Berth is doing, and how far", { timeout: 120000 }, async () => {
   // Issue 37: a plain directory of 10,000 files, every one read by the first record.
+  // Random bytes, 32 KB each: the record reads, hashes and compresses 320 MB, which
+  // takes past the first progress line (300 ms) even with issue 57's parallel record
+  // (small files of text were done before it on a quick machine).
   const dir = path.join(home, "code", "huge");
   for (let i = 0; i < 10000; i++) {
     const sub = path.join(dir, `d${i % 50}`);
     if (i < 50) fs.mkdirSync(sub, { recursive: true });
-    fs.writeFileSync(path.join(sub, `f${i}.txt`), `file ${i}\n`);
+    fs.writeFileSync(path.join(sub, `f${i}.bin`), crypto.randomBytes(32768));
   }
   await berth(["agent", "add", "hello", "--kind", "command", "--command", "echo", "hello"]);
   const id = JSON.parse(await berth(["session", "new", "--agent", "hello", "--title", "Big", "--dir", dir, "--json"])).id;
