@@ -454,7 +454,9 @@ fn linking_takes_the_first_snapshot_at_once_in_the_background() {
 }
 
 /// Issue 37: a first snapshot that takes a while is said, with how far it is, in
-/// `send --json` (a plain directory of 10,000 files: every one is read).
+/// `send --json` (a plain directory of 10,000 files: every one is read). The files are
+/// 32 KB of noise each: small files of text were recorded before the first progress
+/// line (300 ms) once the plain first record became parallel (issue 57).
 #[test]
 fn a_long_first_snapshot_reports_its_progress() {
     let mut b = Berth::new("changes-progress");
@@ -468,7 +470,7 @@ fn a_long_first_snapshot_reports_its_progress() {
         if i < 50 {
             std::fs::create_dir_all(&sub).unwrap();
         }
-        std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+        std::fs::write(sub.join(format!("f{i}.bin")), noise(i, 32 * 1024)).unwrap();
     }
     let id = new_session(&b, "quick", Some(&dir));
     let out = b.run(&["send", &id, "go", "--json"]);
@@ -551,4 +553,18 @@ fn past_the_watch_limit_runs_stay_exact_and_it_is_said_once() {
     assert!(!second.contains("not watching"), "{second}");
     // notes.md rewritten by the agent; big.bin and blob.bin rewritten as they were.
     assert!(second.contains("1 file changed"), "{second}");
+}
+
+/// `len` bytes that do not compress (xorshift64*, seeded by `seed`).
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
