@@ -159,7 +159,6 @@ impl Pg {
             .chain(work.iter().map(|s| (WORK_CHANNEL, s)))
             .map(|(channel, session)| (channel, format!("{} {session}", self.replica)))
             .collect();
-        w.notify(&notes).await?;
-        w.commit(&self.hub).await
+        w.commit(&notes, &self.hub).await
     }
 }

@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 use std::time::Duration;
 use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
+use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 /// Connections per replica, at most.
 pub(super) const POOL: usize = 16;
@@ -51,6 +51,9 @@ pub(super) struct Conn {
     /// A statement found the connection lost: it is not pooled again, even while the
     /// client has not noticed yet (its `is_closed` lags the error).
     broken: bool,
+    /// A write was dropped with its transaction open: rolled back before the
+    /// connection is used again.
+    open: bool,
 }
 
 /// A connection taken from the pool; back in it when dropped, unless it broke.
@@ -90,24 +93,26 @@ impl Lease<'_> {
             c: &conn.client,
             stmts: &mut conn.stmts,
             broken: &mut conn.broken,
+            begin: None,
         })
     }
 
-    /// Begins a write.
+    /// Begins a write. Nothing is sent yet: `BEGIN` goes with the write's first
+    /// statement, in one round trip (pipelined), and `COMMIT` with its last
+    /// ([`W::commit`]).
     pub(super) async fn begin(&mut self) -> Result<W<'_>, StoreError> {
         let Conn {
             client,
             stmts,
             broken,
+            open,
         } = self.conn()?;
-        let tx = match client.transaction().await {
-            Ok(tx) => tx,
-            Err(e) => return Err(mark(broken, e)),
-        };
         Ok(W {
-            tx,
+            c: client,
             stmts,
             broken,
+            open,
+            unsent: true,
             outbox: Outbox::default(),
             work: Vec::new(),
         })
@@ -119,6 +124,8 @@ pub(super) struct Q<'a, C> {
     c: &'a C,
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
+    /// In a write: whether its `BEGIN` is still to be sent (with the next statement).
+    begin: Option<&'a mut bool>,
 }
 
 /// The store's error for `e`; a lost connection marks it broken.
@@ -146,17 +153,43 @@ impl<C: GenericClient + Sync> Q<'_, C> {
         Ok(s)
     }
 
+    /// Whether this statement must carry the write's `BEGIN` (once).
+    fn begins(&mut self) -> bool {
+        match self.begin.as_deref_mut() {
+            Some(unsent) if *unsent => {
+                *unsent = false;
+                true
+            }
+            Some(_) | None => false,
+        }
+    }
+
+    /// Runs `statement`, preceded in the same round trip by the write's `BEGIN` when
+    /// it is the first: tokio-postgres sends requests in the order they are first
+    /// polled and reads the answers in that order, so the two go out together.
+    async fn run<T>(
+        &mut self,
+        statement: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StoreError> {
+        let out = if self.begins() {
+            let (begun, out) = tokio::join!(self.c.batch_execute("BEGIN"), statement);
+            begun.and(out)
+        } else {
+            statement.await
+        };
+        out.map_err(|e| mark(self.broken, e))
+    }
+
     pub(super) async fn exec(&mut self, sql: &str, p: Params<'_>) -> Result<u64, StoreError> {
         let st = self.prepared(sql).await?;
-        self.c
-            .execute(&st, p)
-            .await
-            .map_err(|e| mark(self.broken, e))
+        let c = self.c;
+        self.run(c.execute(&st, p)).await
     }
 
     pub(super) async fn rows(&mut self, sql: &str, p: Params<'_>) -> Result<Vec<Row>, StoreError> {
         let st = self.prepared(sql).await?;
-        self.c.query(&st, p).await.map_err(|e| mark(self.broken, e))
+        let c = self.c;
+        self.run(c.query(&st, p)).await
     }
 
     pub(super) async fn opt(
@@ -165,64 +198,105 @@ impl<C: GenericClient + Sync> Q<'_, C> {
         p: Params<'_>,
     ) -> Result<Option<Row>, StoreError> {
         let st = self.prepared(sql).await?;
-        self.c
-            .query_opt(&st, p)
-            .await
-            .map_err(|e| mark(self.broken, e))
+        let c = self.c;
+        self.run(c.query_opt(&st, p)).await
     }
 
     pub(super) async fn one(&mut self, sql: &str, p: Params<'_>) -> Result<Row, StoreError> {
         let st = self.prepared(sql).await?;
-        self.c
-            .query_one(&st, p)
-            .await
-            .map_err(|e| mark(self.broken, e))
+        let c = self.c;
+        self.run(c.query_one(&st, p)).await
     }
 }
 
 /// A write: one transaction and the transcript events it appends, published after
-/// the commit. Dropped without [`Pg::publish`], it rolls back.
+/// the commit. Dropped without [`Pg::publish`], it rolls back (before its connection
+/// is used again, [`Pg::lease`]).
+///
+/// Its `BEGIN` goes out with its first statement and its `COMMIT` with its last (the
+/// notifications, [`W::commit`]), each pipelined in one round trip: a write of one
+/// statement costs one round trip and its commit, as it would outside a transaction.
+/// A statement that fails aborts the transaction, so the `COMMIT` sent behind it
+/// rolls back (PostgreSQL answers it `ROLLBACK`), and the statement's error is what
+/// the write returns.
 pub(super) struct W<'a> {
-    tx: Transaction<'a>,
+    c: &'a Client,
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
+    /// The connection's "a transaction was left open" mark.
+    open: &'a mut bool,
+    /// `BEGIN` not sent yet: nothing of the write reached the database.
+    unsent: bool,
     pub(super) outbox: Outbox,
     /// Sessions given new work, announced at commit.
     pub(super) work: Vec<berth_core::SessionId>,
 }
 
-impl<'a> W<'a> {
-    pub(super) fn q(&mut self) -> Q<'_, Transaction<'a>> {
+impl Drop for W<'_> {
+    fn drop(&mut self) {
+        // Dropped with its transaction open (an error, or a write that found nothing
+        // to do): the connection rolls it back before its next use.
+        if !self.unsent {
+            *self.open = true;
+        }
+    }
+}
+
+impl W<'_> {
+    pub(super) fn q(&mut self) -> Q<'_, Client> {
         Q {
-            c: &self.tx,
+            c: self.c,
             stmts: self.stmts,
             broken: self.broken,
+            begin: Some(&mut self.unsent),
         }
     }
 
-    /// Notifies each `(channel, payload)` pair, in one prepared statement: delivered at
-    /// the commit, not before.
-    pub(super) async fn notify(&mut self, notes: &[(&str, String)]) -> Result<(), StoreError> {
-        if notes.is_empty() {
-            return Ok(());
-        }
+    /// Notifies each `(channel, payload)` pair (delivered at the commit, not before)
+    /// and commits, the two in one round trip; then publishes the events appended to
+    /// this process's live feed, in order (see [`Pg::publish`]).
+    pub(super) async fn commit(
+        mut self,
+        notes: &[(&str, String)],
+        hub: &Hub,
+    ) -> Result<(), StoreError> {
+        const NOTIFY: &str =
+            "SELECT pg_notify(n.c, n.p) FROM unnest($1::text[], $2::text[]) AS n(c, p)";
         let channels: Vec<&str> = notes.iter().map(|(c, _)| *c).collect();
         let payloads: Vec<&str> = notes.iter().map(|(_, p)| p.as_str()).collect();
-        self.q()
-            .exec(
-                "SELECT pg_notify(n.c, n.p) FROM unnest($1::text[], $2::text[]) AS n(c, p)",
-                &[&channels, &payloads],
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Commits, then publishes the events appended to this process's live feed, in
-    /// order (see [`Pg::publish`]).
-    pub(super) async fn commit(self, hub: &Hub) -> Result<(), StoreError> {
-        let broken = self.broken;
-        self.tx.commit().await.map_err(|e| mark(broken, e))?;
-        for ev in self.outbox.0 {
+        match (notes.is_empty(), self.unsent) {
+            // Nothing was written, nothing to announce.
+            (true, true) => {}
+            // Nothing but the notifications: on their own, outside a transaction.
+            (false, true) => {
+                let c = self.c;
+                let mut q = Q {
+                    c,
+                    stmts: self.stmts,
+                    broken: self.broken,
+                    begin: None,
+                };
+                q.exec(NOTIFY, &[&channels, &payloads]).await?;
+            }
+            (true, false) => {
+                let done = self.c.batch_execute("COMMIT").await;
+                done.map_err(|e| mark(self.broken, e))?;
+                self.unsent = true;
+            }
+            (false, false) => {
+                let st = self.q().prepared(NOTIFY).await?;
+                let params: Params<'_> = &[&channels, &payloads];
+                let (notified, done) = tokio::join!(
+                    self.c.execute(&st, params),
+                    self.c.batch_execute("COMMIT")
+                );
+                // A failed notification aborted the transaction: the COMMIT behind it
+                // rolled back, and the notification's error says why.
+                notified.and(done).map_err(|e| mark(self.broken, e))?;
+                self.unsent = true;
+            }
+        }
+        for ev in std::mem::take(&mut self.outbox.0) {
             hub.publish(ev);
         }
         Ok(())
@@ -277,6 +351,7 @@ impl Pg {
             client,
             stmts: HashMap::new(),
             broken: false,
+            open: false,
         })
     }
 
@@ -303,6 +378,14 @@ impl Pg {
             }
         };
         let conn = match idle {
+            // A write dropped with its transaction open left it so: rolled back first.
+            Some(mut c) if c.open => match c.client.batch_execute("ROLLBACK").await {
+                Ok(()) => {
+                    c.open = false;
+                    c
+                }
+                Err(_) => self.open().await?,
+            },
             Some(c) => c,
             None => self.open().await?,
         };
