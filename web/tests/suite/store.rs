@@ -1376,6 +1376,81 @@ mod postgres_only {
         client.query_one(sql, &[]).await.unwrap().get(0)
     }
 
+    /// Issue 57: a write whose transaction went out with its first statement, then
+    /// ended in an error (here a decision on a request already decided, its row locked
+    /// `FOR UPDATE`), ends that transaction at once: another replica's answer to the
+    /// same request is told it was decided, rather than waiting on a lock held by an
+    /// idle pooled connection.
+    #[tokio::test]
+    async fn a_write_that_fails_after_its_first_statement_holds_no_lock_afterwards() {
+        use berth_core::approval::{Approval, DecidedBy, Decision, Verdict};
+        let url = pg::fresh_database().await;
+        let (a, b) = (
+            Store::connect(&url).await.unwrap(),
+            Store::connect(&url).await.unwrap(),
+        );
+        a.add_agent(agent()).await.unwrap();
+        let s = a.create_session(unbound("asks")).await.unwrap();
+        let (t, _) = a
+            .add_message(s.id.to_string(), Origin::Desktop, "run it".into())
+            .await
+            .unwrap();
+        assert!(a.claim(t.id.clone()).await.unwrap());
+        let id = format!("{}-1", t.id);
+        let asked = Approval {
+            id: id.clone(),
+            task_id: t.id.clone(),
+            session_id: s.id.clone(),
+            kind: "execute".into(),
+            title: "check".into(),
+            command: Some("sh ./check.sh".into()),
+            paths: vec![],
+            input: serde_json::json!({"command": "sh ./check.sh"}),
+            options: vec![],
+            asked_at: "2026-01-01T00:00:00.000Z".into(),
+            deadline: "2099-01-01T00:00:00.000Z".into(),
+            decision: None,
+        };
+        a.run_events(
+            t.clone(),
+            vec![
+                RunItem::Status(TaskStatus::Running, None),
+                RunItem::Approval(Box::new(asked)),
+            ],
+        )
+        .await
+        .unwrap();
+        let d = |who: &str| Decision {
+            decision: Verdict::Allow,
+            by: DecidedBy::Human,
+            who: Some(who.to_owned()),
+            via: Some("cli".into()),
+            at: "2026-01-01T00:00:01.000Z".into(),
+            reason: None,
+            always: false,
+        };
+        a.decide_approval(id.clone(), None, d("alice"))
+            .await
+            .unwrap();
+        // Refused after its row was locked: the write is dropped with its transaction open.
+        let again = a.decide_approval(id.clone(), None, d("bob")).await;
+        assert!(again.is_err(), "{again:?}");
+        // The other replica locks the same row: answered, not left waiting.
+        let other = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            b.decide_approval(id.clone(), None, d("carol")),
+        )
+        .await
+        .expect("the other replica waited on a lock the failed write still held");
+        assert!(
+            matches!(&other, Err(StoreError::Approval { code, .. })
+                if *code == berth_core::ErrorCode::AlreadyDecided),
+            "{other:?}"
+        );
+        // And the first handle's next write goes through.
+        assert!(a.create_session(unbound("after")).await.is_ok());
+    }
+
     #[tokio::test]
     async fn two_handles_number_a_session_without_gaps_and_claim_each_task_once() {
         let url = pg::fresh_database().await;

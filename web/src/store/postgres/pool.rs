@@ -48,12 +48,11 @@ impl From<tokio_postgres::Error> for StoreError {
 pub(super) struct Conn {
     pub(super) client: Client,
     stmts: HashMap<String, Statement>,
-    /// A statement found the connection lost: it is not pooled again, even while the
-    /// client has not noticed yet (its `is_closed` lags the error).
+    /// A statement found the connection lost, or a write was dropped with its
+    /// transaction open: it is not pooled again (even while the client has not
+    /// noticed yet: its `is_closed` lags the error), and closing it ends the
+    /// transaction at once, with whatever rows it had locked.
     broken: bool,
-    /// A write was dropped with its transaction open: rolled back before the
-    /// connection is used again.
-    open: bool,
 }
 
 /// A connection taken from the pool; back in it when dropped, unless it broke.
@@ -105,13 +104,11 @@ impl Lease<'_> {
             client,
             stmts,
             broken,
-            open,
         } = self.conn()?;
         Ok(W {
             c: client,
             stmts,
             broken,
-            open,
             unsent: true,
             outbox: Outbox::default(),
             work: Vec::new(),
@@ -210,8 +207,9 @@ impl<C: GenericClient + Sync> Q<'_, C> {
 }
 
 /// A write: one transaction and the transcript events it appends, published after
-/// the commit. Dropped without [`Pg::publish`], it rolls back (before its connection
-/// is used again, [`Pg::lease`]).
+/// the commit. Dropped without [`Pg::publish`] once anything was sent, it rolls back:
+/// its connection is closed rather than pooled, so the transaction and its locks end
+/// at once (an error's path, or a write that found nothing to do).
 ///
 /// Its `BEGIN` goes out with its first statement and its `COMMIT` with its last (the
 /// notifications, [`W::commit`]), each pipelined in one round trip: a write of one
@@ -223,8 +221,6 @@ pub(super) struct W<'a> {
     c: &'a Client,
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
-    /// The connection's "a transaction was left open" mark.
-    open: &'a mut bool,
     /// `BEGIN` not sent yet: nothing of the write reached the database.
     unsent: bool,
     pub(super) outbox: Outbox,
@@ -234,10 +230,10 @@ pub(super) struct W<'a> {
 
 impl Drop for W<'_> {
     fn drop(&mut self) {
-        // Dropped with its transaction open (an error, or a write that found nothing
-        // to do): the connection rolls it back before its next use.
+        // Dropped with its transaction open: never pooled with it (a pooled connection
+        // could hold its row locks until its next use).
         if !self.unsent {
-            *self.open = true;
+            *self.broken = true;
         }
     }
 }
@@ -286,10 +282,8 @@ impl W<'_> {
             (false, false) => {
                 let st = self.q().prepared(NOTIFY).await?;
                 let params: Params<'_> = &[&channels, &payloads];
-                let (notified, done) = tokio::join!(
-                    self.c.execute(&st, params),
-                    self.c.batch_execute("COMMIT")
-                );
+                let (notified, done) =
+                    tokio::join!(self.c.execute(&st, params), self.c.batch_execute("COMMIT"));
                 // A failed notification aborted the transaction: the COMMIT behind it
                 // rolled back, and the notification's error says why.
                 notified.and(done).map_err(|e| mark(self.broken, e))?;
@@ -351,7 +345,6 @@ impl Pg {
             client,
             stmts: HashMap::new(),
             broken: false,
-            open: false,
         })
     }
 
@@ -378,14 +371,6 @@ impl Pg {
             }
         };
         let conn = match idle {
-            // A write dropped with its transaction open left it so: rolled back first.
-            Some(mut c) if c.open => match c.client.batch_execute("ROLLBACK").await {
-                Ok(()) => {
-                    c.open = false;
-                    c
-                }
-                Err(_) => self.open().await?,
-            },
             Some(c) => c,
             None => self.open().await?,
         };
