@@ -40,6 +40,24 @@ fn unbound(title: &str) -> NewSessionRow {
     }
 }
 
+/// A request to run `sh ./check.sh`, the first of task `task` in session `session`.
+fn check_request(task: &TaskId, session: &SessionId) -> berth_core::approval::Approval {
+    berth_core::approval::Approval {
+        id: format!("{task}-1"),
+        task_id: task.clone(),
+        session_id: session.clone(),
+        kind: "execute".into(),
+        title: "check".into(),
+        command: Some("sh ./check.sh".into()),
+        paths: vec![],
+        input: serde_json::json!({"command": "sh ./check.sh"}),
+        options: vec![],
+        asked_at: "2026-01-01T00:00:00.000Z".into(),
+        deadline: "2099-01-01T00:00:00.000Z".into(),
+        decision: None,
+    }
+}
+
 /// Where one test's store lives.
 enum Place {
     Sqlite(TempDir),
@@ -320,20 +338,7 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
     );
     assert!(listed(Some(Needs::Approval)).await.is_empty());
     let id = format!("{}-1", t.id);
-    let a = Approval {
-        id: id.clone(),
-        task_id: t.id.clone(),
-        session_id: s.id.clone(),
-        kind: "execute".into(),
-        title: "check".into(),
-        command: Some("sh ./check.sh".into()),
-        paths: vec![],
-        input: serde_json::json!({"command": "sh ./check.sh"}),
-        options: vec![],
-        asked_at: "2026-01-01T00:00:00.000Z".into(),
-        deadline: "2099-01-01T00:00:00.000Z".into(),
-        decision: None,
-    };
+    let a: Approval = check_request(&t.id, &s.id);
     store
         .run_events(
             t.clone(),
@@ -1383,7 +1388,7 @@ mod postgres_only {
     /// idle pooled connection.
     #[tokio::test]
     async fn a_write_that_fails_after_its_first_statement_holds_no_lock_afterwards() {
-        use berth_core::approval::{Approval, DecidedBy, Decision, Verdict};
+        use berth_core::approval::{DecidedBy, Decision, Verdict};
         let url = pg::fresh_database().await;
         let (a, b) = (
             Store::connect(&url).await.unwrap(),
@@ -1397,20 +1402,7 @@ mod postgres_only {
             .unwrap();
         assert!(a.claim(t.id.clone()).await.unwrap());
         let id = format!("{}-1", t.id);
-        let asked = Approval {
-            id: id.clone(),
-            task_id: t.id.clone(),
-            session_id: s.id.clone(),
-            kind: "execute".into(),
-            title: "check".into(),
-            command: Some("sh ./check.sh".into()),
-            paths: vec![],
-            input: serde_json::json!({"command": "sh ./check.sh"}),
-            options: vec![],
-            asked_at: "2026-01-01T00:00:00.000Z".into(),
-            deadline: "2099-01-01T00:00:00.000Z".into(),
-            decision: None,
-        };
+        let asked = check_request(&t.id, &s.id);
         a.run_events(
             t.clone(),
             vec![
