@@ -1381,6 +1381,19 @@ mod postgres_only {
         client.query_one(sql, &[]).await.unwrap().get(0)
     }
 
+    /// Two handles on one fresh database (two replicas), the agent added and one
+    /// session made through the first.
+    async fn two_handles(title: &str) -> (Store, Store, berth_web::store::SessionRow) {
+        let url = pg::fresh_database().await;
+        let (a, b) = (
+            Store::connect(&url).await.unwrap(),
+            Store::connect(&url).await.unwrap(),
+        );
+        a.add_agent(agent()).await.unwrap();
+        let s = a.create_session(unbound(title)).await.unwrap();
+        (a, b, s)
+    }
+
     /// Issue 57: a write whose transaction went out with its first statement, then
     /// ended in an error (here a decision on a request already decided, its row locked
     /// `FOR UPDATE`), ends that transaction at once: another replica's answer to the
@@ -1389,13 +1402,7 @@ mod postgres_only {
     #[tokio::test]
     async fn a_write_that_fails_after_its_first_statement_holds_no_lock_afterwards() {
         use berth_core::approval::{DecidedBy, Decision, Verdict};
-        let url = pg::fresh_database().await;
-        let (a, b) = (
-            Store::connect(&url).await.unwrap(),
-            Store::connect(&url).await.unwrap(),
-        );
-        a.add_agent(agent()).await.unwrap();
-        let s = a.create_session(unbound("asks")).await.unwrap();
+        let (a, b, s) = two_handles("asks").await;
         let (t, _) = a
             .add_message(s.id.to_string(), Origin::Desktop, "run it".into())
             .await
@@ -1445,13 +1452,7 @@ mod postgres_only {
 
     #[tokio::test]
     async fn two_handles_number_a_session_without_gaps_and_claim_each_task_once() {
-        let url = pg::fresh_database().await;
-        let (a, b) = (
-            Store::connect(&url).await.unwrap(),
-            Store::connect(&url).await.unwrap(),
-        );
-        a.add_agent(agent()).await.unwrap();
-        let s = a.create_session(unbound("busy")).await.unwrap();
+        let (a, b, s) = two_handles("busy").await;
         let mut sends = Vec::new();
         for i in 0..20 {
             let store = if i % 2 == 0 { a.clone() } else { b.clone() };
