@@ -58,6 +58,22 @@ fn check_request(task: &TaskId, session: &SessionId) -> berth_core::approval::Ap
     }
 }
 
+/// `who`'s answer `verdict`, from the CLI.
+fn human_decision(
+    who: &str,
+    verdict: berth_core::approval::Verdict,
+) -> berth_core::approval::Decision {
+    berth_core::approval::Decision {
+        decision: verdict,
+        by: berth_core::approval::DecidedBy::Human,
+        who: Some(who.to_owned()),
+        via: Some("cli".into()),
+        at: "2026-01-01T00:00:01.000Z".into(),
+        reason: None,
+        always: false,
+    }
+}
+
 /// Where one test's store lives.
 enum Place {
     Sqlite(TempDir),
@@ -303,7 +319,7 @@ async fn usage_adds_up_in_the_database(place: Place) {
 /// and a session's rules are numbered, kept once each, and removed by number.
 async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) {
     use berth_core::api::Needs;
-    use berth_core::approval::{Approval, DecidedBy, Decision, Verdict};
+    use berth_core::approval::{Approval, Verdict};
     let store = place.open().await;
     store.add_agent(agent()).await.unwrap();
     let s = store.create_session(unbound("asks")).await.unwrap();
@@ -368,15 +384,7 @@ async fn approvals_are_decided_once_and_sessions_keep_their_rules(place: Place) 
     let needs_you = [(id_of.clone(), serde_json::json!("approval"))];
     assert_eq!(listed(None).await, needs_you);
     assert_eq!(listed(Some(Needs::Approval)).await, needs_you);
-    let d = |who: &str, v| Decision {
-        decision: v,
-        by: DecidedBy::Human,
-        who: Some(who.to_owned()),
-        via: Some("cli".into()),
-        at: "2026-01-01T00:00:01.000Z".into(),
-        reason: None,
-        always: false,
-    };
+    let d = human_decision;
     let (decided, task) = store
         .decide_approval(id.clone(), None, d("alice", Verdict::Allow))
         .await
@@ -1401,7 +1409,7 @@ mod postgres_only {
     /// idle pooled connection.
     #[tokio::test]
     async fn a_write_that_fails_after_its_first_statement_holds_no_lock_afterwards() {
-        use berth_core::approval::{DecidedBy, Decision, Verdict};
+        use berth_core::approval::Verdict;
         let (a, b, s) = two_handles("asks").await;
         let (t, _) = a
             .add_message(s.id.to_string(), Origin::Desktop, "run it".into())
@@ -1419,15 +1427,7 @@ mod postgres_only {
         )
         .await
         .unwrap();
-        let d = |who: &str| Decision {
-            decision: Verdict::Allow,
-            by: DecidedBy::Human,
-            who: Some(who.to_owned()),
-            via: Some("cli".into()),
-            at: "2026-01-01T00:00:01.000Z".into(),
-            reason: None,
-            always: false,
-        };
+        let d = |who: &str| human_decision(who, Verdict::Allow);
         a.decide_approval(id.clone(), None, d("alice"))
             .await
             .unwrap();
