@@ -10,6 +10,7 @@ pub mod bench;
 pub mod dbus;
 pub mod fake_models;
 pub mod receiver;
+pub mod rng;
 pub mod steps;
 pub mod team;
 pub mod tls;

@@ -147,15 +147,11 @@ impl Journal {
             source,
         };
         let file = file.try_clone().map_err(err)?;
-        let path = path.clone();
         let syncing = std::thread::Builder::new()
             .name("journal-sync".into())
-            .spawn(move || {
-                file.sync_data()
-                    .map_err(|source| JournalError::Write { file: path, source })
-            })
+            .spawn(move || file.sync_data())
             .map_err(err)?;
-        Ok(Syncing(Some(syncing)))
+        Ok(Syncing(Some((path.clone(), syncing))))
     }
 
     fn append(
@@ -304,19 +300,18 @@ impl RunJournal {
 /// A record's flush to the disk, under way ([`RunJournal::record_syncing`]).
 #[derive(Debug)]
 #[must_use = "the record is durable only once wait says so"]
-pub struct Syncing(Option<std::thread::JoinHandle<Result<(), JournalError>>>);
+pub struct Syncing(Option<(PathBuf, std::thread::JoinHandle<std::io::Result<()>>)>);
 
 impl Syncing {
     /// Waits until the record is on the disk.
     pub fn wait(self) -> Result<(), JournalError> {
-        match self.0.map(std::thread::JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(synced)) => synced,
-            Some(Err(_)) => Err(JournalError::Write {
-                file: PathBuf::new(),
-                source: std::io::Error::other("the journal's flush stopped"),
-            }),
-        }
+        let Some((file, flush)) = self.0 else {
+            return Ok(());
+        };
+        let flushed = flush
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the journal's flush stopped")));
+        flushed.map_err(|source| JournalError::Write { file, source })
     }
 }
 

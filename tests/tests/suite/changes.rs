@@ -6,6 +6,7 @@
 //! refusals. Nothing appears in the user's directory or its `.git`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
+use berth_tests::rng::Rng;
 use berth_tests::steps::{add_command_agent, git, new_session, s, write_script};
 use berth_tests::{Berth, eventually};
 use serde_json::Value;
@@ -470,7 +471,7 @@ fn a_long_first_snapshot_reports_its_progress() {
         if i < 50 {
             std::fs::create_dir_all(&sub).unwrap();
         }
-        std::fs::write(sub.join(format!("f{i}.bin")), noise(i, 32 * 1024)).unwrap();
+        std::fs::write(sub.join(format!("f{i}.bin")), Rng::new(i).bytes(32 * 1024)).unwrap();
     }
     let id = new_session(&b, "quick", Some(&dir));
     let out = b.run(&["send", &id, "go", "--json"]);
@@ -553,18 +554,4 @@ fn past_the_watch_limit_runs_stay_exact_and_it_is_said_once() {
     assert!(!second.contains("not watching"), "{second}");
     // notes.md rewritten by the agent; big.bin and blob.bin rewritten as they were.
     assert!(second.contains("1 file changed"), "{second}");
-}
-
-/// `len` bytes that do not compress (xorshift64*, seeded by `seed`).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }

@@ -8,6 +8,7 @@
 //! failing round can be replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a panic is a failed test.
 
+use berth_tests::rng::Rng;
 use berth_tests::steps::{
     add_command_agent, alive, control, error_code, new_session, raw_http, s, send_detached,
     wait_final, write_script,
@@ -18,28 +19,6 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// xorshift64*: small, seeded, good enough to scatter kill points.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform-ish in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// `default`, or `BERTH_FAULT_ROUNDS` when that is larger.
 fn rounds(default: u64) -> u64 {

@@ -92,7 +92,7 @@ impl Lease<'_> {
             c: &conn.client,
             stmts: &mut conn.stmts,
             broken: &mut conn.broken,
-            begin: None,
+            tx: None,
         })
     }
 
@@ -109,7 +109,7 @@ impl Lease<'_> {
             c: client,
             stmts,
             broken,
-            unsent: true,
+            open: false,
             outbox: Outbox::default(),
             work: Vec::new(),
         })
@@ -121,8 +121,9 @@ pub(super) struct Q<'a, C> {
     c: &'a C,
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
-    /// In a write: whether its `BEGIN` is still to be sent (with the next statement).
-    begin: Option<&'a mut bool>,
+    /// In a write: whether its transaction is open (`BEGIN` sent); if not, the next
+    /// statement carries its `BEGIN`.
+    tx: Option<&'a mut bool>,
 }
 
 /// The store's error for `e`; a lost connection marks it broken.
@@ -152,9 +153,9 @@ impl<C: GenericClient + Sync> Q<'_, C> {
 
     /// Whether this statement must carry the write's `BEGIN` (once).
     fn begins(&mut self) -> bool {
-        match self.begin.as_deref_mut() {
-            Some(unsent) if *unsent => {
-                *unsent = false;
+        match self.tx.as_deref_mut() {
+            Some(open) if !*open => {
+                *open = true;
                 true
             }
             Some(_) | None => false,
@@ -221,8 +222,8 @@ pub(super) struct W<'a> {
     c: &'a Client,
     stmts: &'a mut HashMap<String, Statement>,
     broken: &'a mut bool,
-    /// `BEGIN` not sent yet: nothing of the write reached the database.
-    unsent: bool,
+    /// Its transaction is open: `BEGIN` was sent, `COMMIT` not yet.
+    open: bool,
     pub(super) outbox: Outbox,
     /// Sessions given new work, announced at commit.
     pub(super) work: Vec<berth_core::SessionId>,
@@ -232,19 +233,20 @@ impl Drop for W<'_> {
     fn drop(&mut self) {
         // Dropped with its transaction open: never pooled with it (a pooled connection
         // could hold its row locks until its next use).
-        if !self.unsent {
+        if self.open {
             *self.broken = true;
         }
     }
 }
 
 impl W<'_> {
+    /// Statements in the write's transaction (the first carries its `BEGIN`).
     pub(super) fn q(&mut self) -> Q<'_, Client> {
         Q {
             c: self.c,
             stmts: self.stmts,
             broken: self.broken,
-            begin: Some(&mut self.unsent),
+            tx: Some(&mut self.open),
         }
     }
 
@@ -260,35 +262,31 @@ impl W<'_> {
             "SELECT pg_notify(n.c, n.p) FROM unnest($1::text[], $2::text[]) AS n(c, p)";
         let channels: Vec<&str> = notes.iter().map(|(c, _)| *c).collect();
         let payloads: Vec<&str> = notes.iter().map(|(_, p)| p.as_str()).collect();
-        match (notes.is_empty(), self.unsent) {
-            // Nothing was written, nothing to announce.
-            (true, true) => {}
-            // Nothing but the notifications: on their own, outside a transaction.
-            (false, true) => {
-                let c = self.c;
-                let mut q = Q {
-                    c,
+        if !self.open {
+            // Nothing was written: the notifications (if any) on their own, outside a
+            // transaction.
+            if !notes.is_empty() {
+                let mut alone = Q {
+                    c: self.c,
                     stmts: self.stmts,
                     broken: self.broken,
-                    begin: None,
+                    tx: None,
                 };
-                q.exec(NOTIFY, &[&channels, &payloads]).await?;
+                alone.exec(NOTIFY, &[&channels, &payloads]).await?;
             }
-            (true, false) => {
-                let done = self.c.batch_execute("COMMIT").await;
-                done.map_err(|e| mark(self.broken, e))?;
-                self.unsent = true;
-            }
-            (false, false) => {
-                let st = self.q().prepared(NOTIFY).await?;
-                let params: Params<'_> = &[&channels, &payloads];
-                let (notified, done) =
-                    tokio::join!(self.c.execute(&st, params), self.c.batch_execute("COMMIT"));
-                // A failed notification aborted the transaction: the COMMIT behind it
-                // rolled back, and the notification's error says why.
-                notified.and(done).map_err(|e| mark(self.broken, e))?;
-                self.unsent = true;
-            }
+        } else if notes.is_empty() {
+            let done = self.c.batch_execute("COMMIT").await;
+            done.map_err(|e| mark(self.broken, e))?;
+            self.open = false;
+        } else {
+            let st = self.q().prepared(NOTIFY).await?;
+            let params: Params<'_> = &[&channels, &payloads];
+            let (notified, done) =
+                tokio::join!(self.c.execute(&st, params), self.c.batch_execute("COMMIT"));
+            // A failed notification aborted the transaction: the COMMIT behind it
+            // rolled back, and the notification's error says why.
+            notified.and(done).map_err(|e| mark(self.broken, e))?;
+            self.open = false;
         }
         for ev in std::mem::take(&mut self.outbox.0) {
             hub.publish(ev);

@@ -139,8 +139,6 @@ fn may_include(bytes: &[u8]) -> bool {
     bytes.windows(7).any(|w| w.eq_ignore_ascii_case(b"include"))
 }
 
-/// The control files of the repositories at `repos` (work trees relative to the
-/// directory `dir` whose absolute path is `root`), read without following a link.
 /// The directory `rel` under `dir`, opened once into `dirs` (`None` when it is not
 /// there or not one).
 fn opened<'m>(
@@ -159,6 +157,8 @@ fn opened<'m>(
     Ok(dirs.get(rel).and_then(Option::as_ref))
 }
 
+/// The control files of the repositories at `repos` (work trees relative to the
+/// directory `dir` whose absolute path is `root`), read without following a link.
 struct Reader<'a> {
     dir: BorrowedFd<'a>,
     root: &'a str,
